@@ -1,0 +1,55 @@
+#pragma once
+// Small single-purpose helpers built on the Disk interface. Each says what it guarantees.
+#include <functional>
+#include <string>
+
+#include "overlay/disk.hpp"
+
+namespace overlay {
+
+enum class Durable { no, yes };
+
+// Copies src to a new file dest (which must not exist) with `mode`, hashing the bytes as they
+// are copied: every byte is read once. With Durable::yes, dest is fsynced before returning.
+// Returns the SHA-256 (hex) of the bytes written.
+std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode,
+                              Durable durable);
+
+// SHA-256 (hex) of a file's contents, streamed.
+std::string hash_file(Disk& disk, const fs::path& p);
+
+// Replaces dest by a copy of src atomically: writes a temporary file beside dest, fsyncs it,
+// gives it `mode` (and dest's owner when dest exists), renames it over dest, fsyncs the directory.
+// A reader sees the old or the new file, never a torn one. Returns the SHA-256 of the new file.
+std::string replace_file_atomically(Disk& disk, const fs::path& src, const fs::path& dest,
+                                    mode_t mode);
+
+// Writes `data` to dest with git's lockfile shape: dest.lock, fsync, rename over dest, fsync dir.
+void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& data, mode_t mode);
+
+// Reads a whole (small) file; refuses files larger than max_bytes.
+std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes);
+
+// Removes a file, symlink or whole directory tree without following symlinks.
+// A missing path is not an error.
+void remove_tree(Disk& disk, const fs::path& p);
+
+// Creates p and its missing parents (like mkdir -p).
+void make_dirs(Disk& disk, const fs::path& p, mode_t mode = 0755);
+
+enum class WalkStep { descend, skip };
+// Visits every entry below root (pre-order, sorted names, root itself excluded) without
+// following symlinks; `rel` is relative to root. Returning skip on a directory prunes it.
+void walk_tree(Disk& disk, const fs::path& root,
+               const std::function<WalkStep(const fs::path& rel, const FileInfo& fi)>& visit);
+
+// A fresh name beside p for a temporary: "<dir>/.<name>.<tag>-<random>".
+fs::path sibling_temp_path(const fs::path& p, const std::string& tag);
+
+// Random lower-case hex of `bytes` bytes (from the OS).
+std::string random_hex(std::size_t bytes);
+
+// Absolute, lexically normal form of p (no symlink resolution).
+fs::path absolute_normal(const fs::path& p);
+
+}  // namespace overlay

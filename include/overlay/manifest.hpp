@@ -1,0 +1,85 @@
+#pragma once
+// The overlay's manifest (<overlay>/_overlay_manifest.json): model, strict validation and
+// atomic save. The keys of overlay_setup.py are read and written unchanged; keys this tool adds
+// are extra, and keys it does not know survive a rewrite.
+#include <sys/types.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "overlay/disk.hpp"
+#include "overlay/owner.hpp"
+
+namespace overlay {
+
+using json = nlohmann::json;
+
+inline constexpr const char* kManifestName = "_overlay_manifest.json";
+inline constexpr int kManifestFormat = 1;
+
+struct SourceItem {
+  std::string install_path;                   // absolute
+  std::string backup;                         // relative to the overlay
+  std::string sha256;                         // the original contents
+  std::optional<std::string> patched_sha256;  // what the tool wrote (added key)
+  std::optional<mode_t> mode;                 // original mode (added key)
+  json raw = json::object();                  // the item as read
+};
+
+struct ArtifactItem {
+  std::string path;  // absolute
+  bool existed = false;
+  std::optional<std::string> backup;  // set when existed
+  std::optional<std::string> sha256;  // set when existed
+  std::optional<mode_t> mode;
+  json raw = json::object();
+};
+
+struct CacheItem {
+  std::string dir;  // absolute
+  bool existed = false;
+  std::optional<std::string> backup_tar;  // set when existed
+  std::optional<std::string> sha256;      // SHA-256 of the tar (added key; absent in legacy)
+  json raw = json::object();
+};
+
+struct NativeEntry {
+  std::string id;  // added key; empty for entries written by overlay_setup.py
+  std::vector<SourceItem> sources;
+  std::vector<ArtifactItem> artifacts;
+  std::vector<CacheItem> caches;
+  std::vector<std::vector<std::string>> build_cmds;
+  std::optional<std::string> build_cwd;
+  std::optional<std::string> verify_artifact;
+  std::optional<std::string> verify_pre_sha256;
+  std::optional<Owner> owner;
+  std::optional<std::string> build_log;  // relative to the overlay
+  std::optional<double> created_at;      // seconds since the epoch
+  json raw = json::object();
+};
+
+struct Manifest {
+  json doc = json::object();  // the whole document as read (modules, rebinds, captures, …)
+  std::vector<NativeEntry> natives;
+};
+
+// Parses and strictly validates a manifest; throws ManifestError naming the offending key.
+Manifest parse_manifest(const std::string& text);
+
+// The JSON text for m (natives rewritten from the model, everything else kept).
+std::string serialize_manifest(const Manifest& m);
+
+// True when rel is a safe relative path: not empty, not absolute, no "..", no NUL.
+bool is_safe_relative(const std::string& rel);
+
+// Loads <overlay>/_overlay_manifest.json; nothing when the file does not exist.
+std::optional<Manifest> load_manifest(Disk& disk, const fs::path& overlay);
+
+// Saves atomically: <manifest>.lock, fsync, rename over, fsync the overlay directory.
+void save_manifest(Disk& disk, const fs::path& overlay, const Manifest& m);
+
+}  // namespace overlay

@@ -1,0 +1,27 @@
+#pragma once
+// Directory snapshots as tar archives (libarchive), readable by Python's tarfile.
+#include <string>
+
+#include "overlay/disk.hpp"
+
+namespace overlay {
+
+// Writes a tar of dir's contents to tar_path (a new file), fsynced. Members are "." and
+// "./<relative path>", as `tarfile.add(dir, arcname=".")` writes them. Keeps types, permission
+// bits, mtimes, empty directories and symlink targets (never followed). Special files are
+// refused. Returns the SHA-256 of the tar file.
+std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path& tar_path);
+
+// Reads the whole tar once, checking every member name and (when expected_sha256 is not empty)
+// the SHA-256 of the file; throws Error naming the first problem. Nothing is written.
+void check_tar(Disk& disk, const fs::path& tar_path, const std::string& expected_sha256);
+
+// Extracts tar_path into dest, an existing empty directory. Refuses (before writing the member)
+// absolute names, "..", any path through a symlink, hard links to anything but an extracted
+// regular file, and special files. Accepts both "./x" members and members under a single top
+// directory named like dest (the layout `tarfile.add(dir, arcname=basename(dir))` writes).
+// When expected_sha256 is not empty, the tar is proven intact before anything is written.
+void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest,
+                 const std::string& expected_sha256);
+
+}  // namespace overlay

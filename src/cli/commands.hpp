@@ -1,0 +1,26 @@
+#pragma once
+// The command-line front end: each subcommand parses its flags (CLI11), calls the library and
+// prints. Nothing here touches disk directly.
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace overlay::cli {
+
+// Exit statuses (docs/cli.md).
+enum Exit : int {
+  kOk = 0,
+  kFailed = 1,       // bad input, failed build, incomplete revert
+  kUsage = 2,        // unknown flag or bad flag value; also verify-native FRESH_BUILD_FAIL
+  kLockTimeout = 3,  // another overlay process held the overlay too long
+  kInterrupted = 130,
+};
+
+struct Globals {
+  double lock_timeout = 120;
+};
+
+// Registers add-native, verify-native, revert and gc-stale; each sets `run` when chosen.
+void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& run);
+
+}  // namespace overlay::cli

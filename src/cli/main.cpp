@@ -1,0 +1,63 @@
+// overlay: deploy an optimised kernel into a live install in place, and restore every byte.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+
+#include "commands.hpp"
+#include "output.hpp"
+#include "overlay/lock.hpp"
+
+namespace {
+
+void setup_logging(int verbose, bool quiet) {
+  auto logger = spdlog::stderr_color_mt("overlay");
+  logger->set_pattern("overlay: %l: %v");
+  spdlog::set_default_logger(logger);
+  auto level = spdlog::level::warn;
+  if (const char* env = std::getenv("OVERLAY_LOG_LEVEL")) level = spdlog::level::from_str(env);
+  if (verbose == 1) level = spdlog::level::info;
+  if (verbose >= 2) level = spdlog::level::debug;
+  if (quiet) level = spdlog::level::err;
+  spdlog::set_level(level);
+}
+
+// The subcommand that was being parsed when CLI11 failed, for the error prefix.
+std::string failing_name(const CLI::App& app) {
+  for (const auto* sub : app.get_subcommands()) return sub->get_name();
+  return "overlay";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace overlay::cli;
+  CLI::App app{"overlay: deploy a kernel into a live install in place and restore every byte", "overlay"};
+  app.set_version_flag("--version", std::string("overlay ") + OVERLAY_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();
+  int verbose = 0;
+  bool quiet = false;
+  Globals g;
+  g.lock_timeout = overlay::default_lock_timeout();
+  app.add_flag("-v,--verbose", verbose, "More log output on stderr (repeat for debug)");
+  app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
+  app.add_option("--lock-timeout", g.lock_timeout, "Seconds to wait for another process's lock on the overlay (env OVERLAY_LOCK_TIMEOUT)")
+      ->check(CLI::NonNegativeNumber);
+  std::function<int()> run;
+  add_native_commands(app, g, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    err_line(failing_name(app), std::string(e.what()) + " (see --help)");
+    return kUsage;
+  }
+  setup_logging(verbose, quiet);
+  return run ? run() : kUsage;
+}

@@ -1,0 +1,102 @@
+#include "overlay/gc.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/manifest.hpp"
+#include "overlay/native.hpp"
+#include "overlay/store.hpp"
+
+namespace overlay {
+namespace {
+
+// Why a manifest must not be trusted, or "" when it may be.
+std::string distrust(const FileInfo& manifest, const FileInfo& dir) {
+  uid_t me = ::geteuid();
+  for (const FileInfo* fi : {&manifest, &dir}) {
+    const char* what = fi == &manifest ? "manifest" : "overlay directory";
+    if (fi->mode & 022) return std::string(what) + " is group- or world-writable";
+    if (fi->uid != me && fi->uid != 0) return std::string(what) + " is owned by another user (uid " + std::to_string(fi->uid) + ")";
+  }
+  return "";
+}
+
+std::optional<std::string> live_owner(const Manifest& m) {
+  for (const auto& e : m.natives)
+    if (e.owner && owner_alive(*e.owner)) return "owner pid " + std::to_string(e.owner->pid) + " is still running";
+  return std::nullopt;
+}
+
+double age_seconds(const FileInfo& fi) {
+  using namespace std::chrono;
+  double now = duration<double>(system_clock::now().time_since_epoch()).count();
+  return now - (static_cast<double>(fi.mtime.tv_sec) + static_cast<double>(fi.mtime.tv_nsec) / 1e9);
+}
+
+GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const GcOptions& opts, bool& relevant) {
+  relevant = true;
+  std::string why = distrust(mfi, disk.info(overlay, Follow::no));
+  if (!why.empty()) return {overlay, GcOutcome::skipped, why};
+  std::optional<Manifest> m;
+  try {
+    m = load_manifest(disk, overlay);
+  } catch (const Error& e) {
+    return {overlay, GcOutcome::failed, e.what()};
+  }
+  if (!m || m->natives.empty()) {
+    relevant = false;
+    return {overlay, GcOutcome::skipped, "no native entries"};
+  }
+  if (auto owner = live_owner(*m)) return {overlay, GcOutcome::skipped, *owner};
+  if (opts.min_age_s && age_seconds(mfi) < *opts.min_age_s)
+    return {overlay, GcOutcome::skipped, "changed less than --min-age ago"};
+  if (opts.dry_run) return {overlay, GcOutcome::would_revert, ""};
+  RevertReport r = revert_natives(disk, overlay, RevertOptions{false, opts.lock_timeout});
+  if (r.ok()) return {overlay, GcOutcome::reverted, ""};
+  std::string reason;
+  for (const auto& p : r.problems) reason += (reason.empty() ? "" : "; ") + p.path + ": " + p.reason;
+  return {overlay, GcOutcome::failed, reason};
+}
+
+}  // namespace
+
+std::size_t GcReport::count(GcOutcome o) const {
+  return static_cast<std::size_t>(std::count_if(items.begin(), items.end(), [o](const GcItem& i) { return i.outcome == o; }));
+}
+
+const char* to_string(GcOutcome o) {
+  switch (o) {
+    case GcOutcome::reverted: return "reverted";
+    case GcOutcome::would_revert: return "would-revert";
+    case GcOutcome::skipped: return "skipped";
+    case GcOutcome::failed: return "failed";
+  }
+  return "?";
+}
+
+GcReport gc_stale(Disk& disk, const fs::path& root_in, const GcOptions& opts) {
+  fs::path root = absolute_normal(root_in);
+  FileInfo ri = disk.info(root, Follow::yes);
+  if (!ri.exists()) throw Error("root does not exist: " + root.string());
+  if (ri.type != FileType::directory) throw Error("root is not a directory: " + root.string());
+  std::vector<std::pair<fs::path, FileInfo>> found;
+  auto visit = [&](const fs::path& rel, const FileInfo& fi) {
+    if (fi.type == FileType::directory && rel.filename() == kBackupDirName) return WalkStep::skip;
+    if (fi.type == FileType::regular && rel.filename() == kManifestName) found.emplace_back(root / rel, fi);
+    return WalkStep::descend;
+  };
+  walk_tree(disk, root, visit);
+  GcReport report;
+  for (const auto& [path, fi] : found) {
+    bool relevant = false;
+    GcItem item = consider(disk, path.parent_path(), fi, opts, relevant);
+    if (relevant) report.items.push_back(std::move(item));
+  }
+  return report;
+}
+
+}  // namespace overlay

@@ -1,0 +1,285 @@
+#include "overlay/manifest.hpp"
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/hash.hpp"
+
+namespace overlay {
+namespace {
+
+constexpr std::size_t kMaxManifestBytes = 64u << 20;
+
+[[noreturn]] void bad(const std::string& where, const std::string& what) {
+  throw ManifestError("manifest: " + where + ": " + what);
+}
+
+const json* find(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+std::string req_string(const json& obj, const char* key, const std::string& where) {
+  const json* v = find(obj, key);
+  if (v == nullptr) bad(where + "." + key, "missing");
+  if (!v->is_string()) bad(where + "." + key, "expected a string");
+  return v->get<std::string>();
+}
+
+std::optional<std::string> opt_string(const json& obj, const char* key, const std::string& where) {
+  const json* v = find(obj, key);
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  if (!v->is_string()) bad(where + "." + key, "expected a string or null");
+  return v->get<std::string>();
+}
+
+std::string abs_path(const json& obj, const char* key, const std::string& where) {
+  std::string p = req_string(obj, key, where);
+  fs::path fp(p);
+  if (p.empty() || !fp.is_absolute()) bad(where + "." + key, "not an absolute path: " + p);
+  if (p.find('\0') != std::string::npos) bad(where + "." + key, "contains a NUL byte");
+  for (const auto& part : fp)
+    if (part == "..") bad(where + "." + key, "contains '..': " + p);
+  return p;
+}
+
+std::string backup_path(const json& obj, const char* key, const std::string& where) {
+  std::string p = req_string(obj, key, where);
+  if (!is_safe_relative(p)) bad(where + "." + key, "backup path escapes the overlay: " + p);
+  return p;
+}
+
+std::string sha(const json& obj, const char* key, const std::string& where) {
+  std::string s = req_string(obj, key, where);
+  if (!is_sha256_hex(s)) bad(where + "." + key, "expected a 64-digit hex SHA-256");
+  return s;
+}
+
+std::optional<std::string> opt_sha(const json& obj, const char* key, const std::string& where) {
+  if (const json* v = find(obj, key); v == nullptr || v->is_null()) return std::nullopt;
+  return sha(obj, key, where);
+}
+
+bool req_bool(const json& obj, const char* key, const std::string& where, bool fallback) {
+  const json* v = find(obj, key);
+  if (v == nullptr || v->is_null()) return fallback;
+  if (!v->is_boolean()) bad(where + "." + key, "expected true or false");
+  return v->get<bool>();
+}
+
+std::optional<mode_t> opt_mode(const json& obj, const std::string& where) {
+  const json* v = find(obj, "mode");
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  if (!v->is_number_unsigned() || v->get<std::uint64_t>() > 07777) bad(where + ".mode", "expected a mode 0..07777");
+  return static_cast<mode_t>(v->get<std::uint64_t>());
+}
+
+const json& array_of_objects(const json& obj, const char* key, const std::string& where) {
+  static const json empty = json::array();
+  const json* v = find(obj, key);
+  if (v == nullptr || v->is_null()) return empty;
+  if (!v->is_array()) bad(where + "." + key, "expected an array");
+  for (std::size_t i = 0; i < v->size(); ++i)
+    if (!(*v)[i].is_object()) bad(where + "." + key + "[" + std::to_string(i) + "]", "expected an object");
+  return *v;
+}
+
+SourceItem parse_source(const json& j, const std::string& w) {
+  SourceItem s;
+  s.install_path = abs_path(j, "install_path", w);
+  s.backup = backup_path(j, "backup", w);
+  s.sha256 = sha(j, "sha256", w);
+  s.patched_sha256 = opt_sha(j, "patched_sha256", w);
+  s.mode = opt_mode(j, w);
+  s.raw = j;
+  return s;
+}
+
+ArtifactItem parse_artifact(const json& j, const std::string& w) {
+  ArtifactItem a;
+  a.path = abs_path(j, "path", w);
+  bool has_backup = find(j, "backup") != nullptr && !j["backup"].is_null();
+  a.existed = req_bool(j, "existed", w, has_backup);
+  if (a.existed) {
+    a.backup = backup_path(j, "backup", w);
+    a.sha256 = sha(j, "sha256", w);
+  }
+  a.mode = opt_mode(j, w);
+  a.raw = j;
+  return a;
+}
+
+CacheItem parse_cache(const json& j, const std::string& w) {
+  CacheItem c;
+  c.dir = abs_path(j, "dir", w);
+  bool has_tar = find(j, "backup_tar") != nullptr && !j["backup_tar"].is_null();
+  c.existed = req_bool(j, "existed", w, has_tar);
+  if (c.existed) c.backup_tar = backup_path(j, "backup_tar", w);
+  c.sha256 = opt_sha(j, "sha256", w);
+  c.raw = j;
+  return c;
+}
+
+std::vector<std::vector<std::string>> parse_build_cmds(const json& j, const std::string& w) {
+  std::vector<std::vector<std::string>> cmds;
+  const json* v = find(j, "build_cmds");
+  if (v == nullptr || v->is_null()) return cmds;
+  if (!v->is_array()) bad(w + ".build_cmds", "expected a list of argv lists");
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const json& argv = (*v)[i];
+    std::string wi = w + ".build_cmds[" + std::to_string(i) + "]";
+    if (!argv.is_array() || argv.empty()) bad(wi, "expected a non-empty list of strings");
+    std::vector<std::string> words;
+    for (const auto& word : argv) {
+      if (!word.is_string()) bad(wi, "expected a non-empty list of strings");
+      words.push_back(word.get<std::string>());
+    }
+    cmds.push_back(std::move(words));
+  }
+  return cmds;
+}
+
+void parse_verify(const json& j, const std::string& w, NativeEntry& e) {
+  const json* v = find(j, "verify");
+  if (v == nullptr || v->is_null()) return;
+  if (!v->is_object()) bad(w + ".verify", "expected an object or null");
+  e.verify_artifact = opt_string(*v, "artifact", w + ".verify");
+  e.verify_pre_sha256 = opt_sha(*v, "pre_sha256", w + ".verify");
+}
+
+void parse_owner(const json& j, const std::string& w, NativeEntry& e) {
+  const json* v = find(j, "owner");
+  if (v == nullptr || v->is_null()) return;
+  const json* pid = v->is_object() ? find(*v, "pid") : nullptr;
+  const json* start = v->is_object() ? find(*v, "start_ticks") : nullptr;
+  if (pid == nullptr || !pid->is_number_integer() || pid->get<long long>() <= 0 || pid->get<long long>() > 1 << 30)
+    bad(w + ".owner", "expected {pid, start_ticks}");
+  Owner o;
+  o.pid = static_cast<pid_t>(pid->get<long long>());
+  if (start != nullptr && start->is_number_unsigned()) o.start_ticks = start->get<std::uint64_t>();
+  e.owner = o;
+}
+
+NativeEntry parse_native(const json& j, const std::string& w) {
+  NativeEntry e;
+  e.id = opt_string(j, "id", w).value_or("");
+  if (!e.id.empty() && !is_safe_relative(e.id)) bad(w + ".id", "not a plain name");
+  const json& srcs = array_of_objects(j, "sources", w);
+  for (std::size_t i = 0; i < srcs.size(); ++i)
+    e.sources.push_back(parse_source(srcs[i], w + ".sources[" + std::to_string(i) + "]"));
+  const json& arts = array_of_objects(j, "artifacts", w);
+  for (std::size_t i = 0; i < arts.size(); ++i)
+    e.artifacts.push_back(parse_artifact(arts[i], w + ".artifacts[" + std::to_string(i) + "]"));
+  const json& caches = array_of_objects(j, "caches", w);
+  for (std::size_t i = 0; i < caches.size(); ++i)
+    e.caches.push_back(parse_cache(caches[i], w + ".caches[" + std::to_string(i) + "]"));
+  e.build_cmds = parse_build_cmds(j, w);
+  e.build_cwd = opt_string(j, "build_cwd", w);
+  parse_verify(j, w, e);
+  parse_owner(j, w, e);
+  e.build_log = opt_string(j, "build_log", w);
+  if (e.build_log && !is_safe_relative(*e.build_log)) bad(w + ".build_log", "path escapes the overlay");
+  if (const json* t = find(j, "created_at"); t != nullptr && t->is_number()) e.created_at = t->get<double>();
+  e.raw = j;
+  return e;
+}
+
+json to_json(const SourceItem& s) {
+  json j = s.raw;
+  j["install_path"] = s.install_path;
+  j["backup"] = s.backup;
+  j["sha256"] = s.sha256;
+  if (s.patched_sha256) j["patched_sha256"] = *s.patched_sha256;
+  if (s.mode) j["mode"] = *s.mode;
+  return j;
+}
+
+json to_json(const ArtifactItem& a) {
+  json j = a.raw;
+  j["path"] = a.path;
+  j["existed"] = a.existed;
+  j["backup"] = a.backup ? json(*a.backup) : json(nullptr);
+  j["sha256"] = a.sha256 ? json(*a.sha256) : json(nullptr);
+  if (a.mode) j["mode"] = *a.mode;
+  return j;
+}
+
+json to_json(const CacheItem& c) {
+  json j = c.raw;
+  j["dir"] = c.dir;
+  j["existed"] = c.existed;
+  j["backup_tar"] = c.backup_tar ? json(*c.backup_tar) : json(nullptr);
+  if (c.sha256) j["sha256"] = *c.sha256;
+  return j;
+}
+
+json to_json(const NativeEntry& e) {
+  json j = e.raw;
+  if (!e.id.empty()) j["id"] = e.id;
+  j["sources"] = json::array();
+  for (const auto& s : e.sources) j["sources"].push_back(to_json(s));
+  j["artifacts"] = json::array();
+  for (const auto& a : e.artifacts) j["artifacts"].push_back(to_json(a));
+  j["caches"] = json::array();
+  for (const auto& c : e.caches) j["caches"].push_back(to_json(c));
+  j["build_cmds"] = e.build_cmds;
+  j["build_cwd"] = e.build_cwd ? json(*e.build_cwd) : json(nullptr);
+  if (e.verify_artifact)
+    j["verify"] = {{"artifact", *e.verify_artifact},
+                   {"pre_sha256", e.verify_pre_sha256 ? json(*e.verify_pre_sha256) : json(nullptr)}};
+  else if (!j.contains("verify"))
+    j["verify"] = nullptr;
+  if (e.owner) j["owner"] = {{"pid", e.owner->pid}, {"start_ticks", e.owner->start_ticks}};
+  if (e.build_log) j["build_log"] = *e.build_log;
+  if (e.created_at) j["created_at"] = *e.created_at;
+  return j;
+}
+
+}  // namespace
+
+bool is_safe_relative(const std::string& rel) {
+  if (rel.empty() || rel.find('\0') != std::string::npos) return false;
+  fs::path p(rel);
+  if (p.is_absolute() || p.has_root_name() || p.has_root_directory()) return false;
+  for (const auto& part : p)
+    if (part == "..") return false;
+  return true;
+}
+
+Manifest parse_manifest(const std::string& text) {
+  Manifest m;
+  try {
+    m.doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw ManifestError(std::string("manifest: not valid JSON (") + e.what() + ")");
+  }
+  if (!m.doc.is_object()) bad("top level", "expected a JSON object");
+  for (const char* key : {"modules", "rebinds", "captures"}) array_of_objects(m.doc, key, "");
+  const json& natives = array_of_objects(m.doc, "natives", "");
+  for (std::size_t i = 0; i < natives.size(); ++i)
+    m.natives.push_back(parse_native(natives[i], "natives[" + std::to_string(i) + "]"));
+  return m;
+}
+
+std::string serialize_manifest(const Manifest& m) {
+  json doc = m.doc.is_object() ? m.doc : json::object();
+  for (const char* key : {"modules", "rebinds", "captures"})
+    if (!doc.contains(key) || doc[key].is_null()) doc[key] = json::array();
+  doc["natives"] = json::array();
+  for (const auto& e : m.natives) doc["natives"].push_back(to_json(e));
+  if (!doc.contains("overlay_format")) doc["overlay_format"] = kManifestFormat;
+  return doc.dump(2) + "\n";
+}
+
+std::optional<Manifest> load_manifest(Disk& disk, const fs::path& overlay) {
+  fs::path p = overlay / kManifestName;
+  FileInfo fi = disk.info(p, Follow::no);
+  if (!fi.exists()) return std::nullopt;
+  if (fi.type != FileType::regular) throw ManifestError("manifest: " + p.string() + " is not a regular file");
+  return parse_manifest(read_small_file(disk, p, kMaxManifestBytes));
+}
+
+void save_manifest(Disk& disk, const fs::path& overlay, const Manifest& m) {
+  write_file_atomically(disk, overlay / kManifestName, serialize_manifest(m), 0644);
+}
+
+}  // namespace overlay

@@ -1,0 +1,385 @@
+#include "overlay/native.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/lock.hpp"
+#include "overlay/manifest.hpp"
+#include "overlay/patch.hpp"
+#include "overlay/store.hpp"
+#include "overlay/words.hpp"
+
+namespace overlay {
+namespace {
+
+constexpr const char* kLogDirName = "_logs";
+
+// An existing, readable regular file (symlinks resolved); `what` names it in errors.
+fs::path existing_file(Disk& disk, const fs::path& p, const std::string& what) {
+  FileInfo fi = disk.info(p, Follow::yes);
+  if (!fi.exists()) throw Error(what + " does not exist: " + p.string());
+  if (fi.type == FileType::directory) throw Error(what + " is a directory: " + p.string());
+  if (fi.type != FileType::regular) throw Error(what + " is not a regular file: " + p.string());
+  try {
+    disk.open_read(p);
+  } catch (const DiskError& e) {
+    throw Error(what + " is not readable: " + p.string() + " (" + std::strerror(e.code()) + ")");
+  }
+  return disk.real_path(p);
+}
+
+bool inside(const fs::path& child, const fs::path& parent) {
+  auto rel = child.lexically_relative(parent);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+void check_overlay_dir(Disk& disk, const fs::path& overlay) {
+  FileInfo fi = disk.info(overlay, Follow::yes);
+  if (fi.exists() && fi.type != FileType::directory) throw Error("overlay is not a directory: " + overlay.string());
+  if (fi.exists()) load_manifest(disk, overlay);  // a malformed manifest is refused up front
+}
+
+std::vector<fs::path> checked_artifacts(Disk& disk, const AddNativeRequest& req) {
+  std::vector<fs::path> out;
+  for (const auto& a : req.artifacts) {
+    fs::path p = absolute_normal(a);
+    FileInfo fi = disk.info(p, Follow::no);
+    if (fi.type == FileType::directory) throw Error("artifact is a directory: " + p.string());
+    if (fi.exists() && fi.type != FileType::regular) throw Error("artifact is not a regular file: " + p.string());
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<fs::path> checked_caches(Disk& disk, const AddNativeRequest& req, const fs::path& overlay) {
+  std::vector<fs::path> out;
+  for (const auto& c : req.caches) {
+    fs::path p = absolute_normal(c);
+    FileInfo fi = disk.info(p, Follow::no);
+    if (fi.exists() && fi.type != FileType::directory) throw Error("cache dir is not a directory: " + p.string());
+    if (p == p.root_path() || p == overlay || inside(overlay, p) || inside(p, overlay))
+      throw Error("cache dir overlaps the overlay or the root: " + p.string());
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<NativePlan::Swap> checked_swaps(Disk& disk, const AddNativeRequest& req, NativePlan& plan) {
+  if (req.targets.empty()) throw Error("no --target given");
+  if (req.patch && (req.targets.size() != 1 || !req.patched_files.empty()))
+    throw Error("--patch takes exactly one --target and no --patched-file");
+  if (!req.patch && req.patched_files.size() != req.targets.size())
+    throw Error("each --target needs one --patched-file (or give --patch)");
+  std::vector<NativePlan::Swap> swaps;
+  for (std::size_t i = 0; i < req.targets.size(); ++i) {
+    NativePlan::Swap s;
+    s.target = existing_file(disk, absolute_normal(req.targets[i]), "target source");
+    for (const auto& other : swaps)
+      if (other.target == s.target) throw Error("target given twice: " + s.target.string());
+    if (req.patch) {
+      fs::path diff = existing_file(disk, absolute_normal(*req.patch), "patch file");
+      auto copy = std::make_shared<PatchedCopy>(disk, s.target, diff);
+      s.content = copy->file();
+      plan.patched.push_back(copy);
+    } else {
+      s.content = existing_file(disk, absolute_normal(req.patched_files[i]), "patched file");
+    }
+    if (inside(s.target, plan.overlay)) throw Error("target source lies inside the overlay: " + s.target.string());
+    s.content_sha256 = hash_file(disk, s.content);
+    swaps.push_back(std::move(s));
+  }
+  return swaps;
+}
+
+std::vector<std::vector<std::string>> checked_build(Disk& disk, const AddNativeRequest& req, fs::path& cwd) {
+  std::vector<std::vector<std::string>> cmds;
+  for (const auto& line : req.build_cmds) {
+    auto argv = split_words(line);
+    if (argv.empty()) throw Error("--build-cmd is empty");
+    cmds.push_back(std::move(argv));
+  }
+  cwd = absolute_normal(req.build_cwd.value_or(fs::current_path()));
+  FileInfo fi = disk.info(cwd, Follow::yes);
+  if (!fi.exists()) throw Error("build cwd does not exist: " + cwd.string());
+  if (fi.type != FileType::directory) throw Error("build cwd is not a directory: " + cwd.string());
+  return cmds;
+}
+
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+// Durable backups of everything the entry will touch; the entry describing them is returned.
+NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, const std::string& id) {
+  NativeEntry e;
+  e.id = id;
+  for (std::size_t k = 0; k < plan.swaps.size(); ++k) {
+    SavedFile s = store.save_file(id, "src_" + std::to_string(k), plan.swaps[k].target);
+    e.sources.push_back({plan.swaps[k].target.string(), s.backup, s.sha256, plan.swaps[k].content_sha256, s.mode, json::object()});
+  }
+  for (std::size_t k = 0; k < plan.artifacts.size(); ++k) {
+    ArtifactItem a;
+    a.path = plan.artifacts[k].string();
+    a.existed = disk.info(plan.artifacts[k], Follow::no).type == FileType::regular;
+    if (a.existed) {
+      SavedFile s = store.save_file(id, "art_" + std::to_string(k), plan.artifacts[k]);
+      a.backup = s.backup;
+      a.sha256 = s.sha256;
+      a.mode = s.mode;
+      if (!e.verify_artifact) {
+        e.verify_artifact = a.path;
+        e.verify_pre_sha256 = a.sha256;
+      }
+    }
+    e.artifacts.push_back(std::move(a));
+  }
+  for (std::size_t k = 0; k < plan.caches.size(); ++k) {
+    CacheItem c;
+    c.dir = plan.caches[k].string();
+    c.existed = disk.info(plan.caches[k], Follow::no).type == FileType::directory;
+    if (c.existed) {
+      SavedFile s = store.save_dir_tar(id, "cache_" + std::to_string(k), plan.caches[k]);
+      c.backup_tar = s.backup;
+      c.sha256 = s.sha256;
+    }
+    e.caches.push_back(std::move(c));
+  }
+  e.build_cmds = plan.build_cmds;
+  e.build_cwd = plan.build_cwd.string();
+  e.owner = plan.owner;
+  e.created_at = now_seconds();
+  e.build_log = std::string(kLogDirName) + "/" + id + ".build.log";
+  store.sync_entry(id);
+  return e;
+}
+
+// The cache is renamed aside first, so the build never sees a half-deleted cache.
+void invalidate_cache(Disk& disk, const fs::path& dir) {
+  if (disk.info(dir, Follow::no).type != FileType::directory) return;
+  fs::path trash = sibling_temp_path(dir, "overlay-trash");
+  disk.rename(dir, trash);
+  disk.sync_dir(dir.parent_path());
+  remove_tree(disk, trash);
+}
+
+}  // namespace
+
+NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
+  NativePlan plan;
+  plan.overlay = absolute_normal(req.overlay);
+  plan.lock_timeout = req.lock_timeout;
+  plan.build_timeout = req.build_timeout;
+  check_overlay_dir(disk, plan.overlay);
+  plan.artifacts = checked_artifacts(disk, req);
+  plan.caches = checked_caches(disk, req, plan.overlay);
+  plan.build_cmds = checked_build(disk, req, plan.build_cwd);
+  if (req.owner_pid) {
+    auto ticks = process_start_ticks(*req.owner_pid);
+    if (!ticks) throw Error("owner pid " + std::to_string(*req.owner_pid) + " is not a running process");
+    plan.owner = Owner{*req.owner_pid, *ticks};
+  }
+  plan.swaps = checked_swaps(disk, req, plan);
+  return plan;
+}
+
+AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
+  make_dirs(disk, plan.overlay);
+  OverlayLock lock(plan.overlay, plan.lock_timeout);
+  Manifest m = load_manifest(disk, plan.overlay).value_or(Manifest{});
+  BackupStore store(disk, plan.overlay);
+  std::string id = store.new_entry();
+  try {
+    m.natives.push_back(back_up(disk, store, plan, id));
+    make_dirs(disk, plan.overlay / kLogDirName);
+    save_manifest(disk, plan.overlay, m);  // from here on, revert can undo everything below
+  } catch (...) {
+    store.drop_entry(id);  // the install is untouched; leave no half-made backups behind
+    throw;
+  }
+  const NativeEntry& e = m.natives.back();
+  for (std::size_t k = 0; k < plan.swaps.size(); ++k)
+    replace_file_atomically(disk, plan.swaps[k].content, plan.swaps[k].target, *e.sources[k].mode);
+  for (const auto& c : plan.caches) invalidate_cache(disk, c);
+  return {id, plan.overlay / *e.build_log, e.sources.size(), e.artifacts.size(), e.caches.size()};
+}
+
+BuildOutcome run_native_build(const NativePlan& plan, const AppliedEntry& entry) {
+  BuildOutcome out;
+  for (const auto& argv : plan.build_cmds) {
+    RunOptions opts;
+    opts.cwd = plan.build_cwd;
+    opts.log_path = entry.log_path;
+    opts.timeout_s = plan.build_timeout;
+    out.result = run_process(argv, opts);
+    if (!out.result.ok()) {
+      out.ok = false;
+      out.failed_cmd = argv;
+      return out;
+    }
+  }
+  return out;
+}
+
+bool VerifyReport::ok() const {
+  return std::all_of(items.begin(), items.end(), [](const VerifyItem& i) {
+    return i.state == ArtifactState::rebuilt || i.state == ArtifactState::created;
+  });
+}
+
+const char* to_string(ArtifactState s) {
+  switch (s) {
+    case ArtifactState::rebuilt: return "rebuilt";
+    case ArtifactState::created: return "created";
+    case ArtifactState::unchanged: return "unchanged";
+    case ArtifactState::missing_after_build: return "missing-after-build";
+    case ArtifactState::not_created: return "not-created";
+  }
+  return "?";
+}
+
+VerifyReport verify_native(Disk& disk, const fs::path& overlay_in) {
+  fs::path overlay = absolute_normal(overlay_in);
+  auto m = load_manifest(disk, overlay);
+  if (!m) throw Error("no manifest in " + overlay.string());
+  VerifyReport r;
+  for (const auto& e : m->natives) {
+    for (const auto& a : e.artifacts) {
+      FileInfo fi = disk.info(a.path, Follow::no);
+      ArtifactState st;
+      if (a.existed)
+        st = !fi.exists() ? ArtifactState::missing_after_build
+             : (fi.type == FileType::regular && hash_file(disk, a.path) == *a.sha256) ? ArtifactState::unchanged
+                                                                                        : ArtifactState::rebuilt;
+      else
+        st = fi.exists() ? ArtifactState::created : ArtifactState::not_created;
+      r.items.push_back({a.path, st});
+    }
+  }
+  return r;
+}
+
+namespace {
+
+class Reverter {
+ public:
+  Reverter(Disk& disk, const fs::path& overlay, const RevertOptions& opts, RevertReport& report)
+      : disk_(disk), store_(disk, overlay), opts_(opts), report_(report) {}
+
+  // Restores one entry; true when every item is back at its original state.
+  bool revert_entry(const NativeEntry& e) {
+    bool ok = true;
+    for (auto it = e.caches.rbegin(); it != e.caches.rend(); ++it)
+      ok &= attempt(it->dir, [&] { return cache(*it); });
+    for (auto it = e.artifacts.rbegin(); it != e.artifacts.rend(); ++it)
+      ok &= attempt(it->path, [&] { return artifact(*it); });
+    for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
+      ok &= attempt(it->install_path, [&] { return file(it->install_path, it->backup, it->sha256, it->mode); });
+    return ok;
+  }
+
+  void forget_backups(const NativeEntry& e) {
+    std::vector<std::string> rels;
+    for (const auto& s : e.sources) rels.push_back(s.backup);
+    for (const auto& a : e.artifacts)
+      if (a.backup) rels.push_back(*a.backup);
+    for (const auto& c : e.caches)
+      if (c.backup_tar) rels.push_back(*c.backup_tar);
+    for (const auto& rel : rels) {
+      try {
+        store_.forget(rel);
+      } catch (const Error& err) {
+        report_.problems.push_back({rel, std::string("cannot delete backup: ") + err.what()});
+      }
+    }
+  }
+
+ private:
+  template <typename F>
+  bool attempt(const std::string& path, F&& step) {
+    try {
+      report_.actions.push_back({step(), path});
+      return true;
+    } catch (const std::exception& err) {
+      report_.problems.push_back({path, err.what()});
+      return false;
+    }
+  }
+
+  std::string file(const std::string& path, const std::string& rel, const std::string& sha,
+                   std::optional<mode_t> mode) {
+    if (opts_.dry_run) return dry_file(path, rel, sha);
+    return store_.restore_file(rel, sha, path, mode) ? "restore" : "unchanged";
+  }
+
+  std::string dry_file(const std::string& path, const std::string& rel, const std::string& sha) {
+    FileInfo fi = disk_.info(path, Follow::no);
+    if (fi.type == FileType::regular && hash_file(disk_, path) == sha) return "unchanged";
+    if (!disk_.info(store_.resolve(rel), Follow::no).exists()) throw Error("backup missing: " + rel);
+    return "restore";
+  }
+
+  std::string artifact(const ArtifactItem& a) {
+    if (a.existed) return file(a.path, *a.backup, *a.sha256, a.mode);
+    FileInfo fi = disk_.info(a.path, Follow::no);
+    if (!fi.exists()) return "unchanged";
+    if (fi.type == FileType::directory) throw Error("a directory now stands where the artifact was created");
+    if (!opts_.dry_run) {
+      disk_.remove(a.path);
+      disk_.sync_dir(fs::path(a.path).parent_path());
+    }
+    return "remove";
+  }
+
+  std::string cache(const CacheItem& c) {
+    if (!c.existed) {
+      bool present = disk_.info(c.dir, Follow::no).exists();
+      if (!opts_.dry_run) store_.remove_dir(c.dir);
+      return present ? "remove" : "unchanged";
+    }
+    if (opts_.dry_run) {
+      if (!disk_.info(store_.resolve(*c.backup_tar), Follow::no).exists()) throw Error("backup missing: " + *c.backup_tar);
+      return "restore";
+    }
+    store_.restore_dir(*c.backup_tar, c.sha256, c.dir);
+    return "restore";
+  }
+
+  Disk& disk_;
+  BackupStore store_;
+  const RevertOptions& opts_;
+  RevertReport& report_;
+};
+
+}  // namespace
+
+RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const RevertOptions& opts) {
+  fs::path overlay = absolute_normal(overlay_in);
+  RevertReport report;
+  FileInfo fi = disk.info(overlay / kManifestName, Follow::no);
+  if (!fi.exists()) return report;
+  std::optional<OverlayLock> lock;
+  if (!opts.dry_run) lock.emplace(overlay, opts.lock_timeout);
+  auto m = load_manifest(disk, overlay);
+  if (!m) return report;
+  report.had_manifest = true;
+  report.entries = m->natives.size();
+  Reverter rev(disk, overlay, opts, report);
+  for (std::size_t i = m->natives.size(); i-- > 0;) {
+    if (!rev.revert_entry(m->natives[i]) || opts.dry_run) continue;
+    NativeEntry done = m->natives[i];
+    m->natives.erase(m->natives.begin() + static_cast<std::ptrdiff_t>(i));
+    save_manifest(disk, overlay, *m);  // the entry is gone from the record before its backups are
+    rev.forget_backups(done);
+    ++report.entries_reverted;
+  }
+  return report;
+}
+
+}  // namespace overlay

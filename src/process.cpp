@@ -1,0 +1,221 @@
+#include "overlay/process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "overlay/error.hpp"
+
+extern char** environ;
+
+namespace overlay {
+namespace {
+
+int g_wake_fd = -1;  // write end of the self-pipe, used by the signal handler only
+
+void on_signal(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  if (g_wake_fd >= 0) (void)!::write(g_wake_fd, &b, 1);
+  errno = saved;
+}
+
+struct Pipe {
+  int r = -1, w = -1;
+  Pipe() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw DiskError("pipe", "", errno);
+    r = fds[0];
+    w = fds[1];
+  }
+  ~Pipe() { close_both(); }
+  void close_r() { if (r >= 0) ::close(r); r = -1; }
+  void close_w() { if (w >= 0) ::close(w); w = -1; }
+  void close_both() { close_r(); close_w(); }
+};
+
+// Installs handlers for the signals we watch and restores the previous ones on destruction.
+class SignalGuard {
+ public:
+  explicit SignalGuard(int wake_fd) {
+    g_wake_fd = wake_fd;
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~SignalGuard() {
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+    g_wake_fd = -1;
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGCHLD};
+  struct sigaction old_[3] {};
+};
+
+[[noreturn]] void child_exec(const std::vector<std::string>& argv, const RunOptions& opts,
+                             int out_fd, int err_fd, int report_fd) {
+  ::setpgid(0, 0);
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  int devnull = ::open("/dev/null", O_RDONLY);
+  if (devnull >= 0) ::dup2(devnull, 0);
+  ::dup2(out_fd, 1);
+  ::dup2(err_fd, 2);
+  auto report = [&](int err) {
+    (void)!::write(report_fd, &err, sizeof err);
+    ::_exit(127);
+  };
+  if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) report(errno);
+  for (const auto& kv : opts.env_set) ::putenv(const_cast<char*>(kv.c_str()));
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execvp(args[0], args.data());
+  report(errno);
+  ::_exit(127);
+}
+
+class Runner {
+ public:
+  Runner(const std::vector<std::string>& argv, const RunOptions& opts) : argv_(argv), opts_(opts) {}
+  RunResult run();
+
+ private:
+  void open_log();
+  void pump(int fd, std::string* sink, bool* open);
+  void handle_wake();
+  void check_timeout();
+  void kill_group(int sig) { if (pid_ > 0) ::kill(-pid_, sig); }
+
+  const std::vector<std::string>& argv_;
+  const RunOptions& opts_;
+  RunResult res_;
+  pid_t pid_ = -1;
+  int log_fd_ = -1;
+  Pipe wake_;
+  bool exited_ = false;
+  bool term_sent_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point term_at_{};
+};
+
+void Runner::open_log() {
+  if (opts_.log_path.empty()) return;
+  log_fd_ = ::open(opts_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd_ < 0) throw DiskError("open log", opts_.log_path.string(), errno);
+}
+
+void Runner::pump(int fd, std::string* sink, bool* open) {
+  char buf[65536];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    *open = false;
+    return;
+  }
+  auto len = static_cast<std::size_t>(n);
+  if (sink != nullptr) {
+    sink->append(buf, len);
+    return;
+  }
+  (void)!::write(2, buf, len);
+  if (log_fd_ >= 0) (void)!::write(log_fd_, buf, len);
+}
+
+void Runner::handle_wake() {
+  unsigned char sigs[64];
+  ssize_t n = ::read(wake_.r, sigs, sizeof sigs);
+  for (ssize_t i = 0; i < n; ++i) {
+    int sig = sigs[i];
+    if (sig == SIGINT || sig == SIGTERM) {
+      res_.forwarded_signal = sig;
+      kill_group(sig);
+    }
+  }
+  int status = 0;
+  if (!exited_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+    exited_ = true;
+    if (WIFEXITED(status)) res_.exit_code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) res_.term_signal = WTERMSIG(status);
+  }
+}
+
+void Runner::check_timeout() {
+  if (!opts_.timeout_s || exited_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (!term_sent_ && now - start_ >= std::chrono::duration<double>(*opts_.timeout_s)) {
+    res_.timed_out = true;
+    term_sent_ = true;
+    term_at_ = now;
+    kill_group(SIGTERM);
+  } else if (term_sent_ && now - term_at_ >= std::chrono::duration<double>(opts_.kill_grace_s)) {
+    kill_group(SIGKILL);
+  }
+}
+
+RunResult Runner::run() {
+  if (argv_.empty()) throw Error("empty command");
+  open_log();
+  ::fcntl(wake_.r, F_SETFL, O_NONBLOCK);
+  ::fcntl(wake_.w, F_SETFL, O_NONBLOCK);
+  Pipe out, err, report;
+  SignalGuard guard(wake_.w);
+  bool capture = opts_.output == Output::capture;
+  pid_ = ::fork();
+  if (pid_ < 0) throw DiskError("fork", argv_[0], errno);
+  if (pid_ == 0) child_exec(argv_, opts_, out.w, capture ? err.w : out.w, report.w);
+  ::setpgid(pid_, pid_);  // also done by the child; whichever runs first wins the race
+  out.close_w();
+  err.close_w();
+  report.close_w();
+  int exec_errno = 0;
+  if (::read(report.r, &exec_errno, sizeof exec_errno) == sizeof exec_errno)
+    res_.exec_error = std::string("cannot run ") + argv_[0] + ": " + std::strerror(exec_errno);
+  bool out_open = true, err_open = capture;
+  while (!exited_ || out_open || err_open) {
+    pollfd fds[3] = {{wake_.r, POLLIN, 0}, {out_open ? out.r : -1, POLLIN, 0},
+                     {err_open ? err.r : -1, POLLIN, 0}};
+    // Once the child is gone, stop waiting for pipes a background grandchild may hold open.
+    int wait_ms = exited_ ? 200 : (opts_.timeout_s ? 100 : 1000);
+    int n = ::poll(fds, 3, wait_ms);
+    if (n == 0 && exited_) break;
+    if (fds[0].revents) handle_wake();
+    if (fds[1].revents) pump(out.r, capture ? &res_.out : nullptr, &out_open);
+    if (fds[2].revents) pump(err.r, &res_.err, &err_open);
+    if (n == 0 && !exited_) handle_wake();  // a missed SIGCHLD cannot hang us
+    check_timeout();
+  }
+  if (res_.timed_out || res_.forwarded_signal) kill_group(SIGKILL);  // no survivors
+  if (log_fd_ >= 0) ::close(log_fd_);
+  return res_;
+}
+
+}  // namespace
+
+RunResult run_process(const std::vector<std::string>& argv, const RunOptions& opts) {
+  Runner runner(argv, opts);
+  return runner.run();
+}
+
+std::string describe(const RunResult& r) {
+  if (!r.exec_error.empty()) return r.exec_error;
+  std::string s;
+  if (r.timed_out) s = "timed out, ";
+  if (r.term_signal != 0) return s + "killed by signal " + std::to_string(r.term_signal);
+  return s + "exit " + std::to_string(r.exit_code);
+}
+
+}  // namespace overlay

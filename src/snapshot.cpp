@@ -1,0 +1,347 @@
+#include "overlay/snapshot.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/hash.hpp"
+
+namespace overlay {
+namespace {
+
+constexpr std::size_t kChunk = 1 << 20;
+
+struct ArchiveDeleter {
+  void operator()(archive* a) const { archive_free(a); }
+};
+using ArchivePtr = std::unique_ptr<archive, ArchiveDeleter>;
+struct EntryDeleter {
+  void operator()(archive_entry* e) const { archive_entry_free(e); }
+};
+using EntryPtr = std::unique_ptr<archive_entry, EntryDeleter>;
+
+[[noreturn]] void arch_fail(archive* a, const std::string& what) {
+  const char* msg = archive_error_string(a);
+  throw Error(what + ": " + (msg ? msg : "libarchive error"));
+}
+
+// ---- writing ----
+
+struct WriteSink {
+  WriteHandle* out;
+  Sha256* hash;
+  std::string error;
+};
+
+la_ssize_t sink_write(archive*, void* client, const void* buf, size_t n) {
+  auto* s = static_cast<WriteSink*>(client);
+  try {
+    s->out->write(static_cast<const char*>(buf), n);
+    s->hash->update(buf, n);
+  } catch (const std::exception& e) {
+    s->error = e.what();
+    return -1;
+  }
+  return static_cast<la_ssize_t>(n);
+}
+
+mode_t type_bits(FileType t) {
+  switch (t) {
+    case FileType::directory: return AE_IFDIR;
+    case FileType::symlink: return AE_IFLNK;
+    default: return AE_IFREG;
+  }
+}
+
+void write_member(archive* a, Disk& disk, const fs::path& abs, const std::string& name,
+                  const FileInfo& fi, std::vector<char>& buf) {
+  if (fi.type == FileType::other) throw Error("cannot snapshot special file " + abs.string());
+  EntryPtr e(archive_entry_new());
+  archive_entry_set_pathname(e.get(), name.c_str());
+  archive_entry_set_mode(e.get(), type_bits(fi.type) | fi.mode);
+  archive_entry_set_mtime(e.get(), fi.mtime.tv_sec, fi.mtime.tv_nsec);
+  archive_entry_set_uid(e.get(), fi.uid);
+  archive_entry_set_gid(e.get(), fi.gid);
+  if (fi.type == FileType::symlink) archive_entry_set_symlink(e.get(), disk.read_link(abs).c_str());
+  archive_entry_set_size(e.get(), fi.type == FileType::regular ? static_cast<la_int64_t>(fi.size) : 0);
+  if (archive_write_header(a, e.get()) != ARCHIVE_OK) arch_fail(a, "tar header for " + abs.string());
+  if (fi.type != FileType::regular) return;
+  auto in = disk.open_read(abs);
+  std::uint64_t left = fi.size;  // a file that grows while read is cut at the size in its header
+  while (left > 0) {
+    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
+    std::size_t n = in->read(buf.data(), want);
+    if (n == 0) break;  // shrank: libarchive pads the member with zeros
+    if (archive_write_data(a, buf.data(), n) < 0) arch_fail(a, "tar data for " + abs.string());
+    left -= n;
+  }
+}
+
+// ---- reading ----
+
+struct ReadSource {
+  std::unique_ptr<ReadHandle> in;
+  Sha256* hash = nullptr;  // when set, every byte read is hashed
+  std::vector<char> buf = std::vector<char>(kChunk);
+  std::string error;
+};
+
+la_ssize_t source_read(archive*, void* client, const void** out) {
+  auto* s = static_cast<ReadSource*>(client);
+  try {
+    std::size_t n = s->in->read(s->buf.data(), s->buf.size());
+    if (s->hash) s->hash->update(s->buf.data(), n);
+    *out = s->buf.data();
+    return static_cast<la_ssize_t>(n);
+  } catch (const std::exception& e) {
+    s->error = e.what();
+    return -1;
+  }
+}
+
+ArchivePtr open_tar(ReadSource& src, const fs::path& tar_path) {
+  ArchivePtr a(archive_read_new());
+  archive_read_support_filter_all(a.get());
+  archive_read_support_format_tar(a.get());
+  if (archive_read_open(a.get(), &src, nullptr, source_read, nullptr) != ARCHIVE_OK)
+    arch_fail(a.get(), "open tar " + tar_path.string());
+  return a;
+}
+
+// Strips leading "./" and trailing "/"; "" stands for the root.
+std::string normalize_member(std::string name) {
+  while (name.rfind("./", 0) == 0) name.erase(0, 2);
+  while (!name.empty() && name.back() == '/') name.pop_back();
+  if (name == ".") name.clear();
+  return name;
+}
+
+void check_member_name(const std::string& raw, const std::string& name) {
+  if (!raw.empty() && raw[0] == '/') throw Error("tar member has an absolute name: " + raw);
+  for (const auto& part : fs::path(name))
+    if (part == "..") throw Error("tar member escapes with '..': " + raw);
+}
+
+struct Member {
+  std::string name;  // normalized, before the legacy prefix is stripped
+  std::string hardlink;
+};
+
+// One pass over the archive: names checked, optional digest compared, members listed.
+std::vector<Member> scan_tar(Disk& disk, const fs::path& tar_path, const std::string& expected) {
+  Sha256 hash;
+  ReadSource src;
+  src.in = disk.open_read(tar_path);
+  src.hash = expected.empty() ? nullptr : &hash;
+  ArchivePtr a = open_tar(src, tar_path);
+  std::vector<Member> members;
+  archive_entry* e = nullptr;
+  int rc;
+  while ((rc = archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
+    const char* p = archive_entry_pathname(e);
+    std::string raw = p ? p : "";
+    Member m{normalize_member(raw), {}};
+    check_member_name(raw, m.name);
+    if (const char* h = archive_entry_hardlink(e)) {
+      m.hardlink = normalize_member(h);
+      check_member_name(h, m.hardlink);
+    }
+    mode_t t = archive_entry_filetype(e);
+    if (t != AE_IFREG && t != AE_IFDIR && t != AE_IFLNK && m.hardlink.empty())
+      throw Error("tar member is a special file: " + raw);
+    members.push_back(std::move(m));
+  }
+  if (rc != ARCHIVE_EOF) arch_fail(a.get(), "read tar " + tar_path.string() + (src.error.empty() ? "" : " (" + src.error + ")"));
+  if (!expected.empty()) {
+    std::vector<char> rest(kChunk);  // bytes after the end-of-archive blocks count too
+    while (std::size_t n = src.in->read(rest.data(), rest.size())) hash.update(rest.data(), n);
+    std::string got = hash.finish_hex();
+    if (got != expected)
+      throw Error("backup " + tar_path.string() + " is corrupt: sha256 " + got + ", recorded " + expected);
+  }
+  return members;
+}
+
+// The single top directory to strip (legacy layout), or "".
+std::string legacy_prefix(const std::vector<Member>& members, const fs::path& dest) {
+  if (members.empty() || members.front().name.empty()) return "";
+  std::string top = dest.filename().string();
+  for (const auto& m : members)
+    if (m.name != top && m.name.rfind(top + "/", 0) != 0) return "";
+  return top;
+}
+
+std::string strip_prefix(const std::string& name, const std::string& prefix) {
+  if (prefix.empty()) return name;
+  return name.size() <= prefix.size() ? std::string() : name.substr(prefix.size() + 1);
+}
+
+class Extractor {
+ public:
+  Extractor(Disk& disk, fs::path dest) : disk_(disk), dest_(std::move(dest)) { dirs_.insert(""); }
+  void member(archive* a, archive_entry* e, const std::string& name, const std::string& link);
+  void finish();
+
+ private:
+  void ensure_parents(const std::string& name);
+  void clear_slot(const std::string& name, const fs::path& p);
+  void write_file(archive* a, const fs::path& p, mode_t mode);
+
+  Disk& disk_;
+  fs::path dest_;
+  std::set<std::string> dirs_;   // directories we made: the only parents a member may use
+  std::set<std::string> files_;  // regular files extracted: the only hard-link targets
+  struct DirMeta { std::string name; mode_t mode; timespec mtime; };
+  std::vector<DirMeta> dir_meta_;
+  std::vector<char> buf_ = std::vector<char>(kChunk);
+};
+
+void Extractor::ensure_parents(const std::string& name) {
+  fs::path parent = fs::path(name).parent_path();
+  std::string acc;
+  for (const auto& part : parent) {
+    acc = acc.empty() ? part.string() : acc + "/" + part.string();
+    if (dirs_.count(acc)) continue;
+    FileInfo fi = disk_.info(dest_ / acc, Follow::no);
+    if (fi.exists()) throw Error("tar member goes through a non-directory: " + name);
+    disk_.make_dir(dest_ / acc, 0755);
+    dirs_.insert(acc);
+  }
+}
+
+void Extractor::clear_slot(const std::string& name, const fs::path& p) {
+  FileInfo fi = disk_.info(p, Follow::no);
+  if (!fi.exists()) return;
+  if (fi.type == FileType::directory) throw Error("tar member would replace a directory: " + name);
+  disk_.remove(p);  // a repeated member: the later one wins, as tar does
+  files_.erase(name);
+}
+
+void Extractor::write_file(archive* a, const fs::path& p, mode_t mode) {
+  auto out = disk_.create(p, mode, CreateMode::exclusive);
+  const void* block = nullptr;
+  size_t size = 0;
+  la_int64_t offset = 0, written = 0;
+  int rc;
+  while ((rc = archive_read_data_block(a, &block, &size, &offset)) == ARCHIVE_OK) {
+    if (offset > written) {  // sparse hole
+      std::vector<char> zeros(static_cast<std::size_t>(offset - written), 0);
+      out->write(zeros.data(), zeros.size());
+    }
+    out->write(static_cast<const char*>(block), size);
+    written = offset + static_cast<la_int64_t>(size);
+  }
+  if (rc != ARCHIVE_EOF) arch_fail(a, "read tar data for " + p.string());
+  out->sync();
+  out->close();
+}
+
+void Extractor::member(archive* a, archive_entry* e, const std::string& name, const std::string& link) {
+  mode_t perm = archive_entry_perm(e);
+  timespec mtime{archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
+  mode_t type = archive_entry_filetype(e);
+  if (name.empty()) {  // the root itself
+    dir_meta_.push_back({name, perm, mtime});
+    return;
+  }
+  ensure_parents(name);
+  fs::path p = dest_ / name;
+  if (!link.empty()) {
+    if (!files_.count(link)) throw Error("tar hard link to something not extracted as a file: " + name + " -> " + link);
+    clear_slot(name, p);
+    disk_.make_hardlink(dest_ / link, p);
+    files_.insert(name);
+    return;
+  }
+  if (type == AE_IFDIR) {
+    FileInfo fi = disk_.info(p, Follow::no);
+    if (fi.exists() && fi.type != FileType::directory) throw Error("tar member replaces a non-directory: " + name);
+    if (!fi.exists()) disk_.make_dir(p, 0700);
+    dirs_.insert(name);
+    dir_meta_.push_back({name, perm, mtime});
+    return;
+  }
+  clear_slot(name, p);
+  if (type == AE_IFLNK) {
+    const char* target = archive_entry_symlink(e);
+    disk_.make_symlink(target ? target : "", p);
+  } else {
+    write_file(a, p, perm);
+    files_.insert(name);
+  }
+  disk_.set_mtime(p, mtime);
+}
+
+void Extractor::finish() {
+  // Deepest first, so a read-only directory is closed only after its children are in place.
+  std::sort(dir_meta_.begin(), dir_meta_.end(),
+            [](const DirMeta& x, const DirMeta& y) { return x.name.size() > y.name.size(); });
+  for (const auto& d : dir_meta_) {
+    fs::path p = d.name.empty() ? dest_ : dest_ / d.name;
+    disk_.set_mode(p, d.mode);
+    disk_.set_mtime(p, d.mtime);
+  }
+}
+
+}  // namespace
+
+std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path& tar_path) {
+  auto out = disk.create(tar_path, 0600, CreateMode::exclusive);
+  Sha256 hash;
+  WriteSink sink{out.get(), &hash, {}};
+  ArchivePtr a(archive_write_new());
+  archive_write_set_format_pax_restricted(a.get());
+  archive_write_set_bytes_in_last_block(a.get(), 1);
+  if (archive_write_open(a.get(), &sink, nullptr, sink_write, nullptr) != ARCHIVE_OK)
+    arch_fail(a.get(), "create tar " + tar_path.string());
+  std::vector<char> buf(kChunk);
+  write_member(a.get(), disk, dir, ".", disk.info(dir, Follow::no), buf);
+  walk_tree(disk, dir, [&](const fs::path& rel, const FileInfo& fi) {
+    write_member(a.get(), disk, dir / rel, "./" + rel.string(), fi, buf);
+    return WalkStep::descend;
+  });
+  if (archive_write_close(a.get()) != ARCHIVE_OK)
+    arch_fail(a.get(), "finish tar " + tar_path.string() + (sink.error.empty() ? "" : " (" + sink.error + ")"));
+  out->sync();
+  out->close();
+  return hash.finish_hex();
+}
+
+void check_tar(Disk& disk, const fs::path& tar_path, const std::string& expected_sha256) {
+  scan_tar(disk, tar_path, expected_sha256);
+}
+
+void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest,
+                 const std::string& expected_sha256) {
+  std::string prefix = legacy_prefix(scan_tar(disk, tar_path, expected_sha256), dest);
+  ReadSource src;
+  src.in = disk.open_read(tar_path);
+  ArchivePtr a = open_tar(src, tar_path);
+  Extractor x(disk, dest);
+  archive_entry* e = nullptr;
+  int rc;
+  while ((rc = archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
+    const char* p = archive_entry_pathname(e);
+    std::string raw = p ? p : "";
+    std::string name = normalize_member(raw);
+    check_member_name(raw, name);  // again: the file may have changed since the scan
+    std::string link;
+    if (const char* h = archive_entry_hardlink(e)) {
+      link = normalize_member(h);
+      check_member_name(h, link);
+      link = strip_prefix(link, prefix);
+    }
+    x.member(a.get(), e, strip_prefix(name, prefix), link);
+  }
+  if (rc != ARCHIVE_EOF) arch_fail(a.get(), "read tar " + tar_path.string());
+  x.finish();
+}
+
+}  // namespace overlay

@@ -1,0 +1,153 @@
+#include "overlay/store.hpp"
+
+#include <chrono>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/manifest.hpp"
+#include "overlay/snapshot.hpp"
+
+namespace overlay {
+
+std::string BackupStore::new_entry() {
+  disk_.make_dir(overlay_ / kBackupDirName, 0755);
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  auto secs = std::chrono::duration_cast<std::chrono::seconds>(now).count();
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::string id = "n" + std::to_string(secs) + "-" + random_hex(4);
+    if (disk_.make_dir(entry_dir(id), 0700)) return id;
+  }
+  throw Error("cannot create a unique backup directory in " + (overlay_ / kBackupDirName).string());
+}
+
+SavedFile BackupStore::save_file(const std::string& id, const std::string& label, const fs::path& file) {
+  FileInfo fi = disk_.info(file, Follow::yes);
+  std::string rel = std::string(kBackupDirName) + "/" + id + "/" + label + "_" + file.filename().string();
+  SavedFile s;
+  s.backup = rel;
+  s.mode = fi.mode;
+  s.sha256 = copy_file_hashing(disk_, file, overlay_ / rel, fi.mode, Durable::yes);
+  return s;
+}
+
+SavedFile BackupStore::save_dir_tar(const std::string& id, const std::string& label, const fs::path& dir) {
+  std::string rel = std::string(kBackupDirName) + "/" + id + "/" + label + ".tar";
+  SavedFile s;
+  s.backup = rel;
+  s.mode = 0600;
+  s.sha256 = snapshot_dir_to_tar(disk_, dir, overlay_ / rel);
+  return s;
+}
+
+void BackupStore::sync_entry(const std::string& id) {
+  disk_.sync_dir(entry_dir(id));
+  disk_.sync_dir(overlay_ / kBackupDirName);
+  disk_.sync_dir(overlay_);
+}
+
+fs::path BackupStore::resolve(const std::string& rel) const {
+  if (!is_safe_relative(rel)) throw Error("backup path escapes the overlay: " + rel);
+  fs::path p = overlay_ / rel;
+  // A symlink inside the overlay could still lead out: resolve the parent and compare.
+  fs::path parent = p.parent_path();
+  if (!disk_.info(parent, Follow::yes).exists()) return p;  // missing: reported by the caller
+  fs::path real_parent = disk_.real_path(parent);
+  fs::path real_overlay = disk_.real_path(overlay_);
+  auto rel_to = real_parent.lexically_relative(real_overlay);
+  if (rel_to.empty() || *rel_to.begin() == "..") throw Error("backup path escapes the overlay: " + rel);
+  if (disk_.info(p, Follow::no).type == FileType::symlink) throw Error("backup is a symlink: " + rel);
+  return p;
+}
+
+void BackupStore::forget(const std::string& rel) {
+  fs::path p = resolve(rel);
+  if (disk_.info(p, Follow::no).exists()) disk_.remove(p);
+  fs::path parent = p.parent_path();
+  if (parent.parent_path().filename() == kBackupDirName && disk_.list_dir(parent).empty()) disk_.remove(parent);
+}
+
+void BackupStore::drop_entry(const std::string& id) { remove_tree(disk_, entry_dir(id)); }
+
+}  // namespace overlay
+
+namespace overlay {
+namespace {
+
+// Leftovers of an interrupted restore of `p` (our own hidden sibling names) are removed.
+void sweep_leftovers(Disk& disk, const fs::path& p) {
+  fs::path parent = p.parent_path();
+  if (!disk.info(parent, Follow::no).exists()) return;
+  std::string prefix = "." + p.filename().string() + ".overlay-";
+  for (const auto& name : disk.list_dir(parent))
+    if (name.rfind(prefix, 0) == 0) remove_tree(disk, parent / name);
+}
+
+bool holds_bytes(Disk& disk, const fs::path& p, const std::string& sha256) {
+  FileInfo fi = disk.info(p, Follow::no);
+  return fi.type == FileType::regular && hash_file(disk, p) == sha256;
+}
+
+}  // namespace
+
+bool BackupStore::restore_file(const std::string& rel, const std::string& sha256, const fs::path& path,
+                               std::optional<mode_t> mode) {
+  if (holds_bytes(disk_, path, sha256)) return false;
+  fs::path backup = resolve(rel);
+  FileInfo bi = disk_.info(backup, Follow::no);
+  if (!bi.exists()) throw Error("backup missing: " + rel);
+  if (bi.type != FileType::regular) throw Error("backup is not a regular file: " + rel);
+  FileInfo cur = disk_.info(path, Follow::no);
+  if (cur.type == FileType::directory) throw Error("a directory now stands at " + path.string());
+  make_dirs(disk_, path.parent_path());
+  sweep_leftovers(disk_, path);
+  fs::path tmp = sibling_temp_path(path, "overlay-restore");
+  // One read proves the backup and produces the restored bytes: the copy is hashed as written.
+  std::string got = copy_file_hashing(disk_, backup, tmp, mode.value_or(bi.mode), Durable::yes);
+  if (got != sha256) {
+    disk_.remove(tmp);
+    throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
+  }
+  if (cur.exists()) disk_.set_owner(tmp, cur.uid, cur.gid);
+  disk_.rename(tmp, path);
+  disk_.sync_dir(path.parent_path());
+  return true;
+}
+
+void BackupStore::restore_dir(const std::string& rel, const std::optional<std::string>& sha256,
+                              const fs::path& dir) {
+  fs::path tar = resolve(rel);
+  FileInfo ti = disk_.info(tar, Follow::no);
+  if (!ti.exists()) throw Error("backup missing: " + rel);
+  if (ti.type != FileType::regular) throw Error("backup is not a regular file: " + rel);
+  FileInfo cur = disk_.info(dir, Follow::no);
+  if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
+  sweep_leftovers(disk_, dir);
+  make_dirs(disk_, dir.parent_path());
+  fs::path fresh = sibling_temp_path(dir, "overlay-restore");
+  disk_.make_dir(fresh, 0700);
+  try {
+    extract_tar(disk_, tar, fresh, sha256.value_or(""));
+  } catch (...) {
+    remove_tree(disk_, fresh);
+    throw;
+  }
+  disk_.sync_dir(fresh);
+  fs::path trash = sibling_temp_path(dir, "overlay-trash");
+  if (cur.exists()) disk_.rename(dir, trash);
+  disk_.rename(fresh, dir);
+  disk_.sync_dir(dir.parent_path());
+  remove_tree(disk_, trash);
+}
+
+void BackupStore::remove_dir(const fs::path& dir) {
+  FileInfo cur = disk_.info(dir, Follow::no);
+  sweep_leftovers(disk_, dir);
+  if (!cur.exists()) return;
+  if (cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
+  fs::path trash = sibling_temp_path(dir, "overlay-trash");
+  disk_.rename(dir, trash);
+  disk_.sync_dir(dir.parent_path());
+  remove_tree(disk_, trash);
+}
+
+}  // namespace overlay
