@@ -169,6 +169,15 @@ void invalidate_cache(Disk& disk, const fs::path& dir) {
   remove_tree(disk, trash);
 }
 
+bool manifest_names(Disk& disk, const fs::path& overlay, const std::string& id) {
+  try {
+    auto m = load_manifest(disk, overlay);
+    return m && std::any_of(m->natives.begin(), m->natives.end(), [&](const NativeEntry& e) { return e.id == id; });
+  } catch (const Error&) {
+    return true;  // cannot tell: keeping backups is the safe side
+  }
+}
+
 }  // namespace
 
 NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
@@ -200,7 +209,9 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     make_dirs(disk, plan.overlay / kLogDirName);
     save_manifest(disk, plan.overlay, m);  // from here on, revert can undo everything below
   } catch (...) {
-    store.drop_entry(id);  // the install is untouched; leave no half-made backups behind
+    // The install is untouched. Leave no half-made backups behind, unless the manifest rename
+    // went through (only the directory fsync after it failed): then the record needs them.
+    if (!manifest_names(disk, plan.overlay, id)) store.drop_entry(id);
     throw;
   }
   const NativeEntry& e = m.natives.back();

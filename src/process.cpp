@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,6 +67,8 @@ class SignalGuard {
 [[noreturn]] void child_exec(const std::vector<std::string>& argv, const RunOptions& opts,
                              int out_fd, int err_fd, int report_fd) {
   ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a build must not outlive an overlay killed with -9
+  if (::getppid() == 1) ::_exit(127);  // the parent died before prctl took effect
   for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);

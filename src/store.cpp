@@ -91,6 +91,7 @@ bool holds_bytes(Disk& disk, const fs::path& p, const std::string& sha256) {
 
 bool BackupStore::restore_file(const std::string& rel, const std::string& sha256, const fs::path& path,
                                std::optional<mode_t> mode) {
+  sweep_leftovers(disk_, path);  // a temp of an interrupted swap or restore
   if (holds_bytes(disk_, path, sha256)) return false;
   fs::path backup = resolve(rel);
   FileInfo bi = disk_.info(backup, Follow::no);
@@ -99,7 +100,6 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
   FileInfo cur = disk_.info(path, Follow::no);
   if (cur.type == FileType::directory) throw Error("a directory now stands at " + path.string());
   make_dirs(disk_, path.parent_path());
-  sweep_leftovers(disk_, path);
   fs::path tmp = sibling_temp_path(path, "overlay-restore");
   // One read proves the backup and produces the restored bytes: the copy is hashed as written.
   std::string got = copy_file_hashing(disk_, backup, tmp, mode.value_or(bi.mode), Durable::yes);

@@ -1,0 +1,66 @@
+#pragma once
+// A Disk that forwards to the real one and fails the Nth mutating operation with a chosen errno:
+// the way tests prove every step of a protocol leaves a recoverable state.
+#include <cerrno>
+
+#include "overlay/disk.hpp"
+#include "overlay/error.hpp"
+
+namespace overlay::test {
+
+class FaultyDisk : public Disk {
+ public:
+  explicit FaultyDisk(Disk& inner) : inner_(inner) {}
+  // Fail the n-th (1-based) mutating operation from now on with `err`; 0 disables.
+  void fail_at(long n, int err = EIO) { fail_at_ = n; err_ = err; count_ = 0; }
+  long count() const { return count_; }
+  bool fired() const { return fired_; }
+
+  FileInfo info(const fs::path& p, Follow f) override { return inner_.info(p, f); }
+  std::unique_ptr<ReadHandle> open_read(const fs::path& p) override { return inner_.open_read(p); }
+  std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t m, CreateMode how) override {
+    tick("create", p);
+    return std::make_unique<Writer>(*this, inner_.create(p, m, how), p);
+  }
+  void rename(const fs::path& a, const fs::path& b) override { tick("rename", a); inner_.rename(a, b); }
+  void sync_dir(const fs::path& d) override { tick("fsync", d); inner_.sync_dir(d); }
+  bool make_dir(const fs::path& p, mode_t m) override { tick("mkdir", p); return inner_.make_dir(p, m); }
+  void remove(const fs::path& p) override { tick("remove", p); inner_.remove(p); }
+  std::vector<std::string> list_dir(const fs::path& d) override { return inner_.list_dir(d); }
+  void make_symlink(const std::string& t, const fs::path& l) override { tick("symlink", l); inner_.make_symlink(t, l); }
+  std::string read_link(const fs::path& p) override { return inner_.read_link(p); }
+  void make_hardlink(const fs::path& e, const fs::path& l) override { tick("link", l); inner_.make_hardlink(e, l); }
+  void set_mode(const fs::path& p, mode_t m) override { tick("chmod", p); inner_.set_mode(p, m); }
+  void set_mtime(const fs::path& p, timespec t) override { tick("utime", p); inner_.set_mtime(p, t); }
+  void set_owner(const fs::path& p, uid_t u, gid_t g) override { tick("chown", p); inner_.set_owner(p, u, g); }
+  fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
+
+ private:
+  class Writer : public WriteHandle {
+   public:
+    Writer(FaultyDisk& d, std::unique_ptr<WriteHandle> w, fs::path p) : d_(d), w_(std::move(w)), p_(std::move(p)) {}
+    void write(const char* b, std::size_t n) override { d_.tick("write", p_); w_->write(b, n); }
+    void sync() override { d_.tick("fsync", p_); w_->sync(); }
+    void close() override { w_->close(); }
+
+   private:
+    FaultyDisk& d_;
+    std::unique_ptr<WriteHandle> w_;
+    fs::path p_;
+  };
+
+  void tick(const char* op, const fs::path& p) {
+    if (fail_at_ > 0 && ++count_ == fail_at_) {
+      fired_ = true;
+      throw DiskError(op, p.string(), err_);
+    }
+    if (fail_at_ == 0) ++count_;
+  }
+
+  Disk& inner_;
+  long fail_at_ = 0, count_ = 0;
+  int err_ = EIO;
+  bool fired_ = false;
+};
+
+}  // namespace overlay::test

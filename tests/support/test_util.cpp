@@ -1,0 +1,110 @@
+#include "test_util.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "overlay/hash.hpp"
+#include "overlay/process.hpp"
+
+namespace overlay::test {
+
+TempDir::TempDir() {
+  std::string tmpl = (fs::temp_directory_path() / "overlay-test.XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  // Make everything writable first: tests create read-only dirs.
+  for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_directory(ec) && !it->is_symlink(ec)) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
+  fs::remove_all(path_, ec);
+}
+
+void write_file(const fs::path& p, const std::string& data, mode_t mode) {
+  fs::create_directories(p.parent_path());
+  {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << data;
+    if (!out) throw std::runtime_error("cannot write " + p.string());
+  }
+  ::chmod(p.c_str(), mode);
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string file_sha256(const fs::path& p) { return sha256_hex(read_file(p)); }
+
+std::string tree_digest(const fs::path& root) {
+  std::vector<std::string> lines;
+  struct stat rst {};
+  if (::lstat(root.c_str(), &rst) != 0) return "<missing>";
+  lines.push_back(". dir " + std::to_string(rst.st_mode & 07777));
+  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
+    struct stat st {};
+    ::lstat(it->path().c_str(), &st);
+    std::string rel = it->path().lexically_relative(root).string();
+    std::string mode = std::to_string(st.st_mode & 07777);
+    if (S_ISLNK(st.st_mode))
+      lines.push_back(rel + " link " + fs::read_symlink(it->path()).string());
+    else if (S_ISDIR(st.st_mode))
+      lines.push_back(rel + " dir " + mode);
+    else if (S_ISREG(st.st_mode))
+      lines.push_back(rel + " file " + mode + " " + file_sha256(it->path()));
+    else
+      lines.push_back(rel + " other " + mode);
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+Cmd run(const std::vector<std::string>& argv, const fs::path& cwd) {
+  RunOptions o;
+  o.output = Output::capture;
+  o.cwd = cwd;
+  RunResult r = run_process(argv, o);
+  if (!r.exec_error.empty()) throw std::runtime_error(r.exec_error);
+  return {r.term_signal ? 128 + r.term_signal : r.exit_code, r.out, r.err};
+}
+
+const char* overlay_binary() { return OVERLAY_BIN; }
+
+Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd) {
+  std::vector<std::string> argv{overlay_binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, cwd);
+}
+
+Install make_install(const fs::path& root) {
+  Install in;
+  in.root = root;
+  in.source = root / "src/kernel.cpp";
+  in.artifact = root / "lib/libk.so";
+  in.cache = root / "cache";
+  write_file(in.source, "int kernel() { return 4; }\n");
+  write_file(in.artifact, std::string(100000, 'A') + "original library\n", 0755);
+  write_file(in.cache / "a/b/deep.bin", "deep entry\n");
+  write_file(in.cache / "tool.sh", "#!/bin/sh\necho hi\n", 0755);
+  write_file(in.cache / "ro.txt", "read only\n", 0444);
+  fs::create_directories(in.cache / "empty");
+  fs::create_symlink("a/b/deep.bin", in.cache / "link");
+  fs::create_symlink("/nonexistent/target", in.cache / "dangling");
+  return in;
+}
+
+}  // namespace overlay::test

@@ -1,0 +1,54 @@
+#pragma once
+// Helpers shared by the tests: temporary trees, file I/O, a digest of a whole tree, running
+// the real binary.
+#include <sys/types.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace overlay::test {
+
+namespace fs = std::filesystem;
+
+// A private temporary directory, removed (recursively) when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& rel) const { return path_ / rel; }
+
+ private:
+  fs::path path_;
+};
+
+void write_file(const fs::path& p, const std::string& data, mode_t mode = 0644);
+std::string read_file(const fs::path& p);
+std::string file_sha256(const fs::path& p);
+
+// A digest of everything below root: each path with its type, permission bits, symlink target
+// and content hash, one line each, sorted. Equal digests mean byte-for-byte equal trees.
+std::string tree_digest(const fs::path& root);
+
+struct Cmd {
+  int rc = -1;
+  std::string out, err;
+};
+
+// Runs argv (no shell), capturing stdout and stderr.
+Cmd run(const std::vector<std::string>& argv, const fs::path& cwd = {});
+// Runs the built overlay binary with args.
+Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd = {});
+const char* overlay_binary();
+
+// Builds a small install for CLI tests: src/kernel.cpp, lib/libk.so, cache/ with nested dirs,
+// an empty dir, an executable and a symlink.
+struct Install {
+  fs::path root, source, artifact, cache;
+};
+Install make_install(const fs::path& root);
+
+}  // namespace overlay::test

@@ -1,0 +1,96 @@
+#include "overlay/file_ops.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "faulty_disk.hpp"
+#include "overlay/error.hpp"
+#include "overlay/hash.hpp"
+#include "test_util.hpp"
+
+using namespace overlay;
+using namespace overlay::test;
+
+TEST(CopyFileHashing, CopiesAndHashesWithMode) {
+  TempDir t;
+  std::string data(3 * (1 << 20) + 17, 'q');
+  write_file(t / "src", data);
+  std::string sha = copy_file_hashing(real_disk(), t / "src", t / "dst", 0750, Durable::yes);
+  EXPECT_EQ(sha, sha256_hex(data));
+  EXPECT_EQ(read_file(t / "dst"), data);
+  struct stat st {};
+  ::stat((t / "dst").c_str(), &st);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+}
+
+TEST(CopyFileHashing, RefusesExistingDestination) {
+  TempDir t;
+  write_file(t / "src", "a");
+  write_file(t / "dst", "keep");
+  EXPECT_THROW(copy_file_hashing(real_disk(), t / "src", t / "dst", 0644, Durable::no), DiskError);
+  EXPECT_EQ(read_file(t / "dst"), "keep");
+}
+
+TEST(ReplaceFileAtomically, ReplacesKeepsModeLeavesNoTemp) {
+  TempDir t;
+  write_file(t / "new", "new contents");
+  write_file(t / "dir/target", "old", 0600);
+  replace_file_atomically(real_disk(), t / "new", t / "dir/target", 0755);
+  EXPECT_EQ(read_file(t / "dir/target"), "new contents");
+  struct stat st {};
+  ::stat((t / "dir/target").c_str(), &st);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(t / "dir"), fs::directory_iterator()), 1);
+}
+
+TEST(ReplaceFileAtomically, FailureBeforeRenameLeavesTargetIntact) {
+  TempDir t;
+  write_file(t / "new", "new");
+  write_file(t / "target", "old");
+  FaultyDisk disk(real_disk());
+  disk.fail_at(3, ENOSPC);  // create, write, *fsync*
+  EXPECT_THROW(replace_file_atomically(disk, t / "new", t / "target", 0644), DiskError);
+  EXPECT_EQ(read_file(t / "target"), "old");
+  EXPECT_EQ(std::distance(fs::directory_iterator(t.path()), fs::directory_iterator()), 2);  // no temp left
+}
+
+TEST(WriteFileAtomically, LockfileShape) {
+  TempDir t;
+  write_file_atomically(real_disk(), t / "m.json", "{}", 0644);
+  EXPECT_EQ(read_file(t / "m.json"), "{}");
+  EXPECT_FALSE(fs::exists(t / "m.json.lock"));
+}
+
+TEST(RemoveTree, DoesNotFollowSymlinks) {
+  TempDir t;
+  write_file(t / "outside/keep", "k");
+  write_file(t / "tree/a/b", "x");
+  fs::create_symlink(t / "outside", t / "tree/link");
+  fs::permissions(t / "tree/a", fs::perms::owner_read | fs::perms::owner_exec);
+  remove_tree(real_disk(), t / "tree");
+  EXPECT_FALSE(fs::exists(t / "tree"));
+  EXPECT_EQ(read_file(t / "outside/keep"), "k");
+  remove_tree(real_disk(), t / "missing");  // not an error
+}
+
+TEST(WalkTree, PreOrderSortedNoFollowAndPrune) {
+  TempDir t;
+  write_file(t / "r/b/x", "");
+  write_file(t / "r/a", "");
+  write_file(t / "r/c/skip/deep", "");
+  fs::create_symlink(t / "r/b", t / "r/link");
+  std::vector<std::string> seen;
+  walk_tree(real_disk(), t / "r", [&](const fs::path& rel, const FileInfo& fi) {
+    seen.push_back(rel.string());
+    return rel == "c" || fi.type == FileType::symlink ? WalkStep::skip : WalkStep::descend;
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"a", "b", "b/x", "c", "link"}));
+}
+
+TEST(FileOps, SiblingTempAndAbsoluteNormal) {
+  fs::path p = sibling_temp_path("/a/b/file.so", "tag");
+  EXPECT_EQ(p.parent_path(), "/a/b");
+  EXPECT_EQ(p.filename().string().rfind(".file.so.tag-", 0), 0u);
+  EXPECT_EQ(absolute_normal("/a/./b/../c/"), "/a/c");
+  EXPECT_NE(random_hex(8), random_hex(8));
+}

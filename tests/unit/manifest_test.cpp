@@ -1,0 +1,111 @@
+#include "overlay/manifest.hpp"
+
+#include <gtest/gtest.h>
+
+#include "overlay/error.hpp"
+#include "test_util.hpp"
+
+using namespace overlay;
+using namespace overlay::test;
+
+namespace {
+const std::string kSha(64, 'a');
+
+// An entry exactly as overlay_setup.py writes it.
+std::string legacy_manifest() {
+  return R"({"modules": [{"module": "pkg.mod", "file": "_patched/pkg.mod.py"}], "rebinds": [], "captures": [],
+  "natives": [{"sources": [{"install_path": "/opt/x/k.hip", "backup": "_native_backup/src_0_k.hip", "sha256": ")" + kSha + R"("}],
+    "artifacts": [{"path": "/opt/x/k.so", "backup": "_native_backup/art_0_0_k.so", "sha256": ")" + kSha + R"(", "existed": true},
+                  {"path": "/opt/x/new.so", "backup": null, "sha256": null, "existed": false}],
+    "caches": [{"dir": "/opt/x/cache", "backup_tar": "_native_backup/cache_0_0.tar", "existed": true}],
+    "build_cmds": [["make", "-C", "/opt/x"]], "build_cwd": "/opt/x",
+    "verify": {"artifact": "/opt/x/k.so", "pre_sha256": ")" + kSha + R"("}, "future_key": {"kept": 1}}]})";
+}
+
+std::string expect_error(const std::string& text) {
+  try {
+    parse_manifest(text);
+  } catch (const ManifestError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted: " << text;
+  return "";
+}
+}  // namespace
+
+TEST(Manifest, ReadsLegacyLayout) {
+  Manifest m = parse_manifest(legacy_manifest());
+  ASSERT_EQ(m.natives.size(), 1u);
+  const NativeEntry& e = m.natives[0];
+  EXPECT_EQ(e.id, "");
+  EXPECT_EQ(e.sources[0].backup, "_native_backup/src_0_k.hip");
+  EXPECT_TRUE(e.artifacts[0].existed);
+  EXPECT_FALSE(e.artifacts[1].existed);
+  EXPECT_FALSE(e.artifacts[1].backup);
+  EXPECT_EQ(*e.caches[0].backup_tar, "_native_backup/cache_0_0.tar");
+  EXPECT_FALSE(e.caches[0].sha256);
+  EXPECT_EQ(e.build_cmds[0], (std::vector<std::string>{"make", "-C", "/opt/x"}));
+  EXPECT_EQ(*e.verify_artifact, "/opt/x/k.so");
+}
+
+TEST(Manifest, RoundTripKeepsEveryKeyAndType) {
+  Manifest m = parse_manifest(legacy_manifest());
+  json before = json::parse(legacy_manifest());
+  json after = json::parse(serialize_manifest(m));
+  EXPECT_EQ(after["modules"], before["modules"]);
+  EXPECT_EQ(after["natives"][0]["future_key"], before["natives"][0]["future_key"]);
+  // Every key of the original entry is still there with the same JSON type.
+  for (auto& [k, v] : before["natives"][0].items()) {
+    ASSERT_TRUE(after["natives"][0].contains(k)) << k;
+    EXPECT_EQ(after["natives"][0][k].type(), v.type()) << k;
+  }
+  EXPECT_EQ(after["natives"][0]["artifacts"], before["natives"][0]["artifacts"]);
+  EXPECT_EQ(after["natives"][0]["caches"][0]["backup_tar"], before["natives"][0]["caches"][0]["backup_tar"]);
+}
+
+TEST(Manifest, EmptyAndMissingArrays) {
+  EXPECT_TRUE(parse_manifest("{}").natives.empty());
+  json j = json::parse(serialize_manifest(parse_manifest("{}")));
+  for (const char* k : {"modules", "rebinds", "captures", "natives"}) EXPECT_TRUE(j[k].is_array()) << k;
+}
+
+TEST(Manifest, RejectsMalformedWithTheKeyNamed) {
+  EXPECT_NE(expect_error("{not json").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(expect_error("[]").find("expected a JSON object"), std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": {}})").find("natives: expected an array"), std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": [null]})").find("natives[0]"), std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"install_path": 5}]}]})").find("sources[0].install_path"), std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"install_path": "rel/path", "backup": "b", "sha256": ")" + kSha + R"("}]}]})")
+                .find("not an absolute path"), std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"install_path": "/a", "backup": "b", "sha256": "zz"}]}]})").find("sha256"),
+            std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": [{"artifacts": [{"path": "/a", "existed": "yes"}]}]})").find("existed"), std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": [{"build_cmds": ["make all"]}]})").find("build_cmds[0]"), std::string::npos);
+  EXPECT_NE(expect_error(R"({"modules": 3})").find("modules"), std::string::npos);
+}
+
+TEST(Manifest, RejectsBackupPathsThatEscape) {
+  for (const char* b : {"/etc/passwd", "../outside", "_native_backup/../../x", ""}) {
+    std::string text = R"({"natives": [{"sources": [{"install_path": "/a", "backup": ")" + std::string(b) +
+                       R"(", "sha256": ")" + kSha + R"("}]}]})";
+    EXPECT_NE(expect_error(text).find("backup"), std::string::npos) << b;
+  }
+}
+
+TEST(Manifest, SaveIsAtomicAndLoadable) {
+  TempDir t;
+  Manifest m = parse_manifest(legacy_manifest());
+  save_manifest(real_disk(), t.path(), m);
+  EXPECT_FALSE(fs::exists(t / (std::string(kManifestName) + ".lock")));
+  auto back = load_manifest(real_disk(), t.path());
+  ASSERT_TRUE(back);
+  EXPECT_EQ(serialize_manifest(*back), serialize_manifest(m));
+  EXPECT_FALSE(load_manifest(real_disk(), t / "none"));
+}
+
+TEST(Manifest, SafeRelative) {
+  EXPECT_TRUE(is_safe_relative("_native_backup/x/y"));
+  EXPECT_FALSE(is_safe_relative("/abs"));
+  EXPECT_FALSE(is_safe_relative("a/../../b"));
+  EXPECT_FALSE(is_safe_relative(std::string("a\0b", 3)));
+}

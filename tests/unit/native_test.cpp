@@ -1,0 +1,143 @@
+#include "overlay/native.hpp"
+
+#include <gtest/gtest.h>
+
+#include "faulty_disk.hpp"
+#include "overlay/error.hpp"
+#include "overlay/manifest.hpp"
+#include "test_util.hpp"
+
+using namespace overlay;
+using namespace overlay::test;
+
+namespace {
+
+struct Fixture {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+
+  AddNativeRequest request() {
+    write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+    AddNativeRequest r;
+    r.overlay = t / "ov";
+    r.targets = {in.source};
+    r.patched_files = {t / "patched.cpp"};
+    r.artifacts = {in.artifact, in.root / "lib/created.so"};
+    r.caches = {in.cache};
+    r.build_cmds = {"sh -c 'echo rebuilt > lib/libk.so; touch lib/created.so; mkdir -p cache/new; echo x > cache/new/f'"};
+    r.build_cwd = in.root;
+    r.lock_timeout = 5;
+    return r;
+  }
+};
+
+void apply_and_build(Disk& disk, const AddNativeRequest& r) {
+  NativePlan plan = plan_add_native(disk, r);
+  AppliedEntry e = apply_native(disk, plan);
+  EXPECT_TRUE(run_native_build(plan, e).ok);
+}
+
+}  // namespace
+
+TEST(Native, ApplyVerifyRevertByteExact) {
+  Fixture f;
+  apply_and_build(real_disk(), f.request());
+  EXPECT_EQ(read_file(f.in.source), "int kernel() { return 7; }\n");
+  VerifyReport v = verify_native(real_disk(), f.t / "ov");
+  EXPECT_TRUE(v.ok());
+  ASSERT_EQ(v.items.size(), 2u);
+  EXPECT_EQ(v.items[0].state, ArtifactState::rebuilt);
+  EXPECT_EQ(v.items[1].state, ArtifactState::created);
+  RevertReport r = revert_natives(real_disk(), f.t / "ov", {});
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.entries_reverted, 1u);
+  EXPECT_EQ(tree_digest(f.in.root), f.before);
+  EXPECT_TRUE(load_manifest(real_disk(), f.t / "ov")->natives.empty());
+  EXPECT_TRUE(fs::is_empty(f.t / "ov/_native_backup"));
+}
+
+TEST(Native, PlanTouchesNothing) {
+  Fixture f;
+  AddNativeRequest r = f.request();
+  r.targets = {f.in.root / "missing.cpp"};
+  EXPECT_THROW(plan_add_native(real_disk(), r), Error);
+  EXPECT_FALSE(fs::exists(f.t / "ov"));
+  EXPECT_EQ(tree_digest(f.in.root), f.before);
+}
+
+// Every mutating disk operation of add-native fails in turn; after each failure, revert
+// (with a healthy disk) must bring the install back exactly.
+TEST(Native, FaultSweepDuringAdd) {
+  Fixture f;
+  FaultyDisk counter(real_disk());
+  {
+    Fixture g;
+    apply_and_build(counter, g.request());
+  }
+  long ops = counter.count();
+  ASSERT_GT(ops, 20);
+  for (long n = 1; n <= ops; ++n) {
+    Fixture h;
+    FaultyDisk disk(real_disk());
+    disk.fail_at(n, n % 2 ? ENOSPC : EIO);
+    try {
+      apply_and_build(disk, h.request());
+    } catch (const Error&) {
+    }
+    RevertReport r = revert_natives(real_disk(), h.t / "ov", {});
+    EXPECT_TRUE(r.ok()) << "fault at op " << n << ": " << (r.problems.empty() ? "" : r.problems[0].path + ": " + r.problems[0].reason);
+    EXPECT_EQ(tree_digest(h.in.root), h.before) << "fault at op " << n;
+  }
+}
+
+// Every mutating disk operation of revert fails in turn; a second revert must finish the job.
+TEST(Native, FaultSweepDuringRevert) {
+  long ops = 0;
+  {
+    Fixture f;
+    apply_and_build(real_disk(), f.request());
+    FaultyDisk counter(real_disk());
+    revert_natives(counter, f.t / "ov", {});
+    ops = counter.count();
+  }
+  ASSERT_GT(ops, 10);
+  for (long n = 1; n <= ops; ++n) {
+    Fixture f;
+    apply_and_build(real_disk(), f.request());
+    FaultyDisk disk(real_disk());
+    disk.fail_at(n, EACCES);
+    try {
+      revert_natives(disk, f.t / "ov", {});
+    } catch (const Error&) {
+    }
+    RevertReport r = revert_natives(real_disk(), f.t / "ov", {});
+    EXPECT_TRUE(r.ok()) << "fault at op " << n << ": " << (r.problems.empty() ? "" : r.problems[0].reason);
+    EXPECT_EQ(tree_digest(f.in.root), f.before) << "fault at op " << n;
+  }
+}
+
+TEST(Native, NewestFirstAcrossStackedEntries) {
+  Fixture f;
+  AddNativeRequest r = f.request();
+  r.build_cmds.clear();
+  apply_and_build(real_disk(), r);
+  write_file(f.t / "patched2.cpp", "int kernel() { return 9; }\n");
+  r.patched_files = {f.t / "patched2.cpp"};
+  apply_and_build(real_disk(), r);
+  EXPECT_EQ(read_file(f.in.source), "int kernel() { return 9; }\n");
+  EXPECT_TRUE(revert_natives(real_disk(), f.t / "ov", {}).ok());
+  EXPECT_EQ(tree_digest(f.in.root), f.before);
+}
+
+TEST(Native, DryRunChangesNothing) {
+  Fixture f;
+  apply_and_build(real_disk(), f.request());
+  std::string applied = tree_digest(f.in.root);
+  std::string ov = tree_digest(f.t / "ov");
+  RevertReport r = revert_natives(real_disk(), f.t / "ov", {true, 5});
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.actions.size(), 4u);
+  EXPECT_EQ(tree_digest(f.in.root), applied);
+  EXPECT_EQ(tree_digest(f.t / "ov"), ov);
+}

@@ -1,0 +1,83 @@
+#include "overlay/store.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "overlay/error.hpp"
+#include "test_util.hpp"
+
+using namespace overlay;
+using namespace overlay::test;
+
+TEST(BackupStore, EntryIdsNeverCollide) {
+  TempDir t;
+  BackupStore s(real_disk(), t.path());
+  std::set<std::string> ids;
+  for (int i = 0; i < 200; ++i) ids.insert(s.new_entry());
+  EXPECT_EQ(ids.size(), 200u);
+}
+
+TEST(BackupStore, SaveAndRestoreFile) {
+  TempDir t;
+  write_file(t / "inst/f", "original", 0750);
+  BackupStore s(real_disk(), t / "ov");
+  fs::create_directories(t / "ov");
+  std::string id = s.new_entry();
+  SavedFile saved = s.save_file(id, "src_0", t / "inst/f");
+  EXPECT_EQ(saved.mode, 0750u);
+  EXPECT_EQ(read_file(t / "ov" / saved.backup), "original");
+  write_file(t / "inst/f", "patched", 0644);
+  EXPECT_TRUE(s.restore_file(saved.backup, saved.sha256, t / "inst/f", saved.mode));
+  EXPECT_EQ(read_file(t / "inst/f"), "original");
+  EXPECT_EQ(fs::status(t / "inst/f").permissions(), static_cast<fs::perms>(0750));
+  EXPECT_FALSE(s.restore_file(saved.backup, saved.sha256, t / "inst/f", saved.mode));  // already original
+  s.forget(saved.backup);
+  EXPECT_FALSE(fs::exists(t / "ov" / saved.backup));
+  EXPECT_FALSE(fs::exists(t / "ov/_native_backup" / id));
+}
+
+TEST(BackupStore, TamperedBackupRefusedAndTargetUntouched) {
+  TempDir t;
+  write_file(t / "inst/f", "original");
+  fs::create_directories(t / "ov");
+  BackupStore s(real_disk(), t / "ov");
+  SavedFile saved = s.save_file(s.new_entry(), "src_0", t / "inst/f");
+  write_file(t / "ov" / saved.backup, "tampered");
+  write_file(t / "inst/f", "patched");
+  try {
+    s.restore_file(saved.backup, saved.sha256, t / "inst/f", std::nullopt);
+    FAIL() << "restored from a tampered backup";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos);
+  }
+  EXPECT_EQ(read_file(t / "inst/f"), "patched");
+  EXPECT_EQ(std::distance(fs::directory_iterator(t / "inst"), fs::directory_iterator()), 1);
+}
+
+TEST(BackupStore, ResolveRefusesEscapes) {
+  TempDir t;
+  fs::create_directories(t / "ov/_native_backup");
+  fs::create_directories(t / "elsewhere");
+  fs::create_symlink(t / "elsewhere", t / "ov/_native_backup/out");
+  BackupStore s(real_disk(), t / "ov");
+  EXPECT_THROW(s.resolve("../x"), Error);
+  EXPECT_THROW(s.resolve("/etc/passwd"), Error);
+  EXPECT_THROW(s.resolve("_native_backup/out/file"), Error);
+  EXPECT_EQ(s.resolve("_native_backup/ok"), t / "ov/_native_backup/ok");
+}
+
+TEST(BackupStore, RestoreDirReplacesWholeTree) {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.cache);
+  fs::create_directories(t / "ov");
+  BackupStore s(real_disk(), t / "ov");
+  SavedFile tar = s.save_dir_tar(s.new_entry(), "cache_0", in.cache);
+  fs::remove_all(in.cache);
+  write_file(in.cache / "new-junk", "junk");
+  s.restore_dir(tar.backup, tar.sha256, in.cache);
+  EXPECT_EQ(tree_digest(in.cache), before);
+  for (const auto& e : fs::directory_iterator(in.root))
+    EXPECT_EQ(e.path().filename().string().find(".cache.overlay-"), std::string::npos) << e.path();
+}
