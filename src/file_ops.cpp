@@ -103,23 +103,32 @@ void make_dirs(Disk& disk, const fs::path& p, mode_t mode) {
 }
 
 namespace {
-void walk_rec(Disk& disk, const fs::path& root, const fs::path& rel,
-              const std::function<WalkStep(const fs::path&, const FileInfo&)>& visit) {
-  auto names = disk.list_dir(rel.empty() ? root : root / rel);
+using Visit = std::function<WalkStep(const fs::path&, const FileInfo&)>;
+using OnError = std::function<void(const fs::path&, const std::string&)>;
+
+void walk_rec(Disk& disk, const fs::path& root, const fs::path& rel, const Visit& visit, const OnError& on_error) {
+  fs::path dir = rel.empty() ? root : root / rel;
+  std::vector<std::string> names;
+  try {
+    names = disk.list_dir(dir);
+  } catch (const DiskError& e) {
+    if (!on_error) throw;
+    on_error(dir, e.what());
+    return;
+  }
   std::sort(names.begin(), names.end());
   for (const auto& name : names) {
     fs::path child = rel.empty() ? fs::path(name) : rel / name;
     FileInfo fi = disk.info(root / child, Follow::no);
     if (!fi.exists()) continue;  // vanished while walking
     WalkStep step = visit(child, fi);
-    if (fi.type == FileType::directory && step == WalkStep::descend) walk_rec(disk, root, child, visit);
+    if (fi.type == FileType::directory && step == WalkStep::descend) walk_rec(disk, root, child, visit, on_error);
   }
 }
 }  // namespace
 
-void walk_tree(Disk& disk, const fs::path& root,
-               const std::function<WalkStep(const fs::path&, const FileInfo&)>& visit) {
-  walk_rec(disk, root, fs::path(), visit);
+void walk_tree(Disk& disk, const fs::path& root, const Visit& visit, const OnError& on_error) {
+  walk_rec(disk, root, fs::path(), visit, on_error);
 }
 
 std::string random_hex(std::size_t bytes) {

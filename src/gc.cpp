@@ -89,8 +89,10 @@ GcReport gc_stale(Disk& disk, const fs::path& root_in, const GcOptions& opts) {
     if (fi.type == FileType::regular && rel.filename() == kManifestName) found.emplace_back(root / rel, fi);
     return WalkStep::descend;
   };
-  walk_tree(disk, root, visit);
   GcReport report;
+  walk_tree(disk, root, visit, [&](const fs::path& dir, const std::string& why) {
+    report.items.push_back({dir, GcOutcome::skipped, "cannot search: " + why});
+  });
   for (const auto& [path, fi] : found) {
     bool relevant = false;
     GcItem item = consider(disk, path.parent_path(), fi, opts, relevant);

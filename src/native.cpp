@@ -7,6 +7,8 @@
 #include <cstring>
 #include <set>
 
+#include <spdlog/spdlog.h>
+
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/lock.hpp"
@@ -122,6 +124,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
   e.id = id;
   for (std::size_t k = 0; k < plan.swaps.size(); ++k) {
     SavedFile s = store.save_file(id, "src_" + std::to_string(k), plan.swaps[k].target);
+    spdlog::info("backed up {} -> {}", plan.swaps[k].target.string(), s.backup);
     e.sources.push_back({plan.swaps[k].target.string(), s.backup, s.sha256, plan.swaps[k].content_sha256, s.mode, json::object()});
   }
   for (std::size_t k = 0; k < plan.artifacts.size(); ++k) {
@@ -130,6 +133,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     a.existed = disk.info(plan.artifacts[k], Follow::no).type == FileType::regular;
     if (a.existed) {
       SavedFile s = store.save_file(id, "art_" + std::to_string(k), plan.artifacts[k]);
+      spdlog::info("backed up {} -> {}", a.path, s.backup);
       a.backup = s.backup;
       a.sha256 = s.sha256;
       a.mode = s.mode;
@@ -146,6 +150,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     c.existed = disk.info(plan.caches[k], Follow::no).type == FileType::directory;
     if (c.existed) {
       SavedFile s = store.save_dir_tar(id, "cache_" + std::to_string(k), plan.caches[k]);
+      spdlog::info("snapshot {} -> {}", c.dir, s.backup);
       c.backup_tar = s.backup;
       c.sha256 = s.sha256;
     }
@@ -214,10 +219,16 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     if (!manifest_names(disk, plan.overlay, id)) store.drop_entry(id);
     throw;
   }
+  spdlog::info("recorded entry {} in {}", id, (plan.overlay / kManifestName).string());
   const NativeEntry& e = m.natives.back();
-  for (std::size_t k = 0; k < plan.swaps.size(); ++k)
+  for (std::size_t k = 0; k < plan.swaps.size(); ++k) {
     replace_file_atomically(disk, plan.swaps[k].content, plan.swaps[k].target, *e.sources[k].mode);
-  for (const auto& c : plan.caches) invalidate_cache(disk, c);
+    spdlog::info("swapped in {}", plan.swaps[k].target.string());
+  }
+  for (const auto& c : plan.caches) {
+    invalidate_cache(disk, c);
+    spdlog::info("invalidated cache {}", c.string());
+  }
   return {id, plan.overlay / *e.build_log, e.sources.size(), e.artifacts.size(), e.caches.size()};
 }
 
@@ -316,6 +327,7 @@ class Reverter {
   bool attempt(const std::string& path, F&& step) {
     try {
       report_.actions.push_back({step(), path});
+      spdlog::info("{}{} {}", opts_.dry_run ? "would " : "", report_.actions.back().action, path);
       return true;
     } catch (const std::exception& err) {
       report_.problems.push_back({path, err.what()});

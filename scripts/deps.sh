@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages overlay needs to build and test, if any are missing.
+# Runs apt-get as root, or through sudo.
+set -euo pipefail
+PKGS=(g++ cmake ninja-build pkg-config patch python3
+      libcli11-dev nlohmann-json3-dev libarchive-dev libssl-dev libspdlog-dev libgtest-dev libgmock-dev
+      "$@")
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+SUDO=()
+[[ $(id -u) -ne 0 ]] && SUDO=(sudo)
+echo "deps: installing ${missing[*]}" >&2
+"${SUDO[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
