@@ -234,6 +234,26 @@ json to_json(const NativeEntry& e) {
   return j;
 }
 
+// The Python entries: the keys sitecustomize.py reads must have the right types.
+void check_python_entries(const json& doc) {
+  const json& modules = array_of_objects(doc, "modules", "");
+  for (std::size_t i = 0; i < modules.size(); ++i) {
+    std::string w = "modules[" + std::to_string(i) + "]";
+    req_string(modules[i], "module", w);
+    req_string(modules[i], "file", w);
+  }
+  const json& rebinds = array_of_objects(doc, "rebinds", "");
+  for (std::size_t i = 0; i < rebinds.size(); ++i)
+    for (const char* k : {"target", "impl_module", "impl_attr"}) req_string(rebinds[i], k, "rebinds[" + std::to_string(i) + "]");
+  const json& captures = array_of_objects(doc, "captures", "");
+  for (std::size_t i = 0; i < captures.size(); ++i) {
+    std::string w = "captures[" + std::to_string(i) + "]";
+    req_string(captures[i], "target", w);
+    req_string(captures[i], "out", w);
+    if (const json* mx = find(captures[i], "max"); mx != nullptr && !mx->is_number_integer()) bad(w + ".max", "expected an integer");
+  }
+}
+
 }  // namespace
 
 bool is_safe_relative(const std::string& rel) {
@@ -253,7 +273,7 @@ Manifest parse_manifest(const std::string& text) {
     throw ManifestError(std::string("manifest: not valid JSON (") + e.what() + ")");
   }
   if (!m.doc.is_object()) bad("top level", "expected a JSON object");
-  for (const char* key : {"modules", "rebinds", "captures"}) array_of_objects(m.doc, key, "");
+  check_python_entries(m.doc);
   const json& natives = array_of_objects(m.doc, "natives", "");
   for (std::size_t i = 0; i < natives.size(); ++i)
     m.natives.push_back(parse_native(natives[i], "natives[" + std::to_string(i) + "]"));

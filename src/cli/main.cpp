@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--lock-timeout", g.lock_timeout, "Seconds to wait for another process's lock on the overlay (env OVERLAY_LOCK_TIMEOUT)")
       ->check(CLI::NonNegativeNumber);
   std::function<int()> run;
+  add_python_commands(app, g, run);
   add_native_commands(app, g, run);
   try {
     app.parse(argc, argv);

@@ -11,18 +11,6 @@
 namespace overlay::cli {
 namespace {
 
-// Runs a subcommand body, turning errors into one stderr line and an exit status.
-int guarded(const std::string& name, const std::function<int()>& body) {
-  try {
-    return body();
-  } catch (const LockTimeout& e) {
-    err_line(name, e.what());
-    return kLockTimeout;
-  } catch (const std::exception& e) {
-    err_line(name, e.what());
-    return kFailed;
-  }
-}
 
 // "90", "90s", "15m", "2h", "1d" -> seconds.
 double parse_duration(const std::string& text) {

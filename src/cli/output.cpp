@@ -1,6 +1,10 @@
 #include "output.hpp"
 
 #include <cstdio>
+#include <exception>
+
+#include "commands.hpp"
+#include "overlay/error.hpp"
 
 namespace overlay::cli {
 
@@ -16,6 +20,18 @@ void err_line(const std::string& subcommand, const std::string& msg) {
     if (c == '\n') c = ' ';
   std::fprintf(stderr, "%s: %s\n", subcommand.c_str(), one.c_str());
   std::fflush(stderr);
+}
+
+int guarded(const std::string& subcommand, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const LockTimeout& e) {
+    err_line(subcommand, e.what());
+    return kLockTimeout;
+  } catch (const std::exception& e) {
+    err_line(subcommand, e.what());
+    return kFailed;
+  }
 }
 
 }  // namespace overlay::cli

@@ -73,10 +73,11 @@ std::string tree_digest(const fs::path& root) {
   return out;
 }
 
-Cmd run(const std::vector<std::string>& argv, const fs::path& cwd) {
+Cmd run(const std::vector<std::string>& argv, const fs::path& cwd, const std::vector<std::string>& env) {
   RunOptions o;
   o.output = Output::capture;
   o.cwd = cwd;
+  o.env_set = env;
   RunResult r = run_process(argv, o);
   if (!r.exec_error.empty()) throw std::runtime_error(r.exec_error);
   return {r.term_signal ? 128 + r.term_signal : r.exit_code, r.out, r.err};
@@ -84,10 +85,10 @@ Cmd run(const std::vector<std::string>& argv, const fs::path& cwd) {
 
 const char* overlay_binary() { return OVERLAY_BIN; }
 
-Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd) {
+Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd, const std::vector<std::string>& env) {
   std::vector<std::string> argv{overlay_binary()};
   argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv, cwd);
+  return run(argv, cwd, env);
 }
 
 Install make_install(const fs::path& root) {

@@ -38,10 +38,10 @@ struct Cmd {
   std::string out, err;
 };
 
-// Runs argv (no shell), capturing stdout and stderr.
-Cmd run(const std::vector<std::string>& argv, const fs::path& cwd = {});
+// Runs argv (no shell), capturing stdout and stderr; env entries ("NAME=value") are added.
+Cmd run(const std::vector<std::string>& argv, const fs::path& cwd = {}, const std::vector<std::string>& env = {});
 // Runs the built overlay binary with args.
-Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd = {});
+Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd = {}, const std::vector<std::string>& env = {});
 const char* overlay_binary();
 
 // Builds a small install for CLI tests: src/kernel.cpp, lib/libk.so, cache/ with nested dirs,

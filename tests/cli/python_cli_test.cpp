@@ -1,0 +1,225 @@
+// Python overlays through the real binary and a real python3 running the generated sitecustomize.py.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+using json = nlohmann::json;
+
+namespace {
+
+struct Py : ::testing::Test {
+  TempDir t;
+  std::string site = (t / "site").string();
+  std::string ov = (t / "ov").string();
+
+  Py() {
+    write_file(t / "site/pkg/__init__.py", "");
+    write_file(t / "site/pkg/sub.py", "def value():\n    return 'original'\n");
+    write_file(t / "site/pkg/ops.py", "def add(a, b):\n    return a + b\n\nclass K:\n    def m(self):\n        return 'orig-m'\n");
+    write_file(t / "sub_patched.py", "def value():\n    return 'patched'\n");
+    write_file(t / "fast_ops.py", "def fast_add(a, b):\n    return ('fast', a + b)\n\ndef fast_m(self):\n    return 'fast-m'\n");
+  }
+  std::vector<std::string> env_without() { return {"PYTHONPATH=" + site}; }
+  std::vector<std::string> env_with(const std::string& o) { return {"PYTHONPATH=" + o + ":" + site}; }
+  Cmd ov_cmd(const std::vector<std::string>& args) { return run_overlay(args, t.path(), env_without()); }
+  Cmd py(const std::string& code, const std::vector<std::string>& env) { return run({"python3", "-c", code}, t.path(), env); }
+  json manifest(const std::string& o) { return json::parse(read_file(fs::path(o) / "_overlay_manifest.json")); }
+};
+
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+}  // namespace
+
+TEST_F(Py, AddModulePrintsCompatibleTokens) {
+  Cmd a = ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(a.out, "OVERLAY_DIR=" + ov + "\nadd-module pkg.sub -> " + ov + "/_patched/pkg.sub.py\nlaunch with: PYTHONPATH=" + ov + ":$PYTHONPATH\n");
+  EXPECT_EQ(read_file(t / "ov/_patched/pkg.sub.py"), read_file(t / "sub_patched.py"));
+  EXPECT_EQ(manifest(ov)["modules"], json::parse(R"([{"module": "pkg.sub", "file": "_patched/pkg.sub.py"}])"));
+  EXPECT_TRUE(fs::exists(t / "ov/sitecustomize.py"));
+}
+
+TEST_F(Py, ModuleInjectedThroughBothImportForms) {
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  Cmd on = py("from pkg import sub\nimport pkg.sub\nimport pkg\nprint(sub.value(), pkg.sub.value(), pkg.sub is sub, getattr(sub, '__overlay_injected__', False))", env_with(ov));
+  EXPECT_EQ(on.out, "patched patched True True\n") << on.err;
+  EXPECT_NE(on.err.find("[overlay] injected pkg.sub"), std::string::npos);
+  Cmd off = py("from pkg import sub\nprint(sub.value())", env_without());
+  EXPECT_EQ(off.out, "original\n");
+  EXPECT_EQ(off.err, "");
+}
+
+TEST_F(Py, RebindTakesEffectAndDisappearsOffPythonpath) {
+  Cmd a = ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
+                  "--impl-file", (t / "fast_ops.py").string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_NE(a.out.find("add-rebind pkg.ops:add -> fast_ops:fast_add"), std::string::npos);
+  ASSERT_EQ(ov_cmd({"monkeypatch", "--overlay", ov, "--target", "pkg.ops:K.m", "--impl-module", "fast_ops", "--impl-attr", "fast_m"}).rc, 0);
+  Cmd on = py("from pkg.ops import add, K\nprint(add(1, 2), K().m())", env_with(ov));
+  EXPECT_EQ(on.out, "('fast', 3) fast-m\n") << on.err;
+  EXPECT_NE(on.err.find("[overlay] rebound pkg.ops:add -> fast_ops.fast_add"), std::string::npos);
+  EXPECT_EQ(py("from pkg.ops import add, K\nprint(add(1, 2), K().m())", env_without()).out, "3 orig-m\n");
+  EXPECT_EQ(manifest(ov)["rebinds"].size(), 2u);
+  // Same target again replaces the entry.
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_m"}).rc, 0);
+  EXPECT_EQ(manifest(ov)["rebinds"].size(), 2u);
+}
+
+TEST_F(Py, PatchFindsInstalledFileAndPatchesOverlayCopyOnly) {
+  write_file(t / "sub.diff", "--- a/sub.py\n+++ b/sub.py\n@@ -1,2 +1,2 @@\n def value():\n-    return 'original'\n+    return 'from-diff'\n");
+  std::string before = tree_digest(t / "site");
+  Cmd a = ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patch", (t / "sub.diff").string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(tree_digest(t / "site"), before);
+  EXPECT_EQ(py("from pkg import sub; print(sub.value())", env_with(ov)).out, "from-diff\n");
+  // --src-file names the source explicitly.
+  write_file(t / "other.py", "def value():\n    return 'original'\n");
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patch", (t / "sub.diff").string(), "--src-file",
+                    (t / "other.py").string()}).rc, 0);
+  EXPECT_EQ(manifest(ov)["modules"].size(), 1u);
+}
+
+TEST_F(Py, LegacyCopySubtreeFlags) {
+  Cmd a = ov_cmd({"copy-subtree", "--overlay", ov, "--package", "pkg", "--subpath", "sub.py", "--patched-file", (t / "sub_patched.py").string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(manifest(ov)["modules"][0]["module"], "pkg.sub");
+  EXPECT_EQ(py("import pkg.sub; print(pkg.sub.value())", env_with(ov)).out, "patched\n");
+}
+
+TEST_F(Py, CheckAndPathOnly) {
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  Cmd c = run_overlay({"check", "--module", "pkg.sub"}, t.path(), env_with(ov));
+  EXPECT_EQ(c.out, "pkg.sub -> " + ov + "/_patched/pkg.sub.py\nINJECTED\n") << c.err;
+  c = run_overlay({"check", "--module", "pkg.ops"}, t.path(), env_with(ov));
+  EXPECT_EQ(c.out, "pkg.ops -> " + site + "/pkg/ops.py\nINSTALL (overlay not shadowing this module)\n");
+  c = run_overlay({"check", "--module", "pkg.sub", "--path-only"}, t.path(), env_without());
+  EXPECT_EQ(c.out, site + "/pkg/sub.py\n");
+  // A module file placed directly in an overlay shadows the install.
+  write_file(t / "ov/shadowed.py", "x = 1\n");
+  c = run_overlay({"check", "--module", "shadowed"}, t.path(), env_with(ov));
+  EXPECT_EQ(c.out, "shadowed -> " + ov + "/shadowed.py\nOVERLAY_ACTIVE\n");
+  Cmd missing = run_overlay({"check", "--module", "no.such.module"}, t.path(), env_without());
+  EXPECT_EQ(missing.rc, 1);
+  EXPECT_EQ(lines(missing.err), 1) << missing.err;
+}
+
+TEST_F(Py, BrokenEntriesLogButInterpreterRuns) {
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:nope", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
+                    "--impl-file", (t / "fast_ops.py").string()}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.sub:value", "--impl-module", "missing_impl", "--impl-attr", "f"}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.gone", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  fs::remove(t / "ov/_patched/pkg.gone.py");
+  Cmd r = py("import pkg.ops, pkg.sub\nprint('still running', pkg.ops.add(1, 1), pkg.sub.value())", env_with(ov));
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_EQ(r.out, "still running 2 original\n");
+  EXPECT_NE(r.err.find("[overlay] rebind pkg.ops:nope failed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[overlay] rebind pkg.sub:value failed: ModuleNotFoundError"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[overlay] module pkg.gone: patched file missing"), std::string::npos) << r.err;
+  // A corrupt manifest: still runs, says so.
+  write_file(t / "ov/_overlay_manifest.json", "{broken");
+  Cmd c = py("print('ok')", env_with(ov));
+  EXPECT_EQ(c.out, "ok\n");
+  EXPECT_NE(c.err.find("[overlay] cannot read manifest"), std::string::npos);
+}
+
+TEST_F(Py, DefaultCaptureHookWritesRecords) {
+  Cmd a = ov_cmd({"add-capture", "--overlay", ov, "--target", "pkg.ops:add", "--out", (t / "cap").string(), "--max", "2"});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(read_file(t / "ov/capture_shapes.py"), read_file(fs::path(OVERLAY_SOURCE_DIR) / "share/overlay/capture_shapes.py"));
+  std::string code =
+      "class T:\n    def __init__(s, shape): s.shape = shape; s.dtype = 'float16'\n"
+      "    def __add__(s, o): return T(s.shape)\n"
+      "import pkg.ops\nfor i in range(4): pkg.ops.add(T((2, 3)), T((2, 3)))\nprint('done')";
+  Cmd r = py(code, env_with(ov));
+  EXPECT_EQ(r.out, "done\n") << r.err;
+  json meta = json::parse(read_file(t / "cap/meta.json"));
+  EXPECT_EQ(meta["target"], "pkg.ops:add");
+  ASSERT_EQ(meta["calls"].size(), 2u);
+  EXPECT_EQ(meta["calls"][0]["args"][0]["shape"], json::parse("[2, 3]"));
+  EXPECT_EQ(meta["calls"][0]["args"][0]["dtype"], "float16");
+  EXPECT_EQ(meta["calls"][1]["result"]["shape"], json::parse("[2, 3]"));
+}
+
+TEST_F(Py, FromComposesLiveStackPlusOneEntry) {
+  std::string live = (t / "live").string(), cand = (t / "cand").string();
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", live, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  write_file(t / "live_native/k.cpp", "orig\n");
+  write_file(t / "k2.cpp", "new\n");
+  ASSERT_EQ(ov_cmd({"add-native", "--overlay", live, "--target", (t / "live_native/k.cpp").string(), "--patched-file", (t / "k2.cpp").string()}).rc, 0);
+  Cmd a = ov_cmd({"add-rebind", "--overlay", cand, "--from", live, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr",
+                  "fast_add", "--impl-file", (t / "fast_ops.py").string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  json m = manifest(cand);
+  EXPECT_EQ(m["modules"].size(), 1u);
+  EXPECT_EQ(m["rebinds"].size(), 1u);
+  EXPECT_TRUE(m["natives"].empty());
+  EXPECT_FALSE(fs::exists(t / "cand/_native_backup"));
+  EXPECT_EQ(py("from pkg import sub, ops\nprint(sub.value(), ops.add(1, 2))", env_with(cand)).out, "patched ('fast', 3)\n");
+  EXPECT_EQ(py("from pkg import sub, ops\nprint(sub.value(), ops.add(1, 2))", env_with(live)).out, "patched 3\n");
+  EXPECT_EQ(ov_cmd({"revert", "--overlay", live}).rc, 0);
+}
+
+TEST_F(Py, MixedPythonAndNativeRoundTrip) {
+  write_file(t / "inst/k.cpp", "orig\n");
+  write_file(t / "k2.cpp", "new\n");
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-native", "--overlay", ov, "--target", (t / "inst/k.cpp").string(), "--patched-file", (t / "k2.cpp").string()}).rc, 0);
+  json m = manifest(ov);
+  EXPECT_EQ(m["modules"].size(), 1u);
+  EXPECT_EQ(m["natives"].size(), 1u);
+  ASSERT_EQ(ov_cmd({"revert", "--overlay", ov}).rc, 0);
+  EXPECT_EQ(read_file(t / "inst/k.cpp"), "orig\n");
+  m = manifest(ov);
+  EXPECT_EQ(m["modules"].size(), 1u);
+  EXPECT_TRUE(m["natives"].empty());
+  EXPECT_EQ(py("from pkg import sub; print(sub.value())", env_with(ov)).out, "patched\n");
+}
+
+TEST_F(Py, SitecustomizeRegeneratedManifestKept) {
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  std::string ours = read_file(t / "ov/sitecustomize.py");
+  write_file(t / "ov/sitecustomize.py", "# an older generation\n");
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
+                    "--impl-file", (t / "fast_ops.py").string()}).rc, 0);
+  EXPECT_EQ(read_file(t / "ov/sitecustomize.py"), ours);
+  EXPECT_EQ(manifest(ov)["modules"].size(), 1u);
+  EXPECT_EQ(manifest(ov)["rebinds"].size(), 1u);
+}
+
+TEST_F(Py, BadInputChangesNothing) {
+  write_file(t / "bad.diff", "--- a/sub.py\n+++ b/sub.py\n@@ -1 +1 @@\n-nothing like this\n+x\n");
+  std::string p = (t / "sub_patched.py").string();
+  std::vector<std::vector<std::string>> cases = {
+      {"add-module", "--overlay", ov, "--module", "pkg..sub", "--patched-file", p},
+      {"add-module", "--overlay", ov, "--module", "9pkg", "--patched-file", p},
+      {"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "missing.py").string()},
+      {"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "site").string()},
+      {"add-module", "--overlay", ov, "--module", "pkg.sub"},
+      {"add-module", "--overlay", ov, "--module", "pkg.nothere", "--patch", (t / "bad.diff").string()},
+      {"add-module", "--overlay", ov, "--module", "pkg.sub", "--patch", (t / "bad.diff").string()},
+      {"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", p, "--from", (t / "nobase").string()},
+      {"add-rebind", "--overlay", ov, "--target", "pkg.ops.add", "--impl-module", "fast_ops", "--impl-attr", "fast_add"},
+      {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
+       "--impl-file", (t / "missing.py").string()},
+      {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast-ops", "--impl-attr", "fast_add"},
+      {"add-capture", "--overlay", ov, "--target", "pkg.ops", "--out", (t / "cap").string()},
+      {"add-capture", "--overlay", ov, "--target", "pkg.ops:add", "--out", (t / "cap").string(), "--max", "0"},
+      {"add-capture", "--overlay", ov, "--target", "pkg.ops:add", "--out", (t / "cap").string(), "--capture-file", (t / "nope.py").string()},
+      {"check", "--module", "bad name"},
+  };
+  std::string before = tree_digest(t.path());
+  for (const auto& c : cases) {
+    Cmd r = ov_cmd(c);
+    std::string shown;
+    for (const auto& w : c) shown += w + " ";
+    EXPECT_GT(r.rc, 0) << shown;
+    EXPECT_LT(r.rc, 128) << shown;
+    EXPECT_EQ(lines(r.err), 1) << shown << "-> " << r.err;
+    EXPECT_EQ(r.out, "") << shown;
+    EXPECT_EQ(tree_digest(t.path()), before) << shown;
+  }
+}
