@@ -129,7 +129,7 @@ TEST_F(Py, BrokenEntriesLogButInterpreterRuns) {
 TEST_F(Py, DefaultCaptureHookWritesRecords) {
   Cmd a = ov_cmd({"add-capture", "--overlay", ov, "--target", "pkg.ops:add", "--out", (t / "cap").string(), "--max", "2"});
   ASSERT_EQ(a.rc, 0) << a.err;
-  EXPECT_EQ(read_file(t / "ov/capture_shapes.py"), read_file(fs::path(OVERLAY_SOURCE_DIR) / "share/overlay/capture_shapes.py"));
+  EXPECT_EQ(read_file(t / "ov/capture_shapes.py"), read_file(source_dir() / "share/overlay/capture_shapes.py"));
   std::string code =
       "class T:\n    def __init__(s, shape): s.shape = shape; s.dtype = 'float16'\n"
       "    def __add__(s, o): return T(s.shape)\n"

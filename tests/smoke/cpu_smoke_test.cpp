@@ -8,7 +8,7 @@ using namespace overlay::test;
 
 TEST(CpuSmoke, RecompileOutputChangesAndRevertIsByteExact) {
   TempDir t;
-  fs::path example = fs::path(OVERLAY_SOURCE_DIR) / "examples/cpu_smoke";
+  fs::path example = source_dir() / "examples/cpu_smoke";
   fs::path install = t / "install";
   fs::create_directories(install);
   fs::copy(example / "src", install / "src", fs::copy_options::recursive);

@@ -83,7 +83,15 @@ Cmd run(const std::vector<std::string>& argv, const fs::path& cwd, const std::ve
   return {r.term_signal ? 128 + r.term_signal : r.exit_code, r.out, r.err};
 }
 
-const char* overlay_binary() { return OVERLAY_BIN; }
+const char* overlay_binary() {
+  const char* env = std::getenv("OVERLAY_BIN");
+  return env && *env ? env : OVERLAY_BIN;
+}
+
+fs::path source_dir() {
+  const char* env = std::getenv("OVERLAY_SOURCE_DIR");
+  return env && *env ? fs::path(env) : fs::path(OVERLAY_SOURCE_DIR);
+}
 
 Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd, const std::vector<std::string>& env) {
   std::vector<std::string> argv{overlay_binary()};

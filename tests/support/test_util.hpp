@@ -42,7 +42,10 @@ struct Cmd {
 Cmd run(const std::vector<std::string>& argv, const fs::path& cwd = {}, const std::vector<std::string>& env = {});
 // Runs the built overlay binary with args.
 Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd = {}, const std::vector<std::string>& env = {});
+// The binary under test and the source tree: compiled in, overridable with $OVERLAY_BIN and
+// $OVERLAY_SOURCE_DIR (for running a bundled test on another machine).
 const char* overlay_binary();
+fs::path source_dir();
 
 // Builds a small install for CLI tests: src/kernel.cpp, lib/libk.so, cache/ with nested dirs,
 // an empty dir, an executable and a symlink.

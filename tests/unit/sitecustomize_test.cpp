@@ -8,7 +8,7 @@ using namespace overlay;
 using namespace overlay::test;
 
 TEST(Sitecustomize, EmbeddedTextIsTheShippedSource) {
-  EXPECT_EQ(sitecustomize_text(), read_file(fs::path(OVERLAY_SOURCE_DIR) / "share/overlay/sitecustomize.py"));
+  EXPECT_EQ(sitecustomize_text(), read_file(source_dir() / "share/overlay/sitecustomize.py"));
 }
 
 TEST(Sitecustomize, WrittenOnlyWhenDifferent) {
