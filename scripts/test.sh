@@ -1,9 +1,34 @@
 #!/usr/bin/env bash
-# Installs what is missing, configures, builds (warnings as errors) and runs every test.
+# Installs what is missing, configures, builds and runs every test:
+#   1. the release build (warnings as errors): every ctest but the `long` label;
+#   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (fewer crash trials);
+#   3. a fuzz smoke: each libFuzzer target for 20 s (60 s in all).
+# Knobs: OVERLAY_SKIP_SANITIZE=1, OVERLAY_SKIP_FUZZ=1 (quicker local runs); `ctest -L long`
+# in build-test runs the long reliability mode (200 crash trials each way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
-BUILD=${BUILD_DIR:-build-test}
-cmake -S . -B "$BUILD" -G Ninja -DOVERLAY_BUILD_TESTS=ON -DOVERLAY_WERROR=ON
-cmake --build "$BUILD"
-ctest --test-dir "$BUILD" --output-on-failure -j2
+bash scripts/deps.sh clang libclang-rt-14-dev
+
+echo "== release build and tests"
+cmake -S . -B build-test -G Ninja -DOVERLAY_BUILD_TESTS=ON -DOVERLAY_WERROR=ON
+cmake --build build-test
+LOGS=$(mktemp -d)
+trap 'rm -rf "$LOGS"' EXIT
+ctest --test-dir build-test --output-on-failure -j2 -LE long | tee "$LOGS/release.log"
+
+if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
+  echo "== ASan + UBSan build and tests"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOVERLAY_BUILD_TESTS=ON -DOVERLAY_SANITIZE=ON
+  cmake --build build-asan
+  OVERLAY_CRASH_TRIALS=6 OVERLAY_CONCURRENCY_TRIALS=5 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j2 -LE long | tee "$LOGS/asan.log"
+fi
+
+if [[ -z ${OVERLAY_SKIP_FUZZ:-} ]]; then
+  echo "== fuzz smoke"
+  bash scripts/fuzz.sh 20
+fi
+
+# One closing line over every ctest run above (ctest exits non-zero, and so this script, on any failure).
+awk '/tests passed, [0-9]+ tests failed out of/ {passed += $NF - $4; failed += $4}
+     END {printf "tests: %d passed, %d failed\n", passed, failed}' "$LOGS"/*.log

@@ -125,6 +125,15 @@ class PosixDisk : public Disk {
     if (rc != 0) throw DiskError("fsync", dir.string(), err);
   }
 
+  void sync_filesystem(const fs::path& p) override {
+    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail("open", p);
+    int rc = ::syncfs(fd);
+    int err = errno;
+    ::close(fd);
+    if (rc != 0) throw DiskError("syncfs", p.string(), err);
+  }
+
   bool make_dir(const fs::path& p, mode_t mode) override {
     if (::mkdir(p.c_str(), mode) == 0) return true;
     if (errno == EEXIST) {

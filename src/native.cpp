@@ -11,6 +11,7 @@
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
+#include "overlay/holds.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/patch.hpp"
@@ -190,6 +191,8 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   plan.overlay = absolute_normal(req.overlay);
   plan.lock_timeout = req.lock_timeout;
   plan.build_timeout = req.build_timeout;
+  plan.force = req.force;
+  plan.state_dir = req.state_dir.empty() ? HoldRegistry::default_state_dir() : req.state_dir;
   check_overlay_dir(disk, plan.overlay);
   plan.artifacts = checked_artifacts(disk, req);
   plan.caches = checked_caches(disk, req, plan.overlay);
@@ -204,6 +207,10 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
 }
 
 AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
+  std::vector<fs::path> targets;
+  for (const auto& s : plan.swaps) targets.push_back(s.target);
+  // Refused here (nothing touched yet) when another overlay still holds a target.
+  HoldRegistry(disk, plan.state_dir).acquire(targets, plan.overlay, plan.force, plan.lock_timeout);
   make_dirs(disk, plan.overlay);
   OverlayLock lock(plan.overlay, plan.lock_timeout);
   Manifest m = load_manifest(disk, plan.overlay).value_or(Manifest{});
@@ -380,6 +387,19 @@ class Reverter {
   RevertReport& report_;
 };
 
+// Holds are a convenience for the next add-native; a failure to drop one never fails a revert
+// (a stale hold is ignored once no manifest records the change).
+void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overlay, const NativeEntry& e) {
+  std::vector<fs::path> paths;
+  for (const auto& s : e.sources) paths.emplace_back(s.install_path);
+  try {
+    HoldRegistry(disk, opts.state_dir.empty() ? HoldRegistry::default_state_dir() : opts.state_dir)
+        .release(paths, overlay, opts.lock_timeout);
+  } catch (const Error& err) {
+    spdlog::warn("cannot release holds of {}: {}", overlay.string(), err.what());
+  }
+}
+
 }  // namespace
 
 RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const RevertOptions& opts) {
@@ -400,6 +420,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     m->natives.erase(m->natives.begin() + static_cast<std::ptrdiff_t>(i));
     save_manifest(disk, overlay, *m);  // the entry is gone from the record before its backups are
     rev.forget_backups(done);
+    release_holds(disk, opts, overlay, done);
     ++report.entries_reverted;
   }
   return report;

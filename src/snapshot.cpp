@@ -239,8 +239,7 @@ void Extractor::write_file(archive* a, const fs::path& p, mode_t mode) {
     written = offset + static_cast<la_int64_t>(size);
   }
   if (rc != ARCHIVE_EOF) arch_fail(a, "read tar data for " + p.string());
-  out->sync();
-  out->close();
+  out->close();  // made durable all at once by the caller (sync_filesystem), not file by file
 }
 
 void Extractor::member(archive* a, archive_entry* e, const std::string& name, const std::string& link) {

@@ -131,7 +131,7 @@ void BackupStore::restore_dir(const std::string& rel, const std::optional<std::s
     remove_tree(disk_, fresh);
     throw;
   }
-  disk_.sync_dir(fresh);
+  disk_.sync_filesystem(fresh);  // every extracted file and directory durable before it is swapped in
   fs::path trash = sibling_temp_path(dir, "overlay-trash");
   if (cur.exists()) disk_.rename(dir, trash);
   disk_.rename(fresh, dir);

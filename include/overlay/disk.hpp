@@ -61,6 +61,9 @@ class Disk {
   virtual void rename(const fs::path& from, const fs::path& to) = 0;
   // fsync of a directory, making renames and creations inside it durable.
   virtual void sync_dir(const fs::path& dir) = 0;
+  // syncfs: everything written so far on the filesystem holding p is durable. One call instead
+  // of an fsync per file when many files were written (a restored cache dir).
+  virtual void sync_filesystem(const fs::path& p) = 0;
   // Returns false when the directory already existed.
   virtual bool make_dir(const fs::path& p, mode_t mode) = 0;
   // Removes a file, a symlink or an empty directory.

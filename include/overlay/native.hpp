@@ -28,6 +28,8 @@ struct AddNativeRequest {
   std::optional<pid_t> owner_pid;
   double lock_timeout = 120;
   std::optional<double> build_timeout;
+  bool force = false;    // take over installed files another overlay still holds
+  fs::path state_dir;    // the hold registry; empty: HoldRegistry::default_state_dir()
 };
 
 // A validated request: every input checked, every patched content ready. Nothing touched yet.
@@ -46,6 +48,8 @@ struct NativePlan {
   std::optional<Owner> owner;
   double lock_timeout = 120;
   std::optional<double> build_timeout;
+  bool force = false;
+  fs::path state_dir;
   std::vector<std::shared_ptr<PatchedCopy>> patched;  // keeps --patch results alive
 };
 
@@ -89,6 +93,7 @@ const char* to_string(ArtifactState s);
 struct RevertOptions {
   bool dry_run = false;
   double lock_timeout = 120;
+  fs::path state_dir;  // the hold registry; empty: HoldRegistry::default_state_dir()
 };
 struct RevertProblem {
   std::string path;

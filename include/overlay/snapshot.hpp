@@ -21,6 +21,7 @@ void check_tar(Disk& disk, const fs::path& tar_path, const std::string& expected
 // regular file, and special files. Accepts both "./x" members and members under a single top
 // directory named like dest (the layout `tarfile.add(dir, arcname=basename(dir))` writes).
 // When expected_sha256 is not empty, the tar is proven intact before anything is written.
+// Files are not fsynced one by one: the caller makes the whole tree durable (sync_filesystem).
 void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest,
                  const std::string& expected_sha256);
 

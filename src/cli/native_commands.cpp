@@ -75,7 +75,7 @@ int run_verify(Disk& disk, const std::string& overlay) {
 }
 
 int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const Globals& g) {
-  RevertReport r = revert_natives(disk, overlay, RevertOptions{dry_run, g.lock_timeout});
+  RevertReport r = revert_natives(disk, overlay, RevertOptions{dry_run, g.lock_timeout, {}});
   if (!r.had_manifest) {
     out_line("revert: no manifest; nothing to do");
     return kOk;
@@ -128,6 +128,7 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
   add->add_option("--invalidate-cache", f->caches, "Cache directory to snapshot and clear (repeatable)");
   add->add_option("--build-cmd", f->req.build_cmds, "Build command, split like sh, never run by one (repeatable)");
   add->add_option("--build-cwd", f->build_cwd, "Working directory of the build (default: current)");
+  add->add_flag("--force", f->req.force, "Patch files another overlay still holds (stacking its in-place changes)");
   add->add_option("--owner-pid", f->owner_pid, "Process owning this run; gc-stale spares it while alive (env OVERLAY_OWNER_PID)");
   add->add_option("--build-timeout", f->build_timeout, "Kill the build's process group after SECONDS");
   add->callback([&run, &disk, f, &g] { run = [&disk, f, &g] { return guarded("add-native", [&] { return run_add_native(disk, *f, g); }); }; });

@@ -252,3 +252,28 @@ TEST_F(Cli, VersionAndHelp) {
     EXPECT_NE(h.out.find(flag), std::string::npos) << flag;
   EXPECT_NE(run_overlay({"--help"}).out.find("gc-stale"), std::string::npos);
 }
+
+TEST_F(Cli, SecondOverlayRefusedOnAHeldFileUnlessForced) {
+  std::vector<std::string> env{"OVERLAY_STATE_DIR=" + (t / "state").string()};
+  auto add_to = [&](const std::string& o, std::vector<std::string> extra) {
+    std::vector<std::string> a{"add-native", "--overlay", o, "--target", in.source.string(), "--patched-file", (t / "patched.cpp").string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_overlay(a, {}, env);
+  };
+  ASSERT_EQ(add_to(ov, {}).rc, 0);
+  std::string other = (t / "ov2").string();
+  Cmd refused = add_to(other, {});
+  EXPECT_EQ(refused.rc, 1);
+  EXPECT_EQ(refused.err, "add-native: " + in.source.string() + " is held by overlay " + ov + " (revert it first, or pass --force)\n");
+  EXPECT_FALSE(fs::exists(t / "ov2"));
+  EXPECT_EQ(add_to(ov, {}).rc, 0);  // the same overlay may stack
+  Cmd forced = add_to(other, {"--force"});
+  EXPECT_EQ(forced.rc, 0) << forced.err;
+  EXPECT_EQ(run_overlay({"revert", "--overlay", other}, {}, env).rc, 0);
+  EXPECT_EQ(run_overlay({"revert", "--overlay", ov}, {}, env).rc, 0);
+  EXPECT_EQ(tree_digest(in.root), before);
+  // Once reverted, the file is free again.
+  EXPECT_EQ(add_to(other, {}).rc, 0);
+  EXPECT_EQ(run_overlay({"revert", "--overlay", other}, {}, env).rc, 0);
+  EXPECT_TRUE(fs::is_empty(t / "state/holds"));
+}

@@ -24,6 +24,7 @@ class FaultyDisk : public Disk {
   }
   void rename(const fs::path& a, const fs::path& b) override { tick("rename", a); inner_.rename(a, b); }
   void sync_dir(const fs::path& d) override { tick("fsync", d); inner_.sync_dir(d); }
+  void sync_filesystem(const fs::path& p) override { tick("syncfs", p); inner_.sync_filesystem(p); }
   bool make_dir(const fs::path& p, mode_t m) override { tick("mkdir", p); return inner_.make_dir(p, m); }
   void remove(const fs::path& p) override { tick("remove", p); inner_.remove(p); }
   std::vector<std::string> list_dir(const fs::path& d) override { return inner_.list_dir(d); }

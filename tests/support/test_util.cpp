@@ -1,9 +1,12 @@
 #include "test_util.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -97,6 +100,29 @@ Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd, const
   std::vector<std::string> argv{overlay_binary()};
   argv.insert(argv.end(), args.begin(), args.end());
   return run(argv, cwd, env);
+}
+
+pid_t spawn_overlay(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> argv{const_cast<char*>(overlay_binary())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int wait_rc(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 Install make_install(const fs::path& root) {

@@ -47,6 +47,11 @@ Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd = {}, 
 const char* overlay_binary();
 fs::path source_dir();
 
+// Starts the overlay binary in the background (stdout/stderr to /dev/null); env entries added.
+pid_t spawn_overlay(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
+// Waits for pid: its exit status, or 128 + the signal that killed it.
+int wait_rc(pid_t pid);
+
 // Builds a small install for CLI tests: src/kernel.cpp, lib/libk.so, cache/ with nested dirs,
 // an empty dir, an executable and a symlink.
 struct Install {

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Times overlay on SPEC's workload against the physical floors measured in the same run,
+interleaved round by round, and prints medians, spread, ratios next to SPEC's targets, and the
+peak RSS of each step. It reports; it does not assert.
+
+  bench/run.py --overlay build/overlay [--rounds 5] [--work DIR] [workload flags, see workload.py]
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def timed(argv, env=None, ok=(0,)):
+    """Runs argv; returns (seconds, peak RSS in KiB). Fails loudly on an unexpected status."""
+    t0 = time.perf_counter()
+    pid = os.posix_spawnp(argv[0], argv, env or os.environ, file_actions=[
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
+    _, status, rusage = os.wait4(pid, 0)
+    dt = time.perf_counter() - t0
+    code = os.waitstatus_to_exitcode(status)
+    if code not in ok:
+        sys.exit("bench: %s exited %d" % (" ".join(argv), code))
+    return dt, rusage.ru_maxrss
+
+
+class Steps:
+    def __init__(self):
+        self.t, self.rss = {}, {}
+
+    def add(self, name, sample):
+        self.t.setdefault(name, []).append(sample[0])
+        self.rss[name] = max(self.rss.get(name, 0), sample[1])
+
+
+def touch_artifact(path):
+    """Stands in for the caller's build: the artifact's bytes change (outside any timing)."""
+    with open(path, "r+b") as f:
+        b = f.read(1)
+        f.seek(0)
+        f.write(bytes([(b[0] + 1) & 0xFF]))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--overlay", required=True)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--work", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "overlay-bench"))
+    p.add_argument("--cache-snapshot", default="auto")
+    a, workload_flags = p.parse_known_args()
+    ov_bin = os.path.abspath(a.overlay)
+    subprocess.check_call([sys.executable, os.path.join(HERE, "workload.py"), "--out", a.work] + workload_flags)
+    inst = os.path.join(a.work, "install")
+    art, src, cache = inst + "/lib/_C.so", inst + "/src/kernel.cu", inst + "/cache"
+    ov = os.path.join(a.work, "ov")
+    env = dict(os.environ, OVERLAY_STATE_DIR=os.path.join(a.work, "state"))
+    patched = os.path.join(a.work, "patched.cu")
+    shutil.copyfile(src, patched)
+    with open(patched, "ab") as f:
+        f.write(b"// candidate\n")
+    tiny = os.path.join(a.work, "tiny")
+    os.makedirs(tiny + "/lib", exist_ok=True)
+    for name, data in (("k.cu", b"orig\n"), ("k2.cu", b"cand\n"), ("lib/k.so", b"lib\n")):
+        with open(os.path.join(tiny, name), "wb") as f:
+            f.write(data)
+    tree = os.path.join(a.work, "tree")
+    for i in range(3):  # stale overlays for gc-stale to find (reverted each round, re-added below)
+        os.makedirs(os.path.join(tree, "t%03d/ov%d" % (i, i)), exist_ok=True)
+
+    s = Steps()
+    copy = os.path.join(a.work, "copy.bin")
+    for r in range(a.rounds):
+        s.add("floor: cp+sync", timed(["sh", "-c", 'cp "$0" "$1" && sync "$1"', art, copy]))
+        os.remove(copy)
+        s.add("add-native", timed([ov_bin, "add-native", "--overlay", ov, "--target", src, "--patched-file", patched,
+                                   "--artifact", art, "--invalidate-cache", cache,
+                                   "--cache-snapshot", a.cache_snapshot], env))
+        touch_artifact(art)
+        s.add("floor: sha256", timed(["openssl", "dgst", "-sha256", art]))
+        s.add("verify-native", timed([ov_bin, "verify-native", "--overlay", ov], env))
+        s.add("revert", timed([ov_bin, "revert", "--overlay", ov], env))
+        t0 = time.perf_counter()
+        for cmd in (["add-native", "--overlay", tiny + "/ov", "--target", tiny + "/k.cu", "--patched-file", tiny + "/k2.cu",
+                     "--artifact", tiny + "/lib/k.so", "--build-cmd", "true"],
+                    ["verify-native", "--overlay", tiny + "/ov"], ["revert", "--overlay", tiny + "/ov"]):
+            timed([ov_bin] + cmd, env, ok=(0, 2))
+        s.t.setdefault("A/B cycle (3 calls)", []).append(time.perf_counter() - t0)
+        s.add("floor: build (true)", timed(["true"]))
+        for i in range(3):
+            tgt = os.path.join(tree, "t%03d/target%d" % (i, i))
+            with open(tgt, "w") as f:
+                f.write("x")
+            timed([ov_bin, "add-native", "--overlay", os.path.join(tree, "t%03d/ov%d" % (i, i)), "--target", tgt,
+                   "--patched-file", patched], env)
+        s.add("floor: find", timed(["find", tree, "-name", "_overlay_manifest.json"]))
+        s.add("gc-stale", timed([ov_bin, "gc-stale", "--root", tree], env))
+        print("round %d/%d done" % (r + 1, a.rounds), file=sys.stderr)
+
+    med = {k: statistics.median(v) for k, v in s.t.items()}
+    rows = [("add-native", "floor: cp+sync", 1.3), ("revert", "floor: sha256", 1.3),
+            ("verify-native", "floor: sha256", 1.2), ("gc-stale", "floor: find", 1.2)]
+    print("\n%-22s %10s %18s %8s %8s %9s" % ("step", "median s", "spread (min-max)", "ratio", "target", "peak RSS"))
+    for k, v in s.t.items():
+        ratio = target = ""
+        for step, floor, tgt in rows:
+            if k == step:
+                ratio, target = "%.2f" % (med[k] / med[floor]), "<= %.1f" % tgt
+        rss = "%6.1f MiB" % (s.rss[k] / 1024) if k in s.rss else ""
+        print("%-22s %10.4f %8.4f-%-9.4f %8s %8s %9s" % (k, med[k], min(v), max(v), ratio, target, rss))
+    beyond = (med["A/B cycle (3 calls)"] - med["floor: build (true)"]) * 1000
+    print("%-22s %10.1f ms beyond the build (target <= 25 ms)" % ("A/B cycle", beyond))
+    print("peak RSS over all overlay steps: %.1f MiB (target <= 32 MiB)" %
+          (max(v for k, v in s.rss.items() if not k.startswith("floor")) / 1024))
+
+
+if __name__ == "__main__":
+    main()

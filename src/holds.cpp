@@ -1,0 +1,74 @@
+#include "overlay/holds.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/hash.hpp"
+#include "overlay/lock.hpp"
+#include "overlay/manifest.hpp"
+
+namespace overlay {
+
+fs::path HoldRegistry::default_state_dir() {
+  if (const char* s = std::getenv("OVERLAY_STATE_DIR"); s && *s) return s;
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return fs::path(x) / "overlay";
+  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".local/state/overlay";
+  return fs::path("/tmp") / ("overlay-state-" + std::to_string(::getuid()));
+}
+
+fs::path HoldRegistry::hold_file(const fs::path& path) const { return dir_ / (sha256_hex(path.string()) + ".json"); }
+
+std::optional<fs::path> HoldRegistry::holder(const fs::path& path) {
+  fs::path f = hold_file(path);
+  if (disk_.info(f, Follow::no).type != FileType::regular) return std::nullopt;
+  try {
+    json j = json::parse(read_small_file(disk_, f, 1 << 16));
+    if (j.value("path", "") != path.string() || !j.contains("overlay") || !j["overlay"].is_string()) return std::nullopt;
+    return fs::path(j["overlay"].get<std::string>());
+  } catch (const std::exception&) {
+    return std::nullopt;  // an unreadable hold holds nothing
+  }
+}
+
+bool HoldRegistry::still_holds(const fs::path& ov, const fs::path& path) {
+  try {
+    auto m = load_manifest(disk_, ov);
+    if (!m) return false;
+    return std::any_of(m->natives.begin(), m->natives.end(), [&](const NativeEntry& e) {
+      return std::any_of(e.sources.begin(), e.sources.end(), [&](const SourceItem& s) { return s.install_path == path.string(); });
+    });
+  } catch (const Error&) {
+    return true;  // cannot tell: refusing is the safe side
+  }
+}
+
+void HoldRegistry::acquire(const std::vector<fs::path>& paths, const fs::path& overlay, bool force, double lock_timeout) {
+  make_dirs(disk_, dir_, 0700);
+  OverlayLock lock(dir_, lock_timeout);
+  if (!force) {
+    for (const auto& p : paths) {
+      auto h = holder(p);
+      if (h && *h != overlay && still_holds(*h, p))
+        throw Error(p.string() + " is held by overlay " + h->string() + " (revert it first, or pass --force)");
+    }
+  }
+  for (const auto& p : paths) {
+    json j = {{"path", p.string()}, {"overlay", overlay.string()}};
+    write_file_atomically(disk_, hold_file(p), j.dump() + "\n", 0644);
+  }
+}
+
+void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& overlay, double lock_timeout) {
+  if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
+  OverlayLock lock(dir_, lock_timeout);
+  for (const auto& p : paths) {
+    auto h = holder(p);
+    if (h && *h == overlay && !still_holds(overlay, p)) disk_.remove(hold_file(p));
+  }
+}
+
+}  // namespace overlay

@@ -1,0 +1,108 @@
+// kill -9 (and SIGTERM) at uniformly random instants of add-native (with a build that rewrites
+// the artifact and the cache) and of revert; after each, revert or gc-stale must restore the
+// install exactly (paths, types, modes, link targets, contents).
+// Trials per direction: $OVERLAY_CRASH_TRIALS (default 20; the `long` ctest runs 200).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+
+namespace {
+
+constexpr std::size_t kArtifactBytes = 64u << 20;
+constexpr int kCacheFiles = 2000;
+
+// SPEC's crash workload, made once and copied for each trial.
+void make_workload(const fs::path& root) {
+  Install in = make_install(root);
+  std::string big(kArtifactBytes, '\0');
+  for (std::size_t i = 0; i < big.size(); i += 8) big[i] = static_cast<char>((i * 2654435761u) >> 13);
+  write_file(in.artifact, big, 0755);
+  std::string small(1500, 'c');
+  for (int i = 0; i < kCacheFiles; ++i)
+    write_file(in.cache / ("d" + std::to_string(i % 40)) / ("f" + std::to_string(i)), std::to_string(i) + small);
+}
+
+std::vector<std::string> add_args(const fs::path& t) {
+  fs::path r = t / "inst";
+  return {"add-native", "--overlay", (t / "ov").string(), "--target", (r / "src/kernel.cpp").string(), "--patched-file",
+          (t / "patched.cpp").string(), "--artifact", (r / "lib/libk.so").string(), "--invalidate-cache", (r / "cache").string(),
+          "--build-cwd", r.string(), "--build-cmd",
+          "sh -c 'head -c 67108864 /dev/zero > lib/libk.so; mkdir -p cache/x; for i in 1 2 3 4 5 6 7 8; do echo $i > cache/x/$i; done'"};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point s) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
+}
+
+struct Trial {
+  TempDir t;
+  std::string before;
+  Trial(const fs::path& pristine) {
+    Cmd c = run({"cp", "-a", pristine.string(), (t / "inst").string()});
+    if (c.rc != 0) throw std::runtime_error(c.err);
+    write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+    before = tree_digest(t / "inst");
+  }
+};
+
+}  // namespace
+
+TEST(Crash, KillAnywhereThenRevertOrGcRestores) {
+  const char* env = std::getenv("OVERLAY_CRASH_TRIALS");
+  const int per_direction = env ? std::atoi(env) : 20;
+  TempDir base;
+  make_workload(base / "pristine");
+  std::vector<std::string> state{"OVERLAY_STATE_DIR=" + (base / "state").string()};
+  double add_time = 0, revert_time = 0;
+  {
+    Trial tr(base / "pristine");
+    auto s = std::chrono::steady_clock::now();
+    ASSERT_EQ(wait_rc(spawn_overlay(add_args(tr.t.path()), state)), 0);
+    add_time = seconds_since(s);
+    s = std::chrono::steady_clock::now();
+    ASSERT_EQ(wait_rc(spawn_overlay({"revert", "--overlay", (tr.t / "ov").string()}, state)), 0);
+    revert_time = seconds_since(s);
+    ASSERT_EQ(tree_digest(tr.t / "inst"), tr.before);
+  }
+  std::mt19937 rng(20261130);
+  int landed[2] = {0, 0}, trials[2] = {0, 0}, by_gc = 0, failures = 0;
+  for (int i = 0; i < 2 * per_direction; ++i) {
+    bool during_revert = i % 2 == 1;
+    int sig = (i / 2) % 4 == 3 ? SIGTERM : SIGKILL;
+    Trial tr(base / "pristine");
+    std::string ov = (tr.t / "ov").string();
+    if (during_revert) {
+      ASSERT_EQ(wait_rc(spawn_overlay(add_args(tr.t.path()), state)), 0);
+    }
+    double window = during_revert ? revert_time : add_time;
+    auto delay = std::chrono::duration<double>(std::uniform_real_distribution<double>(0, window)(rng));
+    pid_t pid = spawn_overlay(during_revert ? std::vector<std::string>{"revert", "--overlay", ov} : add_args(tr.t.path()), state);
+    std::this_thread::sleep_for(delay);
+    ::kill(pid, sig);
+    ++trials[during_revert];
+    if (wait_rc(pid) == 128 + sig) ++landed[during_revert];
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a grandchild of the build finishes its writes
+    bool use_gc = i % 3 == 2;
+    Cmd r = use_gc ? run_overlay({"gc-stale", "--root", tr.t.path().string()}, {}, state)
+                   : run_overlay({"revert", "--overlay", ov}, {}, state);
+    by_gc += use_gc;
+    std::string after = tree_digest(tr.t / "inst");
+    failures += r.rc != 0 || after != tr.before;
+    EXPECT_EQ(r.rc, 0) << "trial " << i << ": " << r.err;
+    EXPECT_EQ(after, tr.before)
+        << "trial " << i << ": signal " << sig << " during " << (during_revert ? "revert" : "add-native") << " after "
+        << delay.count() << " s";
+  }
+  std::printf("crash: %d trials during add-native (%d killed mid-run), %d during revert (%d killed mid-run), "
+              "%d recovered by gc-stale; one add-native %.3f s, one revert %.3f s; failures: %d\n",
+              trials[0], landed[0], trials[1], landed[1], by_gc, add_time, revert_time, failures);
+  EXPECT_GT(landed[0] + landed[1], per_direction);
+}

@@ -1,0 +1,69 @@
+// SIGINT during the build is forwarded to the build's whole process group; overlay exits 130
+// and the entry stays revertable.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+
+namespace {
+// Running (not gone, not a zombie waiting for a reaper).
+bool alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+}  // namespace
+
+TEST(Signals, InterruptDuringBuildForwardedAndRevertable) {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  // The build records the SIGINT it receives; its background grandchild (which, started by a
+  // non-interactive shell, ignores SIGINT) records its PID and must not survive either.
+  std::string script = "trap 'echo int > " + (t / "build-got-int").string() + "; exit 130' INT; "
+                       "sleep 30 & echo $! > " + (t / "grandchild.pid").string() + "; "
+                       "echo x > " + in.artifact.string() + "; touch " + (t / "started").string() + "; wait";
+  pid_t pid = spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                             (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
+                             in.cache.string(), "--build-cmd", "sh -c \"" + script + "\""},
+                            {"OVERLAY_STATE_DIR=" + (t / "state").string()});
+  for (int i = 0; i < 200 && !fs::exists(t / "started"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  ASSERT_TRUE(fs::exists(t / "started"));
+  ::kill(pid, SIGINT);
+  EXPECT_EQ(wait_rc(pid), 130);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(fs::exists(t / "build-got-int"));
+  pid_t grandchild = std::stoi(read_file(t / "grandchild.pid"));
+  EXPECT_FALSE(alive(grandchild)) << "the build's grandchild survived";
+  Cmd r = run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(tree_digest(in.root), before);
+}
+
+TEST(Signals, BuildTimeoutKillsGroupAndStaysRevertable) {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  std::string script = "(trap '' TERM; sleep 3; touch " + (t / "survivor").string() + ") & sleep 30";
+  auto start = std::chrono::steady_clock::now();
+  Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                       (t / "patched.cpp").string(), "--build-timeout", "0.5", "--build-cmd", "sh -c \"" + script + "\""},
+                      {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(a.rc, 1);
+  EXPECT_NE(a.err.find("(timed out)"), std::string::npos) << a.err;
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  EXPECT_FALSE(fs::exists(t / "survivor"));
+  EXPECT_EQ(run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()}).rc, 0);
+  EXPECT_EQ(tree_digest(in.root), before);
+}
