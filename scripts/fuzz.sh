@@ -15,7 +15,7 @@ for t in manifest words tar; do
   mkdir -p "$WORK/$t"
   cp tests/fuzz/corpus/$t/* "$WORK/$t/"
   echo "fuzz: $t for ${SECONDS_EACH}s"
-  "$BUILD/tests/fuzz/${t}_fuzz" -max_total_time="$SECONDS_EACH" -print_final_stats=1 "$WORK/$t" 2>&1 |
+  "$BUILD/tests/fuzz/${t}_fuzz" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -artifact_prefix="$WORK/$t-" "$WORK/$t" 2>&1 |
     grep -E "stat::number_of_executed_units|stat::new_units_added|ERROR|SUMMARY|Done" || true
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "fuzz: $t FAILED"; exit 1; }
 done

@@ -269,7 +269,7 @@ Manifest parse_manifest(const std::string& text) {
   Manifest m;
   try {
     m.doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers that overflow
     throw ManifestError(std::string("manifest: not valid JSON (") + e.what() + ")");
   }
   if (!m.doc.is_object()) bad("top level", "expected a JSON object");

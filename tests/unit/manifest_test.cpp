@@ -84,6 +84,10 @@ TEST(Manifest, RejectsMalformedWithTheKeyNamed) {
   EXPECT_NE(expect_error(R"({"modules": 3})").find("modules"), std::string::npos);
 }
 
+TEST(Manifest, NumberOverflowIsAManifestError) {  // found by manifest_fuzz
+  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"sha256": 4333333333333333E333}]}]})").find("not valid JSON"), std::string::npos);
+}
+
 TEST(Manifest, RejectsBackupPathsThatEscape) {
   for (const char* b : {"/etc/passwd", "../outside", "_native_backup/../../x", ""}) {
     std::string text = R"({"natives": [{"sources": [{"install_path": "/a", "backup": ")" + std::string(b) +
