@@ -15,7 +15,9 @@ cp "$BUILD/overlay" "$BUILD/tests/overlay_gpu_tests" "$BUILD/tests/overlay_nvcc_
 # Every library travels, glibc and its loader included (the GPU machine's may be older). Our
 # binaries are started through the bundled loader with --library-path, so nothing else there
 # (cmake, nvcc, the example's own driver) sees these libraries.
-ldd "$OUT/overlay" "$OUT/overlay_gpu_tests" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}' |
+ARCHIVE=$(ldconfig -p | awk '/libarchive\.so\.13 .*x86-64/ {print $NF; exit}')  # loaded on first use
+cp -L "$ARCHIVE" "$OUT/lib/"
+ldd "$OUT/overlay" "$OUT/overlay_gpu_tests" "$ARCHIVE" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}' |
   sort -u | while read -r lib; do cp -L "$lib" "$OUT/lib/"; done
 cat > "$OUT/run.sh" <<'RUN'
 #!/usr/bin/env bash

@@ -87,6 +87,7 @@ class PosixDisk : public Disk {
     fi.uid = st.st_uid;
     fi.gid = st.st_gid;
     fi.dev = st.st_dev;
+    fi.ino = st.st_ino;
     fi.mtime = st.st_mtim;
     fi.ctime = st.st_ctim;
     return fi;
@@ -152,14 +153,20 @@ class PosixDisk : public Disk {
     fail("remove", p);
   }
 
-  std::vector<std::string> list_dir(const fs::path& dir) override {
+  std::vector<DirEntry> list_dir(const fs::path& dir) override {
     DIR* d = ::opendir(dir.c_str());
     if (d == nullptr) fail("open directory", dir);
-    std::vector<std::string> names;
+    std::vector<DirEntry> names;
     errno = 0;
     while (dirent* e = ::readdir(d)) {
       std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(std::move(n));
+      if (n == "." || n == "..") continue;
+      FileType t = e->d_type == DT_REG   ? FileType::regular
+                   : e->d_type == DT_DIR ? FileType::directory
+                   : e->d_type == DT_LNK ? FileType::symlink
+                   : e->d_type == DT_UNKNOWN ? FileType::none
+                                             : FileType::other;
+      names.push_back({std::move(n), t});
     }
     int err = errno;
     ::closedir(d);

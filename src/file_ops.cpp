@@ -3,6 +3,11 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cerrno>
 #include <vector>
 
@@ -11,21 +16,133 @@
 
 namespace overlay {
 namespace {
+
 constexpr std::size_t kChunk = 1 << 20;
+
+// A ring of chunk buffers between two threads: the producer fills a buffer and publishes it,
+// the consumer takes buffers in order and gives them back. Either side may fail; the other then
+// stops at its next wait. This lets reading/writing and hashing run on both cores at once.
+class ChunkRing {
+ public:
+  static constexpr std::size_t kSlots = 4;
+
+  ChunkRing() {
+    for (auto& b : bufs_) b.resize(kChunk);
+  }
+  // Producer: the next free buffer (nullptr once the consumer failed).
+  char* acquire() {
+    std::unique_lock<std::mutex> l(m_);
+    cv_.wait(l, [&] { return filled_ < kSlots || failed_; });
+    return failed_ ? nullptr : bufs_[(head_ + filled_) % kSlots].data();
+  }
+  // Producer: the buffer from acquire() holds n bytes; n == 0 marks the end.
+  void publish(std::size_t n) {
+    std::lock_guard<std::mutex> l(m_);
+    sizes_[(head_ + filled_) % kSlots] = n;
+    ++filled_;
+    cv_.notify_all();
+  }
+  // Consumer: the oldest published buffer and its size (size 0: end, or the producer failed).
+  std::pair<const char*, std::size_t> take() {
+    std::unique_lock<std::mutex> l(m_);
+    cv_.wait(l, [&] { return filled_ > 0 || failed_; });
+    if (filled_ == 0) return {nullptr, 0};
+    return {bufs_[head_].data(), sizes_[head_]};
+  }
+  // Consumer: done with the buffer from take().
+  void release() {
+    std::lock_guard<std::mutex> l(m_);
+    head_ = (head_ + 1) % kSlots;
+    --filled_;
+    cv_.notify_all();
+  }
+  void fail() {
+    std::lock_guard<std::mutex> l(m_);
+    failed_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::array<std::vector<char>, kSlots> bufs_;
+  std::array<std::size_t, kSlots> sizes_{};
+  std::size_t head_ = 0, filled_ = 0;
+  bool failed_ = false;
+};
+
+// Runs produce() on this thread and consume() on a second one over a ChunkRing; rethrows the
+// first failure of either.
+void run_pipeline(ChunkRing& ring, const std::function<void()>& produce, const std::function<void()>& consume) {
+  std::exception_ptr consumer_error;
+  std::thread t([&] {
+    try {
+      consume();
+    } catch (...) {
+      consumer_error = std::current_exception();
+      ring.fail();
+    }
+  });
+  try {
+    produce();
+  } catch (...) {
+    ring.fail();
+    t.join();
+    throw;
+  }
+  t.join();
+  if (consumer_error) std::rethrow_exception(consumer_error);
+}
+
+// Hashes every buffer the ring delivers until the end marker.
+void hash_ring(ChunkRing& ring, Sha256& h) {
+  for (;;) {
+    auto [buf, n] = ring.take();
+    if (n == 0) return;
+    h.update(buf, n);
+    ring.release();
+  }
+}
+
+}  // namespace
+
+// Small files are copied on this thread: a second thread costs more than it saves.
+static std::string copy_small_hashing(ReadHandle& in, WriteHandle& out) {
+  Sha256 h;
+  std::vector<char> buf(kChunk);
+  while (std::size_t n = in.read(buf.data(), buf.size())) {
+    h.update(buf.data(), n);
+    out.write(buf.data(), n);
+  }
+  return h.finish_hex();
 }
 
 std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode,
                               Durable durable) {
   auto in = disk.open_read(src);
   auto out = disk.create(dest, mode, CreateMode::exclusive);
-  Sha256 h;
-  std::vector<char> buf(kChunk);
-  for (;;) {
-    std::size_t n = in->read(buf.data(), buf.size());
-    if (n == 0) break;
-    h.update(buf.data(), n);
-    out->write(buf.data(), n);
+  if (disk.info(src, Follow::yes).size <= kChunk) {
+    std::string sha = copy_small_hashing(*in, *out);
+    if (durable == Durable::yes) out->sync();
+    out->close();
+    return sha;
   }
+  Sha256 h;
+  ChunkRing ring;
+  // This thread reads and writes; the other hashes the same buffers meanwhile.
+  run_pipeline(
+      ring,
+      [&] {
+        for (;;) {
+          char* buf = ring.acquire();
+          if (buf == nullptr) return;
+          std::size_t n = in->read(buf, kChunk);
+          if (n > 0) out->write(buf, n);
+          ring.publish(n);
+          if (n == 0) return;
+        }
+      },
+      [&] { hash_ring(ring, h); });
   if (durable == Durable::yes) out->sync();
   out->close();
   return h.finish_hex();
@@ -34,8 +151,25 @@ std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& d
 std::string hash_file(Disk& disk, const fs::path& p) {
   auto in = disk.open_read(p);
   Sha256 h;
-  std::vector<char> buf(kChunk);
-  while (std::size_t n = in->read(buf.data(), buf.size())) h.update(buf.data(), n);
+  if (disk.info(p, Follow::yes).size <= kChunk) {
+    std::vector<char> buf(kChunk);
+    while (std::size_t n = in->read(buf.data(), buf.size())) h.update(buf.data(), n);
+    return h.finish_hex();
+  }
+  ChunkRing ring;
+  // This thread reads ahead; the other hashes.
+  run_pipeline(
+      ring,
+      [&] {
+        for (;;) {
+          char* buf = ring.acquire();
+          if (buf == nullptr) return;
+          std::size_t n = in->read(buf, kChunk);
+          ring.publish(n);
+          if (n == 0) return;
+        }
+      },
+      [&] { hash_ring(ring, h); });
   return h.finish_hex();
 }
 
@@ -89,7 +223,7 @@ void remove_tree(Disk& disk, const fs::path& p) {
   if (!fi.exists()) return;
   if (fi.type == FileType::directory) {
     if ((fi.mode & 0700) != 0700) disk.set_mode(p, fi.mode | 0700);
-    for (const auto& name : disk.list_dir(p)) remove_tree(disk, p / name);
+    for (const auto& e : disk.list_dir(p)) remove_tree(disk, p / e.name);
   }
   disk.remove(p);
 }
@@ -103,26 +237,26 @@ void make_dirs(Disk& disk, const fs::path& p, mode_t mode) {
 }
 
 namespace {
-using Visit = std::function<WalkStep(const fs::path&, const FileInfo&)>;
+using Visit = std::function<WalkStep(const fs::path&, FileType)>;
 using OnError = std::function<void(const fs::path&, const std::string&)>;
 
 void walk_rec(Disk& disk, const fs::path& root, const fs::path& rel, const Visit& visit, const OnError& on_error) {
   fs::path dir = rel.empty() ? root : root / rel;
-  std::vector<std::string> names;
+  std::vector<DirEntry> entries;
   try {
-    names = disk.list_dir(dir);
+    entries = disk.list_dir(dir);
   } catch (const DiskError& e) {
     if (!on_error) throw;
     on_error(dir, e.what());
     return;
   }
-  std::sort(names.begin(), names.end());
-  for (const auto& name : names) {
-    fs::path child = rel.empty() ? fs::path(name) : rel / name;
-    FileInfo fi = disk.info(root / child, Follow::no);
-    if (!fi.exists()) continue;  // vanished while walking
-    WalkStep step = visit(child, fi);
-    if (fi.type == FileType::directory && step == WalkStep::descend) walk_rec(disk, root, child, visit, on_error);
+  std::sort(entries.begin(), entries.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+  for (const auto& e : entries) {
+    fs::path child = rel.empty() ? fs::path(e.name) : rel / e.name;
+    FileType type = e.type != FileType::none ? e.type : disk.info(root / child, Follow::no).type;
+    if (type == FileType::none) continue;  // vanished while walking
+    WalkStep step = visit(child, type);
+    if (type == FileType::directory && step == WalkStep::descend) walk_rec(disk, root, child, visit, on_error);
   }
 }
 }  // namespace

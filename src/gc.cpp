@@ -84,9 +84,10 @@ GcReport gc_stale(Disk& disk, const fs::path& root_in, const GcOptions& opts) {
   if (!ri.exists()) throw Error("root does not exist: " + root.string());
   if (ri.type != FileType::directory) throw Error("root is not a directory: " + root.string());
   std::vector<std::pair<fs::path, FileInfo>> found;
-  auto visit = [&](const fs::path& rel, const FileInfo& fi) {
-    if (fi.type == FileType::directory && rel.filename() == kBackupDirName) return WalkStep::skip;
-    if (fi.type == FileType::regular && rel.filename() == kManifestName) found.emplace_back(root / rel, fi);
+  auto visit = [&](const fs::path& rel, FileType type) {
+    if (type == FileType::directory && (rel.filename() == kBackupDirName || rel.filename() == "_trash")) return WalkStep::skip;
+    if (type == FileType::regular && rel.filename() == kManifestName)
+      found.emplace_back(root / rel, disk.info(root / rel, Follow::no));
     return WalkStep::descend;
   };
   GcReport report;

@@ -57,8 +57,16 @@ void HoldRegistry::acquire(const std::vector<fs::path>& paths, const fs::path& o
     }
   }
   for (const auto& p : paths) {
+    // Written atomically but not fsynced: a hold lost to a power cut only loses a convenience
+    // check, and two fsyncs per add-native are a measurable share of a small A/B cycle.
     json j = {{"path", p.string()}, {"overlay", overlay.string()}};
-    write_file_atomically(disk_, hold_file(p), j.dump() + "\n", 0644);
+    fs::path tmp = hold_file(p);
+    tmp += ".tmp";
+    auto out = disk_.create(tmp, 0644, CreateMode::truncate);
+    std::string text = j.dump() + "\n";
+    out->write(text.data(), text.size());
+    out->close();
+    disk_.rename(tmp, hold_file(p));
   }
 }
 

@@ -83,6 +83,23 @@ const json& array_of_objects(const json& obj, const char* key, const std::string
   return *v;
 }
 
+std::optional<FileStamp> opt_stamp(const json& j, const std::string& w) {
+  const json* size = find(j, "size");
+  const json* ino = find(j, "ino");
+  const json* mtime = find(j, "mtime_ns");
+  if (size == nullptr || ino == nullptr || mtime == nullptr) return std::nullopt;
+  if (!size->is_number_unsigned() || !ino->is_number_unsigned() || !mtime->is_number_integer())
+    bad(w, "size, ino and mtime_ns must be integers");
+  return FileStamp{size->get<std::uint64_t>(), ino->get<std::uint64_t>(), mtime->get<std::int64_t>()};
+}
+
+void put_stamp(json& j, const std::optional<FileStamp>& st) {
+  if (!st) return;
+  j["size"] = st->size;
+  j["ino"] = st->ino;
+  j["mtime_ns"] = st->mtime_ns;
+}
+
 SourceItem parse_source(const json& j, const std::string& w) {
   SourceItem s;
   s.install_path = abs_path(j, "install_path", w);
@@ -90,6 +107,7 @@ SourceItem parse_source(const json& j, const std::string& w) {
   s.sha256 = sha(j, "sha256", w);
   s.patched_sha256 = opt_sha(j, "patched_sha256", w);
   s.mode = opt_mode(j, w);
+  s.stamp = opt_stamp(j, w);
   s.raw = j;
   return s;
 }
@@ -104,6 +122,7 @@ ArtifactItem parse_artifact(const json& j, const std::string& w) {
     a.sha256 = sha(j, "sha256", w);
   }
   a.mode = opt_mode(j, w);
+  a.stamp = opt_stamp(j, w);
   a.raw = j;
   return a;
 }
@@ -112,8 +131,10 @@ CacheItem parse_cache(const json& j, const std::string& w) {
   CacheItem c;
   c.dir = abs_path(j, "dir", w);
   bool has_tar = find(j, "backup_tar") != nullptr && !j["backup_tar"].is_null();
-  c.existed = req_bool(j, "existed", w, has_tar);
-  if (c.existed) c.backup_tar = backup_path(j, "backup_tar", w);
+  bool has_dir = find(j, "backup_dir") != nullptr && !j["backup_dir"].is_null();
+  c.existed = req_bool(j, "existed", w, has_tar || has_dir);
+  if (c.existed && has_dir) c.backup_dir = backup_path(j, "backup_dir", w);
+  if (c.existed && !has_dir) c.backup_tar = backup_path(j, "backup_tar", w);
   c.sha256 = opt_sha(j, "sha256", w);
   c.raw = j;
   return c;
@@ -190,6 +211,7 @@ json to_json(const SourceItem& s) {
   j["sha256"] = s.sha256;
   if (s.patched_sha256) j["patched_sha256"] = *s.patched_sha256;
   if (s.mode) j["mode"] = *s.mode;
+  put_stamp(j, s.stamp);
   return j;
 }
 
@@ -200,6 +222,7 @@ json to_json(const ArtifactItem& a) {
   j["backup"] = a.backup ? json(*a.backup) : json(nullptr);
   j["sha256"] = a.sha256 ? json(*a.sha256) : json(nullptr);
   if (a.mode) j["mode"] = *a.mode;
+  put_stamp(j, a.stamp);
   return j;
 }
 
@@ -209,6 +232,7 @@ json to_json(const CacheItem& c) {
   j["existed"] = c.existed;
   j["backup_tar"] = c.backup_tar ? json(*c.backup_tar) : json(nullptr);
   if (c.sha256) j["sha256"] = *c.sha256;
+  if (c.backup_dir) j["backup_dir"] = *c.backup_dir;
   return j;
 }
 
@@ -255,6 +279,11 @@ void check_python_entries(const json& doc) {
 }
 
 }  // namespace
+
+FileStamp stamp_of(const FileInfo& fi) {
+  return {fi.size, static_cast<std::uint64_t>(fi.ino),
+          static_cast<std::int64_t>(fi.mtime.tv_sec) * 1000000000 + fi.mtime.tv_nsec};
+}
 
 bool is_safe_relative(const std::string& rel) {
   if (rel.empty() || rel.find('\0') != std::string::npos) return false;

@@ -114,6 +114,28 @@ std::vector<std::vector<std::string>> checked_build(Disk& disk, const AddNativeR
   return cmds;
 }
 
+// The filesystem an overlay will live on: its own, or that of its nearest existing ancestor.
+dev_t overlay_device(Disk& disk, fs::path p) {
+  for (;;) {
+    FileInfo fi = disk.info(p, Follow::yes);
+    if (fi.exists() || p == p.root_path() || p.empty()) return fi.dev;
+    p = p.parent_path();
+  }
+}
+
+std::vector<bool> move_decisions(Disk& disk, const std::vector<fs::path>& caches, const fs::path& overlay, CacheSnapshot how) {
+  std::vector<bool> out;
+  dev_t ov = overlay_device(disk, overlay);
+  for (const auto& c : caches) {
+    FileInfo ci = disk.info(c, Follow::no);
+    bool same_fs = ci.exists() && ci.dev == ov;
+    if (how == CacheSnapshot::move && ci.exists() && !same_fs)
+      throw Error("--cache-snapshot move: cache dir and overlay are on different filesystems: " + c.string());
+    out.push_back(how == CacheSnapshot::move || (how == CacheSnapshot::automatic && same_fs));
+  }
+  return out;
+}
+
 double now_seconds() {
   using namespace std::chrono;
   return duration<double>(system_clock::now().time_since_epoch()).count();
@@ -126,7 +148,14 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
   for (std::size_t k = 0; k < plan.swaps.size(); ++k) {
     SavedFile s = store.save_file(id, "src_" + std::to_string(k), plan.swaps[k].target);
     spdlog::info("backed up {} -> {}", plan.swaps[k].target.string(), s.backup);
-    e.sources.push_back({plan.swaps[k].target.string(), s.backup, s.sha256, plan.swaps[k].content_sha256, s.mode, json::object()});
+    SourceItem item;
+    item.install_path = plan.swaps[k].target.string();
+    item.backup = s.backup;
+    item.sha256 = s.sha256;
+    item.patched_sha256 = plan.swaps[k].content_sha256;
+    item.mode = s.mode;
+    item.stamp = s.stamp;
+    e.sources.push_back(std::move(item));
   }
   for (std::size_t k = 0; k < plan.artifacts.size(); ++k) {
     ArtifactItem a;
@@ -138,6 +167,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
       a.backup = s.backup;
       a.sha256 = s.sha256;
       a.mode = s.mode;
+      a.stamp = s.stamp;
       if (!e.verify_artifact) {
         e.verify_artifact = a.path;
         e.verify_pre_sha256 = a.sha256;
@@ -149,7 +179,9 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     CacheItem c;
     c.dir = plan.caches[k].string();
     c.existed = disk.info(plan.caches[k], Follow::no).type == FileType::directory;
-    if (c.existed) {
+    if (c.existed && plan.move_cache[k]) {
+      c.backup_dir = store.moved_dir_name(id, "cache_" + std::to_string(k));  // moved after the record
+    } else if (c.existed) {
       SavedFile s = store.save_dir_tar(id, "cache_" + std::to_string(k), plan.caches[k]);
       spdlog::info("snapshot {} -> {}", c.dir, s.backup);
       c.backup_tar = s.backup;
@@ -196,6 +228,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   check_overlay_dir(disk, plan.overlay);
   plan.artifacts = checked_artifacts(disk, req);
   plan.caches = checked_caches(disk, req, plan.overlay);
+  plan.move_cache = move_decisions(disk, plan.caches, plan.overlay, req.cache_snapshot);
   plan.build_cmds = checked_build(disk, req, plan.build_cwd);
   if (req.owner_pid) {
     auto ticks = process_start_ticks(*req.owner_pid);
@@ -232,9 +265,15 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     replace_file_atomically(disk, plan.swaps[k].content, plan.swaps[k].target, *e.sources[k].mode);
     spdlog::info("swapped in {}", plan.swaps[k].target.string());
   }
-  for (const auto& c : plan.caches) {
-    invalidate_cache(disk, c);
-    spdlog::info("invalidated cache {}", c.string());
+  for (std::size_t k = 0; k < plan.caches.size(); ++k) {
+    const CacheItem& c = e.caches[k];
+    if (c.backup_dir) {
+      store.move_dir_in(plan.caches[k], *c.backup_dir);  // the move is the invalidation
+      spdlog::info("moved cache {} -> {}", c.dir, *c.backup_dir);
+    } else {
+      invalidate_cache(disk, plan.caches[k]);
+      spdlog::info("invalidated cache {}", c.dir);
+    }
   }
   return {id, plan.overlay / *e.build_log, e.sources.size(), e.artifacts.size(), e.caches.size()};
 }
@@ -282,10 +321,12 @@ VerifyReport verify_native(Disk& disk, const fs::path& overlay_in) {
     for (const auto& a : e.artifacts) {
       FileInfo fi = disk.info(a.path, Follow::no);
       ArtifactState st;
+      // A different size is a different file: no need to read it.
+      bool same_size = !a.stamp || fi.size == a.stamp->size;
       if (a.existed)
         st = !fi.exists() ? ArtifactState::missing_after_build
-             : (fi.type == FileType::regular && hash_file(disk, a.path) == *a.sha256) ? ArtifactState::unchanged
-                                                                                        : ArtifactState::rebuilt;
+             : (fi.type == FileType::regular && same_size && hash_file(disk, a.path) == *a.sha256) ? ArtifactState::unchanged
+                                                                                                     : ArtifactState::rebuilt;
       else
         st = fi.exists() ? ArtifactState::created : ArtifactState::not_created;
       r.items.push_back({a.path, st});
@@ -309,7 +350,7 @@ class Reverter {
     for (auto it = e.artifacts.rbegin(); it != e.artifacts.rend(); ++it)
       ok &= attempt(it->path, [&] { return artifact(*it); });
     for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
-      ok &= attempt(it->install_path, [&] { return file(it->install_path, it->backup, it->sha256, it->mode); });
+      ok &= attempt(it->install_path, [&] { return file(it->install_path, it->backup, it->sha256, it->mode, it->stamp); });
     return ok;
   }
 
@@ -318,8 +359,10 @@ class Reverter {
     for (const auto& s : e.sources) rels.push_back(s.backup);
     for (const auto& a : e.artifacts)
       if (a.backup) rels.push_back(*a.backup);
-    for (const auto& c : e.caches)
+    for (const auto& c : e.caches) {
       if (c.backup_tar) rels.push_back(*c.backup_tar);
+      if (c.backup_dir) rels.push_back(*c.backup_dir);
+    }
     for (const auto& rel : rels) {
       try {
         store_.forget(rel);
@@ -343,9 +386,9 @@ class Reverter {
   }
 
   std::string file(const std::string& path, const std::string& rel, const std::string& sha,
-                   std::optional<mode_t> mode) {
+                   std::optional<mode_t> mode, const std::optional<FileStamp>& stamp) {
     if (opts_.dry_run) return dry_file(path, rel, sha);
-    return store_.restore_file(rel, sha, path, mode) ? "restore" : "unchanged";
+    return store_.restore_file(rel, sha, path, mode, stamp) ? "restore" : "unchanged";
   }
 
   std::string dry_file(const std::string& path, const std::string& rel, const std::string& sha) {
@@ -356,7 +399,7 @@ class Reverter {
   }
 
   std::string artifact(const ArtifactItem& a) {
-    if (a.existed) return file(a.path, *a.backup, *a.sha256, a.mode);
+    if (a.existed) return file(a.path, *a.backup, *a.sha256, a.mode, a.stamp);
     FileInfo fi = disk_.info(a.path, Follow::no);
     if (!fi.exists()) return "unchanged";
     if (fi.type == FileType::directory) throw Error("a directory now stands where the artifact was created");
@@ -373,11 +416,26 @@ class Reverter {
       if (!opts_.dry_run) store_.remove_dir(c.dir);
       return present ? "remove" : "unchanged";
     }
+    if (c.backup_dir) return moved_cache(c);
     if (opts_.dry_run) {
       if (!disk_.info(store_.resolve(*c.backup_tar), Follow::no).exists()) throw Error("backup missing: " + *c.backup_tar);
       return "restore";
     }
     store_.restore_dir(*c.backup_tar, c.sha256, c.dir);
+    return "restore";
+  }
+
+  // A cache moved into the overlay goes back by rename. No moved dir: it was never moved (a crash
+  // before the move) or was moved back already; either way the cache dir must be in place.
+  std::string moved_cache(const CacheItem& c) {
+    bool present = disk_.info(store_.resolve(*c.backup_dir), Follow::no).exists();
+    if (!present) {
+      if (disk_.info(c.dir, Follow::no).type != FileType::directory)
+        throw Error("moved cache missing: " + *c.backup_dir);
+      if (!opts_.dry_run) store_.tidy(c.dir);  // the trash of an interrupted move back
+      return "unchanged";
+    }
+    if (!opts_.dry_run) store_.move_dir_back(*c.backup_dir, c.dir);
     return "restore";
   }
 
@@ -423,6 +481,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     release_holds(disk, opts, overlay, done);
     ++report.entries_reverted;
   }
+  if (!opts.dry_run) BackupStore(disk, overlay).purge_trash();
   return report;
 }
 

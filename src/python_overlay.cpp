@@ -115,13 +115,13 @@ void check_overlay_target(Disk& disk, const PyCommon& c) {
 Manifest seed_from(Disk& disk, const fs::path& base, const fs::path& ov) {
   Manifest m = *load_manifest(disk, base);
   m.natives.clear();
-  walk_tree(disk, base, [&](const fs::path& rel, const FileInfo& fi) {
+  walk_tree(disk, base, [&](const fs::path& rel, FileType type) {
     std::string top = rel.begin()->string();
-    if (top == kBackupDirName || top == "_logs" || top == kManifestName || top == "sitecustomize.py" ||
+    if (top == kBackupDirName || top == "_trash" || top == "_logs" || top == kManifestName || top == "sitecustomize.py" ||
         rel.filename().string().rfind('.', 0) == 0)
       return WalkStep::skip;
-    if (fi.type == FileType::directory) make_dirs(disk, ov / rel);
-    if (fi.type == FileType::regular) replace_file_atomically(disk, base / rel, ov / rel, fi.mode);
+    if (type == FileType::directory) make_dirs(disk, ov / rel);
+    if (type == FileType::regular) replace_file_atomically(disk, base / rel, ov / rel, disk.info(base / rel, Follow::no).mode);
     return WalkStep::descend;
   });
   return m;

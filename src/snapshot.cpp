@@ -1,7 +1,5 @@
 #include "overlay/snapshot.hpp"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -9,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "overlay/archive_api.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
@@ -18,17 +17,19 @@ namespace {
 
 constexpr std::size_t kChunk = 1 << 20;
 
+const ArchiveApi& A() { return archive_api(); }
+
 struct ArchiveDeleter {
-  void operator()(archive* a) const { archive_free(a); }
+  void operator()(archive* a) const { A().archive_free(a); }
 };
 using ArchivePtr = std::unique_ptr<archive, ArchiveDeleter>;
 struct EntryDeleter {
-  void operator()(archive_entry* e) const { archive_entry_free(e); }
+  void operator()(archive_entry* e) const { A().archive_entry_free(e); }
 };
 using EntryPtr = std::unique_ptr<archive_entry, EntryDeleter>;
 
 [[noreturn]] void arch_fail(archive* a, const std::string& what) {
-  const char* msg = archive_error_string(a);
+  const char* msg = A().archive_error_string(a);
   throw Error(what + ": " + (msg ? msg : "libarchive error"));
 }
 
@@ -63,15 +64,15 @@ mode_t type_bits(FileType t) {
 void write_member(archive* a, Disk& disk, const fs::path& abs, const std::string& name,
                   const FileInfo& fi, std::vector<char>& buf) {
   if (fi.type == FileType::other) throw Error("cannot snapshot special file " + abs.string());
-  EntryPtr e(archive_entry_new());
-  archive_entry_set_pathname(e.get(), name.c_str());
-  archive_entry_set_mode(e.get(), type_bits(fi.type) | fi.mode);
-  archive_entry_set_mtime(e.get(), fi.mtime.tv_sec, fi.mtime.tv_nsec);
-  archive_entry_set_uid(e.get(), fi.uid);
-  archive_entry_set_gid(e.get(), fi.gid);
-  if (fi.type == FileType::symlink) archive_entry_set_symlink(e.get(), disk.read_link(abs).c_str());
-  archive_entry_set_size(e.get(), fi.type == FileType::regular ? static_cast<la_int64_t>(fi.size) : 0);
-  if (archive_write_header(a, e.get()) != ARCHIVE_OK) arch_fail(a, "tar header for " + abs.string());
+  EntryPtr e(A().archive_entry_new());
+  A().archive_entry_set_pathname(e.get(), name.c_str());
+  A().archive_entry_set_mode(e.get(), type_bits(fi.type) | fi.mode);
+  A().archive_entry_set_mtime(e.get(), fi.mtime.tv_sec, fi.mtime.tv_nsec);
+  A().archive_entry_set_uid(e.get(), fi.uid);
+  A().archive_entry_set_gid(e.get(), fi.gid);
+  if (fi.type == FileType::symlink) A().archive_entry_set_symlink(e.get(), disk.read_link(abs).c_str());
+  A().archive_entry_set_size(e.get(), fi.type == FileType::regular ? static_cast<la_int64_t>(fi.size) : 0);
+  if (A().archive_write_header(a, e.get()) != ARCHIVE_OK) arch_fail(a, "tar header for " + abs.string());
   if (fi.type != FileType::regular) return;
   auto in = disk.open_read(abs);
   std::uint64_t left = fi.size;  // a file that grows while read is cut at the size in its header
@@ -79,7 +80,7 @@ void write_member(archive* a, Disk& disk, const fs::path& abs, const std::string
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
     std::size_t n = in->read(buf.data(), want);
     if (n == 0) break;  // shrank: libarchive pads the member with zeros
-    if (archive_write_data(a, buf.data(), n) < 0) arch_fail(a, "tar data for " + abs.string());
+    if (A().archive_write_data(a, buf.data(), n) < 0) arch_fail(a, "tar data for " + abs.string());
     left -= n;
   }
 }
@@ -107,10 +108,10 @@ la_ssize_t source_read(archive*, void* client, const void** out) {
 }
 
 ArchivePtr open_tar(ReadSource& src, const fs::path& tar_path) {
-  ArchivePtr a(archive_read_new());
-  archive_read_support_filter_all(a.get());
-  archive_read_support_format_tar(a.get());
-  if (archive_read_open(a.get(), &src, nullptr, source_read, nullptr) != ARCHIVE_OK)
+  ArchivePtr a(A().archive_read_new());
+  A().archive_read_support_filter_all(a.get());
+  A().archive_read_support_format_tar(a.get());
+  if (A().archive_read_open(a.get(), &src, nullptr, source_read, nullptr) != ARCHIVE_OK)
     arch_fail(a.get(), "open tar " + tar_path.string());
   return a;
 }
@@ -144,16 +145,16 @@ std::vector<Member> scan_tar(Disk& disk, const fs::path& tar_path, const std::st
   std::vector<Member> members;
   archive_entry* e = nullptr;
   int rc;
-  while ((rc = archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
-    const char* p = archive_entry_pathname(e);
+  while ((rc = A().archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
+    const char* p = A().archive_entry_pathname(e);
     std::string raw = p ? p : "";
     Member m{normalize_member(raw), {}};
     check_member_name(raw, m.name);
-    if (const char* h = archive_entry_hardlink(e)) {
+    if (const char* h = A().archive_entry_hardlink(e)) {
       m.hardlink = normalize_member(h);
       check_member_name(h, m.hardlink);
     }
-    mode_t t = archive_entry_filetype(e);
+    mode_t t = A().archive_entry_filetype(e);
     if (t != AE_IFREG && t != AE_IFDIR && t != AE_IFLNK && m.hardlink.empty())
       throw Error("tar member is a special file: " + raw);
     members.push_back(std::move(m));
@@ -230,7 +231,7 @@ void Extractor::write_file(archive* a, const fs::path& p, mode_t mode) {
   size_t size = 0;
   la_int64_t offset = 0, written = 0;
   int rc;
-  while ((rc = archive_read_data_block(a, &block, &size, &offset)) == ARCHIVE_OK) {
+  while ((rc = A().archive_read_data_block(a, &block, &size, &offset)) == ARCHIVE_OK) {
     if (offset > written) {  // sparse hole
       std::vector<char> zeros(static_cast<std::size_t>(offset - written), 0);
       out->write(zeros.data(), zeros.size());
@@ -243,9 +244,9 @@ void Extractor::write_file(archive* a, const fs::path& p, mode_t mode) {
 }
 
 void Extractor::member(archive* a, archive_entry* e, const std::string& name, const std::string& link) {
-  mode_t perm = archive_entry_perm(e);
-  timespec mtime{archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
-  mode_t type = archive_entry_filetype(e);
+  mode_t perm = A().archive_entry_perm(e);
+  timespec mtime{A().archive_entry_mtime(e), A().archive_entry_mtime_nsec(e)};
+  mode_t type = A().archive_entry_filetype(e);
   if (name.empty()) {  // the root itself
     dir_meta_.push_back({name, perm, mtime});
     return;
@@ -269,7 +270,7 @@ void Extractor::member(archive* a, archive_entry* e, const std::string& name, co
   }
   clear_slot(name, p);
   if (type == AE_IFLNK) {
-    const char* target = archive_entry_symlink(e);
+    const char* target = A().archive_entry_symlink(e);
     disk_.make_symlink(target ? target : "", p);
   } else {
     write_file(a, p, perm);
@@ -295,18 +296,18 @@ std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path&
   auto out = disk.create(tar_path, 0600, CreateMode::exclusive);
   Sha256 hash;
   WriteSink sink{out.get(), &hash, {}};
-  ArchivePtr a(archive_write_new());
-  archive_write_set_format_pax_restricted(a.get());
-  archive_write_set_bytes_in_last_block(a.get(), 1);
-  if (archive_write_open(a.get(), &sink, nullptr, sink_write, nullptr) != ARCHIVE_OK)
+  ArchivePtr a(A().archive_write_new());
+  A().archive_write_set_format_pax_restricted(a.get());
+  A().archive_write_set_bytes_in_last_block(a.get(), 1);
+  if (A().archive_write_open(a.get(), &sink, nullptr, sink_write, nullptr) != ARCHIVE_OK)
     arch_fail(a.get(), "create tar " + tar_path.string());
   std::vector<char> buf(kChunk);
   write_member(a.get(), disk, dir, ".", disk.info(dir, Follow::no), buf);
-  walk_tree(disk, dir, [&](const fs::path& rel, const FileInfo& fi) {
-    write_member(a.get(), disk, dir / rel, "./" + rel.string(), fi, buf);
+  walk_tree(disk, dir, [&](const fs::path& rel, FileType) {
+    write_member(a.get(), disk, dir / rel, "./" + rel.string(), disk.info(dir / rel, Follow::no), buf);
     return WalkStep::descend;
   });
-  if (archive_write_close(a.get()) != ARCHIVE_OK)
+  if (A().archive_write_close(a.get()) != ARCHIVE_OK)
     arch_fail(a.get(), "finish tar " + tar_path.string() + (sink.error.empty() ? "" : " (" + sink.error + ")"));
   out->sync();
   out->close();
@@ -326,13 +327,13 @@ void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest,
   Extractor x(disk, dest);
   archive_entry* e = nullptr;
   int rc;
-  while ((rc = archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
-    const char* p = archive_entry_pathname(e);
+  while ((rc = A().archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
+    const char* p = A().archive_entry_pathname(e);
     std::string raw = p ? p : "";
     std::string name = normalize_member(raw);
     check_member_name(raw, name);  // again: the file may have changed since the scan
     std::string link;
-    if (const char* h = archive_entry_hardlink(e)) {
+    if (const char* h = A().archive_entry_hardlink(e)) {
       link = normalize_member(h);
       check_member_name(h, link);
       link = strip_prefix(link, prefix);

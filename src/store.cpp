@@ -1,5 +1,9 @@
 #include "overlay/store.hpp"
 
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <chrono>
 
 #include "overlay/error.hpp"
@@ -8,9 +12,13 @@
 #include "overlay/snapshot.hpp"
 
 namespace overlay {
+namespace {
+// Below this, freeing a replaced file on the spot is cheaper than a background process.
+constexpr std::uint64_t kParkBytes = 16u << 20;
+}  // namespace
 
 std::string BackupStore::new_entry() {
-  disk_.make_dir(overlay_ / kBackupDirName, 0755);
+  backup_dir_created_ = disk_.make_dir(overlay_ / kBackupDirName, 0755);
   auto now = std::chrono::system_clock::now().time_since_epoch();
   auto secs = std::chrono::duration_cast<std::chrono::seconds>(now).count();
   for (int attempt = 0; attempt < 16; ++attempt) {
@@ -26,6 +34,7 @@ SavedFile BackupStore::save_file(const std::string& id, const std::string& label
   SavedFile s;
   s.backup = rel;
   s.mode = fi.mode;
+  s.stamp = stamp_of(fi);
   s.sha256 = copy_file_hashing(disk_, file, overlay_ / rel, fi.mode, Durable::yes);
   return s;
 }
@@ -40,9 +49,9 @@ SavedFile BackupStore::save_dir_tar(const std::string& id, const std::string& la
 }
 
 void BackupStore::sync_entry(const std::string& id) {
-  disk_.sync_dir(entry_dir(id));
-  disk_.sync_dir(overlay_ / kBackupDirName);
-  disk_.sync_dir(overlay_);
+  disk_.sync_dir(entry_dir(id));               // the backup files' names
+  disk_.sync_dir(overlay_ / kBackupDirName);   // the entry directory's name
+  if (backup_dir_created_) disk_.sync_dir(overlay_);  // _native_backup's own name, when new
 }
 
 fs::path BackupStore::resolve(const std::string& rel) const {
@@ -61,9 +70,11 @@ fs::path BackupStore::resolve(const std::string& rel) const {
 
 void BackupStore::forget(const std::string& rel) {
   fs::path p = resolve(rel);
-  if (disk_.info(p, Follow::no).exists()) disk_.remove(p);
+  remove_tree(disk_, p);
   fs::path parent = p.parent_path();
-  if (parent.parent_path().filename() == kBackupDirName && disk_.list_dir(parent).empty()) disk_.remove(parent);
+  bool entry_dir = parent.parent_path().filename() == kBackupDirName;
+  if (entry_dir && disk_.info(parent, Follow::no).type == FileType::directory && disk_.list_dir(parent).empty())
+    disk_.remove(parent);
 }
 
 void BackupStore::drop_entry(const std::string& id) { remove_tree(disk_, entry_dir(id)); }
@@ -78,28 +89,45 @@ void sweep_leftovers(Disk& disk, const fs::path& p) {
   fs::path parent = p.parent_path();
   if (!disk.info(parent, Follow::no).exists()) return;
   std::string prefix = "." + p.filename().string() + ".overlay-";
-  for (const auto& name : disk.list_dir(parent))
-    if (name.rfind(prefix, 0) == 0) remove_tree(disk, parent / name);
+  for (const auto& e : disk.list_dir(parent))
+    if (e.name.rfind(prefix, 0) == 0) remove_tree(disk, parent / e.name);
 }
 
-bool holds_bytes(Disk& disk, const fs::path& p, const std::string& sha256) {
-  FileInfo fi = disk.info(p, Follow::no);
-  return fi.type == FileType::regular && hash_file(disk, p) == sha256;
-}
 
 }  // namespace
 
 bool BackupStore::restore_file(const std::string& rel, const std::string& sha256, const fs::path& path,
-                               std::optional<mode_t> mode) {
+                               std::optional<mode_t> mode, const std::optional<FileStamp>& stamp) {
   sweep_leftovers(disk_, path);  // a temp of an interrupted swap or restore
-  if (holds_bytes(disk_, path, sha256)) return false;
-  fs::path backup = resolve(rel);
-  FileInfo bi = disk_.info(backup, Follow::no);
-  if (!bi.exists()) throw Error("backup missing: " + rel);
-  if (bi.type != FileType::regular) throw Error("backup is not a regular file: " + rel);
   FileInfo cur = disk_.info(path, Follow::no);
   if (cur.type == FileType::directory) throw Error("a directory now stands at " + path.string());
+  bool maybe_original = cur.type == FileType::regular && (!stamp || stamp_of(cur) == *stamp);
+  if (maybe_original && hash_file(disk_, path) == sha256) return false;
+  fs::path backup = resolve(rel);
+  FileInfo bi = disk_.info(backup, Follow::no);
+  if (!bi.exists()) {
+    // Consumed by an earlier restore that was interrupted before the manifest was updated?
+    if (!maybe_original && cur.type == FileType::regular && hash_file(disk_, path) == sha256) return false;
+    throw Error("backup missing: " + rel);
+  }
+  if (bi.type != FileType::regular) throw Error("backup is not a regular file: " + rel);
   make_dirs(disk_, path.parent_path());
+  if (bi.dev == disk_.info(path.parent_path(), Follow::yes).dev) {
+    std::string got = hash_file(disk_, backup);  // the one read: proves the backup
+    if (got != sha256) throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
+    if (mode && *mode != bi.mode) disk_.set_mode(backup, *mode);
+    if (cur.exists()) disk_.set_owner(backup, cur.uid, cur.gid);
+    // A fresh mtime, as a copy would have: the restored file must look newer than anything the
+    // candidate's build produced from the patched one, so the next incremental build redoes it.
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    disk_.set_mtime(backup, now);
+    if (cur.type == FileType::regular && cur.size >= kParkBytes) park(path, true);  // freed later, elsewhere
+    disk_.rename(backup, path);  // the verified inode itself goes back: nothing to re-check
+    disk_.sync_dir(path.parent_path());
+    disk_.sync_dir(backup.parent_path());
+    return true;
+  }
   fs::path tmp = sibling_temp_path(path, "overlay-restore");
   // One read proves the backup and produces the restored bytes: the copy is hashed as written.
   std::string got = copy_file_hashing(disk_, backup, tmp, mode.value_or(bi.mode), Durable::yes);
@@ -110,6 +138,36 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
   if (cur.exists()) disk_.set_owner(tmp, cur.uid, cur.gid);
   disk_.rename(tmp, path);
   disk_.sync_dir(path.parent_path());
+  return true;
+}
+
+std::string BackupStore::moved_dir_name(const std::string& id, const std::string& label) const {
+  return std::string(kBackupDirName) + "/" + id + "/" + label + ".dir";
+}
+
+void BackupStore::move_dir_in(const fs::path& dir, const std::string& rel) {
+  fs::path dest = resolve(rel);
+  disk_.rename(dir, dest);
+  disk_.sync_dir(dir.parent_path());
+  disk_.sync_dir(dest.parent_path());
+}
+
+bool BackupStore::move_dir_back(const std::string& rel, const fs::path& dir) {
+  fs::path moved = resolve(rel);
+  FileInfo mi = disk_.info(moved, Follow::no);
+  if (!mi.exists()) return false;
+  if (mi.type != FileType::directory) throw Error("moved cache is not a directory: " + rel);
+  FileInfo cur = disk_.info(dir, Follow::no);
+  if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
+  sweep_leftovers(disk_, dir);
+  make_dirs(disk_, dir.parent_path());
+  fs::path trash = sibling_temp_path(dir, "overlay-trash");
+  bool parked = cur.exists() && park(dir, false);
+  if (cur.exists() && !parked) disk_.rename(dir, trash);
+  disk_.rename(moved, dir);
+  disk_.sync_dir(dir.parent_path());
+  disk_.sync_dir(moved.parent_path());
+  if (!parked) remove_tree(disk_, trash);
   return true;
 }
 
@@ -148,6 +206,43 @@ void BackupStore::remove_dir(const fs::path& dir) {
   disk_.rename(dir, trash);
   disk_.sync_dir(dir.parent_path());
   remove_tree(disk_, trash);
+}
+
+void BackupStore::tidy(const fs::path& p) { sweep_leftovers(disk_, p); }
+
+bool BackupStore::park(const fs::path& p, bool hard_link) {
+  fs::path trash = overlay_ / "_trash";
+  make_dirs(disk_, trash, 0700);
+  if (disk_.info(trash, Follow::no).dev != disk_.info(p, Follow::no).dev) return false;
+  fs::path dest = trash / random_hex(8);
+  if (hard_link)
+    disk_.make_hardlink(p, dest);
+  else
+    disk_.rename(p, dest);
+  return true;
+}
+
+void BackupStore::purge_trash() {
+  fs::path trash = overlay_ / "_trash";
+  if (disk_.info(trash, Follow::no).type != FileType::directory || disk_.list_dir(trash).empty()) return;
+  pid_t child = ::fork();
+  if (child < 0) {  // no process to spare: delete here
+    remove_tree(disk_, trash);
+    return;
+  }
+  if (child == 0) {
+    // The intermediate child exits at once so the caller is not kept waiting; the grandchild,
+    // reparented and in its own session, deletes.
+    if (::fork() == 0) {
+      ::setsid();
+      try {
+        remove_tree(disk_, trash);
+      } catch (...) {
+      }
+    }
+    ::_exit(0);
+  }
+  ::waitpid(child, nullptr, 0);
 }
 
 }  // namespace overlay

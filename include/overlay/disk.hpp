@@ -25,6 +25,7 @@ struct FileInfo {
   uid_t uid = 0;
   gid_t gid = 0;
   dev_t dev = 0;
+  ino_t ino = 0;
   timespec mtime{};
   timespec ctime{};
   bool exists() const { return type != FileType::none; }
@@ -45,6 +46,12 @@ class WriteHandle {
   // fsync: the bytes written so far are durable when this returns.
   virtual void sync() = 0;
   virtual void close() = 0;
+};
+
+// A directory entry with the type readdir reported (FileType::none when it did not say).
+struct DirEntry {
+  std::string name;
+  FileType type = FileType::none;
 };
 
 enum class CreateMode { exclusive, truncate };
@@ -68,7 +75,9 @@ class Disk {
   virtual bool make_dir(const fs::path& p, mode_t mode) = 0;
   // Removes a file, a symlink or an empty directory.
   virtual void remove(const fs::path& p) = 0;
-  virtual std::vector<std::string> list_dir(const fs::path& dir) = 0;
+  // The entries of a directory ("." and ".." left out), typed from readdir's d_type: walking a
+  // tree needs no stat per entry, as find does not.
+  virtual std::vector<DirEntry> list_dir(const fs::path& dir) = 0;
   virtual void make_symlink(const std::string& target, const fs::path& link) = 0;
   virtual std::string read_link(const fs::path& p) = 0;
   virtual void make_hardlink(const fs::path& existing, const fs::path& link) = 0;

@@ -39,11 +39,12 @@ void make_dirs(Disk& disk, const fs::path& p, mode_t mode = 0755);
 
 enum class WalkStep { descend, skip };
 // Visits every entry below root (pre-order, sorted names, root itself excluded) without
-// following symlinks; `rel` is relative to root. Returning skip on a directory prunes it.
+// following symlinks; `rel` is relative to root, `type` comes from readdir (an lstat only where
+// the filesystem does not report it). Returning skip on a directory prunes it.
 // A directory that cannot be listed throws, unless on_error is given: then it is reported
 // there and skipped.
 void walk_tree(Disk& disk, const fs::path& root,
-               const std::function<WalkStep(const fs::path& rel, const FileInfo& fi)>& visit,
+               const std::function<WalkStep(const fs::path& rel, FileType type)>& visit,
                const std::function<void(const fs::path& dir, const std::string& why)>& on_error = {});
 
 // A fresh name beside p for a temporary: "<dir>/.<name>.<tag>-<random>".

@@ -21,12 +21,25 @@ using json = nlohmann::json;
 inline constexpr const char* kManifestName = "_overlay_manifest.json";
 inline constexpr int kManifestFormat = 1;
 
+// What a backed-up file looked like: tells cheaply that it has changed since (any field differs),
+// without reading it. Equal stamps still get a hash before anything is called original.
+struct FileStamp {
+  std::uint64_t size = 0;
+  std::uint64_t ino = 0;
+  std::int64_t mtime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+// The stamp of an existing file's current state.
+FileStamp stamp_of(const FileInfo& fi);
+
 struct SourceItem {
   std::string install_path;                   // absolute
   std::string backup;                         // relative to the overlay
   std::string sha256;                         // the original contents
   std::optional<std::string> patched_sha256;  // what the tool wrote (added key)
   std::optional<mode_t> mode;                 // original mode (added key)
+  std::optional<FileStamp> stamp;             // original size/inode/mtime (added keys)
   json raw = json::object();                  // the item as read
 };
 
@@ -36,14 +49,16 @@ struct ArtifactItem {
   std::optional<std::string> backup;  // set when existed
   std::optional<std::string> sha256;  // set when existed
   std::optional<mode_t> mode;
+  std::optional<FileStamp> stamp;
   json raw = json::object();
 };
 
 struct CacheItem {
   std::string dir;  // absolute
   bool existed = false;
-  std::optional<std::string> backup_tar;  // set when existed
+  std::optional<std::string> backup_tar;  // tar snapshot (when existed and not moved)
   std::optional<std::string> sha256;      // SHA-256 of the tar (added key; absent in legacy)
+  std::optional<std::string> backup_dir;  // the cache dir itself, moved into the overlay (added key)
   json raw = json::object();
 };
 

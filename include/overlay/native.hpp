@@ -16,6 +16,11 @@ namespace overlay {
 
 class PatchedCopy;
 
+// How a cache dir is kept: moved into the overlay (one rename on the same filesystem, every
+// inode attribute kept), or a tar (any filesystem; what overlay_setup.py can read). auto: move
+// where the cache and the overlay share a filesystem, tar elsewhere.
+enum class CacheSnapshot { automatic, move, tar };
+
 struct AddNativeRequest {
   fs::path overlay;
   std::vector<fs::path> targets;
@@ -30,6 +35,7 @@ struct AddNativeRequest {
   std::optional<double> build_timeout;
   bool force = false;    // take over installed files another overlay still holds
   fs::path state_dir;    // the hold registry; empty: HoldRegistry::default_state_dir()
+  CacheSnapshot cache_snapshot = CacheSnapshot::automatic;
 };
 
 // A validated request: every input checked, every patched content ready. Nothing touched yet.
@@ -43,6 +49,7 @@ struct NativePlan {
   std::vector<Swap> swaps;
   std::vector<fs::path> artifacts;
   std::vector<fs::path> caches;
+  std::vector<bool> move_cache;  // per cache: move it (true) or tar it
   std::vector<std::vector<std::string>> build_cmds;
   fs::path build_cwd;
   std::optional<Owner> owner;

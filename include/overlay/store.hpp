@@ -6,6 +6,7 @@
 #include <string>
 
 #include "overlay/disk.hpp"
+#include "overlay/manifest.hpp"
 
 namespace overlay {
 
@@ -15,6 +16,7 @@ struct SavedFile {
   std::string backup;  // relative to the overlay
   std::string sha256;  // of the original bytes (the copy was hashed as it was written)
   mode_t mode = 0;
+  FileStamp stamp;     // the original's size, inode and mtime
 };
 
 class BackupStore {
@@ -35,18 +37,36 @@ class BackupStore {
   fs::path resolve(const std::string& rel) const;
 
   // Puts the original bytes back at `path` from backup `rel`. The backup is proven against
-  // `sha256` as it is read; then it is renamed into place (or, across filesystems, copied beside
-  // and renamed), so a reader never sees a torn file. Returns false when `path` already holds
-  // the original bytes (nothing to do). Throws Error with the reason otherwise.
+  // `sha256` by one read; then, on the same filesystem, it is renamed into place (O(1), the
+  // backup is consumed); across filesystems it is copied beside `path` while hashed and renamed.
+  // A reader never sees a torn file. Returns false when `path` already holds the original bytes
+  // (judged by `stamp` first, so a rebuilt file is not read at all). Throws Error otherwise.
   bool restore_file(const std::string& rel, const std::string& sha256, const fs::path& path,
-                    std::optional<mode_t> mode);
+                    std::optional<mode_t> mode, const std::optional<FileStamp>& stamp);
+  // Moves directory `dir` into the entry as "<label>.dir" (same filesystem: one rename, every
+  // inode attribute kept). Returns the backup's relative path; nothing is moved yet.
+  std::string moved_dir_name(const std::string& id, const std::string& label) const;
+  void move_dir_in(const fs::path& dir, const std::string& rel);
+  // Renames a moved-in directory back over `dir` (whatever stands there is removed). Returns
+  // false when there is nothing to move back (never moved, or moved back already).
+  bool move_dir_back(const std::string& rel, const fs::path& dir);
   // Replaces directory `dir` by the contents of tar backup `rel` (proven against sha256 when
   // recorded): extracted beside, then swapped in by rename.
   void restore_dir(const std::string& rel, const std::optional<std::string>& sha256, const fs::path& dir);
   // Removes `dir` (a cache the entry created): renamed aside first, then deleted.
   void remove_dir(const fs::path& dir);
 
-  // Deletes one backup (missing is fine) and, for entry directories, the directory once empty.
+  // Bytes the revert replaces (a rebuilt artifact, a rebuilt cache dir) are parked in
+  // <overlay>/_trash/ on the same filesystem instead of being freed on the spot (freeing a large
+  // file's blocks costs as much as reading it); purge_trash() then deletes them in a detached
+  // process, so the caller does not wait. Leftovers of a killed purge go with the next one.
+  void purge_trash();
+
+  // Removes our hidden siblings of `p` (".<name>.overlay-*") left by an interrupted operation.
+  void tidy(const fs::path& p);
+
+  // Deletes one backup, file or moved directory (missing is fine) and, for entry directories,
+  // the directory once empty.
   void forget(const std::string& rel);
   // Deletes the whole entry directory (after a failed add-native, before the manifest named it).
   void drop_entry(const std::string& id);
@@ -57,6 +77,9 @@ class BackupStore {
   fs::path entry_dir(const std::string& id) const { return overlay_ / kBackupDirName / id; }
   Disk& disk_;
   fs::path overlay_;
+  bool backup_dir_created_ = false;
+  // Moves `p` (whose filesystem is the overlay's) into _trash/, or returns false.
+  bool park(const fs::path& p, bool hard_link);
 };
 
 }  // namespace overlay

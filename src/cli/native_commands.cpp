@@ -29,6 +29,7 @@ struct AddNativeFlags {
   std::string patch, build_cwd;
   pid_t owner_pid = 0;
   double build_timeout = 0;
+  std::string cache_snapshot = "auto";
 };
 
 int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
@@ -46,6 +47,9 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
     r.owner_pid = static_cast<pid_t>(std::atol(env));
   }
   if (f.build_timeout > 0) r.build_timeout = f.build_timeout;
+  r.cache_snapshot = f.cache_snapshot == "move"  ? CacheSnapshot::move
+                     : f.cache_snapshot == "tar" ? CacheSnapshot::tar
+                                                 : CacheSnapshot::automatic;
   r.lock_timeout = g.lock_timeout;
 
   NativePlan plan = plan_add_native(disk, r);
@@ -128,6 +132,9 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
   add->add_option("--invalidate-cache", f->caches, "Cache directory to snapshot and clear (repeatable)");
   add->add_option("--build-cmd", f->req.build_cmds, "Build command, split like sh, never run by one (repeatable)");
   add->add_option("--build-cwd", f->build_cwd, "Working directory of the build (default: current)");
+  add->add_option("--cache-snapshot", f->cache_snapshot,
+                  "How caches are kept: auto (move when on the overlay's filesystem, else tar), move, tar")
+      ->check(CLI::IsMember({"auto", "move", "tar"}));
   add->add_flag("--force", f->req.force, "Patch files another overlay still holds (stacking its in-place changes)");
   add->add_option("--owner-pid", f->owner_pid, "Process owning this run; gc-stale spares it while alive (env OVERLAY_OWNER_PID)");
   add->add_option("--build-timeout", f->build_timeout, "Kill the build's process group after SECONDS");

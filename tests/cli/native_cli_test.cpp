@@ -277,3 +277,26 @@ TEST_F(Cli, SecondOverlayRefusedOnAHeldFileUnlessForced) {
   EXPECT_EQ(run_overlay({"revert", "--overlay", other}, {}, env).rc, 0);
   EXPECT_TRUE(fs::is_empty(t / "state/holds"));
 }
+
+TEST_F(Cli, CacheSnapshotModesRoundTrip) {
+  for (std::string mode : {"tar", "move", "auto"}) {
+    Cmd a = add({"--invalidate-cache", in.cache.string(), "--cache-snapshot", mode, "--build-cwd", in.root.string(),
+                 "--build-cmd", "sh -c 'mkdir cache && echo new > cache/f'"});
+    ASSERT_EQ(a.rc, 0) << mode << ": " << a.err;
+    json c = manifest()["natives"][0]["caches"][0];
+    if (mode == "tar") {
+      EXPECT_TRUE(c["backup_tar"].is_string()) << c;
+      EXPECT_TRUE(fs::is_regular_file(t / "ov" / c["backup_tar"].get<std::string>()));
+    } else {
+      EXPECT_TRUE(c["backup_tar"].is_null()) << c;
+      EXPECT_TRUE(fs::is_directory(t / "ov" / c["backup_dir"].get<std::string>()));  // moved, not copied
+    }
+    EXPECT_EQ(read_file(in.cache / "f"), "new\n");
+    Cmd r = revert();
+    ASSERT_EQ(r.rc, 0) << mode << ": " << r.err;
+    EXPECT_EQ(tree_digest(in.root), before) << mode;
+    EXPECT_TRUE(fs::is_empty(t / "ov/_native_backup")) << mode;
+  }
+  Cmd bad = add({"--invalidate-cache", in.cache.string(), "--cache-snapshot", "copy"});
+  EXPECT_EQ(bad.rc, 2);
+}

@@ -30,9 +30,10 @@ void make_workload(const fs::path& root) {
     write_file(in.cache / ("d" + std::to_string(i % 40)) / ("f" + std::to_string(i)), std::to_string(i) + small);
 }
 
-std::vector<std::string> add_args(const fs::path& t) {
+// Trials alternate the cache snapshot: moved into the overlay, or a tar.
+std::vector<std::string> add_args(const fs::path& t, const char* snapshot = "auto") {
   fs::path r = t / "inst";
-  return {"add-native", "--overlay", (t / "ov").string(), "--target", (r / "src/kernel.cpp").string(), "--patched-file",
+  return {"add-native", "--cache-snapshot", snapshot, "--overlay", (t / "ov").string(), "--target", (r / "src/kernel.cpp").string(), "--patched-file",
           (t / "patched.cpp").string(), "--artifact", (r / "lib/libk.so").string(), "--invalidate-cache", (r / "cache").string(),
           "--build-cwd", r.string(), "--build-cmd",
           "sh -c 'head -c 67108864 /dev/zero > lib/libk.so; mkdir -p cache/x; for i in 1 2 3 4 5 6 7 8; do echo $i > cache/x/$i; done'"};
@@ -79,12 +80,13 @@ TEST(Crash, KillAnywhereThenRevertOrGcRestores) {
     int sig = (i / 2) % 4 == 3 ? SIGTERM : SIGKILL;
     Trial tr(base / "pristine");
     std::string ov = (tr.t / "ov").string();
+    const char* snapshot = (i / 2) % 2 ? "tar" : "auto";
     if (during_revert) {
-      ASSERT_EQ(wait_rc(spawn_overlay(add_args(tr.t.path()), state)), 0);
+      ASSERT_EQ(wait_rc(spawn_overlay(add_args(tr.t.path(), snapshot), state)), 0);
     }
     double window = during_revert ? revert_time : add_time;
     auto delay = std::chrono::duration<double>(std::uniform_real_distribution<double>(0, window)(rng));
-    pid_t pid = spawn_overlay(during_revert ? std::vector<std::string>{"revert", "--overlay", ov} : add_args(tr.t.path()), state);
+    pid_t pid = spawn_overlay(during_revert ? std::vector<std::string>{"revert", "--overlay", ov} : add_args(tr.t.path(), snapshot), state);
     std::this_thread::sleep_for(delay);
     ::kill(pid, sig);
     ++trials[during_revert];
@@ -98,7 +100,7 @@ TEST(Crash, KillAnywhereThenRevertOrGcRestores) {
     failures += r.rc != 0 || after != tr.before;
     EXPECT_EQ(r.rc, 0) << "trial " << i << ": " << r.err;
     EXPECT_EQ(after, tr.before)
-        << "trial " << i << ": signal " << sig << " during " << (during_revert ? "revert" : "add-native") << " after "
+        << "trial " << i << " (" << snapshot << "): signal " << sig << " during " << (during_revert ? "revert" : "add-native") << " after "
         << delay.count() << " s";
   }
   std::printf("crash: %d trials during add-native (%d killed mid-run), %d during revert (%d killed mid-run), "

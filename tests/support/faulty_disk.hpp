@@ -27,7 +27,7 @@ class FaultyDisk : public Disk {
   void sync_filesystem(const fs::path& p) override { tick("syncfs", p); inner_.sync_filesystem(p); }
   bool make_dir(const fs::path& p, mode_t m) override { tick("mkdir", p); return inner_.make_dir(p, m); }
   void remove(const fs::path& p) override { tick("remove", p); inner_.remove(p); }
-  std::vector<std::string> list_dir(const fs::path& d) override { return inner_.list_dir(d); }
+  std::vector<DirEntry> list_dir(const fs::path& d) override { return inner_.list_dir(d); }
   void make_symlink(const std::string& t, const fs::path& l) override { tick("symlink", l); inner_.make_symlink(t, l); }
   std::string read_link(const fs::path& p) override { return inner_.read_link(p); }
   void make_hardlink(const fs::path& e, const fs::path& l) override { tick("link", l); inner_.make_hardlink(e, l); }

@@ -80,9 +80,9 @@ TEST(WalkTree, PreOrderSortedNoFollowAndPrune) {
   write_file(t / "r/c/skip/deep", "");
   fs::create_symlink(t / "r/b", t / "r/link");
   std::vector<std::string> seen;
-  walk_tree(real_disk(), t / "r", [&](const fs::path& rel, const FileInfo& fi) {
+  walk_tree(real_disk(), t / "r", [&](const fs::path& rel, FileType type) {
     seen.push_back(rel.string());
-    return rel == "c" || fi.type == FileType::symlink ? WalkStep::skip : WalkStep::descend;
+    return rel == "c" || type == FileType::symlink ? WalkStep::skip : WalkStep::descend;
   });
   EXPECT_EQ(seen, (std::vector<std::string>{"a", "b", "b/x", "c", "link"}));
 }

@@ -89,6 +89,7 @@ TEST(Native, FaultSweepDuringAdd) {
     EXPECT_TRUE(r.ok()) << "fault at op " << n << ": " << (r.problems.empty() ? "" : r.problems[0].path + ": " + r.problems[0].reason);
     EXPECT_EQ(tree_digest(h.in.root), h.before) << "fault at op " << n;
   }
+  std::printf("fault sweep (add-native): %ld faults injected (ENOSPC/EIO), one per disk operation\n", ops);
 }
 
 // Every mutating disk operation of revert fails in turn; a second revert must finish the job.
@@ -115,6 +116,7 @@ TEST(Native, FaultSweepDuringRevert) {
     EXPECT_TRUE(r.ok()) << "fault at op " << n << ": " << (r.problems.empty() ? "" : r.problems[0].reason);
     EXPECT_EQ(tree_digest(f.in.root), f.before) << "fault at op " << n;
   }
+  std::printf("fault sweep (revert): %ld faults injected (EACCES), one per disk operation\n", ops);
 }
 
 TEST(Native, NewestFirstAcrossStackedEntries) {

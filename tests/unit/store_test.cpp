@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <set>
 
 #include "overlay/error.hpp"
@@ -28,10 +30,10 @@ TEST(BackupStore, SaveAndRestoreFile) {
   EXPECT_EQ(saved.mode, 0750u);
   EXPECT_EQ(read_file(t / "ov" / saved.backup), "original");
   write_file(t / "inst/f", "patched", 0644);
-  EXPECT_TRUE(s.restore_file(saved.backup, saved.sha256, t / "inst/f", saved.mode));
+  EXPECT_TRUE(s.restore_file(saved.backup, saved.sha256, t / "inst/f", saved.mode, saved.stamp));
   EXPECT_EQ(read_file(t / "inst/f"), "original");
   EXPECT_EQ(fs::status(t / "inst/f").permissions(), static_cast<fs::perms>(0750));
-  EXPECT_FALSE(s.restore_file(saved.backup, saved.sha256, t / "inst/f", saved.mode));  // already original
+  EXPECT_FALSE(s.restore_file(saved.backup, saved.sha256, t / "inst/f", saved.mode, saved.stamp));  // already original
   s.forget(saved.backup);
   EXPECT_FALSE(fs::exists(t / "ov" / saved.backup));
   EXPECT_FALSE(fs::exists(t / "ov/_native_backup" / id));
@@ -46,7 +48,7 @@ TEST(BackupStore, TamperedBackupRefusedAndTargetUntouched) {
   write_file(t / "ov" / saved.backup, "tampered");
   write_file(t / "inst/f", "patched");
   try {
-    s.restore_file(saved.backup, saved.sha256, t / "inst/f", std::nullopt);
+    s.restore_file(saved.backup, saved.sha256, t / "inst/f", std::nullopt, saved.stamp);
     FAIL() << "restored from a tampered backup";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos);
@@ -80,4 +82,19 @@ TEST(BackupStore, RestoreDirReplacesWholeTree) {
   EXPECT_EQ(tree_digest(in.cache), before);
   for (const auto& e : fs::directory_iterator(in.root))
     EXPECT_EQ(e.path().filename().string().find(".cache.overlay-"), std::string::npos) << e.path();
+}
+
+TEST(BackupStore, LargeReplacedFileFreedInTheBackground) {
+  TempDir t;
+  write_file(t / "inst/big", std::string(17 << 20, 'o'));
+  fs::create_directories(t / "ov");
+  BackupStore s(real_disk(), t / "ov");
+  SavedFile saved = s.save_file(s.new_entry(), "art_0", t / "inst/big");
+  write_file(t / "inst/big", std::string(17 << 20, 'r'));  // the rebuild
+  EXPECT_TRUE(s.restore_file(saved.backup, saved.sha256, t / "inst/big", saved.mode, saved.stamp));
+  EXPECT_EQ(file_sha256(t / "inst/big"), saved.sha256);
+  EXPECT_EQ(std::distance(fs::directory_iterator(t / "ov/_trash"), fs::directory_iterator()), 1);  // parked, not freed
+  s.purge_trash();
+  for (int i = 0; i < 500 && !fs::is_empty(t / "ov/_trash"); ++i) ::usleep(10000);
+  EXPECT_TRUE(fs::is_empty(t / "ov/_trash"));
 }
