@@ -104,6 +104,25 @@ void hash_ring(ChunkRing& ring, Sha256& h) {
   }
 }
 
+// Reads `in` to the end on this thread (writing each chunk to `out` when given) while a second
+// thread hashes the same chunks.
+void stream_hashing(ReadHandle& in, Sha256& h, WriteHandle* out) {
+  ChunkRing ring;
+  run_pipeline(
+      ring,
+      [&] {
+        for (;;) {
+          char* buf = ring.acquire();
+          if (buf == nullptr) return;
+          std::size_t n = in.read(buf, kChunk);
+          if (n > 0 && out != nullptr) out->write(buf, n);
+          ring.publish(n);
+          if (n == 0) return;
+        }
+      },
+      [&] { hash_ring(ring, h); });
+}
+
 }  // namespace
 
 // Small files are copied on this thread: a second thread costs more than it saves.
@@ -128,21 +147,7 @@ std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& d
     return sha;
   }
   Sha256 h;
-  ChunkRing ring;
-  // This thread reads and writes; the other hashes the same buffers meanwhile.
-  run_pipeline(
-      ring,
-      [&] {
-        for (;;) {
-          char* buf = ring.acquire();
-          if (buf == nullptr) return;
-          std::size_t n = in->read(buf, kChunk);
-          if (n > 0) out->write(buf, n);
-          ring.publish(n);
-          if (n == 0) return;
-        }
-      },
-      [&] { hash_ring(ring, h); });
+  stream_hashing(*in, h, out.get());
   if (durable == Durable::yes) out->sync();
   out->close();
   return h.finish_hex();
@@ -156,20 +161,7 @@ std::string hash_file(Disk& disk, const fs::path& p) {
     while (std::size_t n = in->read(buf.data(), buf.size())) h.update(buf.data(), n);
     return h.finish_hex();
   }
-  ChunkRing ring;
-  // This thread reads ahead; the other hashes.
-  run_pipeline(
-      ring,
-      [&] {
-        for (;;) {
-          char* buf = ring.acquire();
-          if (buf == nullptr) return;
-          std::size_t n = in->read(buf, kChunk);
-          ring.publish(n);
-          if (n == 0) return;
-        }
-      },
-      [&] { hash_ring(ring, h); });
+  stream_hashing(*in, h, nullptr);
   return h.finish_hex();
 }
 

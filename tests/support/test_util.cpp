@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+
+#include <gtest/gtest.h>
 #include <stdexcept>
 
 #include "overlay/hash.hpp"
@@ -100,6 +102,21 @@ Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd, const
   std::vector<std::string> argv{overlay_binary()};
   argv.insert(argv.end(), args.begin(), args.end());
   return run(argv, cwd, env);
+}
+
+void expect_refused_unchanged(const std::vector<std::vector<std::string>>& cases, const fs::path& root,
+                              const std::function<Cmd(const std::vector<std::string>&)>& run_case) {
+  std::string before = tree_digest(root);
+  for (const auto& c : cases) {
+    Cmd r = run_case(c);
+    std::string shown;
+    for (const auto& w : c) shown += w + " ";
+    EXPECT_GT(r.rc, 0) << shown;
+    EXPECT_LT(r.rc, 128) << shown;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << shown << "-> " << r.err;
+    EXPECT_EQ(r.out, "") << shown;
+    EXPECT_EQ(tree_digest(root), before) << shown;
+  }
 }
 
 pid_t spawn_overlay(const std::vector<std::string>& args, const std::vector<std::string>& env) {

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ fs::path source_dir();
 pid_t spawn_overlay(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
 // Waits for pid: its exit status, or 128 + the signal that killed it.
 int wait_rc(pid_t pid);
+
+// Runs each invocation through `run` and expects a refusal that changes nothing: exit 1..127,
+// exactly one stderr line, nothing on stdout, and the tree under `root` as it was.
+void expect_refused_unchanged(const std::vector<std::vector<std::string>>& cases, const fs::path& root,
+                              const std::function<Cmd(const std::vector<std::string>&)>& run);
 
 // Builds a small install for CLI tests: src/kernel.cpp, lib/libk.so, cache/ with nested dirs,
 // an empty dir, an executable and a symlink.
