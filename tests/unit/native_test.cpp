@@ -67,45 +67,59 @@ TEST(Native, PlanTouchesNothing) {
 }
 
 // Every mutating disk operation of add-native fails in turn; after each failure, revert
-// (with a healthy disk) must bring the install back exactly.
-TEST(Native, FaultSweepDuringAdd) {
-  Fixture f;
+// (with a healthy disk) must bring the install back exactly. Both cache snapshot kinds.
+long sweep_add(CacheSnapshot mode) {
   FaultyDisk counter(real_disk());
   {
     Fixture g;
-    apply_and_build(counter, g.request());
+    AddNativeRequest r = g.request();
+    r.cache_snapshot = mode;
+    apply_and_build(counter, r);
   }
   long ops = counter.count();
-  ASSERT_GT(ops, 20);
+  EXPECT_GT(ops, 20);
   for (long n = 1; n <= ops; ++n) {
     Fixture h;
+    AddNativeRequest req = h.request();
+    req.cache_snapshot = mode;
     FaultyDisk disk(real_disk());
     disk.fail_at(n, n % 2 ? ENOSPC : EIO);
     try {
-      apply_and_build(disk, h.request());
+      apply_and_build(disk, req);
     } catch (const Error&) {
     }
     RevertReport r = revert_natives(real_disk(), h.t / "ov", {});
     EXPECT_TRUE(r.ok()) << "fault at op " << n << ": " << (r.problems.empty() ? "" : r.problems[0].path + ": " + r.problems[0].reason);
     EXPECT_EQ(tree_digest(h.in.root), h.before) << "fault at op " << n;
   }
-  std::printf("fault sweep (add-native): %ld faults injected (ENOSPC/EIO), one per disk operation\n", ops);
+  return ops;
+}
+
+TEST(Native, FaultSweepDuringAdd) {
+  long moved = sweep_add(CacheSnapshot::move), tarred = sweep_add(CacheSnapshot::tar);
+  std::printf("fault sweep (add-native): %ld faults injected (ENOSPC/EIO), one per disk operation (%ld with a moved cache, %ld with a tar)\n",
+              moved + tarred, moved, tarred);
 }
 
 // Every mutating disk operation of revert fails in turn; a second revert must finish the job.
-TEST(Native, FaultSweepDuringRevert) {
+long sweep_revert(CacheSnapshot mode) {
+  auto applied = [&](Fixture& f) {
+    AddNativeRequest r = f.request();
+    r.cache_snapshot = mode;
+    apply_and_build(real_disk(), r);
+  };
   long ops = 0;
   {
     Fixture f;
-    apply_and_build(real_disk(), f.request());
+    applied(f);
     FaultyDisk counter(real_disk());
     revert_natives(counter, f.t / "ov", {});
     ops = counter.count();
   }
-  ASSERT_GT(ops, 10);
+  EXPECT_GT(ops, 10);
   for (long n = 1; n <= ops; ++n) {
     Fixture f;
-    apply_and_build(real_disk(), f.request());
+    applied(f);
     FaultyDisk disk(real_disk());
     disk.fail_at(n, EACCES);
     try {
@@ -116,7 +130,13 @@ TEST(Native, FaultSweepDuringRevert) {
     EXPECT_TRUE(r.ok()) << "fault at op " << n << ": " << (r.problems.empty() ? "" : r.problems[0].reason);
     EXPECT_EQ(tree_digest(f.in.root), f.before) << "fault at op " << n;
   }
-  std::printf("fault sweep (revert): %ld faults injected (EACCES), one per disk operation\n", ops);
+  return ops;
+}
+
+TEST(Native, FaultSweepDuringRevert) {
+  long moved = sweep_revert(CacheSnapshot::move), tarred = sweep_revert(CacheSnapshot::tar);
+  std::printf("fault sweep (revert): %ld faults injected (EACCES), one per disk operation (%ld with a moved cache, %ld with a tar)\n",
+              moved + tarred, moved, tarred);
 }
 
 TEST(Native, NewestFirstAcrossStackedEntries) {
