@@ -12,7 +12,7 @@ INSTALL=$WORK/install
 OV=$WORK/overlay
 
 step() { printf '\n== %s\n' "$*"; }
-show() { printf '$ %s\n' "$*"; "$@"; }
+show() { printf '$'; printf ' %q' "$@"; printf '\n'; "$@"; }
 
 step "1. A fresh 'install': copy the example and build it (CMake + Ninja)"
 mkdir -p "$INSTALL"
