@@ -2,7 +2,8 @@
 # Installs what is missing, configures, builds and runs every test:
 #   1. the release build (warnings as errors): every ctest but the `long` label;
 #   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (fewer crash trials);
-#   3. a fuzz smoke: each libFuzzer target for 20 s (60 s in all).
+#   3. a fuzz smoke: each libFuzzer target for 20 s (60 s in all);
+#   and a bench smoke on a small workload between 1 and 2.
 # Knobs: OVERLAY_SKIP_SANITIZE=1, OVERLAY_SKIP_FUZZ=1 (quicker local runs); `ctest -L long`
 # in build-test runs the long reliability mode (200 crash trials each way).
 set -euo pipefail
@@ -15,6 +16,12 @@ cmake --build build-test
 LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT
 ctest --test-dir build-test --output-on-failure -j2 -LE long | tee "$LOGS/release.log"
+
+echo "== bench smoke (a small workload: keeps bench/ working; it reports, it does not assert)"
+BENCH_WORK=$(mktemp -d)
+python3 bench/run.py --overlay build-test/overlay --rounds 1 --work "$BENCH_WORK" \
+  --artifact-mib 8 --cache-files 50 --tree-files 500
+rm -rf "$BENCH_WORK"
 
 if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
   echo "== ASan + UBSan build and tests"

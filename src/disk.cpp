@@ -60,6 +60,7 @@ class FdWriter : public WriteHandle {
   void sync() override {
     if (::fsync(fd_) != 0) fail("fsync", path_);
   }
+  void start_writeback() override { ::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE); }
   void close() override {
     int fd = fd_;
     fd_ = -1;

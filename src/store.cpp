@@ -15,6 +15,16 @@ namespace overlay {
 namespace {
 // Below this, freeing a replaced file on the spot is cheaper than a background process.
 constexpr std::uint64_t kParkBytes = 16u << 20;
+
+// Leftovers of an interrupted restore of `p` (our own hidden sibling names) are removed.
+void sweep_leftovers(Disk& disk, const fs::path& p) {
+  fs::path parent = p.parent_path();
+  if (!disk.info(parent, Follow::no).exists()) return;
+  std::string prefix = "." + p.filename().string() + ".overlay-";
+  for (const auto& e : disk.list_dir(parent))
+    if (e.name.rfind(prefix, 0) == 0) remove_tree(disk, parent / e.name);
+}
+
 }  // namespace
 
 std::string BackupStore::new_entry() {
@@ -78,23 +88,6 @@ void BackupStore::forget(const std::string& rel) {
 }
 
 void BackupStore::drop_entry(const std::string& id) { remove_tree(disk_, entry_dir(id)); }
-
-}  // namespace overlay
-
-namespace overlay {
-namespace {
-
-// Leftovers of an interrupted restore of `p` (our own hidden sibling names) are removed.
-void sweep_leftovers(Disk& disk, const fs::path& p) {
-  fs::path parent = p.parent_path();
-  if (!disk.info(parent, Follow::no).exists()) return;
-  std::string prefix = "." + p.filename().string() + ".overlay-";
-  for (const auto& e : disk.list_dir(parent))
-    if (e.name.rfind(prefix, 0) == 0) remove_tree(disk, parent / e.name);
-}
-
-
-}  // namespace
 
 bool BackupStore::restore_file(const std::string& rel, const std::string& sha256, const fs::path& path,
                                std::optional<mode_t> mode, const std::optional<FileStamp>& stamp) {

@@ -45,6 +45,9 @@ class WriteHandle {
   virtual void write(const char* buf, std::size_t n) = 0;
   // fsync: the bytes written so far are durable when this returns.
   virtual void sync() = 0;
+  // A hint: start writing the bytes written so far to disk now, without waiting, so a later
+  // sync() has little left to do (sync_file_range). Never needed for correctness.
+  virtual void start_writeback() {}
   virtual void close() = 0;
 };
 
