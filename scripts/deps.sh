@@ -2,7 +2,7 @@
 # Installs the Debian packages overlay needs to build and test, if any are missing.
 # Runs apt-get as root, or through sudo.
 set -euo pipefail
-PKGS=(g++ cmake ninja-build pkg-config patch python3
+PKGS=(g++ cmake ninja-build pkg-config patch python3 openssl time
       libcli11-dev nlohmann-json3-dev libarchive-dev libssl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
       "$@")
 missing=()
