@@ -1,5 +1,6 @@
 #include "overlay/file_ops.hpp"
 
+
 #include <sys/random.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "overlay/error.hpp"
 #include "overlay/hash.hpp"
+#include "overlay/progress.hpp"
 
 namespace overlay {
 namespace {
@@ -106,7 +108,7 @@ void hash_ring(ChunkRing& ring, Sha256& h) {
 
 // Reads `in` to the end on this thread (writing each chunk to `out` when given) while a second
 // thread hashes the same chunks.
-void stream_hashing(ReadHandle& in, Sha256& h, WriteHandle* out, bool durable) {
+void stream_hashing(ReadHandle& in, Sha256& h, WriteHandle* out, bool durable, ProgressMeter& meter) {
   ChunkRing ring;
   std::uint64_t written = 0;
   run_pipeline(
@@ -122,6 +124,7 @@ void stream_hashing(ReadHandle& in, Sha256& h, WriteHandle* out, bool durable) {
             if (durable && (written += n) % (8u << 20) < n) out->start_writeback();
           }
           ring.publish(n);
+          meter.advance(n);
           if (n == 0) return;
         }
       },
@@ -152,7 +155,9 @@ std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& d
     return sha;
   }
   Sha256 h;
-  stream_hashing(*in, h, out.get(), durable == Durable::yes);
+  std::uint64_t size = disk.info(src, Follow::yes).size;
+  ProgressMeter meter(size >= kProgressMinBytes ? "copy " + src.filename().string() : std::string(), size);
+  stream_hashing(*in, h, out.get(), durable == Durable::yes, meter);
   if (durable == Durable::yes) out->sync();
   out->close();
   return h.finish_hex();
@@ -166,7 +171,9 @@ std::string hash_file(Disk& disk, const fs::path& p) {
     while (std::size_t n = in->read(buf.data(), buf.size())) h.update(buf.data(), n);
     return h.finish_hex();
   }
-  stream_hashing(*in, h, nullptr, false);
+  std::uint64_t size = disk.info(p, Follow::yes).size;
+  ProgressMeter meter(size >= kProgressMinBytes ? "hash " + p.filename().string() : std::string(), size);
+  stream_hashing(*in, h, nullptr, false, meter);
   return h.finish_hex();
 }
 

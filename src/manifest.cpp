@@ -108,8 +108,17 @@ SourceItem parse_source(const json& j, const std::string& w) {
   s.patched_sha256 = opt_sha(j, "patched_sha256", w);
   s.mode = opt_mode(j, w);
   s.stamp = opt_stamp(j, w);
+  s.deleted = req_bool(j, "deleted", w, false);
   s.raw = j;
   return s;
+}
+
+CreatedItem parse_created(const json& j, const std::string& w) {
+  CreatedItem c;
+  c.path = abs_path(j, "path", w);
+  c.sha256 = sha(j, "sha256", w);
+  c.raw = j;
+  return c;
 }
 
 ArtifactItem parse_artifact(const json& j, const std::string& w) {
@@ -187,6 +196,9 @@ NativeEntry parse_native(const json& j, const std::string& w) {
   const json& srcs = array_of_objects(j, "sources", w);
   for (std::size_t i = 0; i < srcs.size(); ++i)
     e.sources.push_back(parse_source(srcs[i], w + ".sources[" + std::to_string(i) + "]"));
+  const json& created = array_of_objects(j, "created_files", w);
+  for (std::size_t i = 0; i < created.size(); ++i)
+    e.created.push_back(parse_created(created[i], w + ".created_files[" + std::to_string(i) + "]"));
   const json& arts = array_of_objects(j, "artifacts", w);
   for (std::size_t i = 0; i < arts.size(); ++i)
     e.artifacts.push_back(parse_artifact(arts[i], w + ".artifacts[" + std::to_string(i) + "]"));
@@ -212,6 +224,7 @@ json to_json(const SourceItem& s) {
   if (s.patched_sha256) j["patched_sha256"] = *s.patched_sha256;
   if (s.mode) j["mode"] = *s.mode;
   put_stamp(j, s.stamp);
+  if (s.deleted) j["deleted"] = true;
   return j;
 }
 
@@ -241,6 +254,15 @@ json to_json(const NativeEntry& e) {
   if (!e.id.empty()) j["id"] = e.id;
   j["sources"] = json::array();
   for (const auto& s : e.sources) j["sources"].push_back(to_json(s));
+  if (!e.created.empty()) {
+    j["created_files"] = json::array();
+    for (const auto& c : e.created) {
+      json item = c.raw;
+      item["path"] = c.path;
+      item["sha256"] = c.sha256;
+      j["created_files"].push_back(std::move(item));
+    }
+  }
   j["artifacts"] = json::array();
   for (const auto& a : e.artifacts) j["artifacts"].push_back(to_json(a));
   j["caches"] = json::array();

@@ -73,8 +73,51 @@ std::vector<fs::path> checked_caches(Disk& disk, const AddNativeRequest& req, co
   return out;
 }
 
+fs::path existing_dir(Disk& disk, const fs::path& p, const std::string& what) {
+  FileInfo fi = disk.info(p, Follow::yes);
+  if (!fi.exists()) throw Error(what + " does not exist: " + p.string());
+  if (fi.type != FileType::directory) throw Error(what + " is not a directory: " + p.string());
+  return disk.real_path(p);
+}
+
+NativePlan::Swap tree_swap(Disk& disk, const PatchedTree::Change& c) {
+  NativePlan::Swap s;
+  switch (c.change) {
+    case FileChange::modified: s.kind = SwapKind::modify; break;
+    case FileChange::created: s.kind = SwapKind::create; break;
+    case FileChange::deleted: s.kind = SwapKind::remove; break;
+  }
+  s.target = s.kind == SwapKind::create ? disk.real_path(c.path.parent_path()) / c.path.filename()
+                                        : existing_file(disk, c.path, "file the diff changes");
+  if (s.kind == SwapKind::remove) return s;
+  s.content = c.content;
+  s.content_mode = disk.info(c.content, Follow::no).mode;
+  s.content_sha256 = hash_file(disk, s.content);
+  return s;
+}
+
+// --patch-root: every file the diff names, modified, created or deleted as one entry.
+std::vector<NativePlan::Swap> tree_swaps(Disk& disk, const AddNativeRequest& req, NativePlan& plan) {
+  if (!req.patch) throw Error("--patch-root needs --patch");
+  if (!req.targets.empty() || !req.patched_files.empty())
+    throw Error("--patch-root takes no --target or --patched-file: the diff names the files");
+  fs::path root = existing_dir(disk, absolute_normal(*req.patch_root), "patch root");
+  fs::path diff = existing_file(disk, absolute_normal(*req.patch), "patch file");
+  plan.patched_tree = std::make_shared<PatchedTree>(disk, root, diff, req.strip);
+  std::vector<NativePlan::Swap> swaps;
+  for (const auto& c : plan.patched_tree->changes()) {
+    NativePlan::Swap s = tree_swap(disk, c);
+    if (inside(s.target, plan.overlay)) throw Error("file the diff changes lies inside the overlay: " + s.target.string());
+    for (const auto& other : swaps)
+      if (other.target == s.target) throw Error("diff reaches one file by two names: " + s.target.string());
+    swaps.push_back(std::move(s));
+  }
+  return swaps;
+}
+
 std::vector<NativePlan::Swap> checked_swaps(Disk& disk, const AddNativeRequest& req, NativePlan& plan) {
-  if (req.targets.empty()) throw Error("no --target given");
+  if (req.patch_root) return tree_swaps(disk, req, plan);
+  if (req.targets.empty()) throw Error("no --target given (or --patch with --patch-root)");
   if (req.patch && (req.targets.size() != 1 || !req.patched_files.empty()))
     throw Error("--patch takes exactly one --target and no --patched-file");
   if (!req.patch && req.patched_files.size() != req.targets.size())
@@ -145,14 +188,19 @@ double now_seconds() {
 NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, const std::string& id) {
   NativeEntry e;
   e.id = id;
-  for (std::size_t k = 0; k < plan.swaps.size(); ++k) {
-    SavedFile s = store.save_file(id, "src_" + std::to_string(k), plan.swaps[k].target);
-    spdlog::info("backed up {} -> {}", plan.swaps[k].target.string(), s.backup);
+  for (const auto& swap : plan.swaps) {
+    if (swap.kind == SwapKind::create) {
+      e.created.push_back(CreatedItem{swap.target.string(), swap.content_sha256, json::object()});
+      continue;
+    }
+    SavedFile s = store.save_file(id, "src_" + std::to_string(e.sources.size()), swap.target);
+    spdlog::info("backed up {} -> {}", swap.target.string(), s.backup);
     SourceItem item;
-    item.install_path = plan.swaps[k].target.string();
+    item.install_path = swap.target.string();
     item.backup = s.backup;
     item.sha256 = s.sha256;
-    item.patched_sha256 = plan.swaps[k].content_sha256;
+    if (swap.kind == SwapKind::modify) item.patched_sha256 = swap.content_sha256;
+    item.deleted = swap.kind == SwapKind::remove;
     item.mode = s.mode;
     item.stamp = s.stamp;
     e.sources.push_back(std::move(item));
@@ -261,9 +309,18 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   }
   spdlog::info("recorded entry {} in {}", id, (plan.overlay / kManifestName).string());
   const NativeEntry& e = m.natives.back();
-  for (std::size_t k = 0; k < plan.swaps.size(); ++k) {
-    replace_file_atomically(disk, plan.swaps[k].content, plan.swaps[k].target, *e.sources[k].mode);
-    spdlog::info("swapped in {}", plan.swaps[k].target.string());
+  std::size_t src = 0;
+  for (const auto& swap : plan.swaps) {
+    if (swap.kind == SwapKind::create) {
+      replace_file_atomically(disk, swap.content, swap.target, swap.content_mode);
+    } else if (swap.kind == SwapKind::remove) {
+      disk.remove(swap.target);
+      disk.sync_dir(swap.target.parent_path());
+    } else {
+      replace_file_atomically(disk, swap.content, swap.target, *e.sources[src].mode);
+    }
+    if (swap.kind != SwapKind::create) ++src;
+    spdlog::info("{} {}", to_string(swap.kind), swap.target.string());
   }
   for (std::size_t k = 0; k < plan.caches.size(); ++k) {
     const CacheItem& c = e.caches[k];
@@ -275,7 +332,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
       spdlog::info("invalidated cache {}", c.dir);
     }
   }
-  return {id, plan.overlay / *e.build_log, e.sources.size(), e.artifacts.size(), e.caches.size()};
+  return {id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size()};
 }
 
 BuildOutcome run_native_build(const NativePlan& plan, const AppliedEntry& entry) {
@@ -293,6 +350,15 @@ BuildOutcome run_native_build(const NativePlan& plan, const AppliedEntry& entry)
     }
   }
   return out;
+}
+
+const char* to_string(SwapKind k) {
+  switch (k) {
+    case SwapKind::modify: return "modify";
+    case SwapKind::create: return "create";
+    case SwapKind::remove: return "delete";
+  }
+  return "?";
 }
 
 bool VerifyReport::ok() const {
@@ -349,6 +415,8 @@ class Reverter {
       ok &= attempt(it->dir, [&] { return cache(*it); });
     for (auto it = e.artifacts.rbegin(); it != e.artifacts.rend(); ++it)
       ok &= attempt(it->path, [&] { return artifact(*it); });
+    for (auto it = e.created.rbegin(); it != e.created.rend(); ++it)
+      ok &= attempt(it->path, [&] { return created(it->path); });
     for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
       ok &= attempt(it->install_path, [&] { return file(it->install_path, it->backup, it->sha256, it->mode, it->stamp); });
     return ok;
@@ -400,12 +468,17 @@ class Reverter {
 
   std::string artifact(const ArtifactItem& a) {
     if (a.existed) return file(a.path, *a.backup, *a.sha256, a.mode, a.stamp);
-    FileInfo fi = disk_.info(a.path, Follow::no);
+    return created(a.path);
+  }
+
+  // A file that did not exist before the entry: removed, whatever it holds now.
+  std::string created(const std::string& path) {
+    FileInfo fi = disk_.info(path, Follow::no);
     if (!fi.exists()) return "unchanged";
-    if (fi.type == FileType::directory) throw Error("a directory now stands where the artifact was created");
+    if (fi.type == FileType::directory) throw Error("a directory now stands where the entry created a file");
     if (!opts_.dry_run) {
-      disk_.remove(a.path);
-      disk_.sync_dir(fs::path(a.path).parent_path());
+      disk_.remove(path);
+      disk_.sync_dir(fs::path(path).parent_path());
     }
     return "remove";
   }
@@ -450,6 +523,7 @@ class Reverter {
 void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overlay, const NativeEntry& e) {
   std::vector<fs::path> paths;
   for (const auto& s : e.sources) paths.emplace_back(s.install_path);
+  for (const auto& c : e.created) paths.emplace_back(c.path);
   try {
     HoldRegistry(disk, opts.state_dir.empty() ? HoldRegistry::default_state_dir() : opts.state_dir)
         .release(paths, overlay, opts.lock_timeout);
@@ -473,6 +547,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   report.entries = m->natives.size();
   Reverter rev(disk, overlay, opts, report);
   for (std::size_t i = m->natives.size(); i-- > 0;) {
+    if (opts.only_entry && m->natives[i].id != *opts.only_entry) continue;
     if (!rev.revert_entry(m->natives[i]) || opts.dry_run) continue;
     NativeEntry done = m->natives[i];
     m->natives.erase(m->natives.begin() + static_cast<std::ptrdiff_t>(i));

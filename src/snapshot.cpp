@@ -11,6 +11,7 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
+#include "overlay/progress.hpp"
 
 namespace overlay {
 namespace {
@@ -38,6 +39,7 @@ using EntryPtr = std::unique_ptr<archive_entry, EntryDeleter>;
 struct WriteSink {
   WriteHandle* out;
   Sha256* hash;
+  ProgressMeter* meter;
   std::string error;
 };
 
@@ -46,6 +48,7 @@ la_ssize_t sink_write(archive*, void* client, const void* buf, size_t n) {
   try {
     s->out->write(static_cast<const char*>(buf), n);
     s->hash->update(buf, n);
+    s->meter->advance(n);
   } catch (const std::exception& e) {
     s->error = e.what();
     return -1;
@@ -90,6 +93,7 @@ void write_member(archive* a, Disk& disk, const fs::path& abs, const std::string
 struct ReadSource {
   std::unique_ptr<ReadHandle> in;
   Sha256* hash = nullptr;  // when set, every byte read is hashed
+  ProgressMeter* meter = nullptr;
   std::vector<char> buf = std::vector<char>(kChunk);
   std::string error;
 };
@@ -99,6 +103,7 @@ la_ssize_t source_read(archive*, void* client, const void** out) {
   try {
     std::size_t n = s->in->read(s->buf.data(), s->buf.size());
     if (s->hash) s->hash->update(s->buf.data(), n);
+    if (s->meter) s->meter->advance(n);
     *out = s->buf.data();
     return static_cast<la_ssize_t>(n);
   } catch (const std::exception& e) {
@@ -295,7 +300,8 @@ void Extractor::finish() {
 std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path& tar_path) {
   auto out = disk.create(tar_path, 0600, CreateMode::exclusive);
   Sha256 hash;
-  WriteSink sink{out.get(), &hash, {}};
+  ProgressMeter meter("snapshot " + dir.string(), 0);
+  WriteSink sink{out.get(), &hash, &meter, {}};
   ArchivePtr a(A().archive_write_new());
   A().archive_write_set_format_pax_restricted(a.get());
   A().archive_write_set_bytes_in_last_block(a.get(), 1);
@@ -323,6 +329,8 @@ void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest,
   std::string prefix = legacy_prefix(scan_tar(disk, tar_path, expected_sha256), dest);
   ReadSource src;
   src.in = disk.open_read(tar_path);
+  ProgressMeter meter("restore " + tar_path.filename().string(), disk.info(tar_path, Follow::no).size);
+  src.meter = &meter;
   ArchivePtr a = open_tar(src, tar_path);
   Extractor x(disk, dest);
   archive_entry* e = nullptr;

@@ -40,7 +40,15 @@ struct SourceItem {
   std::optional<std::string> patched_sha256;  // what the tool wrote (added key)
   std::optional<mode_t> mode;                 // original mode (added key)
   std::optional<FileStamp> stamp;             // original size/inode/mtime (added keys)
+  bool deleted = false;                       // the entry's diff deletes it (added key)
   json raw = json::object();                  // the item as read
+};
+
+// A file the entry's diff creates (added key "created_files"): removed on revert.
+struct CreatedItem {
+  std::string path;    // absolute
+  std::string sha256;  // what the tool wrote
+  json raw = json::object();
 };
 
 struct ArtifactItem {
@@ -65,6 +73,7 @@ struct CacheItem {
 struct NativeEntry {
   std::string id;  // added key; empty for entries written by overlay_setup.py
   std::vector<SourceItem> sources;
+  std::vector<CreatedItem> created;
   std::vector<ArtifactItem> artifacts;
   std::vector<CacheItem> caches;
   std::vector<std::vector<std::string>> build_cmds;

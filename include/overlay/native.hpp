@@ -15,6 +15,7 @@
 namespace overlay {
 
 class PatchedCopy;
+class PatchedTree;
 
 // How a cache dir is kept: moved into the overlay (one rename on the same filesystem, every
 // inode attribute kept), or a tar (any filesystem; what overlay_setup.py can read). auto: move
@@ -25,7 +26,9 @@ struct AddNativeRequest {
   fs::path overlay;
   std::vector<fs::path> targets;
   std::vector<fs::path> patched_files;  // one per target, or empty with `patch`
-  std::optional<fs::path> patch;        // a unified diff for the single target
+  std::optional<fs::path> patch;        // a unified diff: for the single target, or for patch_root
+  std::optional<fs::path> patch_root;   // apply `patch` as a multi-file diff relative to this dir
+  int strip = 1;                        // -p N for a multi-file diff
   std::vector<fs::path> artifacts;
   std::vector<fs::path> caches;
   std::vector<std::string> build_cmds;  // each split like a POSIX shell would, never run by one
@@ -39,11 +42,17 @@ struct AddNativeRequest {
 };
 
 // A validated request: every input checked, every patched content ready. Nothing touched yet.
+// What an entry does to one installed file: replace its bytes, create it, or delete it.
+enum class SwapKind { modify, create, remove };
+const char* to_string(SwapKind k);
+
 struct NativePlan {
   struct Swap {
-    fs::path target;   // absolute, symlinks resolved
-    fs::path content;  // the bytes to put there
+    fs::path target;   // absolute, symlinks resolved (a created file: its parent resolved)
+    fs::path content;  // the bytes to put there (empty for remove)
     std::string content_sha256;
+    SwapKind kind = SwapKind::modify;
+    mode_t content_mode = 0644;  // for a created file
   };
   fs::path overlay;  // absolute
   std::vector<Swap> swaps;
@@ -58,6 +67,7 @@ struct NativePlan {
   bool force = false;
   fs::path state_dir;
   std::vector<std::shared_ptr<PatchedCopy>> patched;  // keeps --patch results alive
+  std::shared_ptr<PatchedTree> patched_tree;          // keeps a --patch-root result alive
 };
 
 // Checks every input; throws Error naming the first problem. Changes nothing on disk.
@@ -101,6 +111,7 @@ struct RevertOptions {
   bool dry_run = false;
   double lock_timeout = 120;
   fs::path state_dir;  // the hold registry; empty: HoldRegistry::default_state_dir()
+  std::optional<std::string> only_entry;  // revert just this entry id (--revert-on-failure)
 };
 struct RevertProblem {
   std::string path;

@@ -3,6 +3,7 @@
 // does not apply changes nothing and leaves no .orig/.rej anywhere.
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "overlay/disk.hpp"
 
@@ -23,6 +24,41 @@ class PatchedCopy {
   Disk& disk_;
   fs::path dir_;
   fs::path file_;
+};
+
+}  // namespace overlay
+
+namespace overlay {
+
+// The files a unified diff names (one per ---/+++ header pair, hunk bodies skipped), relative,
+// with `strip` leading components removed as patch -pN does. Throws Error for a rename, an
+// unsafe name (absolute, ".."), or a diff that names no file.
+std::vector<fs::path> diff_file_names(const std::string& diff_text, int strip);
+
+enum class FileChange { modified, created, deleted };
+
+// Applies a multi-file unified diff with GNU patch to private copies of the files it names
+// under `root` (never to the install) and reports what it would do to each file. Throws Error
+// when it does not apply, names a file it then does not touch as said, creates a file whose
+// directory does not exist, or touches a file it did not name. Nothing under root changes.
+class PatchedTree {
+ public:
+  struct Change {
+    fs::path path;     // absolute, under root
+    FileChange change;
+    fs::path content;  // the patched bytes (modified, created)
+  };
+  PatchedTree(Disk& disk, const fs::path& root, const fs::path& diff, int strip);
+  ~PatchedTree();
+  PatchedTree(const PatchedTree&) = delete;
+  PatchedTree& operator=(const PatchedTree&) = delete;
+
+  const std::vector<Change>& changes() const { return changes_; }
+
+ private:
+  Disk& disk_;
+  fs::path dir_;
+  std::vector<Change> changes_;
 };
 
 }  // namespace overlay

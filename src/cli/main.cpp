@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <string_view>
 
 #include "commands.hpp"
 #include "output.hpp"
@@ -11,8 +12,9 @@
 namespace {
 
 void setup_logging(int verbose, bool quiet) {
-  auto logger = spdlog::stderr_color_mt("overlay");
-  logger->set_pattern("overlay: %l: %v");
+  using overlay::cli::stderr_is_fancy;
+  auto logger = spdlog::stderr_color_mt("overlay", stderr_is_fancy() ? spdlog::color_mode::automatic : spdlog::color_mode::never);
+  logger->set_pattern("overlay: %^%l%$: %v");
   spdlog::set_default_logger(logger);
   auto level = spdlog::level::warn;
   if (const char* env = std::getenv("OVERLAY_LOG_LEVEL")) level = spdlog::level::from_str(env);
@@ -26,6 +28,16 @@ void setup_logging(int verbose, bool quiet) {
 std::string failing_name(const CLI::App& app) {
   for (const auto* sub : app.get_subcommands()) return sub->get_name();
   return "overlay";
+}
+
+// --json seen anywhere before "--": a usage error must still answer with one JSON document.
+bool asks_json(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") return false;
+    if (a == "--json") return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -42,6 +54,8 @@ int main(int argc, char** argv) {
   g.lock_timeout = overlay::default_lock_timeout();
   app.add_flag("-v,--verbose", verbose, "More log output on stderr (repeat for debug)");
   app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
+  bool json = false;
+  app.add_flag("--json", json, "Print one JSON document describing the result on stdout; human text goes to stderr");
   app.add_option("--lock-timeout", g.lock_timeout, "Seconds to wait for another process's lock on the overlay (env OVERLAY_LOCK_TIMEOUT)")
       ->check(CLI::NonNegativeNumber);
   std::function<int()> run;
@@ -56,9 +70,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    err_line(failing_name(app), std::string(e.what()) + " (see --help)");
+    std::string msg = std::string(e.what()) + " (see --help)";
+    err_line(failing_name(app), msg);
+    set_json_mode(asks_json(argc, argv));
+    emit_json(failing_name(app), kUsage, msg);
     return kUsage;
   }
+  set_json_mode(json);
   setup_logging(verbose, quiet);
+  if (!quiet) install_progress_line();
   return run ? run() : kUsage;
 }

@@ -1,3 +1,5 @@
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -5,7 +7,9 @@
 #include "output.hpp"
 #include "overlay/error.hpp"
 #include "overlay/gc.hpp"
+#include "overlay/file_ops.hpp"
 #include "overlay/native.hpp"
+#include "overlay/status.hpp"
 #include "overlay/words.hpp"
 
 namespace overlay::cli {
@@ -30,7 +34,34 @@ struct AddNativeFlags {
   pid_t owner_pid = 0;
   double build_timeout = 0;
   std::string cache_snapshot = "auto";
+  std::string patch_root;
+  int strip = 1;
+  bool revert_on_failure = false;
 };
+
+nlohmann::json build_json(const BuildOutcome& b, const AppliedEntry& entry) {
+  nlohmann::json j = {{"ran", true}, {"ok", b.ok}, {"log", entry.log_path.string()}};
+  if (!b.ok) {
+    j["failed_cmd"] = b.failed_cmd;
+    j["rc"] = b.result.rc();
+    j["timed_out"] = b.result.timed_out;
+    j["interrupted"] = b.result.forwarded_signal != 0;
+    if (!b.result.exec_error.empty()) j["exec_error"] = b.result.exec_error;
+  }
+  return j;
+}
+
+// --revert-on-failure: the entry that was just added goes back at once.
+bool revert_entry_now(Disk& disk, const NativePlan& plan, const AppliedEntry& entry, const Globals& g) {
+  RevertOptions o;
+  o.lock_timeout = g.lock_timeout;
+  o.only_entry = entry.id;
+  RevertReport r = revert_natives(disk, plan.overlay, o);
+  for (const auto& p : r.problems) err_line("add-native", "cannot restore " + p.path + ": " + p.reason);
+  result()["reverted_on_failure"] = r.ok() && r.entries_reverted == 1;
+  if (r.ok()) err_line("add-native", "--revert-on-failure: entry " + entry.id + " reverted; the install is back at its original bytes");
+  return r.ok();
+}
 
 int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
   AddNativeRequest& r = f.req;
@@ -38,6 +69,8 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
   r.targets.assign(f.targets.begin(), f.targets.end());
   r.patched_files.assign(f.patched.begin(), f.patched.end());
   if (!f.patch.empty()) r.patch = f.patch;
+  if (!f.patch_root.empty()) r.patch_root = f.patch_root;
+  r.strip = f.strip;
   r.artifacts.assign(f.artifacts.begin(), f.artifacts.end());
   r.caches.assign(f.caches.begin(), f.caches.end());
   if (!f.build_cwd.empty()) r.build_cwd = f.build_cwd;
@@ -56,16 +89,37 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
   AppliedEntry entry = apply_native(disk, plan);
   out_line("OVERLAY_DIR=" + plan.overlay.string());
   std::string summary = "add-native " + plan.swaps.front().target.string();
-  for (std::size_t i = 1; i < plan.swaps.size(); ++i) summary += " " + plan.swaps[i].target.string();
+  nlohmann::json files = nlohmann::json::array();
+  for (std::size_t i = 0; i < plan.swaps.size(); ++i) {
+    if (i > 0) summary += " " + plan.swaps[i].target.string();
+    files.push_back({{"path", plan.swaps[i].target.string()}, {"change", to_string(plan.swaps[i].kind)}});
+  }
   out_line(summary + "  (sources=" + std::to_string(entry.sources) + " artifacts=" + std::to_string(entry.artifacts) +
            " caches=" + std::to_string(entry.caches) + " build=" + (plan.build_cmds.empty() ? "no" : "yes") + ")");
+  auto& j = result();
+  j["overlay"] = plan.overlay.string();
+  j["entry"] = entry.id;
+  j["files"] = files;
+  j["counts"] = {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}};
+  j["build"] = {{"ran", false}};
   if (plan.build_cmds.empty()) return kOk;
   BuildOutcome b = run_native_build(plan, entry);
-  if (b.ok) return kOk;
-  err_line("add-native", "build failed (" + join_words(b.failed_cmd) + ") rc=" + std::to_string(b.result.rc()) +
-                             (b.result.exec_error.empty() ? "" : " (" + b.result.exec_error + ")") +
-                             (b.result.timed_out ? " (timed out)" : "") + "; log: " + entry.log_path.string() +
-                             "; the entry stays recorded: run `overlay revert --overlay " + plan.overlay.string() + "`");
+  j["build"] = build_json(b, entry);
+  if (b.ok) {
+    if (!json_mode()) err_line("add-native", "build log: " + entry.log_path.string());
+    return kOk;
+  }
+  std::string why = "build failed (" + join_words(b.failed_cmd) + ") rc=" + std::to_string(b.result.rc()) +
+                    (b.result.exec_error.empty() ? "" : " (" + b.result.exec_error + ")") +
+                    (b.result.timed_out ? " (timed out)" : "") + "; log: " + entry.log_path.string();
+  if (f.revert_on_failure) {
+    err_line("add-native", why);
+    if (!revert_entry_now(disk, plan, entry, g))
+      err_line("add-native", "revert incomplete: run `overlay revert --overlay " + plan.overlay.string() + "`");
+  } else {
+    err_line("add-native", why + "; the entry stays recorded: run `overlay revert --overlay " + plan.overlay.string() + "`");
+  }
+  j["error"] = why;
   return b.result.forwarded_signal ? kInterrupted : kFailed;
 }
 
@@ -75,11 +129,26 @@ int run_verify(Disk& disk, const std::string& overlay) {
     if (i.state != ArtifactState::rebuilt && i.state != ArtifactState::created)
       out_line(std::string("FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path);
   out_line(std::string(r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL") + " (checked " + std::to_string(r.items.size()) + ")");
+  auto& j = result();
+  j["overlay"] = absolute_normal(overlay).string();
+  j["result"] = r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL";
+  j["artifacts"] = nlohmann::json::array();
+  for (const auto& i : r.items) j["artifacts"].push_back({{"path", i.path}, {"state", to_string(i.state)}});
   return r.ok() ? kOk : kUsage;
 }
 
 int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const Globals& g) {
-  RevertReport r = revert_natives(disk, overlay, RevertOptions{dry_run, g.lock_timeout, {}});
+  RevertReport r = revert_natives(disk, overlay, RevertOptions{dry_run, g.lock_timeout, {}, std::nullopt});
+  auto& j = result();
+  j["overlay"] = absolute_normal(overlay).string();
+  j["dry_run"] = dry_run;
+  j["had_manifest"] = r.had_manifest;
+  j["entries"] = r.entries;
+  j["entries_reverted"] = r.entries_reverted;
+  j["actions"] = nlohmann::json::array();
+  for (const auto& a : r.actions) j["actions"].push_back({{"action", a.action}, {"path", a.path}});
+  j["problems"] = nlohmann::json::array();
+  for (const auto& p : r.problems) j["problems"].push_back({{"path", p.path}, {"reason", p.reason}});
   if (!r.had_manifest) {
     out_line("revert: no manifest; nothing to do");
     return kOk;
@@ -103,6 +172,12 @@ int run_gc(Disk& disk, const std::string& root, bool dry_run, const std::string&
   o.lock_timeout = g.lock_timeout;
   if (!min_age.empty()) o.min_age_s = parse_duration(min_age);
   GcReport r = gc_stale(disk, root, o);
+  auto& j = result();
+  j["root"] = absolute_normal(root).string();
+  j["dry_run"] = dry_run;
+  j["overlays"] = nlohmann::json::array();
+  for (const auto& i : r.items)
+    j["overlays"].push_back({{"overlay", i.overlay.string()}, {"outcome", to_string(i.outcome)}, {"reason", i.reason}});
   for (const auto& i : r.items) {
     switch (i.outcome) {
       case GcOutcome::reverted: out_line("gc-stale: reverted " + i.overlay.string()); break;
@@ -112,9 +187,90 @@ int run_gc(Disk& disk, const std::string& root, bool dry_run, const std::string&
     }
   }
   std::size_t n = dry_run ? r.count(GcOutcome::would_revert) : r.count(GcOutcome::reverted);
+  j["reverted"] = dry_run ? 0 : n;
+  j["would_revert"] = dry_run ? n : 0;
   out_line(std::string("gc-stale: ") + (dry_run ? "would revert " : "reverted ") + std::to_string(n) +
            " stale native overlay(s) under " + fs::absolute(root).lexically_normal().string());
   return r.count(GcOutcome::failed) ? kFailed : kOk;
+}
+
+std::string human_bytes(std::uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string human_age(double seconds) {
+  long s = static_cast<long>(seconds);
+  if (s < 0) s = 0;
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 7200) return std::to_string(s / 60) + "m";
+  if (s < 172800) return std::to_string(s / 3600) + "h" + std::to_string(s / 60 % 60) + "m";
+  return std::to_string(s / 86400) + "d";
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string owner_text(const NativeStatus& e) {
+  if (!e.owner) return "owner -";
+  return "owner pid " + std::to_string(e.owner->pid) + (e.owner_alive ? " (alive)" : " (gone)");
+}
+
+void print_status_table(const StatusReport& r) {
+  out_line("overlay " + r.overlay.string());
+  for (const auto& e : r.natives) {
+    std::string age = e.created_at ? "age " + human_age(seconds_now() - *e.created_at) : "age -";
+    out_line("native " + (e.id.empty() ? std::string("(overlay_setup.py)") : e.id) + "  " + owner_text(e) + "  " + age +
+             "  snapshots " + human_bytes(e.snapshot_bytes));
+    for (const auto& f : e.files) {
+      char line[64];
+      std::snprintf(line, sizeof line, "  %-9s %-12s ", to_string(f.kind), to_string(f.state));
+      out_line(line + f.path);
+    }
+  }
+  for (const auto& p : r.pythons)
+    out_line(p.kind + " " + p.name + " -> " + p.detail + (p.present ? "" : "  (MISSING from the overlay)"));
+  std::size_t bad = r.not_original();
+  out_line("status: " + std::to_string(r.natives.size()) + " native, " + std::to_string(r.pythons.size()) + " python entr" +
+           (r.pythons.size() == 1 ? "y" : "ies") + "; " +
+           (bad == 0 ? std::string("install clean (every tracked file original)")
+                     : std::to_string(bad) + " tracked path(s) not original"));
+}
+
+nlohmann::json status_json(const StatusReport& r) {
+  nlohmann::json j = {{"overlay", r.overlay.string()}, {"has_manifest", r.has_manifest}, {"clean", r.clean()},
+                      {"not_original", r.not_original()}};
+  j["natives"] = nlohmann::json::array();
+  for (const auto& e : r.natives) {
+    nlohmann::json n = {{"id", e.id}, {"snapshot_bytes", e.snapshot_bytes}};
+    n["owner"] = e.owner ? nlohmann::json{{"pid", e.owner->pid}, {"alive", e.owner_alive}} : nlohmann::json(nullptr);
+    n["created_at"] = e.created_at ? nlohmann::json(*e.created_at) : nlohmann::json(nullptr);
+    n["age_s"] = e.created_at ? nlohmann::json(seconds_now() - *e.created_at) : nlohmann::json(nullptr);
+    n["build_log"] = e.build_log ? nlohmann::json(*e.build_log) : nlohmann::json(nullptr);
+    n["files"] = nlohmann::json::array();
+    for (const auto& f : e.files) n["files"].push_back({{"kind", to_string(f.kind)}, {"path", f.path}, {"state", to_string(f.state)}});
+    j["natives"].push_back(std::move(n));
+  }
+  j["python"] = nlohmann::json::array();
+  for (const auto& p : r.pythons)
+    j["python"].push_back({{"kind", p.kind}, {"name", p.name}, {"detail", p.detail}, {"present", p.present}});
+  return j;
+}
+
+int run_status(Disk& disk, const std::string& overlay, bool check_clean) {
+  StatusReport r = overlay_status(disk, overlay);
+  print_status_table(r);
+  auto& j = result();
+  j = status_json(r);
+  if (!check_clean || r.clean()) return kOk;
+  err_line("status", std::to_string(r.not_original()) + " tracked path(s) not at their original bytes");
+  return kFailed;
 }
 
 }  // namespace
@@ -125,9 +281,12 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
   auto f = std::make_shared<AddNativeFlags>();
   auto* add = app.add_subcommand("add-native", "Back up, swap a compiled source in place, invalidate caches, rebuild");
   add->add_option("--overlay", f->overlay, "Overlay directory (created if missing)")->required();
-  add->add_option("--target", f->targets, "Installed source file to replace (repeatable)")->required();
+  add->add_option("--target", f->targets, "Installed source file to replace (repeatable; not with --patch-root)");
   add->add_option("--patched-file", f->patched, "Replacement for the matching --target (repeatable)");
-  add->add_option("--patch", f->patch, "Unified diff to apply to the single --target");
+  add->add_option("--patch", f->patch, "Unified diff: for the single --target, or with --patch-root for every file it names");
+  add->add_option("--patch-root", f->patch_root, "Apply --patch as a multi-file diff relative to DIR (files it creates or deletes are tracked)");
+  add->add_option("-p,--strip", f->strip, "With --patch-root: strip N leading path components (default 1, as git writes diffs)")
+      ->check(CLI::Range(0, 64));
   add->add_option("--artifact", f->artifacts, "Build output to back up and verify (repeatable)");
   add->add_option("--invalidate-cache", f->caches, "Cache directory to snapshot and clear (repeatable)");
   add->add_option("--build-cmd", f->req.build_cmds, "Build command, split like sh, never run by one (repeatable)");
@@ -137,7 +296,8 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
       ->check(CLI::IsMember({"auto", "move", "tar"}));
   add->add_flag("--force", f->req.force, "Patch files another overlay still holds (stacking its in-place changes)");
   add->add_option("--owner-pid", f->owner_pid, "Process owning this run; gc-stale spares it while alive (env OVERLAY_OWNER_PID)");
-  add->add_option("--build-timeout", f->build_timeout, "Kill the build's process group after SECONDS");
+  add->add_option("--build-timeout", f->build_timeout, "Kill the build's process group after SECONDS (SIGTERM, SIGKILL 5 s later)");
+  add->add_flag("--revert-on-failure", f->revert_on_failure, "Undo the entry at once when the build fails, times out or is interrupted");
   add->callback([&run, &disk, f, &g] { run = [&disk, f, &g] { return guarded("add-native", [&] { return run_add_native(disk, *f, g); }); }; });
 
   auto overlay_v = std::make_shared<std::string>();
@@ -152,6 +312,16 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
   rev->add_flag("--dry-run", *dry_r, "Say what would be restored; change nothing");
   rev->callback([&run, &disk, overlay_r, dry_r, &g] {
     run = [&disk, overlay_r, dry_r, &g] { return guarded("revert", [&] { return run_revert(disk, *overlay_r, *dry_r, g); }); };
+  });
+
+  auto overlay_s = std::make_shared<std::string>();
+  auto clean_s = std::make_shared<bool>(false);
+  auto* st = app.add_subcommand("status", "Show every entry and whether each tracked file is original, patched, rebuilt, drifted or missing");
+  st->alias("list");
+  st->add_option("--overlay", *overlay_s, "Overlay directory")->required();
+  st->add_flag("--check-clean", *clean_s, "Exit 1 unless every tracked file is at its original bytes");
+  st->callback([&run, &disk, overlay_s, clean_s] {
+    run = [&disk, overlay_s, clean_s] { return guarded("status", [&] { return run_status(disk, *overlay_s, *clean_s); }); };
   });
 
   auto root = std::make_shared<std::string>();

@@ -1,17 +1,34 @@
 #include "output.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdint>
+#include <cstdlib>
 #include <exception>
 
 #include "commands.hpp"
 #include "overlay/error.hpp"
+#include "overlay/progress.hpp"
 
 namespace overlay::cli {
+namespace {
+bool g_json = false;
+}  // namespace
+
+void set_json_mode(bool on) { g_json = on; }
+bool json_mode() { return g_json; }
+
+nlohmann::json& result() {
+  static nlohmann::json doc = nlohmann::json::object();
+  return doc;
+}
 
 void out_line(const std::string& s) {
-  std::fputs(s.c_str(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  std::FILE* to = g_json ? stderr : stdout;
+  std::fputs(s.c_str(), to);
+  std::fputc('\n', to);
+  std::fflush(to);
 }
 
 void err_line(const std::string& subcommand, const std::string& msg) {
@@ -22,16 +39,67 @@ void err_line(const std::string& subcommand, const std::string& msg) {
   std::fflush(stderr);
 }
 
+void emit_json(const std::string& subcommand, int rc, const std::string& error) {
+  if (!g_json) return;
+  nlohmann::json doc = {{"schema", kJsonSchema}, {"command", subcommand}, {"ok", rc == kOk}, {"exit", rc}};
+  if (!error.empty()) doc["error"] = error;
+  for (auto& [k, v] : result().items())
+    if (!doc.contains(k)) doc[k] = v;
+  // Paths are bytes on Linux: never let an odd one abort the one document an agent waits for.
+  std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::fputs(text.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
 int guarded(const std::string& subcommand, const std::function<int()>& body) {
+  int rc = kFailed;
+  std::string error;
   try {
-    return body();
+    rc = body();
   } catch (const LockTimeout& e) {
-    err_line(subcommand, e.what());
-    return kLockTimeout;
+    error = e.what();
+    rc = kLockTimeout;
   } catch (const std::exception& e) {
-    err_line(subcommand, e.what());
-    return kFailed;
+    error = e.what();
+    rc = kFailed;
   }
+  if (!error.empty()) err_line(subcommand, error);
+  emit_json(subcommand, rc, error);
+  return rc;
+}
+
+namespace {
+
+std::string mib(std::uint64_t n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(n) / (1u << 20));
+  return buf;
+}
+
+void draw_progress(const std::string& what, std::uint64_t done, std::uint64_t total, bool finished) {
+  if (finished) {
+    std::fputs("\r\033[K", stderr);  // leave no half line behind for the next message
+  } else if (total > 0) {
+    std::fprintf(stderr, "\r\033[K%s  %3d%%  %s of %s", what.c_str(), static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total)),
+                 mib(done).c_str(), mib(total).c_str());
+  } else {
+    std::fprintf(stderr, "\r\033[K%s  %s", what.c_str(), mib(done).c_str());
+  }
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+void install_progress_line() {
+  const char* term = std::getenv("TERM");
+  if (::isatty(STDERR_FILENO) != 1 || (term && std::string(term) == "dumb")) return;
+  set_progress_sink(draw_progress);
+}
+
+bool stderr_is_fancy() {
+  const char* no_color = std::getenv("NO_COLOR");
+  return ::isatty(STDERR_FILENO) == 1 && !(no_color && *no_color);
 }
 
 }  // namespace overlay::cli

@@ -29,6 +29,11 @@ void print_added(const PyAddResult& r) {
   out_line("OVERLAY_DIR=" + r.overlay.string());
   out_line(r.summary);
   out_line("launch with: PYTHONPATH=" + r.overlay.string() + ":$PYTHONPATH");
+  auto& j = result();
+  j["overlay"] = r.overlay.string();
+  j["summary"] = r.summary;
+  j["sitecustomize"] = (r.overlay / "sitecustomize.py").string();
+  j["pythonpath"] = r.overlay.string();
 }
 
 struct Shared {
@@ -82,6 +87,12 @@ struct CheckFlags {
 
 int run_check(const CheckFlags& f) {
   CheckResult r = check_module(real_disk(), f.module, f.python.empty() ? default_python() : f.python);
+  auto& j = result();
+  j["module"] = r.module;
+  j["file"] = r.file;
+  j["source"] = r.source == ModuleSource::injected         ? "injected"
+                : r.source == ModuleSource::overlay_active ? "overlay_active"
+                                                           : "install";
   if (f.path_only) {
     out_line(r.file);
     return kOk;
@@ -141,6 +152,7 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
         AddCaptureRequest q{c->common(g), c->target, c->out, c->max, {}};
         q.capture_file = c->capture_file.empty() ? default_capture_file() : fs::path(c->capture_file);
         print_added(add_capture(real_disk(), q));
+        result()["capture_file"] = q.capture_file.string();
         return int{kOk};
       });
     };

@@ -1,0 +1,60 @@
+#pragma once
+// What an overlay has done to its install right now: every entry, and for every tracked file
+// whether it is original, patched, rebuilt, drifted or missing. Reads only; never locks or writes.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "overlay/disk.hpp"
+#include "overlay/owner.hpp"
+
+namespace overlay {
+
+enum class TrackedKind { source, created, deleted, artifact, cache };
+// original: the bytes (or absence) from before the entry; patched: what the tool wrote (or
+// removed); rebuilt: a build output that changed, as intended; invalidated: a cache the tool
+// cleared, not yet rebuilt; drifted: neither original nor what the tool wrote; missing: gone.
+enum class FileState { original, patched, rebuilt, invalidated, drifted, missing };
+
+const char* to_string(TrackedKind k);
+const char* to_string(FileState s);
+
+struct TrackedFile {
+  TrackedKind kind;
+  std::string path;
+  FileState state;
+};
+
+struct NativeStatus {
+  std::string id;
+  std::optional<Owner> owner;
+  bool owner_alive = false;
+  std::optional<double> created_at;   // seconds since the epoch
+  std::uint64_t snapshot_bytes = 0;   // backups, tars and moved caches kept for this entry
+  std::optional<std::string> build_log;  // absolute
+  std::vector<TrackedFile> files;
+};
+
+// A Python entry: it changes nothing in the install; `file` is its file in the overlay, if any.
+struct PythonStatus {
+  std::string kind;    // module | rebind | capture
+  std::string name;    // module name or module:attr target
+  std::string detail;  // the overlay file, the replacement, or the capture output
+  bool present = true; // the overlay file it needs exists
+};
+
+struct StatusReport {
+  fs::path overlay;  // absolute
+  bool has_manifest = false;
+  std::vector<NativeStatus> natives;
+  std::vector<PythonStatus> pythons;
+  // Tracked installed files that are not at their original bytes.
+  std::size_t not_original() const;
+  bool clean() const { return not_original() == 0; }
+};
+
+// Inspects every entry of the overlay's manifest. Throws Error on a malformed manifest.
+StatusReport overlay_status(Disk& disk, const fs::path& overlay);
+
+}  // namespace overlay

@@ -1,0 +1,167 @@
+#include "overlay/status.hpp"
+
+#include <algorithm>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/manifest.hpp"
+#include "overlay/store.hpp"
+
+namespace overlay {
+namespace {
+
+// The state of a file that should hold `original` bytes before the entry and `written` after.
+FileState file_state(Disk& disk, const std::string& path, const std::string& original,
+                     const std::optional<std::string>& written) {
+  FileInfo fi = disk.info(path, Follow::no);
+  if (fi.type != FileType::regular) return FileState::missing;
+  std::string sha = hash_file(disk, path);
+  if (sha == original) return FileState::original;
+  if (written && sha == *written) return FileState::patched;
+  return FileState::drifted;
+}
+
+FileState source_state(Disk& disk, const SourceItem& s) {
+  if (!s.deleted) return file_state(disk, s.install_path, s.sha256, s.patched_sha256);
+  FileInfo fi = disk.info(s.install_path, Follow::no);
+  if (!fi.exists()) return FileState::patched;  // deleted, as the diff says
+  return fi.type == FileType::regular && hash_file(disk, s.install_path) == s.sha256 ? FileState::original
+                                                                                     : FileState::drifted;
+}
+
+FileState created_state(Disk& disk, const CreatedItem& c) {
+  FileInfo fi = disk.info(c.path, Follow::no);
+  if (!fi.exists()) return FileState::original;  // absent, as before the entry
+  return fi.type == FileType::regular && hash_file(disk, c.path) == c.sha256 ? FileState::patched : FileState::drifted;
+}
+
+FileState artifact_state(Disk& disk, const ArtifactItem& a) {
+  FileInfo fi = disk.info(a.path, Follow::no);
+  if (!a.existed) return fi.exists() ? FileState::rebuilt : FileState::original;
+  if (fi.type != FileType::regular) return FileState::missing;
+  // A different size is a different file: no need to read it.
+  if (a.stamp && fi.size != a.stamp->size) return FileState::rebuilt;
+  return hash_file(disk, a.path) == *a.sha256 ? FileState::original : FileState::rebuilt;
+}
+
+FileState cache_state(Disk& disk, BackupStore& store, const CacheItem& c) {
+  bool present = disk.info(c.dir, Follow::no).exists();
+  if (!c.existed) return present ? FileState::rebuilt : FileState::original;
+  // A moved cache whose move never happened (or was undone) is still the original dir.
+  if (c.backup_dir && !disk.info(store.resolve(*c.backup_dir), Follow::no).exists())
+    return present ? FileState::original : FileState::missing;
+  return present ? FileState::rebuilt : FileState::invalidated;
+}
+
+std::uint64_t tree_bytes(Disk& disk, const fs::path& root) {
+  std::uint64_t total = 0;
+  walk_tree(
+      disk, root,
+      [&](const fs::path& rel, FileType type) {
+        if (type == FileType::regular) total += disk.info(root / rel, Follow::no).size;
+        return WalkStep::descend;
+      },
+      [](const fs::path&, const std::string&) {});
+  return total;
+}
+
+std::uint64_t backup_bytes(Disk& disk, BackupStore& store, const std::optional<std::string>& rel) {
+  if (!rel) return 0;
+  FileInfo fi = disk.info(store.resolve(*rel), Follow::no);
+  if (fi.type == FileType::directory) return tree_bytes(disk, store.resolve(*rel));
+  return fi.type == FileType::regular ? fi.size : 0;
+}
+
+NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overlay, const NativeEntry& e) {
+  NativeStatus st;
+  st.id = e.id;
+  st.owner = e.owner;
+  st.owner_alive = e.owner && owner_alive(*e.owner);
+  st.created_at = e.created_at;
+  if (e.build_log) st.build_log = (overlay / *e.build_log).string();
+  for (const auto& s : e.sources) {
+    st.files.push_back({s.deleted ? TrackedKind::deleted : TrackedKind::source, s.install_path, source_state(disk, s)});
+    st.snapshot_bytes += backup_bytes(disk, store, s.backup);
+  }
+  for (const auto& c : e.created) st.files.push_back({TrackedKind::created, c.path, created_state(disk, c)});
+  for (const auto& a : e.artifacts) {
+    st.files.push_back({TrackedKind::artifact, a.path, artifact_state(disk, a)});
+    st.snapshot_bytes += backup_bytes(disk, store, a.backup);
+  }
+  for (const auto& c : e.caches) {
+    st.files.push_back({TrackedKind::cache, c.dir, cache_state(disk, store, c)});
+    st.snapshot_bytes += backup_bytes(disk, store, c.backup_tar) + backup_bytes(disk, store, c.backup_dir);
+  }
+  return st;
+}
+
+std::string text_of(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+void python_status(Disk& disk, const fs::path& overlay, const json& doc, StatusReport& r) {
+  auto list = [&](const char* key) -> const json& {
+    static const json empty = json::array();
+    auto it = doc.find(key);
+    return it != doc.end() && it->is_array() ? *it : empty;
+  };
+  for (const auto& m : list("modules")) {
+    std::string file = text_of(m, "file");
+    bool present = is_safe_relative(file) && disk.info(overlay / file, Follow::no).type == FileType::regular;
+    r.pythons.push_back({"module", text_of(m, "module"), (overlay / file).string(), present});
+  }
+  for (const auto& b : list("rebinds"))
+    r.pythons.push_back({"rebind", text_of(b, "target"), text_of(b, "impl_module") + ":" + text_of(b, "impl_attr"), true});
+  for (const auto& c : list("captures")) r.pythons.push_back({"capture", text_of(c, "target"), text_of(c, "out"), true});
+}
+
+}  // namespace
+
+const char* to_string(TrackedKind k) {
+  switch (k) {
+    case TrackedKind::source: return "source";
+    case TrackedKind::created: return "created";
+    case TrackedKind::deleted: return "deleted";
+    case TrackedKind::artifact: return "artifact";
+    case TrackedKind::cache: return "cache";
+  }
+  return "?";
+}
+
+const char* to_string(FileState s) {
+  switch (s) {
+    case FileState::original: return "original";
+    case FileState::patched: return "patched";
+    case FileState::rebuilt: return "rebuilt";
+    case FileState::invalidated: return "invalidated";
+    case FileState::drifted: return "drifted";
+    case FileState::missing: return "missing";
+  }
+  return "?";
+}
+
+std::size_t StatusReport::not_original() const {
+  std::size_t n = 0;
+  for (const auto& e : natives)
+    n += static_cast<std::size_t>(std::count_if(e.files.begin(), e.files.end(),
+                                                [](const TrackedFile& f) { return f.state != FileState::original; }));
+  return n;
+}
+
+StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
+  StatusReport r;
+  r.overlay = absolute_normal(overlay_in);
+  FileInfo fi = disk.info(r.overlay, Follow::yes);
+  if (!fi.exists()) throw Error("overlay does not exist: " + r.overlay.string());
+  if (fi.type != FileType::directory) throw Error("overlay is not a directory: " + r.overlay.string());
+  auto m = load_manifest(disk, r.overlay);
+  if (!m) return r;
+  r.has_manifest = true;
+  BackupStore store(disk, r.overlay);
+  for (const auto& e : m->natives) r.natives.push_back(native_status(disk, store, r.overlay, e));
+  python_status(disk, r.overlay, m->doc, r);
+  return r;
+}
+
+}  // namespace overlay
