@@ -67,3 +67,23 @@ TEST(Signals, BuildTimeoutKillsGroupAndStaysRevertable) {
   EXPECT_EQ(run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()}).rc, 0);
   EXPECT_EQ(tree_digest(in.root), before);
 }
+
+TEST(Signals, TimedOutBuildWithRevertOnFailureLeavesOriginalAndNoSurvivor) {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  std::string script = "echo half > " + in.artifact.string() + "; (trap '' TERM; sleep 3; touch " + (t / "survivor").string() +
+                       ") & echo $! > " + (t / "child.pid").string() + "; sleep 30";
+  Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(),
+                       "--build-timeout", "0.5", "--revert-on-failure", "--build-cmd", "sh -c \"" + script + "\""},
+                      {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
+  EXPECT_EQ(a.rc, 1);
+  EXPECT_NE(a.err.find("(timed out)"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("--revert-on-failure: entry"), std::string::npos) << a.err;
+  EXPECT_EQ(tree_digest(in.root), before) << "reverted before add-native returned";
+  EXPECT_FALSE(alive(std::stoi(read_file(t / "child.pid"))));
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  EXPECT_FALSE(fs::exists(t / "survivor"));
+}

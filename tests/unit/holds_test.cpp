@@ -14,7 +14,7 @@ namespace {
 void record_change(const fs::path& ov, const fs::path& path) {
   Manifest m;
   NativeEntry e;
-  e.sources.push_back({path.string(), "_native_backup/x", std::string(64, 'a'), std::nullopt, std::nullopt, std::nullopt, json::object()});
+  e.sources.push_back({path.string(), "_native_backup/x", std::string(64, 'a'), std::nullopt, std::nullopt, std::nullopt, false, json::object()});
   m.natives.push_back(e);
   fs::create_directories(ov);
   save_manifest(real_disk(), ov, m);

@@ -113,3 +113,18 @@ TEST(Manifest, SafeRelative) {
   EXPECT_FALSE(is_safe_relative("a/../../b"));
   EXPECT_FALSE(is_safe_relative(std::string("a\0b", 3)));
 }
+
+TEST(Manifest, CreatedAndDeletedFilesRoundTrip) {
+  std::string sha(64, 'a');
+  std::string text = R"({"natives":[{"id":"n1","sources":[{"install_path":"/x/old.h","backup":"b/src_0","sha256":")" + sha +
+                     R"(","deleted":true}],"created_files":[{"path":"/x/new.h","sha256":")" + sha + R"(","extra":1}]}]})";
+  Manifest m = parse_manifest(text);
+  ASSERT_EQ(m.natives[0].created.size(), 1u);
+  EXPECT_EQ(m.natives[0].created[0].path, "/x/new.h");
+  EXPECT_TRUE(m.natives[0].sources[0].deleted);
+  Manifest again = parse_manifest(serialize_manifest(m));
+  EXPECT_TRUE(again.natives[0].sources[0].deleted);
+  EXPECT_EQ(again.natives[0].created[0].raw["extra"], 1);
+  EXPECT_THROW(parse_manifest(R"({"natives":[{"created_files":[{"path":"rel/x","sha256":")" + sha + R"("}]}]})"), ManifestError);
+  EXPECT_THROW(parse_manifest(R"({"natives":[{"created_files":[{"path":"/x"}]}]})"), ManifestError);
+}
