@@ -1,12 +1,12 @@
 #include "overlay/file_ops.hpp"
 
-
 #include <sys/random.h>
 
 #include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <cerrno>
@@ -24,18 +24,21 @@ constexpr std::size_t kChunk = 1 << 20;
 // A ring of chunk buffers between two threads: the producer fills a buffer and publishes it,
 // the consumer takes buffers in order and gives them back. Either side may fail; the other then
 // stops at its next wait. This lets reading/writing and hashing run on both cores at once.
+// A heap buffer whose bytes are not zeroed first (a std::vector<char> would write every page).
+std::unique_ptr<char[]> uninitialized_buffer(std::size_t n) { return std::unique_ptr<char[]>(new char[n]); }
+
 class ChunkRing {
  public:
   static constexpr std::size_t kSlots = 4;
 
   ChunkRing() {
-    for (auto& b : bufs_) b.resize(kChunk);
+    for (auto& b : bufs_) b = uninitialized_buffer(kChunk);
   }
   // Producer: the next free buffer (nullptr once the consumer failed).
   char* acquire() {
     std::unique_lock<std::mutex> l(m_);
     cv_.wait(l, [&] { return filled_ < kSlots || failed_; });
-    return failed_ ? nullptr : bufs_[(head_ + filled_) % kSlots].data();
+    return failed_ ? nullptr : bufs_[(head_ + filled_) % kSlots].get();
   }
   // Producer: the buffer from acquire() holds n bytes; n == 0 marks the end.
   void publish(std::size_t n) {
@@ -49,7 +52,7 @@ class ChunkRing {
     std::unique_lock<std::mutex> l(m_);
     cv_.wait(l, [&] { return filled_ > 0 || failed_; });
     if (filled_ == 0) return {nullptr, 0};
-    return {bufs_[head_].data(), sizes_[head_]};
+    return {bufs_[head_].get(), sizes_[head_]};
   }
   // Consumer: done with the buffer from take().
   void release() {
@@ -67,7 +70,7 @@ class ChunkRing {
  private:
   std::mutex m_;
   std::condition_variable cv_;
-  std::array<std::vector<char>, kSlots> bufs_;
+  std::array<std::unique_ptr<char[]>, kSlots> bufs_;
   std::array<std::size_t, kSlots> sizes_{};
   std::size_t head_ = 0, filled_ = 0;
   bool failed_ = false;
@@ -133,13 +136,16 @@ void stream_hashing(ReadHandle& in, Sha256& h, WriteHandle* out, bool durable, P
 
 }  // namespace
 
-// Small files are copied on this thread: a second thread costs more than it saves.
-static std::string copy_small_hashing(ReadHandle& in, WriteHandle& out) {
+// Small files are copied on this thread: a second thread costs more than it saves. The buffer
+// fits the file (one read more sees the end): zeroing and faulting in a whole chunk for a 20-byte
+// source was most of a small add-native.
+static std::string copy_small_hashing(ReadHandle& in, WriteHandle& out, std::uint64_t size) {
   Sha256 h;
-  std::vector<char> buf(kChunk);
-  while (std::size_t n = in.read(buf.data(), buf.size())) {
-    h.update(buf.data(), n);
-    out.write(buf.data(), n);
+  std::size_t cap = static_cast<std::size_t>(std::min<std::uint64_t>(size + 1, kChunk));
+  auto buf = uninitialized_buffer(cap);
+  while (std::size_t n = in.read(buf.get(), cap)) {
+    h.update(buf.get(), n);
+    out.write(buf.get(), n);
   }
   return h.finish_hex();
 }
@@ -148,14 +154,14 @@ std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& d
                               Durable durable) {
   auto in = disk.open_read(src);
   auto out = disk.create(dest, mode, CreateMode::exclusive);
-  if (disk.info(src, Follow::yes).size <= kChunk) {
-    std::string sha = copy_small_hashing(*in, *out);
+  std::uint64_t size = disk.info(src, Follow::yes).size;
+  if (size <= kChunk) {
+    std::string sha = copy_small_hashing(*in, *out, size);
     if (durable == Durable::yes) out->sync();
     out->close();
     return sha;
   }
   Sha256 h;
-  std::uint64_t size = disk.info(src, Follow::yes).size;
   ProgressMeter meter(size >= kProgressMinBytes ? "copy " + src.filename().string() : std::string(), size);
   stream_hashing(*in, h, out.get(), durable == Durable::yes, meter);
   if (durable == Durable::yes) out->sync();
@@ -166,12 +172,13 @@ std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& d
 std::string hash_file(Disk& disk, const fs::path& p) {
   auto in = disk.open_read(p);
   Sha256 h;
-  if (disk.info(p, Follow::yes).size <= kChunk) {
-    std::vector<char> buf(kChunk);
-    while (std::size_t n = in->read(buf.data(), buf.size())) h.update(buf.data(), n);
+  std::uint64_t size = disk.info(p, Follow::yes).size;
+  if (size <= kChunk) {
+    std::size_t cap = static_cast<std::size_t>(size + 1);
+    auto buf = uninitialized_buffer(cap);
+    while (std::size_t n = in->read(buf.get(), cap)) h.update(buf.get(), n);
     return h.finish_hex();
   }
-  std::uint64_t size = disk.info(p, Follow::yes).size;
   ProgressMeter meter(size >= kProgressMinBytes ? "hash " + p.filename().string() : std::string(), size);
   stream_hashing(*in, h, nullptr, false, meter);
   return h.finish_hex();
