@@ -99,8 +99,11 @@ def main():
     s = Steps()
     copy = os.path.join(a.work, "copy.bin")
     for r in range(a.rounds):
+        # Untimed syncs: each durable step starts with no other step's dirty pages to write back.
+        subprocess.run(["sync"])
         s.add("floor: cp+sync", timed(["sh", "-c", 'cp "$0" "$1" && sync "$1"', art, copy]))
         os.remove(copy)
+        subprocess.run(["sync"])
         s.add("add-native", timed([ov_bin, "add-native", "--overlay", ov, "--target", src, "--patched-file", patched,
                                    "--artifact", art, "--invalidate-cache", cache,
                                    "--cache-snapshot", a.cache_snapshot], env))

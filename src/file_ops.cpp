@@ -21,44 +21,44 @@ namespace {
 
 constexpr std::size_t kChunk = 1 << 20;
 
-// A ring of chunk buffers between two threads: the producer fills a buffer and publishes it,
-// the consumer takes buffers in order and gives them back. Either side may fail; the other then
-// stops at its next wait. This lets reading/writing and hashing run on both cores at once.
 // A heap buffer whose bytes are not zeroed first (a std::vector<char> would write every page).
 std::unique_ptr<char[]> uninitialized_buffer(std::size_t n) { return std::unique_ptr<char[]>(new char[n]); }
 
+// A ring of chunk buffers from one producer to several consumers: the producer fills a buffer
+// and publishes it; every consumer takes every buffer in order and gives it back; a buffer is
+// refilled once all consumers gave it back. Any side may fail; the others then stop at their
+// next wait. Reading, writing and hashing thus run at once, each on its own thread.
 class ChunkRing {
  public:
-  static constexpr std::size_t kSlots = 4;
+  static constexpr std::size_t kSlots = 8;
 
-  ChunkRing() {
+  explicit ChunkRing(std::size_t consumers) : done_(consumers, 0) {
     for (auto& b : bufs_) b = uninitialized_buffer(kChunk);
   }
-  // Producer: the next free buffer (nullptr once the consumer failed).
+  // Producer: the next free buffer (nullptr once a consumer failed).
   char* acquire() {
     std::unique_lock<std::mutex> l(m_);
-    cv_.wait(l, [&] { return filled_ < kSlots || failed_; });
-    return failed_ ? nullptr : bufs_[(head_ + filled_) % kSlots].get();
+    cv_.wait(l, [&] { return published_ - slowest() < kSlots || failed_; });
+    return failed_ ? nullptr : bufs_[published_ % kSlots].get();
   }
   // Producer: the buffer from acquire() holds n bytes; n == 0 marks the end.
   void publish(std::size_t n) {
     std::lock_guard<std::mutex> l(m_);
-    sizes_[(head_ + filled_) % kSlots] = n;
-    ++filled_;
+    sizes_[published_ % kSlots] = n;
+    ++published_;
     cv_.notify_all();
   }
-  // Consumer: the oldest published buffer and its size (size 0: end, or the producer failed).
-  std::pair<const char*, std::size_t> take() {
+  // Consumer c: its next published buffer and its size (size 0: end, or another side failed).
+  std::pair<const char*, std::size_t> take(std::size_t c) {
     std::unique_lock<std::mutex> l(m_);
-    cv_.wait(l, [&] { return filled_ > 0 || failed_; });
-    if (filled_ == 0) return {nullptr, 0};
-    return {bufs_[head_].get(), sizes_[head_]};
+    cv_.wait(l, [&] { return done_[c] < published_ || failed_; });
+    if (done_[c] == published_) return {nullptr, 0};
+    return {bufs_[done_[c] % kSlots].get(), sizes_[done_[c] % kSlots]};
   }
-  // Consumer: done with the buffer from take().
-  void release() {
+  // Consumer c: done with the buffer from take(c).
+  void release(std::size_t c) {
     std::lock_guard<std::mutex> l(m_);
-    head_ = (head_ + 1) % kSlots;
-    --filled_;
+    ++done_[c];
     cv_.notify_all();
   }
   void fail() {
@@ -68,52 +68,69 @@ class ChunkRing {
   }
 
  private:
+  std::uint64_t slowest() const { return *std::min_element(done_.begin(), done_.end()); }
+
   std::mutex m_;
   std::condition_variable cv_;
   std::array<std::unique_ptr<char[]>, kSlots> bufs_;
   std::array<std::size_t, kSlots> sizes_{};
-  std::size_t head_ = 0, filled_ = 0;
+  std::uint64_t published_ = 0;
+  std::vector<std::uint64_t> done_;  // buffers each consumer has given back
   bool failed_ = false;
 };
 
-// Runs produce() on this thread and consume() on a second one over a ChunkRing; rethrows the
-// first failure of either.
-void run_pipeline(ChunkRing& ring, const std::function<void()>& produce, const std::function<void()>& consume) {
-  std::exception_ptr consumer_error;
-  std::thread t([&] {
-    try {
-      consume();
-    } catch (...) {
-      consumer_error = std::current_exception();
-      ring.fail();
-    }
-  });
+// Runs produce() on this thread and each consumer on a thread of its own over a ChunkRing;
+// rethrows the first failure of any.
+void run_pipeline(ChunkRing& ring, const std::function<void()>& produce,
+                  const std::vector<std::function<void()>>& consumers) {
+  std::vector<std::exception_ptr> errors(consumers.size());
+  std::vector<std::thread> threads;
+  for (std::size_t c = 0; c < consumers.size(); ++c)
+    threads.emplace_back([&, c] {
+      try {
+        consumers[c]();
+      } catch (...) {
+        errors[c] = std::current_exception();
+        ring.fail();
+      }
+    });
+  std::exception_ptr producer_error;
   try {
     produce();
   } catch (...) {
+    producer_error = std::current_exception();
     ring.fail();
-    t.join();
-    throw;
   }
-  t.join();
-  if (consumer_error) std::rethrow_exception(consumer_error);
+  for (auto& t : threads) t.join();
+  if (producer_error) std::rethrow_exception(producer_error);
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
-// Hashes every buffer the ring delivers until the end marker.
-void hash_ring(ChunkRing& ring, Sha256& h) {
+// Consumer c: hands every buffer the ring delivers to `use` until the end marker.
+void drain(ChunkRing& ring, std::size_t c, const std::function<void(const char*, std::size_t)>& use) {
   for (;;) {
-    auto [buf, n] = ring.take();
+    auto [buf, n] = ring.take(c);
     if (n == 0) return;
-    h.update(buf, n);
-    ring.release();
+    use(buf, n);
+    ring.release(c);
   }
 }
 
-// Reads `in` to the end on this thread (writing each chunk to `out` when given) while a second
-// thread hashes the same chunks.
+// Reads `in` to the end on this thread while one thread hashes the chunks and, when `out` is
+// given, another writes them: every byte is read once, and reading, hashing and writing overlap.
 void stream_hashing(ReadHandle& in, Sha256& h, WriteHandle* out, bool durable, ProgressMeter& meter) {
-  ChunkRing ring;
+  ChunkRing ring(out != nullptr ? 2 : 1);
   std::uint64_t written = 0;
+  std::vector<std::function<void()>> consumers{[&] { drain(ring, 0, [&](const char* b, std::size_t n) { h.update(b, n); }); }};
+  if (out != nullptr)
+    consumers.push_back([&] {
+      drain(ring, 1, [&](const char* b, std::size_t n) {
+        out->write(b, n);
+        // Every 8 MiB: the disk starts writing while we copy, instead of all at the final fsync.
+        if (durable && (written += n) % (8u << 20) < n) out->start_writeback();
+      });
+    });
   run_pipeline(
       ring,
       [&] {
@@ -121,17 +138,12 @@ void stream_hashing(ReadHandle& in, Sha256& h, WriteHandle* out, bool durable, P
           char* buf = ring.acquire();
           if (buf == nullptr) return;
           std::size_t n = in.read(buf, kChunk);
-          if (n > 0 && out != nullptr) {
-            out->write(buf, n);
-            // Every 8 MiB: the disk starts writing while we copy, instead of all at the final fsync.
-            if (durable && (written += n) % (8u << 20) < n) out->start_writeback();
-          }
           ring.publish(n);
           meter.advance(n);
           if (n == 0) return;
         }
       },
-      [&] { hash_ring(ring, h); });
+      consumers);
 }
 
 }  // namespace

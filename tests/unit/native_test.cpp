@@ -12,17 +12,35 @@ using namespace overlay::test;
 
 namespace {
 
+enum class Change { one_file, multi_file_diff };
+
 struct Fixture {
   TempDir t;
   Install in = make_install(t / "inst");
-  std::string before = tree_digest(in.root);
+  std::string before = with_header_to_delete();
 
-  AddNativeRequest request() {
+  std::string with_header_to_delete() {
+    write_file(in.root / "src/old.h", "#define OLD 1\n");
+    return tree_digest(in.root);
+  }
+
+  // one_file: --target/--patched-file. multi_file_diff: --patch-root with a diff that modifies
+  // the source, creates src/new.h and deletes src/old.h.
+  AddNativeRequest request(Change change = Change::one_file) {
     write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+    write_file(t / "multi.diff",
+               "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n"
+               "--- /dev/null\n+++ b/src/new.h\n@@ -0,0 +1 @@\n+#define NEW 1\n"
+               "--- a/src/old.h\n+++ /dev/null\n@@ -1 +0,0 @@\n-#define OLD 1\n");
     AddNativeRequest r;
     r.overlay = t / "ov";
-    r.targets = {in.source};
-    r.patched_files = {t / "patched.cpp"};
+    if (change == Change::one_file) {
+      r.targets = {in.source};
+      r.patched_files = {t / "patched.cpp"};
+    } else {
+      r.patch = t / "multi.diff";
+      r.patch_root = in.root;
+    }
     r.artifacts = {in.artifact, in.root / "lib/created.so"};
     r.caches = {in.cache};
     r.build_cmds = {"sh -c 'echo rebuilt > lib/libk.so; touch lib/created.so; mkdir -p cache/new; echo x > cache/new/f'"};
@@ -68,11 +86,11 @@ TEST(Native, PlanTouchesNothing) {
 
 // Every mutating disk operation of add-native fails in turn; after each failure, revert
 // (with a healthy disk) must bring the install back exactly. Both cache snapshot kinds.
-long sweep_add(CacheSnapshot mode) {
+long sweep_add(CacheSnapshot mode, Change change = Change::one_file) {
   FaultyDisk counter(real_disk());
   {
     Fixture g;
-    AddNativeRequest r = g.request();
+    AddNativeRequest r = g.request(change);
     r.cache_snapshot = mode;
     apply_and_build(counter, r);
   }
@@ -80,7 +98,7 @@ long sweep_add(CacheSnapshot mode) {
   EXPECT_GT(ops, 20);
   for (long n = 1; n <= ops; ++n) {
     Fixture h;
-    AddNativeRequest req = h.request();
+    AddNativeRequest req = h.request(change);
     req.cache_snapshot = mode;
     FaultyDisk disk(real_disk());
     disk.fail_at(n, n % 2 ? ENOSPC : EIO);
@@ -97,14 +115,16 @@ long sweep_add(CacheSnapshot mode) {
 
 TEST(Native, FaultSweepDuringAdd) {
   long moved = sweep_add(CacheSnapshot::move), tarred = sweep_add(CacheSnapshot::tar);
-  std::printf("fault sweep (add-native): %ld faults injected (ENOSPC/EIO), one per disk operation (%ld with a moved cache, %ld with a tar)\n",
-              moved + tarred, moved, tarred);
+  long multi = sweep_add(CacheSnapshot::move, Change::multi_file_diff);
+  std::printf("fault sweep (add-native): %ld faults injected (ENOSPC/EIO), one per disk operation (%ld with a moved cache, "
+              "%ld with a tar, %ld with a multi-file diff creating and deleting files)\n",
+              moved + tarred + multi, moved, tarred, multi);
 }
 
 // Every mutating disk operation of revert fails in turn; a second revert must finish the job.
-long sweep_revert(CacheSnapshot mode) {
+long sweep_revert(CacheSnapshot mode, Change change = Change::one_file) {
   auto applied = [&](Fixture& f) {
-    AddNativeRequest r = f.request();
+    AddNativeRequest r = f.request(change);
     r.cache_snapshot = mode;
     apply_and_build(real_disk(), r);
   };
@@ -135,8 +155,10 @@ long sweep_revert(CacheSnapshot mode) {
 
 TEST(Native, FaultSweepDuringRevert) {
   long moved = sweep_revert(CacheSnapshot::move), tarred = sweep_revert(CacheSnapshot::tar);
-  std::printf("fault sweep (revert): %ld faults injected (EACCES), one per disk operation (%ld with a moved cache, %ld with a tar)\n",
-              moved + tarred, moved, tarred);
+  long multi = sweep_revert(CacheSnapshot::move, Change::multi_file_diff);
+  std::printf("fault sweep (revert): %ld faults injected (EACCES), one per disk operation (%ld with a moved cache, %ld with a "
+              "tar, %ld with a multi-file diff)\n",
+              moved + tarred + multi, moved, tarred, multi);
 }
 
 TEST(Native, NewestFirstAcrossStackedEntries) {
