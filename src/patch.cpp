@@ -130,69 +130,53 @@ std::vector<fs::path> diff_file_names(const std::string& text, int strip) {
   return out;
 }
 
-PatchedTree::PatchedTree(Disk& disk, const fs::path& root, const fs::path& diff, int strip) : disk_(disk) {
+PrivateDir::PrivateDir(Disk& disk) : disk_(disk), path_(make_private_dir(disk)) {}
+
+PrivateDir::~PrivateDir() {
+  try {
+    remove_tree(disk_, path_);
+  } catch (const std::exception&) {
+    // A leftover private temp dir is harmless; never throw from a destructor.
+  }
+}
+
+// On any failure below, dir_ (a member, already constructed) removes the private copies.
+PatchedTree::PatchedTree(Disk& disk, const fs::path& root, const fs::path& diff, int strip) : dir_(disk) {
   std::vector<fs::path> names = diff_file_names(read_small_file(disk, diff, 256u << 20), strip);
-  dir_ = make_private_dir(disk);
-  try {
-    std::vector<bool> existed;
-    for (const auto& rel : names) {
-      FileInfo fi = disk.info(root / rel, Follow::yes);
-      if (fi.exists() && fi.type != FileType::regular) throw Error("diff names " + (root / rel).string() + ", which is not a regular file");
-      if (!fi.exists() && disk.info((root / rel).parent_path(), Follow::yes).type != FileType::directory)
-        throw Error("diff creates " + (root / rel).string() + " in a directory that does not exist (not supported)");
-      existed.push_back(fi.exists());
-      make_dirs(disk, (dir_ / rel).parent_path(), 0700);
-      if (fi.exists()) copy_file_hashing(disk, root / rel, dir_ / rel, fi.mode, Durable::no);
-    }
-    RunResult r = run_gnu_patch(dir_, {"-p" + std::to_string(strip)}, diff);
-    if (!r.ok()) throw Error("patch " + diff.string() + " does not apply under " + root.string() + ": " + first_line(r.out + "\n" + r.err));
-    for (std::size_t k = 0; k < names.size(); ++k) {
-      bool now = disk.info(dir_ / names[k], Follow::no).type == FileType::regular;
-      if (!existed[k] && !now) throw Error("diff names " + names[k].string() + " but neither finds nor creates it");
-      FileChange c = !existed[k] ? FileChange::created : now ? FileChange::modified : FileChange::deleted;
-      changes_.push_back({root / names[k], c, now ? dir_ / names[k] : fs::path()});
-    }
-    walk_tree(disk, dir_, [&](const fs::path& rel, FileType type) {
-      if (type != FileType::directory && std::find(names.begin(), names.end(), rel) == names.end())
-        throw Error("diff touches " + rel.string() + ", which its headers do not name as a file (unsupported)");
-      return WalkStep::descend;
-    });
-  } catch (...) {
-    remove_tree(disk_, dir_);
-    throw;
+  const fs::path& dir = dir_.path();
+  std::vector<bool> existed;
+  for (const auto& rel : names) {
+    FileInfo fi = disk.info(root / rel, Follow::yes);
+    if (fi.exists() && fi.type != FileType::regular) throw Error("diff names " + (root / rel).string() + ", which is not a regular file");
+    if (!fi.exists() && disk.info((root / rel).parent_path(), Follow::yes).type != FileType::directory)
+      throw Error("diff creates " + (root / rel).string() + " in a directory that does not exist (not supported)");
+    existed.push_back(fi.exists());
+    make_dirs(disk, (dir / rel).parent_path(), 0700);
+    if (fi.exists()) copy_file_hashing(disk, root / rel, dir / rel, fi.mode, Durable::no);
   }
+  RunResult r = run_gnu_patch(dir, {"-p" + std::to_string(strip)}, diff);
+  if (!r.ok()) throw Error("patch " + diff.string() + " does not apply under " + root.string() + ": " + first_line(r.out + "\n" + r.err));
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    bool now = disk.info(dir / names[k], Follow::no).type == FileType::regular;
+    if (!existed[k] && !now) throw Error("diff names " + names[k].string() + " but neither finds nor creates it");
+    FileChange c = !existed[k] ? FileChange::created : now ? FileChange::modified : FileChange::deleted;
+    changes_.push_back({root / names[k], c, now ? dir / names[k] : fs::path()});
+  }
+  walk_tree(disk, dir, [&](const fs::path& rel, FileType type) {
+    if (type != FileType::directory && std::find(names.begin(), names.end(), rel) == names.end())
+      throw Error("diff touches " + rel.string() + ", which its headers do not name as a file (unsupported)");
+    return WalkStep::descend;
+  });
 }
 
-PatchedTree::~PatchedTree() {
-  try {
-    remove_tree(disk_, dir_);
-  } catch (const std::exception&) {
-    // A leftover private temp dir is harmless; never throw from a destructor.
-  }
-}
-
-PatchedCopy::PatchedCopy(Disk& disk, const fs::path& original, const fs::path& diff) : disk_(disk) {
-  dir_ = make_private_dir(disk);
-  try {
-    file_ = dir_ / original.filename();
-    FileInfo fi = disk.info(original, Follow::yes);
-    copy_file_hashing(disk, original, file_, fi.mode, Durable::no);
-    RunResult r = run_gnu_patch(dir_, {file_.string()}, diff);
-    if (!r.ok())
-      throw Error("patch " + diff.string() + " does not apply to " + original.string() + ": " +
-                  first_line(r.out + "\n" + r.err));
-  } catch (...) {
-    remove_tree(disk_, dir_);
-    throw;
-  }
-}
-
-PatchedCopy::~PatchedCopy() {
-  try {
-    remove_tree(disk_, dir_);
-  } catch (const std::exception&) {
-    // A leftover private temp dir is harmless; never throw from a destructor.
-  }
+PatchedCopy::PatchedCopy(Disk& disk, const fs::path& original, const fs::path& diff) : dir_(disk) {
+  file_ = dir_.path() / original.filename();
+  FileInfo fi = disk.info(original, Follow::yes);
+  copy_file_hashing(disk, original, file_, fi.mode, Durable::no);
+  RunResult r = run_gnu_patch(dir_.path(), {file_.string()}, diff);
+  if (!r.ok())
+    throw Error("patch " + diff.string() + " does not apply to " + original.string() + ": " +
+                first_line(r.out + "\n" + r.err));
 }
 
 }  // namespace overlay

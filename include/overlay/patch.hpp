@@ -9,20 +9,31 @@
 
 namespace overlay {
 
+// A new private (0700) directory under $TMPDIR (or /tmp), removed with everything in it when
+// the object dies. Never throws from its destructor: a leftover temp dir is harmless.
+class PrivateDir {
+ public:
+  explicit PrivateDir(Disk& disk);
+  ~PrivateDir();
+  PrivateDir(const PrivateDir&) = delete;
+  PrivateDir& operator=(const PrivateDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  Disk& disk_;
+  fs::path path_;
+};
+
 class PatchedCopy {
  public:
   // Copies `original` into a new private temporary directory and applies `diff` there.
   // Throws Error("patch does not apply to …: <patch's first complaint>") on failure.
   PatchedCopy(Disk& disk, const fs::path& original, const fs::path& diff);
-  ~PatchedCopy();
-  PatchedCopy(const PatchedCopy&) = delete;
-  PatchedCopy& operator=(const PatchedCopy&) = delete;
 
   const fs::path& file() const { return file_; }
 
  private:
-  Disk& disk_;
-  fs::path dir_;
+  PrivateDir dir_;
   fs::path file_;
 };
 
@@ -49,15 +60,11 @@ class PatchedTree {
     fs::path content;  // the patched bytes (modified, created)
   };
   PatchedTree(Disk& disk, const fs::path& root, const fs::path& diff, int strip);
-  ~PatchedTree();
-  PatchedTree(const PatchedTree&) = delete;
-  PatchedTree& operator=(const PatchedTree&) = delete;
 
   const std::vector<Change>& changes() const { return changes_; }
 
  private:
-  Disk& disk_;
-  fs::path dir_;
+  PrivateDir dir_;
   std::vector<Change> changes_;
 };
 
