@@ -36,6 +36,7 @@ struct AddNativeFlags {
   std::string cache_snapshot = "auto";
   std::string patch_root;
   int strip = 1;
+  CLI::Option* strip_opt = nullptr;
   bool revert_on_failure = false;
 };
 
@@ -70,6 +71,8 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
   r.patched_files.assign(f.patched.begin(), f.patched.end());
   if (!f.patch.empty()) r.patch = f.patch;
   if (!f.patch_root.empty()) r.patch_root = f.patch_root;
+  if (f.strip_opt != nullptr && f.strip_opt->count() > 0 && f.patch_root.empty())
+    throw Error("-p/--strip applies only with --patch-root");
   r.strip = f.strip;
   r.artifacts.assign(f.artifacts.begin(), f.artifacts.end());
   r.caches.assign(f.caches.begin(), f.caches.end());
@@ -134,6 +137,7 @@ int run_verify(Disk& disk, const std::string& overlay) {
   j["result"] = r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL";
   j["artifacts"] = nlohmann::json::array();
   for (const auto& i : r.items) j["artifacts"].push_back({{"path", i.path}, {"state", to_string(i.state)}});
+  if (!r.ok()) j["error"] = "FRESH_BUILD_FAIL: an artifact was not rebuilt";
   return r.ok() ? kOk : kUsage;
 }
 
@@ -158,7 +162,8 @@ int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const Globa
   }
   for (const auto& p : r.problems) err_line("revert", "cannot restore " + p.path + ": " + p.reason);
   if (!r.ok()) {
-    err_line("revert", std::to_string(r.problems.size()) + " item(s) not restored; their entries stay in the manifest");
+    j["error"] = std::to_string(r.problems.size()) + " item(s) not restored; their entries stay in the manifest";
+    err_line("revert", j["error"]);
     return kFailed;
   }
   out_line(std::string(dry_run ? "revert: dry run; nothing changed in " : "revert: restored native changes in ") +
@@ -191,6 +196,7 @@ int run_gc(Disk& disk, const std::string& root, bool dry_run, const std::string&
   j["would_revert"] = dry_run ? n : 0;
   out_line(std::string("gc-stale: ") + (dry_run ? "would revert " : "reverted ") + std::to_string(n) +
            " stale native overlay(s) under " + fs::absolute(root).lexically_normal().string());
+  if (r.count(GcOutcome::failed)) j["error"] = std::to_string(r.count(GcOutcome::failed)) + " overlay(s) could not be reverted";
   return r.count(GcOutcome::failed) ? kFailed : kOk;
 }
 
@@ -223,7 +229,7 @@ std::string owner_text(const NativeStatus& e) {
 }
 
 void print_status_table(const StatusReport& r) {
-  out_line("overlay " + r.overlay.string());
+  out_line("overlay " + r.overlay.string() + (r.has_manifest ? "" : "  (no manifest: nothing recorded)"));
   for (const auto& e : r.natives) {
     std::string age = e.created_at ? "age " + human_age(seconds_now() - *e.created_at) : "age -";
     out_line("native " + (e.id.empty() ? std::string("(overlay_setup.py)") : e.id) + "  " + owner_text(e) + "  " + age +
@@ -269,7 +275,8 @@ int run_status(Disk& disk, const std::string& overlay, bool check_clean) {
   auto& j = result();
   j = status_json(r);
   if (!check_clean || r.clean()) return kOk;
-  err_line("status", std::to_string(r.not_original()) + " tracked path(s) not at their original bytes");
+  j["error"] = std::to_string(r.not_original()) + " tracked path(s) not at their original bytes";
+  err_line("status", j["error"]);
   return kFailed;
 }
 
@@ -285,7 +292,7 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
   add->add_option("--patched-file", f->patched, "Replacement for the matching --target (repeatable)");
   add->add_option("--patch", f->patch, "Unified diff: for the single --target, or with --patch-root for every file it names");
   add->add_option("--patch-root", f->patch_root, "Apply --patch as a multi-file diff relative to DIR (files it creates or deletes are tracked)");
-  add->add_option("-p,--strip", f->strip, "With --patch-root: strip N leading path components (default 1, as git writes diffs)")
+  f->strip_opt = add->add_option("-p,--strip", f->strip, "With --patch-root: strip N leading path components (default 1, as git writes diffs)")
       ->check(CLI::Range(0, 64));
   add->add_option("--artifact", f->artifacts, "Build output to back up and verify (repeatable)");
   add->add_option("--invalidate-cache", f->caches, "Cache directory to snapshot and clear (repeatable)");

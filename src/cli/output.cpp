@@ -45,6 +45,7 @@ void emit_json(const std::string& subcommand, int rc, const std::string& error) 
   if (!error.empty()) doc["error"] = error;
   for (auto& [k, v] : result().items())
     if (!doc.contains(k)) doc[k] = v;
+  if (rc != kOk && !doc.contains("error")) doc["error"] = "exit status " + std::to_string(rc);
   // Paths are bytes on Linux: never let an odd one abort the one document an agent waits for.
   std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   std::fputs(text.c_str(), stdout);

@@ -166,6 +166,16 @@ TEST_F(Ux, JsonOnFailuresAndUsageErrors) {
   Cmd verify_fail = ovl({"verify-native", "--overlay", ov, "--json"});  // no manifest
   expect_envelope(doc(verify_fail), "verify-native", 1);
   EXPECT_FALSE(fs::exists(ov));
+  // Refusals that are not exceptions carry an error too.
+  ASSERT_EQ(add({"--artifact", in.artifact.string()}).rc, 0);  // no build: the artifact stays unchanged
+  Cmd not_rebuilt = ovl({"verify-native", "--overlay", ov, "--json"});
+  EXPECT_EQ(not_rebuilt.rc, 2);
+  expect_envelope(doc(not_rebuilt), "verify-native", 2);
+  EXPECT_EQ(doc(not_rebuilt)["artifacts"][0]["state"], "unchanged");
+  Cmd dirty = ovl({"status", "--overlay", ov, "--check-clean", "--json"});
+  expect_envelope(doc(dirty), "status", 1);
+  EXPECT_NE(doc(dirty)["error"].get<std::string>().find("not at their original bytes"), std::string::npos);
+  EXPECT_EQ(ovl({"revert", "--overlay", ov}).rc, 0);
 }
 
 TEST_F(Ux, JsonOnEveryPythonSubcommand) {
@@ -282,6 +292,7 @@ TEST_F(Ux, PatchRootRefusalsChangeNothing) {
           {"add-native", "--overlay", ov, "--patch-root", root},
           {"add-native", "--overlay", ov, "--patch", p, "--patch-root", root, "--target", in.source.string()},
           {"add-native", "--overlay", ov, "--patch", p, "--patch-root", root, "-p", "99"},
+          {"add-native", "--overlay", ov, "--target", in.source.string(), "--patch", p, "-p", "0"},
       },
       t.path(), [&](const std::vector<std::string>& a) { return ovl(a); });
 }
