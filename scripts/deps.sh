@@ -3,7 +3,7 @@
 # Runs apt-get as root, or through sudo.
 set -euo pipefail
 PKGS=(g++ cmake ninja-build pkg-config patch python3 openssl time
-      help2man bash-completion libcli11-dev nlohmann-json3-dev libarchive-dev libssl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
+      help2man bash-completion dpkg-dev libcli11-dev nlohmann-json3-dev libarchive-dev libssl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
       "$@")
 missing=()
 for p in "${PKGS[@]}"; do

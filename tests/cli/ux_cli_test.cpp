@@ -298,7 +298,7 @@ TEST_F(Ux, PatchRootRefusalsChangeNothing) {
 }
 
 TEST_F(Ux, ProgressLineOnlyOnATerminalAndNoColorHonoured) {
-  if (run({"sh", "-c", "command -v script"}).rc != 0) GTEST_SKIP() << "no script(1) to give the binary a terminal";
+  if (run({"script", "-qfec", "true", "/dev/null"}).rc != 0) GTEST_SKIP() << "script(1) cannot give the binary a terminal here";
   write_file(in.artifact, std::string(24u << 20, 'x'));
   std::string cmd = std::string(overlay_binary()) + " add-native --overlay " + ov + " --target " + in.source.string() +
                     " --patched-file " + (t / "patched.cpp").string() + " --artifact " + in.artifact.string();
