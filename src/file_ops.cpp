@@ -241,6 +241,11 @@ std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes
   return data;
 }
 
+void remove_file_durably(Disk& disk, const fs::path& p) {
+  disk.remove(p);
+  disk.sync_dir(p.parent_path());
+}
+
 void remove_tree(Disk& disk, const fs::path& p) {
   FileInfo fi = disk.info(p, Follow::no);
   if (!fi.exists()) return;

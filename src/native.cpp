@@ -73,11 +73,12 @@ std::vector<fs::path> checked_caches(Disk& disk, const AddNativeRequest& req, co
   return out;
 }
 
+// p, once checked to be an existing directory (symlinks followed); `what` names it in errors.
 fs::path existing_dir(Disk& disk, const fs::path& p, const std::string& what) {
   FileInfo fi = disk.info(p, Follow::yes);
   if (!fi.exists()) throw Error(what + " does not exist: " + p.string());
   if (fi.type != FileType::directory) throw Error(what + " is not a directory: " + p.string());
-  return disk.real_path(p);
+  return p;
 }
 
 NativePlan::Swap tree_swap(Disk& disk, const PatchedTree::Change& c) {
@@ -101,7 +102,7 @@ std::vector<NativePlan::Swap> tree_swaps(Disk& disk, const AddNativeRequest& req
   if (!req.patch) throw Error("--patch-root needs --patch");
   if (!req.targets.empty() || !req.patched_files.empty())
     throw Error("--patch-root takes no --target or --patched-file: the diff names the files");
-  fs::path root = existing_dir(disk, absolute_normal(*req.patch_root), "patch root");
+  fs::path root = disk.real_path(existing_dir(disk, absolute_normal(*req.patch_root), "patch root"));
   fs::path diff = existing_file(disk, absolute_normal(*req.patch), "patch file");
   plan.patched_tree = std::make_shared<PatchedTree>(disk, root, diff, req.strip);
   std::vector<NativePlan::Swap> swaps;
@@ -150,10 +151,7 @@ std::vector<std::vector<std::string>> checked_build(Disk& disk, const AddNativeR
     if (argv.empty()) throw Error("--build-cmd is empty");
     cmds.push_back(std::move(argv));
   }
-  cwd = absolute_normal(req.build_cwd.value_or(fs::current_path()));
-  FileInfo fi = disk.info(cwd, Follow::yes);
-  if (!fi.exists()) throw Error("build cwd does not exist: " + cwd.string());
-  if (fi.type != FileType::directory) throw Error("build cwd is not a directory: " + cwd.string());
+  cwd = existing_dir(disk, absolute_normal(req.build_cwd.value_or(fs::current_path())), "build cwd");
   return cmds;
 }
 
@@ -314,8 +312,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     if (swap.kind == SwapKind::create) {
       replace_file_atomically(disk, swap.content, swap.target, swap.content_mode);
     } else if (swap.kind == SwapKind::remove) {
-      disk.remove(swap.target);
-      disk.sync_dir(swap.target.parent_path());
+      remove_file_durably(disk, swap.target);
     } else {
       replace_file_atomically(disk, swap.content, swap.target, *e.sources[src].mode);
     }
@@ -476,10 +473,7 @@ class Reverter {
     FileInfo fi = disk_.info(path, Follow::no);
     if (!fi.exists()) return "unchanged";
     if (fi.type == FileType::directory) throw Error("a directory now stands where the entry created a file");
-    if (!opts_.dry_run) {
-      disk_.remove(path);
-      disk_.sync_dir(fs::path(path).parent_path());
-    }
+    if (!opts_.dry_run) remove_file_durably(disk_, path);
     return "remove";
   }
 

@@ -30,6 +30,10 @@ void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& 
 // Reads a whole (small) file; refuses files larger than max_bytes.
 std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes);
 
+// Removes a file (or symlink) and fsyncs its directory: once this returns, the removal
+// survives a crash.
+void remove_file_durably(Disk& disk, const fs::path& p);
+
 // Removes a file, symlink or whole directory tree without following symlinks.
 // A missing path is not an error.
 void remove_tree(Disk& disk, const fs::path& p);
