@@ -70,6 +70,10 @@ TEST_F(Ux, StatusReportsEachStateAndCheckCleanExitCodes) {
   Cmd a = add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd", in.root.string(),
                "--build-cmd", kRebuild, "--owner-pid", std::to_string(::getpid())});
   ASSERT_EQ(a.rc, 0) << a.err;
+  auto log_at = a.err.find("add-native: build log: ");
+  ASSERT_NE(log_at, std::string::npos) << a.err;
+  std::string log = a.err.substr(log_at + 23, a.err.find('\n', log_at) - log_at - 23);
+  EXPECT_TRUE(fs::is_regular_file(log)) << log;
   auto st = states();
   EXPECT_EQ(st[in.source.string()], "patched");
   EXPECT_EQ(st[in.artifact.string()], "rebuilt");
@@ -97,6 +101,14 @@ TEST_F(Ux, StatusReportsEachStateAndCheckCleanExitCodes) {
   Cmd clean = ovl({"status", "--overlay", ov, "--check-clean"});
   EXPECT_EQ(clean.rc, 0) << clean.err;
   EXPECT_NE(clean.out.find("install clean"), std::string::npos) << clean.out;
+}
+
+TEST_F(Ux, StatusOfAnOverlayWithoutManifest) {
+  fs::create_directories(ov);
+  Cmd s = ovl({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(s.rc, 0) << s.err;
+  EXPECT_NE(s.out.find("(no manifest: nothing recorded)"), std::string::npos) << s.out;
+  EXPECT_EQ(doc(ovl({"status", "--overlay", ov, "--json"}))["has_manifest"], false);
 }
 
 TEST_F(Ux, StatusOfAnEntryWhoseSourceIsBackAtItsOriginalBytes) {
@@ -323,4 +335,14 @@ TEST_F(Ux, ProgressLineOnlyOnATerminalAndNoColorHonoured) {
   Cmd uncoloured = run({"script", "-qfec", warn, "/dev/null"}, t.path(), plain);
   EXPECT_NE(uncoloured.out.find("restore"), std::string::npos) << uncoloured.out;
   EXPECT_EQ(uncoloured.out.find("\033[3"), std::string::npos) << uncoloured.out;
+  // Tar snapshots and their restore report progress too.
+  std::string tar_add = std::string(overlay_binary()) + " add-native --overlay " + ov + " --target " + in.source.string() +
+                        " --patched-file " + (t / "patched.cpp").string() + " --invalidate-cache " + in.cache.string() +
+                        " --cache-snapshot tar";
+  Cmd snap = run({"script", "-qfec", tar_add, "/dev/null"}, t.path(), env);
+  ASSERT_EQ(snap.rc, 0) << snap.out;
+  EXPECT_NE(snap.out.find("snapshot " + in.cache.string()), std::string::npos) << snap.out;
+  Cmd restore = run({"script", "-qfec", std::string(overlay_binary()) + " revert --overlay " + ov, "/dev/null"}, t.path(), env);
+  ASSERT_EQ(restore.rc, 0) << restore.out;
+  EXPECT_NE(restore.out.find("restore cache_0.tar"), std::string::npos) << restore.out;
 }
