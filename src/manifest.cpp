@@ -8,6 +8,7 @@ namespace overlay {
 namespace {
 
 constexpr std::size_t kMaxManifestBytes = 64u << 20;
+constexpr const char* kGuardKey = "python_tool_guard";
 
 [[noreturn]] void bad(const std::string& where, const std::string& what) {
   throw ManifestError("manifest: " + where + ": " + what);
@@ -203,8 +204,15 @@ NativeEntry parse_native(const json& j, const std::string& w) {
   for (std::size_t i = 0; i < arts.size(); ++i)
     e.artifacts.push_back(parse_artifact(arts[i], w + ".artifacts[" + std::to_string(i) + "]"));
   const json& caches = array_of_objects(j, "caches", w);
-  for (std::size_t i = 0; i < caches.size(); ++i)
-    e.caches.push_back(parse_cache(caches[i], w + ".caches[" + std::to_string(i) + "]"));
+  for (std::size_t i = 0; i < caches.size(); ++i) {
+    std::string wi = w + ".caches[" + std::to_string(i) + "]";
+    if (req_bool(caches[i], kGuardKey, wi, false)) {
+      if (e.python_guard) bad(wi, "a second python_tool_guard");
+      e.python_guard = PythonToolGuard{abs_path(caches[i], "dir", wi), backup_path(caches[i], "backup_tar", wi)};
+      continue;
+    }
+    e.caches.push_back(parse_cache(caches[i], wi));
+  }
   e.build_cmds = parse_build_cmds(j, w);
   e.build_cwd = opt_string(j, "build_cwd", w);
   parse_verify(j, w, e);
@@ -266,6 +274,11 @@ json to_json(const NativeEntry& e) {
   j["artifacts"] = json::array();
   for (const auto& a : e.artifacts) j["artifacts"].push_back(to_json(a));
   j["caches"] = json::array();
+  if (e.python_guard)  // first: overlay_setup.py's revert stops on it before touching the entry
+    j["caches"].push_back({{"dir", e.python_guard->dir},
+                           {"backup_tar", e.python_guard->stop},
+                           {"existed", true},
+                           {kGuardKey, true}});
   for (const auto& c : e.caches) j["caches"].push_back(to_json(c));
   j["build_cmds"] = e.build_cmds;
   j["build_cwd"] = e.build_cwd ? json(*e.build_cwd) : json(nullptr);

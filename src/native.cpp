@@ -235,6 +235,8 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     }
     e.caches.push_back(std::move(c));
   }
+  bool moved = std::any_of(e.caches.begin(), e.caches.end(), [](const CacheItem& c) { return c.backup_dir.has_value(); });
+  if (moved || !e.created.empty()) e.python_guard = store.make_python_guard(id);
   e.build_cmds = plan.build_cmds;
   e.build_cwd = plan.build_cwd.string();
   e.owner = plan.owner;
@@ -428,6 +430,7 @@ class Reverter {
       if (c.backup_tar) rels.push_back(*c.backup_tar);
       if (c.backup_dir) rels.push_back(*c.backup_dir);
     }
+    if (e.python_guard) rels.push_back(e.python_guard->stop);
     for (const auto& rel : rels) {
       try {
         store_.forget(rel);

@@ -117,7 +117,7 @@ Manifest seed_from(Disk& disk, const fs::path& base, const fs::path& ov) {
   m.natives.clear();
   walk_tree(disk, base, [&](const fs::path& rel, FileType type) {
     std::string top = rel.begin()->string();
-    if (top == kBackupDirName || top == "_trash" || top == "_logs" || top == kManifestName || top == "sitecustomize.py" ||
+    if (top == kBackupDirName || top == "_trash" || top == "_logs" || top == kStatsDirName || top == kManifestName || top == "sitecustomize.py" ||
         rel.filename().string().rfind('.', 0) == 0)
       return WalkStep::skip;
     if (type == FileType::directory) make_dirs(disk, ov / rel);
@@ -228,6 +228,7 @@ PyAddResult add_rebind(Disk& disk, const AddRebindRequest& req) {
       throw Error("impl file would overwrite the overlay's own " + impl->filename().string());
   }
   json entry = {{"target", req.target}, {"impl_module", req.impl_module}, {"impl_attr", req.impl_attr}};
+  if (req.count_calls) entry["count_calls"] = true;
   fs::path ov = record(disk, req.common, "rebinds", "target", entry, [&](const fs::path& o) {
     if (impl) replace_file_atomically(disk, *impl, o / impl->filename(), 0644);
   });

@@ -175,10 +175,10 @@ std::vector<Member> scan_tar(Disk& disk, const fs::path& tar_path, const std::st
   return members;
 }
 
-// The single top directory to strip (legacy layout), or "".
-std::string legacy_prefix(const std::vector<Member>& members, const fs::path& dest) {
-  if (members.empty() || members.front().name.empty()) return "";
-  std::string top = dest.filename().string();
+// The single top directory to strip (the layout overlay_setup.py writes: every member is `top`
+// or `top/...`, where `top` is the cache dir's own name), or "" for the "./" layout.
+std::string top_prefix(const std::vector<Member>& members, const std::string& top) {
+  if (members.empty() || members.front().name.empty() || top.empty()) return "";
   for (const auto& m : members)
     if (m.name != top && m.name.rfind(top + "/", 0) != 0) return "";
   return top;
@@ -308,9 +308,12 @@ std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path&
   if (A().archive_write_open(a.get(), &sink, nullptr, sink_write, nullptr) != ARCHIVE_OK)
     arch_fail(a.get(), "create tar " + tar_path.string());
   std::vector<char> buf(kChunk);
-  write_member(a.get(), disk, dir, ".", disk.info(dir, Follow::no), buf);
+  // overlay_setup.py's layout: it extracts into dirname(dir), so members must carry dir's name.
+  const std::string top = dir.filename().string();
+  if (top.empty() || top == "." || top == "..") throw Error("cannot snapshot a directory without a name: " + dir.string());
+  write_member(a.get(), disk, dir, top, disk.info(dir, Follow::no), buf);
   walk_tree(disk, dir, [&](const fs::path& rel, FileType) {
-    write_member(a.get(), disk, dir / rel, "./" + rel.string(), disk.info(dir / rel, Follow::no), buf);
+    write_member(a.get(), disk, dir / rel, top + "/" + rel.string(), disk.info(dir / rel, Follow::no), buf);
     return WalkStep::descend;
   });
   if (A().archive_write_close(a.get()) != ARCHIVE_OK)
@@ -324,9 +327,9 @@ void check_tar(Disk& disk, const fs::path& tar_path, const std::string& expected
   scan_tar(disk, tar_path, expected_sha256);
 }
 
-void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest,
+void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest, const std::string& top_name,
                  const std::string& expected_sha256) {
-  std::string prefix = legacy_prefix(scan_tar(disk, tar_path, expected_sha256), dest);
+  std::string prefix = top_prefix(scan_tar(disk, tar_path, expected_sha256), top_name);
   ReadSource src;
   src.in = disk.open_read(tar_path);
   ProgressMeter meter("restore " + tar_path.filename().string(), disk.info(tar_path, Follow::no).size);

@@ -1,10 +1,12 @@
 #include "overlay/status.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/python_overlay.hpp"
 #include "overlay/store.hpp"
 
 namespace overlay {
@@ -100,6 +102,39 @@ std::string text_of(const json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// Per entry key ("module:M", "rebind:T->IM.IA", "capture:T"): processes applied, calls counted.
+struct Usage {
+  std::size_t processes = 0;
+  std::optional<std::uint64_t> calls;
+};
+
+// Sums the records of _stats/ (one per process; unreadable or foreign ones are skipped).
+std::map<std::string, Usage> python_usage(Disk& disk, const fs::path& overlay) {
+  std::map<std::string, Usage> usage;
+  fs::path dir = overlay / kStatsDirName;
+  if (disk.info(dir, Follow::no).type != FileType::directory) return usage;
+  for (const auto& e : disk.list_dir(dir)) {
+    if (e.name.empty() || e.name[0] == '.' || fs::path(e.name).extension() != ".json") continue;
+    json rec;
+    try {
+      rec = json::parse(read_small_file(disk, dir / e.name, 1 << 20));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (!rec.is_object()) continue;
+    if (auto a = rec.find("applied"); a != rec.end() && a->is_array())
+      for (const auto& k : *a)
+        if (k.is_string()) ++usage[k.get<std::string>()].processes;
+    if (auto c = rec.find("calls"); c != rec.end() && c->is_object())
+      for (const auto& [k, n] : c->items())
+        if (n.is_number_unsigned()) {
+          auto& u = usage[k];
+          u.calls = u.calls.value_or(0) + n.get<std::uint64_t>();
+        }
+  }
+  return usage;
+}
+
 void python_status(Disk& disk, const fs::path& overlay, const json& doc, StatusReport& r) {
   auto list = [&](const char* key) -> const json& {
     static const json empty = json::array();
@@ -109,11 +144,25 @@ void python_status(Disk& disk, const fs::path& overlay, const json& doc, StatusR
   for (const auto& m : list("modules")) {
     std::string file = text_of(m, "file");
     bool present = is_safe_relative(file) && disk.info(overlay / file, Follow::no).type == FileType::regular;
-    r.pythons.push_back({"module", text_of(m, "module"), (overlay / file).string(), present});
+    r.pythons.push_back({"module", text_of(m, "module"), (overlay / file).string(), present, 0, std::nullopt});
   }
-  for (const auto& b : list("rebinds"))
-    r.pythons.push_back({"rebind", text_of(b, "target"), text_of(b, "impl_module") + ":" + text_of(b, "impl_attr"), true});
-  for (const auto& c : list("captures")) r.pythons.push_back({"capture", text_of(c, "target"), text_of(c, "out"), true});
+  for (const auto& b : list("rebinds")) {
+    PythonStatus p{"rebind", text_of(b, "target"), text_of(b, "impl_module") + ":" + text_of(b, "impl_attr"), true, 0, std::nullopt};
+    auto it = b.find("count_calls");
+    if (it != b.end() && it->is_boolean() && it->get<bool>()) p.calls = 0;
+    r.pythons.push_back(std::move(p));
+  }
+  for (const auto& c : list("captures"))
+    r.pythons.push_back({"capture", text_of(c, "target"), text_of(c, "out"), true, 0, std::nullopt});
+  auto usage = python_usage(disk, overlay);
+  for (auto& p : r.pythons) {
+    std::string key = p.kind + ":" + p.name;
+    if (p.kind == "rebind") key += "->" + p.detail.substr(0, p.detail.find(':')) + "." + p.detail.substr(p.detail.find(':') + 1);
+    auto it = usage.find(key);
+    if (it == usage.end()) continue;
+    p.applied_processes = it->second.processes;
+    if (p.calls && it->second.calls) p.calls = *it->second.calls;
+  }
 }
 
 }  // namespace

@@ -58,6 +58,15 @@ SavedFile BackupStore::save_dir_tar(const std::string& id, const std::string& la
   return s;
 }
 
+PythonToolGuard BackupStore::make_python_guard(const std::string& id) {
+  // The name is what that tool prints: "IsADirectoryError: [Errno 21] Is a directory: '<this>'".
+  std::string base = std::string(kBackupDirName) + "/" + id + "/";
+  PythonToolGuard g{(overlay_ / (base + "python-tool-guard.never-created")).string(),
+                    base + "STOP--overlay_setup.py-cannot-restore-this-entry--run-overlay-revert"};
+  disk_.make_dir(overlay_ / g.stop, 0700);
+  return g;
+}
+
 void BackupStore::sync_entry(const std::string& id) {
   disk_.sync_dir(entry_dir(id));               // the backup files' names
   disk_.sync_dir(overlay_ / kBackupDirName);   // the entry directory's name
@@ -177,7 +186,7 @@ void BackupStore::restore_dir(const std::string& rel, const std::optional<std::s
   fs::path fresh = sibling_temp_path(dir, "overlay-restore");
   disk_.make_dir(fresh, 0700);
   try {
-    extract_tar(disk_, tar, fresh, sha256.value_or(""));
+    extract_tar(disk_, tar, fresh, dir.filename().string(), sha256.value_or(""));
   } catch (...) {
     remove_tree(disk_, fresh);
     throw;

@@ -70,6 +70,15 @@ struct CacheItem {
   json raw = json::object();
 };
 
+// Stops overlay_setup.py's revert before it changes anything of an entry that tool cannot restore
+// (a cache moved into the overlay, a file the diff created). Stored as the entry's first caches[]
+// item, which that tool handles first: `dir` never exists (so it deletes nothing), `stop` is a
+// directory in the overlay named as the message, which its tarfile.open() fails on.
+struct PythonToolGuard {
+  std::string dir;   // absolute, inside the overlay, never created
+  std::string stop;  // relative to the overlay: a directory
+};
+
 struct NativeEntry {
   std::string id;  // added key; empty for entries written by overlay_setup.py
   std::vector<SourceItem> sources;
@@ -83,6 +92,7 @@ struct NativeEntry {
   std::optional<Owner> owner;
   std::optional<std::string> build_log;  // relative to the overlay
   std::optional<double> created_at;      // seconds since the epoch
+  std::optional<PythonToolGuard> python_guard;  // added caches[0] item "python_tool_guard": true
   json raw = json::object();
 };
 

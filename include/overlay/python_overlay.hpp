@@ -10,6 +10,10 @@
 
 namespace overlay {
 
+// Where the generated sitecustomize.py leaves one record per process at exit: the entries that
+// applied in it and the calls counted (read by `status`; never copied by --from).
+inline constexpr const char* kStatsDirName = "_stats";
+
 struct PyCommon {
   fs::path overlay;
   std::optional<fs::path> from;  // seed a new overlay with BASE's Python entries and files
@@ -30,6 +34,8 @@ struct AddRebindRequest {
   std::string target;  // module:attr (attr may be dotted: Class.method)
   std::string impl_module, impl_attr;
   std::optional<fs::path> impl_file;
+  // Wrap the bound callable and count its calls per process (manifest key "count_calls").
+  bool count_calls = false;
 };
 
 struct AddCaptureRequest {

@@ -6,8 +6,9 @@
 
 namespace overlay {
 
-// Writes a tar of dir's contents to tar_path (a new file), fsynced. Members are "." and
-// "./<relative path>", as `tarfile.add(dir, arcname=".")` writes them. Keeps types, permission
+// Writes a tar of dir to tar_path (a new file), fsynced. Members are "<name of dir>" and
+// "<name of dir>/<relative path>", as overlay_setup.py's `tarfile.add(dir, arcname=basename(dir))`
+// writes them, so that tool's revert (which extracts into dirname(dir)) puts dir back. Keeps types, permission
 // bits, mtimes, empty directories and symlink targets (never followed). Special files are
 // refused. Returns the SHA-256 of the tar file.
 std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path& tar_path);
@@ -16,13 +17,15 @@ std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path&
 // the SHA-256 of the file; throws Error naming the first problem. Nothing is written.
 void check_tar(Disk& disk, const fs::path& tar_path, const std::string& expected_sha256);
 
-// Extracts tar_path into dest, an existing empty directory. Refuses (before writing the member)
+// Extracts the snapshot of a directory named `top_name` into dest, an existing empty directory
+// (usually a temporary sibling with another name). Refuses (before writing the member)
 // absolute names, "..", any path through a symlink, hard links to anything but an extracted
-// regular file, and special files. Accepts both "./x" members and members under a single top
-// directory named like dest (the layout `tarfile.add(dir, arcname=basename(dir))` writes).
+// regular file, and special files. Accepts both "./x" members (this tool's earlier layout) and
+// members under a single top directory called `top_name` (overlay_setup.py's layout, and this
+// tool's now), whose own member gives dest its mode and mtime.
 // When expected_sha256 is not empty, the tar is proven intact before anything is written.
 // Files are not fsynced one by one: the caller makes the whole tree durable (sync_filesystem).
-void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest,
+void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest, const std::string& top_name,
                  const std::string& expected_sha256);
 
 }  // namespace overlay

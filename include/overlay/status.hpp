@@ -42,6 +42,9 @@ struct PythonStatus {
   std::string name;    // module name or module:attr target
   std::string detail;  // the overlay file, the replacement, or the capture output
   bool present = true; // the overlay file it needs exists
+  // From the per-process records sitecustomize.py leaves in <overlay>/_stats/ at exit:
+  std::size_t applied_processes = 0;  // processes in which the entry applied
+  std::optional<std::uint64_t> calls; // calls over all those processes (rebinds with --count-calls)
 };
 
 struct StatusReport {

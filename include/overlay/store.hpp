@@ -29,6 +29,8 @@ class BackupStore {
   SavedFile save_file(const std::string& id, const std::string& label, const fs::path& file);
   // Durable tar snapshot of `dir` into the entry, named "<label>.tar"; returns {path, sha256}.
   SavedFile save_dir_tar(const std::string& id, const std::string& label, const fs::path& dir);
+  // Creates the entry's guard against overlay_setup.py's revert (see PythonToolGuard).
+  PythonToolGuard make_python_guard(const std::string& id);
   // fsync the entry directory and its parents, so every backup name in it is durable.
   void sync_entry(const std::string& id);
 

@@ -33,13 +33,28 @@ def _overlay_main():
         v = manifest.get(key) if isinstance(manifest, dict) else None
         return [e for e in v if isinstance(e, dict)] if isinstance(v, list) else []
 
+    # Never silently inert: what applied, what failed, and how often counted rebinds ran, per
+    # process. Keys name an entry: "module:M", "rebind:T->IM.IA", "capture:T".
+    applied, failed, counters, pending = set(), set(), {}, {}
+
+    def fail(key, msg):
+        failed.add(key)
+        log(msg)
+
+    def importable(name):  # the top-level package only: never runs the package's code
+        try:
+            return importlib.util.find_spec(name.split(".", 1)[0]) is not None
+        except Exception:
+            return False
+
     modules = {}
     for e in entries("modules"):
         name, path = e.get("module"), e.get("file")
         if isinstance(name, str) and isinstance(path, str):
             modules[name] = path if os.path.isabs(path) else os.path.join(here, path)
+            pending["module:" + name] = ("module", name)
         else:
-            log("skipping malformed module entry %r" % (e,))
+            log("module inject FAILED %r: malformed entry" % (e,))
 
     hooks = {}  # module name -> callables run right after the module executes
 
@@ -49,41 +64,72 @@ def _overlay_main():
             obj = getattr(obj, p)
         return obj, parts[-1]
 
-    def rebind_hook(target, impl_module, impl_attr):
+    def counted(key, fn):
+        import functools
+        import itertools
+
+        calls = counters.setdefault(key, itertools.count())
+
+        @functools.wraps(fn)  # name, docstring, and the signature through __wrapped__
+        def wrapper(*args, **kwargs):
+            next(calls)  # atomic under the GIL
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    def rebind_hook(key, target, impl_module, impl_attr, count):
         def apply(mod):
             try:
                 impl = getattr(importlib.import_module(impl_module), impl_attr)
                 owner, attr = resolve(mod, target.split(":", 1)[1])
                 getattr(owner, attr)  # a rebind replaces something that exists: a typo is an error
+                if count:
+                    if not callable(impl):
+                        raise TypeError("--count-calls needs a callable, got %s" % type(impl).__name__)
+                    impl = counted(key, impl)
                 setattr(owner, attr, impl)
-                log("rebound %s -> %s.%s" % (target, impl_module, impl_attr))
+                applied.add(key)
+                log("rebound %s -> %s.%s%s" % (target, impl_module, impl_attr, " (counting calls)" if count else ""))
             except Exception as e:
-                log("rebind %s failed: %s: %s" % (target, type(e).__name__, e))
+                fail(key, "rebind FAILED %s: %s: %s" % (target, type(e).__name__, e))
         return apply
 
-    def capture_hook(target, out, limit):
+    def capture_hook(key, target, out, limit):
         def apply(mod):
             try:
                 import capture_shapes
                 owner, attr = resolve(mod, target.split(":", 1)[1])
                 capture_shapes.install(owner, attr, target, out, limit)
+                applied.add(key)
                 log("capturing %s -> %s (max %s)" % (target, out, limit))
             except Exception as e:
-                log("capture %s failed: %s: %s" % (target, type(e).__name__, e))
+                fail(key, "capture install FAILED %s: %s: %s" % (target, type(e).__name__, e))
         return apply
 
     for e in entries("rebinds"):
         t, m, a = e.get("target"), e.get("impl_module"), e.get("impl_attr")
-        if all(isinstance(x, str) for x in (t, m, a)) and ":" in t:
-            hooks.setdefault(t.split(":", 1)[0], []).append(rebind_hook(t, m, a))
+        if not (all(isinstance(x, str) for x in (t, m, a)) and ":" in t):
+            log("rebind FAILED %r: malformed entry" % (e,))
+            continue
+        key = "rebind:%s->%s.%s" % (t, m, a)
+        pending[key] = ("rebind", t)
+        if not importable(t.split(":", 1)[0]):
+            fail(key, "rebind FAILED %s: target package %s is not importable" % (t, t.split(":", 1)[0].split(".")[0]))
+        elif not importable(m):
+            fail(key, "rebind FAILED %s: impl module %s is not importable" % (t, m))
         else:
-            log("skipping malformed rebind entry %r" % (e,))
+            hooks.setdefault(t.split(":", 1)[0], []).append(rebind_hook(key, t, m, a, e.get("count_calls") is True))
     for e in entries("captures"):
         t, out, limit = e.get("target"), e.get("out"), e.get("max", 5)
-        if isinstance(t, str) and ":" in t and isinstance(out, str) and isinstance(limit, int):
-            hooks.setdefault(t.split(":", 1)[0], []).append(capture_hook(t, out, limit))
+        if not (isinstance(t, str) and ":" in t and isinstance(out, str) and isinstance(limit, int)):
+            log("capture install FAILED %r: malformed entry" % (e,))
+            continue
+        key = "capture:" + t
+        pending[key] = ("capture", t)
+        if not importable(t.split(":", 1)[0]):
+            fail(key, "capture install FAILED %s: target package %s is not importable" % (t, t.split(":", 1)[0].split(".")[0]))
         else:
-            log("skipping malformed capture entry %r" % (e,))
+            hooks.setdefault(t.split(":", 1)[0], []).append(capture_hook(key, t, out, limit))
 
     def run_hooks(name, mod):
         for h in hooks.get(name, ()):
@@ -103,6 +149,7 @@ def _overlay_main():
                 mod.__overlay_injected__ = True
             self.inner.exec_module(mod)
             if self.injected:
+                applied.add("module:" + self.name)
                 log("injected %s from %s" % (self.name, mod.__file__))
             run_hooks(self.name, mod)
 
@@ -141,7 +188,9 @@ def _overlay_main():
     _sys.meta_path.insert(0, finder)
     for name, path in modules.items():
         if not os.path.isfile(path):
-            log("module %s: patched file missing: %s" % (name, path))
+            fail("module:" + name, "module inject FAILED %s: patched file missing: %s" % (name, path))
+        elif not importable(name):
+            fail("module:" + name, "module inject FAILED %s: package %s is not importable" % (name, name.split(".", 1)[0]))
     # Anything imported before us (rare: by site itself) is replaced or hooked now.
     for name in list(modules) + list(hooks):
         if name in _sys.modules:
@@ -157,7 +206,34 @@ def _overlay_main():
                     run_hooks(name, _sys.modules[name])
             except Exception as e:
                 log("cannot re-import %s: %s: %s" % (name, type(e).__name__, e))
+    import atexit
+
+    atexit.register(_at_exit, here, log, pending, applied, failed, counters)
     _chain_next_sitecustomize(here, log)
+
+
+def _at_exit(here, log, pending, applied, failed, counters):
+    """Says which entries never applied; records this process's applications and call counts."""
+    import json
+    import os
+
+    for key, (kind, name) in pending.items():
+        if key not in applied and key not in failed:
+            log("%s %s never applied: module never imported" % (kind, name))
+    if not applied:
+        return
+    record = {"pid": os.getpid(), "applied": sorted(applied),
+              "calls": {k: next(c) for k, c in counters.items()}}
+    try:  # one small file per process, written beside and renamed: never seen half-written
+        d = os.path.join(here, "_stats")
+        os.makedirs(d, exist_ok=True)
+        name = "%d-%s.json" % (os.getpid(), os.urandom(4).hex())
+        tmp = os.path.join(d, "." + name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, os.path.join(d, name))
+    except Exception as e:
+        log("cannot record call counts in %s: %s" % (here, e))
 
 
 def _chain_next_sitecustomize(here, log):

@@ -240,8 +240,11 @@ void print_status_table(const StatusReport& r) {
       out_line(line + f.path);
     }
   }
-  for (const auto& p : r.pythons)
-    out_line(p.kind + " " + p.name + " -> " + p.detail + (p.present ? "" : "  (MISSING from the overlay)"));
+  for (const auto& p : r.pythons) {
+    std::string use = "  applied in " + std::to_string(p.applied_processes) + " process(es)";
+    if (p.calls) use += ", " + std::to_string(*p.calls) + " call(s)";
+    out_line(p.kind + " " + p.name + " -> " + p.detail + (p.present ? "" : "  (MISSING from the overlay)") + use);
+  }
   std::size_t bad = r.not_original();
   out_line("status: " + std::to_string(r.natives.size()) + " native, " + std::to_string(r.pythons.size()) + " python entr" +
            (r.pythons.size() == 1 ? "y" : "ies") + "; " +
@@ -265,7 +268,9 @@ nlohmann::json status_json(const StatusReport& r) {
   }
   j["python"] = nlohmann::json::array();
   for (const auto& p : r.pythons)
-    j["python"].push_back({{"kind", p.kind}, {"name", p.name}, {"detail", p.detail}, {"present", p.present}});
+    j["python"].push_back({{"kind", p.kind}, {"name", p.name}, {"detail", p.detail}, {"present", p.present},
+                           {"applied_processes", p.applied_processes},
+                           {"calls", p.calls ? nlohmann::json(*p.calls) : nlohmann::json(nullptr)}});
   return j;
 }
 

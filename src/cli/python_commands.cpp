@@ -73,6 +73,7 @@ int run_add_module(const ModuleFlags& f, const Globals& g) {
 
 struct RebindFlags : Shared {
   std::string target, impl_module, impl_attr, impl_file;
+  bool count_calls = false;
 };
 
 struct CaptureFlags : Shared {
@@ -128,11 +129,13 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
   reb->add_option("--impl-module", r->impl_module, "Module holding the implementation")->required();
   reb->add_option("--impl-attr", r->impl_attr, "Attribute of --impl-module to bind")->required();
   reb->add_option("--impl-file", r->impl_file, "File copied into the overlay to provide --impl-module");
+  reb->add_flag("--count-calls", r->count_calls, "Count calls per process (status shows them)");
   reb->callback([&run, r, &g] {
     run = [r, &g] {
       return guarded("add-rebind", [&] {
         AddRebindRequest q{r->common(g), r->target, r->impl_module, r->impl_attr, std::nullopt};
         if (!r->impl_file.empty()) q.impl_file = fs::path(r->impl_file);
+        q.count_calls = r->count_calls;
         print_added(add_rebind(real_disk(), q));
         return int{kOk};
       });

@@ -116,9 +116,10 @@ TEST_F(Py, BrokenEntriesLogButInterpreterRuns) {
   Cmd r = py("import pkg.ops, pkg.sub\nprint('still running', pkg.ops.add(1, 1), pkg.sub.value())", env_with(ov));
   EXPECT_EQ(r.rc, 0);
   EXPECT_EQ(r.out, "still running 2 original\n");
-  EXPECT_NE(r.err.find("[overlay] rebind pkg.ops:nope failed"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("[overlay] rebind pkg.sub:value failed: ModuleNotFoundError"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("[overlay] module pkg.gone: patched file missing"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[overlay] rebind FAILED pkg.ops:nope: AttributeError"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[overlay] rebind FAILED pkg.sub:value: impl module missing_impl is not importable"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[overlay] module inject FAILED pkg.gone: patched file missing"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("never applied"), std::string::npos) << r.err;  // failed ones are not also "never applied"
   // A corrupt manifest: still runs, says so.
   write_file(t / "ov/_overlay_manifest.json", "{broken");
   Cmd c = py("print('ok')", env_with(ov));
@@ -212,4 +213,64 @@ TEST_F(Py, BadInputChangesNothing) {
       {"check", "--module", "bad name"},
   };
   expect_refused_unchanged(cases, t.path(), [&](const std::vector<std::string>& c) { return ov_cmd(c); });
+}
+
+// Issue 11, item 4: an entry whose module is never imported is reported at exit, and one that
+// cannot apply at all is reported at start-up, before the program runs.
+TEST_F(Py, NeverSilentlyInert) {
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
+                    "--impl-file", (t / "fast_ops.py").string()}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkgg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add"}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  Cmd r = py("import sys\nsys.stderr.write('program start\\n')\nprint('ran')", env_with(ov));
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_EQ(r.out, "ran\n");
+  auto at = [&](const std::string& s) { return r.err.find(s); };
+  ASSERT_NE(at("[overlay] rebind FAILED pkgg.ops:add: target package pkgg is not importable"), std::string::npos) << r.err;
+  EXPECT_LT(at("rebind FAILED pkgg.ops:add"), at("program start")) << r.err;
+  EXPECT_GT(at("[overlay] rebind pkg.ops:add never applied: module never imported"), at("program start")) << r.err;
+  EXPECT_NE(at("[overlay] module pkg.sub never applied: module never imported"), std::string::npos) << r.err;
+  EXPECT_EQ(at("pkgg.ops:add never applied"), std::string::npos) << r.err;
+  // Imported: applied, and nothing said at exit.
+  Cmd used = py("import pkg.ops, pkg.sub\nprint(pkg.ops.add(1, 2), pkg.sub.value())", env_with(ov));
+  EXPECT_EQ(used.out, "('fast', 3) patched\n") << used.err;
+  EXPECT_EQ(used.err.find("pkg.ops:add never applied"), std::string::npos) << used.err;
+  EXPECT_EQ(used.err.find("pkg.sub never applied"), std::string::npos) << used.err;
+}
+
+// --count-calls: the wrapper keeps name, docstring and signature; two processes calling the
+// rebound function 3 times each give calls 6 in 2 processes, in status text and --json.
+TEST_F(Py, CountCallsAcrossProcesses) {
+  write_file(t / "fast_ops.py", "def fast_add(a, b=2):\n    \"\"\"fast doc\"\"\"\n    return ('fast', a + b)\n");
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
+                    "--impl-file", (t / "fast_ops.py").string(), "--count-calls"}).rc, 0);
+  EXPECT_EQ(manifest(ov)["rebinds"][0]["count_calls"], true);
+  Cmd before = ov_cmd({"--json", "status", "--overlay", ov});
+  ASSERT_EQ(before.rc, 0) << before.err;
+  EXPECT_EQ(json::parse(before.out)["python"][0]["calls"], 0);
+  EXPECT_EQ(json::parse(before.out)["python"][0]["applied_processes"], 0);
+  std::string code =
+      "import inspect, pkg.ops\n"
+      "for i in range(3): pkg.ops.add(i)\n"
+      "f = pkg.ops.add\n"
+      "print(f.__name__, f.__doc__, inspect.signature(f))\n";
+  for (int i = 0; i < 2; ++i) {
+    Cmd r = py(code, env_with(ov));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out, "fast_add fast doc (a, b=2)\n");
+  }
+  py("import pkg.sub", env_with(ov));  // a third process that never imports pkg.ops: not counted
+  Cmd s = ov_cmd({"--json", "status", "--overlay", ov});
+  ASSERT_EQ(s.rc, 0) << s.err;
+  json p = json::parse(s.out)["python"][0];
+  EXPECT_EQ(p["calls"], 6) << p;
+  EXPECT_EQ(p["applied_processes"], 2) << p;
+  Cmd text = ov_cmd({"status", "--overlay", ov});
+  EXPECT_NE(text.out.find("rebind pkg.ops:add -> fast_ops:fast_add  applied in 2 process(es), 6 call(s)"), std::string::npos) << text.out;
+  // Without --count-calls: applied counted, calls null.
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add"}).rc, 0);
+  py("import pkg.ops\npkg.ops.add(1)", env_with(ov));
+  json q = json::parse(ov_cmd({"--json", "status", "--overlay", ov}).out)["python"][0];
+  EXPECT_TRUE(q["calls"].is_null()) << q;
+  EXPECT_EQ(q["applied_processes"], 3) << q;
 }

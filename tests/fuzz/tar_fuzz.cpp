@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   fs::create_directories(dest);
   try {
-    overlay::extract_tar(disk, tar, dest, "");
+    overlay::extract_tar(disk, tar, dest, "dest", "");
   } catch (const overlay::Error&) {
   }
   // Only box/dest may exist below box/, and nothing new beside it in the jail.

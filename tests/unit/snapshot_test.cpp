@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "overlay/error.hpp"
 #include "test_util.hpp"
 
@@ -27,7 +29,7 @@ void expect_refused(const std::string& body, const std::string& why) {
   fs::create_directories(t / "out/dest");
   std::string before = tree_digest(t.path());
   try {
-    extract_tar(real_disk(), t / "evil.tar", t / "out/dest", "");
+    extract_tar(real_disk(), t / "evil.tar", t / "out/dest", "dest", "");
     ADD_FAILURE() << "extracted: " << body;
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
@@ -49,20 +51,39 @@ TEST(Snapshot, RoundTripKeepsTypesModesLinksEmptyDirs) {
   std::string before = tree_digest(in.cache);
   std::string sha = snapshot_dir_to_tar(real_disk(), in.cache, t / "c.tar");
   EXPECT_EQ(sha, file_sha256(t / "c.tar"));
-  fs::create_directories(t / "restored/cache");
-  extract_tar(real_disk(), t / "c.tar", t / "restored/cache", sha);
-  EXPECT_EQ(tree_digest(t / "restored/cache"), before);
+  // Extracted under another name, as BackupStore does (a temporary sibling swapped in after).
+  fs::create_directories(t / "restored/.cache.tmp");
+  extract_tar(real_disk(), t / "c.tar", t / "restored/.cache.tmp", "cache", sha);
+  EXPECT_EQ(tree_digest(t / "restored/.cache.tmp"), before);
 }
 
-TEST(Snapshot, ReadableByPythonTarfile) {
+// overlay_setup.py's revert: rmtree(dir), then tarfile.extractall(dirname(dir)). The snapshot must
+// bring back dir itself (its mode too), not its contents beside it.
+TEST(Snapshot, PythonToolRestoresTheDirItself) {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  fs::permissions(in.cache, fs::perms(0751));
+  std::string before = tree_digest(in.cache);
+  snapshot_dir_to_tar(real_disk(), in.cache, t / "c.tar");
+  fs::remove_all(in.cache);
+  Cmd c = run({"python3", "-c", "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])",
+               (t / "c.tar").string(), in.cache.parent_path().string()});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_EQ(tree_digest(in.cache), before);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(in.cache.parent_path())) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"cache", "lib", "src"}));
+}
+
+TEST(Snapshot, MembersAreUnderTheDirsName) {
   TempDir t;
   Install in = make_install(t / "inst");
   snapshot_dir_to_tar(real_disk(), in.cache, t / "c.tar");
-  fs::create_directories(t / "py");
-  Cmd c = run({"python3", "-c", "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])",
-               (t / "c.tar").string(), (t / "py").string()});
+  Cmd c = run({"python3", "-c", "import tarfile,sys; print(sorted({n.split('/')[0] for n in tarfile.open(sys.argv[1]).getnames()}))",
+               (t / "c.tar").string()});
   ASSERT_EQ(c.rc, 0) << c.err;
-  EXPECT_EQ(tree_digest(t / "py"), tree_digest(in.cache));
+  EXPECT_EQ(c.out, "['cache']\n");
 }
 
 TEST(Snapshot, ExtractsPythonLayouts) {
@@ -74,9 +95,9 @@ TEST(Snapshot, ExtractsPythonLayouts) {
                  (t / "py.tar").string(), in.cache.string()});
     ASSERT_EQ(c.rc, 0) << c.err;
     fs::remove_all(t / "dst");
-    fs::create_directories(t / "dst/cache");
-    extract_tar(real_disk(), t / "py.tar", t / "dst/cache", "");
-    EXPECT_EQ(tree_digest(t / "dst/cache"), tree_digest(in.cache)) << arcname;
+    fs::create_directories(t / "dst/.cache.overlay-restore-1");  // not named like the cache
+    extract_tar(real_disk(), t / "py.tar", t / "dst/.cache.overlay-restore-1", "cache", "");
+    EXPECT_EQ(tree_digest(t / "dst/.cache.overlay-restore-1"), tree_digest(in.cache)) << arcname;
   }
 }
 
@@ -88,7 +109,7 @@ TEST(Snapshot, CorruptTarRefusedBeforeWriting) {
   bytes[bytes.size() / 3] ^= 1;
   write_file(t / "c.tar", bytes);
   fs::create_directories(t / "dst");
-  EXPECT_THROW(extract_tar(real_disk(), t / "c.tar", t / "dst", sha), Error);
+  EXPECT_THROW(extract_tar(real_disk(), t / "c.tar", t / "dst", "cache", sha), Error);
   EXPECT_TRUE(fs::is_empty(t / "dst"));
 }
 
