@@ -11,12 +11,14 @@ using json = nlohmann::json;
 TEST(Compat, RevertsOverlaySetupPyLayout) {
   TempDir t;
   Install in = make_install(t / "inst");
+  fs::permissions(in.cache, fs::perms(0751));  // a mode of its own: it must come back too
   std::string before = tree_digest(in.root);
   fs::path ov = t / "ov";
   fs::create_directories(ov / "_native_backup");
   fs::copy_file(in.source, ov / "_native_backup/src_0_kernel.cpp");
   fs::copy_file(in.artifact, ov / "_native_backup/art_0_0_libk.so");
-  Cmd tar = run({"python3", "-c", "import tarfile,sys; t=tarfile.open(sys.argv[1],'w'); t.add(sys.argv[2], arcname='.'); t.close()",
+  // Exactly what overlay_setup.py writes: members "cache" and "cache/...".
+  Cmd tar = run({"python3", "-c", "import os,tarfile,sys; t=tarfile.open(sys.argv[1],'w'); t.add(sys.argv[2], arcname=os.path.basename(sys.argv[2])); t.close()",
                  (ov / "_native_backup/cache_0_0.tar").string(), in.cache.string()});
   ASSERT_EQ(tar.rc, 0) << tar.err;
   json m = {{"modules", json::array()}, {"rebinds", json::array()}, {"captures", json::array()},
