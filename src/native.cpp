@@ -1,5 +1,6 @@
 #include "overlay/native.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -255,6 +256,29 @@ void invalidate_cache(Disk& disk, const fs::path& dir) {
   remove_tree(disk, trash);
 }
 
+// Builds that compare whole-second mtimes (setuptools' build_ext, through distutils' newer())
+// skip a source written in the same second as the artifact they last built, and the candidate
+// silently runs the old code. When a tracked artifact was written in the current second, wait
+// for the next one (at most ~1 s, only then), so every swapped source is strictly newer.
+// File times come from the kernel's coarse clock, so that is the clock compared against.
+void wait_past_artifact_second(Disk& disk, const std::vector<fs::path>& artifacts) {
+  time_t newest = 0;
+  for (const auto& a : artifacts) {
+    FileInfo fi = disk.info(a, Follow::no);
+    if (fi.exists()) newest = std::max(newest, fi.mtime.tv_sec);
+  }
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
+  if (newest < now.tv_sec || newest > now.tv_sec + 1) return;  // older, or clock skew: no wait helps
+  spdlog::info("an artifact was written this second: waiting for the next before swapping sources");
+  while (now.tv_sec <= newest) {
+    timespec nap{0, 1000000000L - now.tv_nsec + 2000000L};
+    if (nap.tv_nsec >= 1000000000L) nap = {0, 999999999L};
+    ::nanosleep(&nap, nullptr);
+    ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
+  }
+}
+
 bool manifest_names(Disk& disk, const fs::path& overlay, const std::string& id) {
   try {
     auto m = load_manifest(disk, overlay);
@@ -309,6 +333,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   }
   spdlog::info("recorded entry {} in {}", id, (plan.overlay / kManifestName).string());
   const NativeEntry& e = m.natives.back();
+  wait_past_artifact_second(disk, plan.artifacts);
   std::size_t src = 0;
   for (const auto& swap : plan.swaps) {
     if (swap.kind == SwapKind::create) {

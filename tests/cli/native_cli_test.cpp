@@ -294,3 +294,17 @@ TEST_F(Cli, CacheSnapshotModesRoundTrip) {
   Cmd bad = add({"--invalidate-cache", in.cache.string(), "--cache-snapshot", "copy"});
   EXPECT_EQ(bad.rc, 2);
 }
+
+// setuptools compares whole-second mtimes: a source swapped in the second its artifact was built
+// would not be rebuilt. The swapped source must land in a later second than every artifact.
+TEST_F(Cli, SwappedSourceNewerThanArtifactsInWholeSeconds) {
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(run({"touch", in.artifact.string()}).rc, 0);  // "just built"
+    ASSERT_EQ(add({"--artifact", in.artifact.string()}).rc, 0);
+    struct stat src {}, art {};
+    ASSERT_EQ(::stat(in.source.c_str(), &src), 0);
+    ASSERT_EQ(::stat(in.artifact.c_str(), &art), 0);
+    EXPECT_GT(src.st_mtim.tv_sec, art.st_mtim.tv_sec) << "round " << round;
+    ASSERT_EQ(run_overlay({"revert", "--overlay", ov}).rc, 0);
+  }
+}

@@ -1,0 +1,220 @@
+// Real third-party builds nobody here wrote, each as the full A/B loop an agent runs:
+// reference run -> add-native with the install's own build -> verify-native -> candidate run
+// shows the new behaviour -> revert -> source, artifacts and caches byte-exact -> the old
+// behaviour again -> the install's next incremental build leaves the artifacts' bytes as they were.
+// Builds: a torch cpp_extension JIT extension (its .so inside its own JIT cache dir), a
+// setuptools C extension built in place, a plain Makefile project, and googletest's own
+// CMake + Ninja build from Debian's /usr/src/googletest. Each prints one "REALWORLD |" line.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <map>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+
+namespace {
+
+constexpr const char* kSystemPython = "/usr/bin/python3";  // Debian's, with torch and setuptools
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// The install as the loop sees it: how to run it, how it is built, what the build produces.
+struct Project {
+  std::string kind;
+  fs::path source, patched;                // the installed file and its optimised version
+  std::vector<fs::path> artifacts, caches;
+  std::vector<fs::path> exact;             // trees that must come back byte-exact (source dir, caches…)
+  std::string build_cmd;                   // the install's own incremental build
+  fs::path build_cwd;
+  std::vector<std::string> env;
+  std::vector<std::string> extra_flags;    // more add-native flags (e.g. --cache-snapshot tar)
+  std::function<std::string()> run_value;  // what the installed code computes now
+};
+
+std::map<fs::path, std::string> digests(const Project& p) {
+  std::map<fs::path, std::string> d;
+  for (const auto& e : p.exact) d[e] = tree_digest(e);
+  for (const auto& a : p.artifacts) d[a] = file_sha256(a);
+  return d;
+}
+
+std::string short_sha(const fs::path& f) { return fs::exists(f) ? file_sha256(f).substr(0, 12) : "absent"; }
+
+void ab_loop(const Project& p, const std::string& old_value, const std::string& new_value, const fs::path& ov) {
+  std::string ref = p.run_value();
+  ASSERT_EQ(ref, old_value) << p.kind << ": reference run";
+  auto before = digests(p);
+  std::string art_before = short_sha(p.artifacts.front());
+
+  std::vector<std::string> add = {"add-native", "--overlay", ov.string(), "--target", p.source.string(),
+                                  "--patched-file", p.patched.string(), "--build-cmd", p.build_cmd,
+                                  "--build-cwd", p.build_cwd.string()};
+  for (const auto& a : p.artifacts) add.insert(add.end(), {"--artifact", a.string()});
+  for (const auto& c : p.caches) add.insert(add.end(), {"--invalidate-cache", c.string()});
+  add.insert(add.end(), p.extra_flags.begin(), p.extra_flags.end());
+  Cmd a = run_overlay(add, {}, p.env);
+  ASSERT_EQ(a.rc, 0) << p.kind << ": " << a.err;
+  Cmd v = run_overlay({"verify-native", "--overlay", ov.string()}, {}, p.env);
+  EXPECT_EQ(v.rc, 0) << v.out << v.err;
+  EXPECT_NE(v.out.find("FRESH_BUILD_OK (checked " + std::to_string(p.artifacts.size()) + ")"), std::string::npos) << v.out;
+  std::string art_during = short_sha(p.artifacts.front());
+  std::string cand = p.run_value();
+  EXPECT_EQ(cand, new_value) << p.kind << ": candidate run";
+
+  Cmd r = run_overlay({"revert", "--overlay", ov.string()}, {}, p.env);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  bool exact = digests(p) == before;
+  EXPECT_TRUE(exact) << p.kind << ": source, artifacts and caches byte-exact after revert";
+  EXPECT_EQ(run_overlay({"status", "--overlay", ov.string(), "--check-clean"}).rc, 0);
+  std::string after = p.run_value();
+  EXPECT_EQ(after, old_value) << p.kind << ": run after revert";
+
+  // The install's next incremental build: the artifacts come out with the bytes they had.
+  std::vector<std::string> argv = {"sh", "-c", p.build_cmd};
+  Cmd b = run(argv, p.build_cwd, p.env);
+  ASSERT_EQ(b.rc, 0) << b.err;
+  for (const auto& art : p.artifacts) EXPECT_EQ(file_sha256(art), before.at(art)) << art << " after the next build";
+  std::string again = p.run_value();
+  EXPECT_EQ(again, old_value);
+  std::cout << "REALWORLD | " << p.kind << " | value " << ref << " -> " << cand << " -> " << after << " -> " << again
+            << " (next build) | " << p.artifacts.front().filename().string() << " sha256 " << art_before << " -> "
+            << art_during << " -> " << short_sha(p.artifacts.front()) << " (next build) | source, artifacts, caches after revert: "
+            << (exact ? "equal" : "DIFFERENT") << std::endl;
+}
+
+bool have(const std::vector<std::string>& argv) { return run(argv).rc == 0; }
+
+}  // namespace
+
+TEST(RealWorld, TorchCppExtensionJit) {
+  if (!have({kSystemPython, "-c", "import torch.utils.cpp_extension"}) || !fs::exists("/usr/include/pybind11/pybind11.h"))
+    GTEST_SKIP() << kSystemPython << " lacks torch (python3-torch, libtorch-dev) or pybind11's headers (pybind11-dev)";
+  TempDir t;
+  fs::path te = t / "torch_extensions";  // TORCH_EXTENSIONS_DIR: the JIT cache root
+  std::string body = "#include <torch/extension.h>\n"
+                     "torch::Tensor value() { return torch::full({1}, VALUE); }\n"
+                     "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"value\", &value); }\n";
+  auto with_value = [&](const std::string& v) { return "#define VALUE " + v + "\n" + body; };
+  write_file(t / "pkg/csrc/rw_ext.cpp", with_value("4.0"));
+  write_file(t / "best/rw_ext.cpp", with_value("7.0"));
+  write_file(t / "pkg/load.py",
+             "import os, sys\nimport torch.utils.cpp_extension as ce\n"
+             "here = os.path.dirname(os.path.abspath(__file__))\n"
+             "m = ce.load(name='rw_ext', sources=[os.path.join(here, 'csrc/rw_ext.cpp')])\n"
+             "print(float(m.value()[0]))\n");
+  Project p;
+  p.kind = "torch cpp_extension JIT (artifact inside its cache)";
+  p.source = t / "pkg/csrc/rw_ext.cpp";
+  p.patched = t / "best/rw_ext.cpp";
+  p.env = {"TORCH_EXTENSIONS_DIR=" + te.string()};
+  p.build_cmd = std::string(kSystemPython) + " " + (t / "pkg/load.py").string();  // loading builds it
+  p.build_cwd = t / "pkg";
+  p.run_value = [&] {
+    Cmd c = run({kSystemPython, (t / "pkg/load.py").string()}, {}, p.env);
+    return c.rc == 0 ? trim(c.out) : "error: " + c.err;
+  };
+  ASSERT_EQ(p.run_value(), "4.0");  // the install's first load compiles it into the JIT cache
+  p.artifacts = {te / "rw_ext/rw_ext.so"};
+  p.caches = {te / "rw_ext"};
+  p.exact = {t / "pkg", te};
+  ASSERT_TRUE(fs::exists(p.artifacts.front()));
+  ab_loop(p, "4.0", "7.0", t / "ov");
+}
+
+TEST(RealWorld, SetuptoolsInPlaceExtension) {
+  if (!have({kSystemPython, "-c", "import setuptools, sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"}))
+    GTEST_SKIP() << kSystemPython << " lacks setuptools or its headers (python3-setuptools, python3-dev)";
+  TempDir t;
+  std::string c = "#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n"
+                  "static PyObject* value(PyObject* s, PyObject* a) { (void)s; (void)a; return PyLong_FromLong(VALUE); }\n"
+                  "static PyMethodDef M[] = {{\"value\", value, METH_NOARGS, \"\"}, {0, 0, 0, 0}};\n"
+                  "static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, \"rwsq\", 0, -1, M, 0, 0, 0, 0};\n"
+                  "PyMODINIT_FUNC PyInit_rwsq(void) { return PyModule_Create(&D); }\n";
+  write_file(t / "proj/rwsq.c", "#define VALUE 4\n" + c);
+  write_file(t / "best/rwsq.c", "#define VALUE 7\n" + c);
+  write_file(t / "proj/setup.py", "from setuptools import setup, Extension\nsetup(name='rwsq', ext_modules=[Extension('rwsq', ['rwsq.c'])])\n");
+  Project p;
+  p.kind = "setuptools build_ext --inplace";
+  p.source = t / "proj/rwsq.c";
+  p.patched = t / "best/rwsq.c";
+  p.build_cmd = std::string(kSystemPython) + " setup.py -q build_ext --inplace";
+  p.build_cwd = t / "proj";
+  Cmd b = run({"sh", "-c", p.build_cmd}, p.build_cwd);
+  ASSERT_EQ(b.rc, 0) << b.err;
+  Cmd so = run({kSystemPython, "-c", "import sysconfig; print('rwsq' + sysconfig.get_config_var('EXT_SUFFIX'))"});
+  p.artifacts = {t / "proj" / trim(so.out)};
+  p.caches = {t / "proj/build"};           // setuptools' objects: snapshotted as a tar
+  p.extra_flags = {"--cache-snapshot", "tar"};
+  p.exact = {t / "proj"};
+  p.run_value = [&] {
+    Cmd r = run({kSystemPython, "-c", "import rwsq; print(rwsq.value())"}, t / "proj");
+    return r.rc == 0 ? trim(r.out) : "error: " + r.err;
+  };
+  ab_loop(p, "4", "7", t / "ov");
+}
+
+TEST(RealWorld, PlainMakefile) {
+  if (!have({"make", "--version"}) || !have({"cc", "--version"})) GTEST_SKIP() << "make or cc missing";
+  TempDir t;
+  write_file(t / "app/kernel.c", "int kernel(void) { return 4; }\n");
+  write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
+  write_file(t / "app/main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+  write_file(t / "app/Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n");
+  Project p;
+  p.kind = "plain Makefile";
+  p.source = t / "app/kernel.c";
+  p.patched = t / "best/kernel.c";
+  p.build_cmd = "make";
+  p.build_cwd = t / "app";
+  ASSERT_EQ(run({"make"}, p.build_cwd).rc, 0);
+  p.artifacts = {t / "app/app", t / "app/kernel.o"};
+  p.exact = {t / "app"};
+  p.run_value = [&] { return trim(run({(t / "app/app").string()}).out); };
+  ab_loop(p, "4", "7", t / "ov");
+}
+
+TEST(RealWorld, DebianGoogletestCMakeNinja) {
+  fs::path upstream = "/usr/src/googletest";
+  if (!fs::exists(upstream / "CMakeLists.txt")) GTEST_SKIP() << upstream << " missing (Debian's googletest package)";
+  if (!have({"cmake", "--version"}) || !have({"ninja", "--version"})) GTEST_SKIP() << "cmake or ninja missing";
+  TempDir t;
+  fs::copy(upstream, t / "googletest", fs::copy_options::recursive);
+  fs::path src = t / "googletest/googletest/src/gtest.cc";
+  std::string text = read_file(src);
+  std::string from = "\"[  PASSED  ] \"", to = "\"[  FASTER  ] \"";
+  ASSERT_NE(text.find(from), std::string::npos);
+  for (std::size_t at; (at = text.find(from)) != std::string::npos;) text.replace(at, from.size(), to);
+  write_file(t / "best/gtest.cc", text);
+  fs::path build = t / "build";
+  Cmd cfg = run({"cmake", "-S", (t / "googletest").string(), "-B", build.string(), "-G", "Ninja", "-DBUILD_GMOCK=OFF",
+                 "-DBUILD_SHARED_LIBS=ON"});
+  ASSERT_EQ(cfg.rc, 0) << cfg.err;
+  ASSERT_EQ(run({"cmake", "--build", build.string()}).rc, 0);
+  // A user of the installed library, built once against it: it sees the rebuilt .so at run time.
+  write_file(t / "user/t.cpp", "#include <gtest/gtest.h>\nTEST(User, Works) { EXPECT_EQ(1, 1); }\n");
+  Cmd cc = run({"c++", "-o", (t / "user/t").string(), (t / "user/t.cpp").string(), "-I",
+                (t / "googletest/googletest/include").string(), "-L", (build / "lib").string(), "-lgtest_main", "-lgtest",
+                "-pthread", "-Wl,-rpath," + (build / "lib").string()});
+  ASSERT_EQ(cc.rc, 0) << cc.err;
+  Project p;
+  p.kind = "googletest (Debian /usr/src) CMake + Ninja";
+  p.source = src;
+  p.patched = t / "best/gtest.cc";
+  p.build_cmd = "cmake --build " + build.string();
+  p.build_cwd = t.path();
+  fs::path so = fs::canonical(build / "lib/libgtest.so");
+  p.artifacts = {so, build / "googletest/CMakeFiles/gtest.dir/src/gtest-all.cc.o"};
+  p.exact = {t / "googletest"};
+  p.run_value = [&] {
+    std::string out = run({(t / "user/t").string()}, {}, {"GTEST_COLOR=no"}).out;
+    return out.find("[  FASTER  ] 1 test.") != std::string::npos   ? std::string("FASTER")
+           : out.find("[  PASSED  ] 1 test.") != std::string::npos ? std::string("PASSED")
+                                                                   : "unexpected: " + out;
+  };
+  ab_loop(p, "PASSED", "FASTER", t / "ov");
+}
