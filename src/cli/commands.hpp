@@ -22,6 +22,8 @@ struct Globals {
 
 // Registers add-native, verify-native, revert and gc-stale; each sets `run` when chosen.
 void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& run);
+// Registers discover (read-only: which build compiles a file).
+void add_discover_command(CLI::App& app, std::function<int()>& run);
 // Registers add-module (copy-subtree), add-rebind (monkeypatch), add-capture and check.
 void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& run);
 

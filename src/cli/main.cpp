@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   std::function<int()> run;
   add_python_commands(app, g, run);
   add_native_commands(app, g, run);
+  add_discover_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -33,7 +33,7 @@ TEST_F(Installed, LaysOutBinaryHookManPageAndCompletion) {
   EXPECT_TRUE(fs::is_regular_file(prefix() / "share/bash-completion/completions/overlay"));
 #if OVERLAY_HAVE_MAN
   std::string man = read_file(prefix() / "share/man/man1/overlay.1");
-  for (const char* want : {".SH SUBCOMMANDS", ".SS add-native", "--revert-on-failure", ".SH \"EXIT STATUS\"", "NO_COLOR"})
+  for (const char* want : {".SH SUBCOMMANDS", ".SS add-native", "--revert-on-failure", ".SH \"EXIT STATUS\"", "NO_COLOR", ".SS discover", "--cache-root"})
     EXPECT_NE(man.find(want), std::string::npos) << "man page lacks " << want;
 #else
   GTEST_SKIP() << "help2man not installed: no man page built";
@@ -75,6 +75,8 @@ TEST_F(Installed, CompletionOffersSubcommandsAndTheirFlags) {
   std::string flags = complete(bin() + " add-native --re", 2);
   EXPECT_NE(flags.find("--revert-on-failure"), std::string::npos) << flags;
   EXPECT_EQ(complete(bin() + " add-native --cache-snapshot ''", 3), "auto move tar\n");
+  EXPECT_NE(complete(bin() + " disc", 1).find("discover"), std::string::npos);
+  EXPECT_NE(complete(bin() + " discover --cache", 2).find("--cache-root"), std::string::npos);
 }
 
 TEST_F(Installed, DebPackageDeclaresDependenciesAndRuns) {

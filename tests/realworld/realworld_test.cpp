@@ -9,6 +9,7 @@
 
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
 
@@ -33,6 +34,8 @@ struct Project {
   fs::path build_cwd;
   std::vector<std::string> env;
   std::vector<std::string> extra_flags;    // more add-native flags (e.g. --cache-snapshot tar)
+  std::vector<std::string> discovered;     // `discover`'s add_native_args: used instead of
+                                           // --target/--artifact/--invalidate-cache when set
   std::function<std::string()> run_value;  // what the installed code computes now
 };
 
@@ -51,11 +54,15 @@ void ab_loop(const Project& p, const std::string& old_value, const std::string& 
   auto before = digests(p);
   std::string art_before = short_sha(p.artifacts.front());
 
-  std::vector<std::string> add = {"add-native", "--overlay", ov.string(), "--target", p.source.string(),
-                                  "--patched-file", p.patched.string(), "--build-cmd", p.build_cmd,
-                                  "--build-cwd", p.build_cwd.string()};
-  for (const auto& a : p.artifacts) add.insert(add.end(), {"--artifact", a.string()});
-  for (const auto& c : p.caches) add.insert(add.end(), {"--invalidate-cache", c.string()});
+  std::vector<std::string> add = {"add-native", "--overlay", ov.string(), "--patched-file", p.patched.string(),
+                                  "--build-cmd", p.build_cmd, "--build-cwd", p.build_cwd.string()};
+  if (!p.discovered.empty()) {
+    add.insert(add.end(), p.discovered.begin(), p.discovered.end());
+  } else {
+    add.insert(add.end(), {"--target", p.source.string()});
+    for (const auto& a : p.artifacts) add.insert(add.end(), {"--artifact", a.string()});
+    for (const auto& c : p.caches) add.insert(add.end(), {"--invalidate-cache", c.string()});
+  }
   add.insert(add.end(), p.extra_flags.begin(), p.extra_flags.end());
   Cmd a = run_overlay(add, {}, p.env);
   ASSERT_EQ(a.rc, 0) << p.kind << ": " << a.err;
@@ -119,6 +126,18 @@ TEST(RealWorld, TorchCppExtensionJit) {
     return c.rc == 0 ? trim(c.out) : "error: " + c.err;
   };
   ASSERT_EQ(p.run_value(), "4.0");  // the install's first load compiles it into the JIT cache
+  // `discover` finds the extension's build dir in the JIT cache; its flags drive add-native. The
+  // build command is the caller's: loading the extension (discover reports none: built on load).
+  Cmd d = run_overlay({"--json", "discover", "--target", p.source.string(), "--root", t.path().string()}, {}, p.env);
+  ASSERT_EQ(d.rc, 0) << d.err;
+  std::cout << "DISCOVER torch JIT fixture:\n" << nlohmann::json::parse(d.out).dump(2) << std::endl;
+  nlohmann::json c = nlohmann::json::parse(d.out)["candidates"];
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0]["kind"], "torch-jit");
+  EXPECT_TRUE(c[0]["build_cmd"].is_null());
+  EXPECT_EQ(c[0]["artifacts"], nlohmann::json({(te / "rw_ext/rw_ext.so").string()}));
+  EXPECT_EQ(c[0]["caches"], nlohmann::json({(te / "rw_ext").string()}));
+  for (const auto& a : c[0]["add_native_args"]) p.discovered.push_back(a.get<std::string>());
   p.artifacts = {te / "rw_ext/rw_ext.so"};
   p.caches = {te / "rw_ext"};
   p.exact = {t / "pkg", te};
@@ -130,13 +149,8 @@ TEST(RealWorld, SetuptoolsInPlaceExtension) {
   if (!have({kSystemPython, "-c", "import setuptools, sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"}))
     GTEST_SKIP() << kSystemPython << " lacks setuptools or its headers (python3-setuptools, python3-dev)";
   TempDir t;
-  std::string c = "#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n"
-                  "static PyObject* value(PyObject* s, PyObject* a) { (void)s; (void)a; return PyLong_FromLong(VALUE); }\n"
-                  "static PyMethodDef M[] = {{\"value\", value, METH_NOARGS, \"\"}, {0, 0, 0, 0}};\n"
-                  "static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, \"rwsq\", 0, -1, M, 0, 0, 0, 0};\n"
-                  "PyMODINIT_FUNC PyInit_rwsq(void) { return PyModule_Create(&D); }\n";
-  write_file(t / "proj/rwsq.c", "#define VALUE 4\n" + c);
-  write_file(t / "best/rwsq.c", "#define VALUE 7\n" + c);
+  write_file(t / "proj/rwsq.c", c_extension_source("rwsq", 4));
+  write_file(t / "best/rwsq.c", c_extension_source("rwsq", 7));
   write_file(t / "proj/setup.py", "from setuptools import setup, Extension\nsetup(name='rwsq', ext_modules=[Extension('rwsq', ['rwsq.c'])])\n");
   Project p;
   p.kind = "setuptools build_ext --inplace";

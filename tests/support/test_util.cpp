@@ -142,6 +142,15 @@ int wait_rc(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+std::string c_extension_source(const std::string& name, int value) {
+  return "#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n"
+         "static PyObject* value(PyObject* s, PyObject* a) { (void)s; (void)a; return PyLong_FromLong(" +
+         std::to_string(value) + "); }\n"
+         "static PyMethodDef M[] = {{\"value\", value, METH_NOARGS, \"\"}, {0, 0, 0, 0}};\n"
+         "static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, \"" + name + "\", 0, -1, M, 0, 0, 0, 0};\n"
+         "PyMODINIT_FUNC PyInit_" + name + "(void) { return PyModule_Create(&D); }\n";
+}
+
 Install make_install(const fs::path& root) {
   Install in;
   in.root = root;

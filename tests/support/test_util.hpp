@@ -58,6 +58,9 @@ int wait_rc(pid_t pid);
 void expect_refused_unchanged(const std::vector<std::vector<std::string>>& cases, const fs::path& root,
                               const std::function<Cmd(const std::vector<std::string>&)>& run);
 
+// The C source of a CPython extension module `name` whose value() returns `value`.
+std::string c_extension_source(const std::string& name, int value);
+
 // Builds a small install for CLI tests: src/kernel.cpp, lib/libk.so, cache/ with nested dirs,
 // an empty dir, an executable and a symlink.
 struct Install {

@@ -1,0 +1,74 @@
+// `overlay discover`: prints the builds that compile a file, best first (text or --json).
+#include <memory>
+
+#include "commands.hpp"
+#include "output.hpp"
+#include "overlay/discover.hpp"
+#include "overlay/error.hpp"
+#include "overlay/words.hpp"
+
+namespace overlay::cli {
+namespace {
+
+struct DiscoverFlags {
+  std::string target, root = "/";
+  std::vector<std::string> cache_roots;
+};
+
+nlohmann::json candidate_json(const BuildCandidate& c, const fs::path& target) {
+  auto paths = [](const std::vector<fs::path>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& p : v) a.push_back(p.string());
+    return a;
+  };
+  return {{"kind", c.kind},
+          {"build_cmd", c.build_cmd ? nlohmann::json(*c.build_cmd) : nlohmann::json(nullptr)},
+          {"build_cwd", c.build_cwd.string()},
+          {"artifacts", paths(c.artifacts)},
+          {"caches", paths(c.caches)},
+          {"evidence", c.evidence},
+          {"add_native_args", c.add_native_args(target)}};
+}
+
+void print_candidate(std::size_t rank, const BuildCandidate& c, const fs::path& target) {
+  out_line(std::to_string(rank) + ". " + c.kind + "  " +
+           (c.build_cmd ? join_words(*c.build_cmd) + "  (in " + c.build_cwd.string() + ")"
+                        : std::string("no command: built on its next load")));
+  for (const auto& a : c.artifacts) out_line("   artifact  " + a.string());
+  for (const auto& d : c.caches) out_line("   cache     " + d.string());
+  for (const auto& e : c.evidence) out_line("   evidence  " + e);
+  out_line("   add-native --overlay O --patched-file F " + join_words(c.add_native_args(target)));
+}
+
+int run_discover(const DiscoverFlags& f) {
+  DiscoverRequest req;
+  req.target = f.target;
+  req.root = f.root;
+  for (const auto& r : f.cache_roots) req.cache_roots.emplace_back(r);
+  DiscoverReport rep = discover(real_disk(), req);
+  auto& j = result();
+  j["target"] = rep.target.string();
+  j["candidates"] = nlohmann::json::array();
+  for (const auto& c : rep.candidates) j["candidates"].push_back(candidate_json(c, rep.target));
+  j["searched"] = rep.searched;
+  if (rep.candidates.empty()) {
+    std::string where;
+    for (const auto& s : rep.searched) where += (where.empty() ? "" : ", ") + s;
+    throw Error("no build found that compiles " + rep.target.string() + "; searched: " + where);
+  }
+  for (std::size_t i = 0; i < rep.candidates.size(); ++i) print_candidate(i + 1, rep.candidates[i], rep.target);
+  return kOk;
+}
+
+}  // namespace
+
+void add_discover_command(CLI::App& app, std::function<int()>& run) {
+  auto f = std::make_shared<DiscoverFlags>();
+  auto* d = app.add_subcommand("discover", "Find the install's own builds that compile a file (read-only)");
+  d->add_option("--target", f->target, "Source file to look up")->required();
+  d->add_option("--root", f->root, "Stop the walk up from the file here (default /)");
+  d->add_option("--cache-root", f->cache_roots, "More JIT cache roots to search (repeatable)");
+  d->callback([&run, f] { run = [f] { return guarded("discover", [&] { return run_discover(*f); }); }; });
+}
+
+}  // namespace overlay::cli
