@@ -3,20 +3,10 @@
 #include <functional>
 #include <string>
 
+#include "overlay/copy_pipeline.hpp"
 #include "overlay/disk.hpp"
 
 namespace overlay {
-
-enum class Durable { no, yes };
-
-// Copies src to a new file dest (which must not exist) with `mode`, hashing the bytes as they
-// are copied: every byte is read once. With Durable::yes, dest is fsynced before returning.
-// Returns the SHA-256 (hex) of the bytes written.
-std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode,
-                              Durable durable);
-
-// SHA-256 (hex) of a file's contents, streamed.
-std::string hash_file(Disk& disk, const fs::path& p);
 
 // Replaces dest by a copy of src atomically: writes a temporary file beside dest, fsyncs it,
 // gives it `mode` (and dest's owner when dest exists), renames it over dest, fsyncs the directory.

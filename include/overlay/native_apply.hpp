@@ -1,0 +1,33 @@
+#pragma once
+// Step 2 of add-native: apply. Back up everything durably, record the entry atomically, and only
+// then swap sources and invalidate caches (crash-safety steps 1-4 of docs/design.md); then run
+// the install's own build.
+#include <string>
+#include <vector>
+
+#include "overlay/native_plan.hpp"
+#include "overlay/process.hpp"
+
+namespace overlay {
+
+struct AppliedEntry {
+  std::string id;
+  fs::path log_path;
+  std::size_t sources = 0, artifacts = 0, caches = 0;
+};
+
+// Backs up every source, artifact and cache durably, records the entry in the manifest
+// (atomically), and only then swaps the sources in and invalidates the caches.
+AppliedEntry apply_native(Disk& disk, const NativePlan& plan);
+
+struct BuildOutcome {
+  bool ok = true;
+  std::vector<std::string> failed_cmd;
+  RunResult result;
+};
+
+// Runs the plan's build commands in order (stopping at the first failure), streaming output
+// to stderr and appending it to the entry's log.
+BuildOutcome run_native_build(const NativePlan& plan, const AppliedEntry& entry);
+
+}  // namespace overlay

@@ -1,0 +1,76 @@
+#pragma once
+// Step 1 of add-native: planning. Every input is checked and every patched content computed in
+// private copies before anything is touched; a refusal here changes nothing on disk (SPEC
+// guarantee 5). This step carries no crash-safety duty because it writes nothing.
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "overlay/disk.hpp"
+#include "overlay/owner.hpp"
+
+namespace overlay {
+
+class PatchedCopy;
+class PatchedTree;
+
+// How a cache dir is kept: moved into the overlay (one rename on the same filesystem, every
+// inode attribute kept), or a tar (any filesystem; what overlay_setup.py can read). auto: move
+// where the cache and the overlay share a filesystem, tar elsewhere.
+enum class CacheSnapshot { automatic, move, tar };
+
+struct AddNativeRequest {
+  fs::path overlay;
+  std::vector<fs::path> targets;
+  std::vector<fs::path> patched_files;  // one per target, or empty with `patch`
+  std::optional<fs::path> patch;        // a unified diff: for the single target, or for patch_root
+  std::optional<fs::path> patch_root;   // apply `patch` as a multi-file diff relative to this dir
+  int strip = 1;                        // -p N for a multi-file diff
+  std::vector<fs::path> artifacts;
+  std::vector<fs::path> caches;
+  std::vector<std::string> build_cmds;  // each split like a POSIX shell would, never run by one
+  std::optional<fs::path> build_cwd;
+  std::optional<pid_t> owner_pid;
+  double lock_timeout = 120;
+  std::optional<double> build_timeout;
+  bool force = false;    // take over installed files another overlay still holds
+  fs::path state_dir;    // the hold registry; empty: HoldRegistry::default_state_dir()
+  CacheSnapshot cache_snapshot = CacheSnapshot::automatic;
+};
+
+// A validated request: every input checked, every patched content ready. Nothing touched yet.
+// What an entry does to one installed file: replace its bytes, create it, or delete it.
+enum class SwapKind { modify, create, remove };
+const char* to_string(SwapKind k);
+
+struct NativePlan {
+  struct Swap {
+    fs::path target;   // absolute, symlinks resolved (a created file: its parent resolved)
+    fs::path content;  // the bytes to put there (empty for remove)
+    std::string content_sha256;
+    SwapKind kind = SwapKind::modify;
+    mode_t content_mode = 0644;  // for a created file
+  };
+  fs::path overlay;  // absolute
+  std::vector<Swap> swaps;
+  std::vector<fs::path> artifacts;
+  std::vector<fs::path> caches;
+  std::vector<bool> move_cache;  // per cache: move it (true) or tar it
+  std::vector<std::vector<std::string>> build_cmds;
+  fs::path build_cwd;
+  std::optional<Owner> owner;
+  double lock_timeout = 120;
+  std::optional<double> build_timeout;
+  bool force = false;
+  fs::path state_dir;
+  std::vector<std::shared_ptr<PatchedCopy>> patched;  // keeps --patch results alive
+  std::shared_ptr<PatchedTree> patched_tree;          // keeps a --patch-root result alive
+};
+
+// Checks every input; throws Error naming the first problem. Changes nothing on disk.
+NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req);
+
+}  // namespace overlay

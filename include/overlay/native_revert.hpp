@@ -1,0 +1,41 @@
+#pragma once
+// revert: restore every native entry byte-exact, newest first; each backup proven before use,
+// each item idempotent, the entry dropped from the manifest before its backups (crash-safety
+// steps 5-6 of docs/design.md).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "overlay/disk.hpp"
+
+namespace overlay {
+
+struct RevertOptions {
+  bool dry_run = false;
+  double lock_timeout = 120;
+  fs::path state_dir;  // the hold registry; empty: HoldRegistry::default_state_dir()
+  std::optional<std::string> only_entry;  // revert just this entry id (--revert-on-failure)
+};
+struct RevertProblem {
+  std::string path;
+  std::string reason;
+};
+struct RevertAction {
+  std::string action;  // restore | remove | unchanged
+  std::string path;
+};
+struct RevertReport {
+  bool had_manifest = false;
+  std::size_t entries = 0;           // native entries found
+  std::size_t entries_reverted = 0;  // fully restored and removed from the manifest
+  std::vector<RevertAction> actions;
+  std::vector<RevertProblem> problems;
+  bool ok() const { return problems.empty(); }
+};
+
+// Restores every native entry, newest first (caches, then artifacts, then sources), checking
+// each backup against its recorded SHA-256 before use. An item that cannot be restored is
+// reported and keeps its entry; the rest are still restored. Python entries are left alone.
+RevertReport revert_natives(Disk& disk, const fs::path& overlay, const RevertOptions& opts);
+
+}  // namespace overlay

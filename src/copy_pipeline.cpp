@@ -1,0 +1,197 @@
+#include "overlay/copy_pipeline.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "overlay/error.hpp"
+#include "overlay/hash.hpp"
+#include "overlay/progress.hpp"
+
+namespace overlay {
+namespace {
+
+constexpr std::size_t kChunk = 1 << 20;
+
+// A heap buffer whose bytes are not zeroed first (a std::vector<char> would write every page).
+std::unique_ptr<char[]> uninitialized_buffer(std::size_t n) { return std::unique_ptr<char[]>(new char[n]); }
+
+// A ring of chunk buffers from one producer to several consumers: the producer fills a buffer
+// and publishes it; every consumer takes every buffer in order and gives it back; a buffer is
+// refilled once all consumers gave it back. Any side may fail; the others then stop at their
+// next wait. Reading, writing and hashing thus run at once, each on its own thread.
+class ChunkRing {
+ public:
+  static constexpr std::size_t kSlots = 8;
+
+  explicit ChunkRing(std::size_t consumers) : done_(consumers, 0) {
+    for (auto& b : bufs_) b = uninitialized_buffer(kChunk);
+  }
+  // Producer: the next free buffer (nullptr once a consumer failed).
+  char* acquire() {
+    std::unique_lock<std::mutex> l(m_);
+    cv_.wait(l, [&] { return published_ - slowest() < kSlots || failed_; });
+    return failed_ ? nullptr : bufs_[published_ % kSlots].get();
+  }
+  // Producer: the buffer from acquire() holds n bytes; n == 0 marks the end.
+  void publish(std::size_t n) {
+    std::lock_guard<std::mutex> l(m_);
+    sizes_[published_ % kSlots] = n;
+    ++published_;
+    cv_.notify_all();
+  }
+  // Consumer c: its next published buffer and its size (size 0: end, or another side failed).
+  std::pair<const char*, std::size_t> take(std::size_t c) {
+    std::unique_lock<std::mutex> l(m_);
+    cv_.wait(l, [&] { return done_[c] < published_ || failed_; });
+    if (done_[c] == published_) return {nullptr, 0};
+    return {bufs_[done_[c] % kSlots].get(), sizes_[done_[c] % kSlots]};
+  }
+  // Consumer c: done with the buffer from take(c).
+  void release(std::size_t c) {
+    std::lock_guard<std::mutex> l(m_);
+    ++done_[c];
+    cv_.notify_all();
+  }
+  void fail() {
+    std::lock_guard<std::mutex> l(m_);
+    failed_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::uint64_t slowest() const { return *std::min_element(done_.begin(), done_.end()); }
+
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::array<std::unique_ptr<char[]>, kSlots> bufs_;
+  std::array<std::size_t, kSlots> sizes_{};
+  std::uint64_t published_ = 0;
+  std::vector<std::uint64_t> done_;  // buffers each consumer has given back
+  bool failed_ = false;
+};
+
+// Runs produce() on this thread and each consumer on a thread of its own over a ChunkRing;
+// rethrows the first failure of any.
+void run_pipeline(ChunkRing& ring, const std::function<void()>& produce,
+                  const std::vector<std::function<void()>>& consumers) {
+  std::vector<std::exception_ptr> errors(consumers.size());
+  std::vector<std::thread> threads;
+  for (std::size_t c = 0; c < consumers.size(); ++c)
+    threads.emplace_back([&, c] {
+      try {
+        consumers[c]();
+      } catch (...) {
+        errors[c] = std::current_exception();
+        ring.fail();
+      }
+    });
+  std::exception_ptr producer_error;
+  try {
+    produce();
+  } catch (...) {
+    producer_error = std::current_exception();
+    ring.fail();
+  }
+  for (auto& t : threads) t.join();
+  if (producer_error) std::rethrow_exception(producer_error);
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// Consumer c: hands every buffer the ring delivers to `use` until the end marker.
+void drain(ChunkRing& ring, std::size_t c, const std::function<void(const char*, std::size_t)>& use) {
+  for (;;) {
+    auto [buf, n] = ring.take(c);
+    if (n == 0) return;
+    use(buf, n);
+    ring.release(c);
+  }
+}
+
+// Reads `in` to the end on this thread while one thread hashes the chunks and, when `out` is
+// given, another writes them: every byte is read once, and reading, hashing and writing overlap.
+void stream_hashing(ReadHandle& in, Sha256& h, WriteHandle* out, bool durable, ProgressMeter& meter) {
+  ChunkRing ring(out != nullptr ? 2 : 1);
+  std::uint64_t written = 0;
+  std::vector<std::function<void()>> consumers{[&] { drain(ring, 0, [&](const char* b, std::size_t n) { h.update(b, n); }); }};
+  if (out != nullptr)
+    consumers.push_back([&] {
+      drain(ring, 1, [&](const char* b, std::size_t n) {
+        out->write(b, n);
+        // Every 8 MiB: the disk starts writing while we copy, instead of all at the final fsync.
+        if (durable && (written += n) % (8u << 20) < n) out->start_writeback();
+      });
+    });
+  run_pipeline(
+      ring,
+      [&] {
+        for (;;) {
+          char* buf = ring.acquire();
+          if (buf == nullptr) return;
+          std::size_t n = in.read(buf, kChunk);
+          ring.publish(n);
+          meter.advance(n);
+          if (n == 0) return;
+        }
+      },
+      consumers);
+}
+
+}  // namespace
+
+// Small files are copied on this thread: a second thread costs more than it saves. The buffer
+// fits the file (one read more sees the end): zeroing and faulting in a whole chunk for a 20-byte
+// source was most of a small add-native.
+static std::string copy_small_hashing(ReadHandle& in, WriteHandle& out, std::uint64_t size) {
+  Sha256 h;
+  std::size_t cap = static_cast<std::size_t>(std::min<std::uint64_t>(size + 1, kChunk));
+  auto buf = uninitialized_buffer(cap);
+  while (std::size_t n = in.read(buf.get(), cap)) {
+    h.update(buf.get(), n);
+    out.write(buf.get(), n);
+  }
+  return h.finish_hex();
+}
+
+std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode,
+                              Durable durable) {
+  auto in = disk.open_read(src);
+  auto out = disk.create(dest, mode, CreateMode::exclusive);
+  std::uint64_t size = disk.info(src, Follow::yes).size;
+  if (size <= kChunk) {
+    std::string sha = copy_small_hashing(*in, *out, size);
+    if (durable == Durable::yes) out->sync();
+    out->close();
+    return sha;
+  }
+  Sha256 h;
+  ProgressMeter meter(size >= kProgressMinBytes ? "copy " + src.filename().string() : std::string(), size);
+  stream_hashing(*in, h, out.get(), durable == Durable::yes, meter);
+  if (durable == Durable::yes) out->sync();
+  out->close();
+  return h.finish_hex();
+}
+
+std::string hash_file(Disk& disk, const fs::path& p) {
+  auto in = disk.open_read(p);
+  Sha256 h;
+  std::uint64_t size = disk.info(p, Follow::yes).size;
+  if (size <= kChunk) {
+    std::size_t cap = static_cast<std::size_t>(size + 1);
+    auto buf = uninitialized_buffer(cap);
+    while (std::size_t n = in->read(buf.get(), cap)) h.update(buf.get(), n);
+    return h.finish_hex();
+  }
+  ProgressMeter meter(size >= kProgressMinBytes ? "hash " + p.filename().string() : std::string(), size);
+  stream_hashing(*in, h, nullptr, false, meter);
+  return h.finish_hex();
+}
+
+}  // namespace overlay

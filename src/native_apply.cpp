@@ -1,0 +1,199 @@
+#include "overlay/native_apply.hpp"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/holds.hpp"
+#include "overlay/lock.hpp"
+#include "overlay/manifest.hpp"
+#include "overlay/store.hpp"
+
+namespace overlay {
+namespace {
+
+constexpr const char* kLogDirName = "_logs";
+
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+// Durable backups of everything the entry will touch; the entry describing them is returned.
+NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, const std::string& id) {
+  NativeEntry e;
+  e.id = id;
+  for (const auto& swap : plan.swaps) {
+    if (swap.kind == SwapKind::create) {
+      e.created.push_back(CreatedItem{swap.target.string(), swap.content_sha256, json::object()});
+      continue;
+    }
+    SavedFile s = store.save_file(id, "src_" + std::to_string(e.sources.size()), swap.target);
+    spdlog::info("backed up {} -> {}", swap.target.string(), s.backup);
+    SourceItem item;
+    item.install_path = swap.target.string();
+    item.backup = s.backup;
+    item.sha256 = s.sha256;
+    if (swap.kind == SwapKind::modify) item.patched_sha256 = swap.content_sha256;
+    item.deleted = swap.kind == SwapKind::remove;
+    item.mode = s.mode;
+    item.stamp = s.stamp;
+    e.sources.push_back(std::move(item));
+  }
+  for (std::size_t k = 0; k < plan.artifacts.size(); ++k) {
+    ArtifactItem a;
+    a.path = plan.artifacts[k].string();
+    a.existed = disk.info(plan.artifacts[k], Follow::no).type == FileType::regular;
+    if (a.existed) {
+      SavedFile s = store.save_file(id, "art_" + std::to_string(k), plan.artifacts[k]);
+      spdlog::info("backed up {} -> {}", a.path, s.backup);
+      a.backup = s.backup;
+      a.sha256 = s.sha256;
+      a.mode = s.mode;
+      a.stamp = s.stamp;
+      if (!e.verify_artifact) {
+        e.verify_artifact = a.path;
+        e.verify_pre_sha256 = a.sha256;
+      }
+    }
+    e.artifacts.push_back(std::move(a));
+  }
+  for (std::size_t k = 0; k < plan.caches.size(); ++k) {
+    CacheItem c;
+    c.dir = plan.caches[k].string();
+    c.existed = disk.info(plan.caches[k], Follow::no).type == FileType::directory;
+    if (c.existed && plan.move_cache[k]) {
+      c.backup_dir = store.moved_dir_name(id, "cache_" + std::to_string(k));  // moved after the record
+    } else if (c.existed) {
+      SavedFile s = store.save_dir_tar(id, "cache_" + std::to_string(k), plan.caches[k]);
+      spdlog::info("snapshot {} -> {}", c.dir, s.backup);
+      c.backup_tar = s.backup;
+      c.sha256 = s.sha256;
+    }
+    e.caches.push_back(std::move(c));
+  }
+  bool moved = std::any_of(e.caches.begin(), e.caches.end(), [](const CacheItem& c) { return c.backup_dir.has_value(); });
+  if (moved || !e.created.empty()) e.python_guard = store.make_python_guard(id);
+  e.build_cmds = plan.build_cmds;
+  e.build_cwd = plan.build_cwd.string();
+  e.owner = plan.owner;
+  e.created_at = now_seconds();
+  e.build_log = std::string(kLogDirName) + "/" + id + ".build.log";
+  store.sync_entry(id);
+  return e;
+}
+
+// The cache is renamed aside first, so the build never sees a half-deleted cache.
+void invalidate_cache(Disk& disk, const fs::path& dir) {
+  if (disk.info(dir, Follow::no).type != FileType::directory) return;
+  fs::path trash = sibling_temp_path(dir, "overlay-trash");
+  disk.rename(dir, trash);
+  disk.sync_dir(dir.parent_path());
+  remove_tree(disk, trash);
+}
+
+// Builds that compare whole-second mtimes (setuptools' build_ext, through distutils' newer())
+// skip a source written in the same second as the artifact they last built, and the candidate
+// silently runs the old code. When a tracked artifact was written in the current second, wait
+// for the next one (at most ~1 s, only then), so every swapped source is strictly newer.
+// File times come from the kernel's coarse clock, so that is the clock compared against.
+void wait_past_artifact_second(Disk& disk, const std::vector<fs::path>& artifacts) {
+  time_t newest = 0;
+  for (const auto& a : artifacts) {
+    FileInfo fi = disk.info(a, Follow::no);
+    if (fi.exists()) newest = std::max(newest, fi.mtime.tv_sec);
+  }
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
+  if (newest < now.tv_sec || newest > now.tv_sec + 1) return;  // older, or clock skew: no wait helps
+  spdlog::info("an artifact was written this second: waiting for the next before swapping sources");
+  while (now.tv_sec <= newest) {
+    timespec nap{0, 1000000000L - now.tv_nsec + 2000000L};
+    if (nap.tv_nsec >= 1000000000L) nap = {0, 999999999L};
+    ::nanosleep(&nap, nullptr);
+    ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
+  }
+}
+
+bool manifest_names(Disk& disk, const fs::path& overlay, const std::string& id) {
+  try {
+    auto m = load_manifest(disk, overlay);
+    return m && std::any_of(m->natives.begin(), m->natives.end(), [&](const NativeEntry& e) { return e.id == id; });
+  } catch (const Error&) {
+    return true;  // cannot tell: keeping backups is the safe side
+  }
+}
+
+}  // namespace
+
+AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
+  std::vector<fs::path> targets;
+  for (const auto& s : plan.swaps) targets.push_back(s.target);
+  // Refused here (nothing touched yet) when another overlay still holds a target.
+  HoldRegistry(disk, plan.state_dir).acquire(targets, plan.overlay, plan.force, plan.lock_timeout);
+  make_dirs(disk, plan.overlay);
+  OverlayLock lock(plan.overlay, plan.lock_timeout);
+  Manifest m = load_manifest(disk, plan.overlay).value_or(Manifest{});
+  BackupStore store(disk, plan.overlay);
+  std::string id = store.new_entry();
+  try {
+    m.natives.push_back(back_up(disk, store, plan, id));
+    make_dirs(disk, plan.overlay / kLogDirName);
+    save_manifest(disk, plan.overlay, m);  // from here on, revert can undo everything below
+  } catch (...) {
+    // The install is untouched. Leave no half-made backups behind, unless the manifest rename
+    // went through (only the directory fsync after it failed): then the record needs them.
+    if (!manifest_names(disk, plan.overlay, id)) store.drop_entry(id);
+    throw;
+  }
+  spdlog::info("recorded entry {} in {}", id, (plan.overlay / kManifestName).string());
+  const NativeEntry& e = m.natives.back();
+  wait_past_artifact_second(disk, plan.artifacts);
+  std::size_t src = 0;
+  for (const auto& swap : plan.swaps) {
+    if (swap.kind == SwapKind::create) {
+      replace_file_atomically(disk, swap.content, swap.target, swap.content_mode);
+    } else if (swap.kind == SwapKind::remove) {
+      remove_file_durably(disk, swap.target);
+    } else {
+      replace_file_atomically(disk, swap.content, swap.target, *e.sources[src].mode);
+    }
+    if (swap.kind != SwapKind::create) ++src;
+    spdlog::info("{} {}", to_string(swap.kind), swap.target.string());
+  }
+  for (std::size_t k = 0; k < plan.caches.size(); ++k) {
+    const CacheItem& c = e.caches[k];
+    if (c.backup_dir) {
+      store.move_dir_in(plan.caches[k], *c.backup_dir);  // the move is the invalidation
+      spdlog::info("moved cache {} -> {}", c.dir, *c.backup_dir);
+    } else {
+      invalidate_cache(disk, plan.caches[k]);
+      spdlog::info("invalidated cache {}", c.dir);
+    }
+  }
+  return {id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size()};
+}
+
+BuildOutcome run_native_build(const NativePlan& plan, const AppliedEntry& entry) {
+  BuildOutcome out;
+  for (const auto& argv : plan.build_cmds) {
+    RunOptions opts;
+    opts.cwd = plan.build_cwd;
+    opts.log_path = entry.log_path;
+    opts.timeout_s = plan.build_timeout;
+    out.result = run_process(argv, opts);
+    if (!out.result.ok()) {
+      out.ok = false;
+      out.failed_cmd = argv;
+      return out;
+    }
+  }
+  return out;
+}
+}  // namespace overlay

@@ -1,0 +1,199 @@
+#include "overlay/native_plan.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/holds.hpp"
+#include "overlay/manifest.hpp"
+#include "overlay/patch.hpp"
+#include "overlay/words.hpp"
+
+namespace overlay {
+namespace {
+
+// An existing, readable regular file (symlinks resolved); `what` names it in errors.
+fs::path existing_file(Disk& disk, const fs::path& p, const std::string& what) {
+  FileInfo fi = disk.info(p, Follow::yes);
+  if (!fi.exists()) throw Error(what + " does not exist: " + p.string());
+  if (fi.type == FileType::directory) throw Error(what + " is a directory: " + p.string());
+  if (fi.type != FileType::regular) throw Error(what + " is not a regular file: " + p.string());
+  try {
+    disk.open_read(p);
+  } catch (const DiskError& e) {
+    throw Error(what + " is not readable: " + p.string() + " (" + std::strerror(e.code()) + ")");
+  }
+  return disk.real_path(p);
+}
+
+bool inside(const fs::path& child, const fs::path& parent) {
+  auto rel = child.lexically_relative(parent);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+void check_overlay_dir(Disk& disk, const fs::path& overlay) {
+  FileInfo fi = disk.info(overlay, Follow::yes);
+  if (fi.exists() && fi.type != FileType::directory) throw Error("overlay is not a directory: " + overlay.string());
+  if (fi.exists()) load_manifest(disk, overlay);  // a malformed manifest is refused up front
+}
+
+std::vector<fs::path> checked_artifacts(Disk& disk, const AddNativeRequest& req) {
+  std::vector<fs::path> out;
+  for (const auto& a : req.artifacts) {
+    fs::path p = absolute_normal(a);
+    FileInfo fi = disk.info(p, Follow::no);
+    if (fi.type == FileType::directory) throw Error("artifact is a directory: " + p.string());
+    if (fi.exists() && fi.type != FileType::regular) throw Error("artifact is not a regular file: " + p.string());
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<fs::path> checked_caches(Disk& disk, const AddNativeRequest& req, const fs::path& overlay) {
+  std::vector<fs::path> out;
+  for (const auto& c : req.caches) {
+    fs::path p = absolute_normal(c);
+    FileInfo fi = disk.info(p, Follow::no);
+    if (fi.exists() && fi.type != FileType::directory) throw Error("cache dir is not a directory: " + p.string());
+    if (p == p.root_path() || p == overlay || inside(overlay, p) || inside(p, overlay))
+      throw Error("cache dir overlaps the overlay or the root: " + p.string());
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
+}
+
+// p, once checked to be an existing directory (symlinks followed); `what` names it in errors.
+fs::path existing_dir(Disk& disk, const fs::path& p, const std::string& what) {
+  FileInfo fi = disk.info(p, Follow::yes);
+  if (!fi.exists()) throw Error(what + " does not exist: " + p.string());
+  if (fi.type != FileType::directory) throw Error(what + " is not a directory: " + p.string());
+  return p;
+}
+
+NativePlan::Swap tree_swap(Disk& disk, const PatchedTree::Change& c) {
+  NativePlan::Swap s;
+  switch (c.change) {
+    case FileChange::modified: s.kind = SwapKind::modify; break;
+    case FileChange::created: s.kind = SwapKind::create; break;
+    case FileChange::deleted: s.kind = SwapKind::remove; break;
+  }
+  s.target = s.kind == SwapKind::create ? disk.real_path(c.path.parent_path()) / c.path.filename()
+                                        : existing_file(disk, c.path, "file the diff changes");
+  if (s.kind == SwapKind::remove) return s;
+  s.content = c.content;
+  s.content_mode = disk.info(c.content, Follow::no).mode;
+  s.content_sha256 = hash_file(disk, s.content);
+  return s;
+}
+
+// --patch-root: every file the diff names, modified, created or deleted as one entry.
+std::vector<NativePlan::Swap> tree_swaps(Disk& disk, const AddNativeRequest& req, NativePlan& plan) {
+  if (!req.patch) throw Error("--patch-root needs --patch");
+  if (!req.targets.empty() || !req.patched_files.empty())
+    throw Error("--patch-root takes no --target or --patched-file: the diff names the files");
+  fs::path root = disk.real_path(existing_dir(disk, absolute_normal(*req.patch_root), "patch root"));
+  fs::path diff = existing_file(disk, absolute_normal(*req.patch), "patch file");
+  plan.patched_tree = std::make_shared<PatchedTree>(disk, root, diff, req.strip);
+  std::vector<NativePlan::Swap> swaps;
+  for (const auto& c : plan.patched_tree->changes()) {
+    NativePlan::Swap s = tree_swap(disk, c);
+    if (inside(s.target, plan.overlay)) throw Error("file the diff changes lies inside the overlay: " + s.target.string());
+    for (const auto& other : swaps)
+      if (other.target == s.target) throw Error("diff reaches one file by two names: " + s.target.string());
+    swaps.push_back(std::move(s));
+  }
+  return swaps;
+}
+
+std::vector<NativePlan::Swap> checked_swaps(Disk& disk, const AddNativeRequest& req, NativePlan& plan) {
+  if (req.patch_root) return tree_swaps(disk, req, plan);
+  if (req.targets.empty()) throw Error("no --target given (or --patch with --patch-root)");
+  if (req.patch && (req.targets.size() != 1 || !req.patched_files.empty()))
+    throw Error("--patch takes exactly one --target and no --patched-file");
+  if (!req.patch && req.patched_files.size() != req.targets.size())
+    throw Error("each --target needs one --patched-file (or give --patch)");
+  std::vector<NativePlan::Swap> swaps;
+  for (std::size_t i = 0; i < req.targets.size(); ++i) {
+    NativePlan::Swap s;
+    s.target = existing_file(disk, absolute_normal(req.targets[i]), "target source");
+    for (const auto& other : swaps)
+      if (other.target == s.target) throw Error("target given twice: " + s.target.string());
+    if (req.patch) {
+      fs::path diff = existing_file(disk, absolute_normal(*req.patch), "patch file");
+      auto copy = std::make_shared<PatchedCopy>(disk, s.target, diff);
+      s.content = copy->file();
+      plan.patched.push_back(copy);
+    } else {
+      s.content = existing_file(disk, absolute_normal(req.patched_files[i]), "patched file");
+    }
+    if (inside(s.target, plan.overlay)) throw Error("target source lies inside the overlay: " + s.target.string());
+    s.content_sha256 = hash_file(disk, s.content);
+    swaps.push_back(std::move(s));
+  }
+  return swaps;
+}
+
+std::vector<std::vector<std::string>> checked_build(Disk& disk, const AddNativeRequest& req, fs::path& cwd) {
+  std::vector<std::vector<std::string>> cmds;
+  for (const auto& line : req.build_cmds) {
+    auto argv = split_words(line);
+    if (argv.empty()) throw Error("--build-cmd is empty");
+    cmds.push_back(std::move(argv));
+  }
+  cwd = existing_dir(disk, absolute_normal(req.build_cwd.value_or(fs::current_path())), "build cwd");
+  return cmds;
+}
+
+// The filesystem an overlay will live on: its own, or that of its nearest existing ancestor.
+dev_t overlay_device(Disk& disk, fs::path p) {
+  for (;;) {
+    FileInfo fi = disk.info(p, Follow::yes);
+    if (fi.exists() || p == p.root_path() || p.empty()) return fi.dev;
+    p = p.parent_path();
+  }
+}
+
+std::vector<bool> move_decisions(Disk& disk, const std::vector<fs::path>& caches, const fs::path& overlay, CacheSnapshot how) {
+  std::vector<bool> out;
+  dev_t ov = overlay_device(disk, overlay);
+  for (const auto& c : caches) {
+    FileInfo ci = disk.info(c, Follow::no);
+    bool same_fs = ci.exists() && ci.dev == ov;
+    if (how == CacheSnapshot::move && ci.exists() && !same_fs)
+      throw Error("--cache-snapshot move: cache dir and overlay are on different filesystems: " + c.string());
+    out.push_back(how == CacheSnapshot::move || (how == CacheSnapshot::automatic && same_fs));
+  }
+  return out;
+}
+}  // namespace
+
+NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
+  NativePlan plan;
+  plan.overlay = absolute_normal(req.overlay);
+  plan.lock_timeout = req.lock_timeout;
+  plan.build_timeout = req.build_timeout;
+  plan.force = req.force;
+  plan.state_dir = req.state_dir.empty() ? HoldRegistry::default_state_dir() : req.state_dir;
+  check_overlay_dir(disk, plan.overlay);
+  plan.artifacts = checked_artifacts(disk, req);
+  plan.caches = checked_caches(disk, req, plan.overlay);
+  plan.move_cache = move_decisions(disk, plan.caches, plan.overlay, req.cache_snapshot);
+  plan.build_cmds = checked_build(disk, req, plan.build_cwd);
+  if (req.owner_pid) {
+    auto ticks = process_start_ticks(*req.owner_pid);
+    if (!ticks) throw Error("owner pid " + std::to_string(*req.owner_pid) + " is not a running process");
+    plan.owner = Owner{*req.owner_pid, *ticks};
+  }
+  plan.swaps = checked_swaps(disk, req, plan);
+  return plan;
+}
+const char* to_string(SwapKind k) {
+  switch (k) {
+    case SwapKind::modify: return "modify";
+    case SwapKind::create: return "create";
+    case SwapKind::remove: return "delete";
+  }
+  return "?";
+}
+}  // namespace overlay

@@ -1,0 +1,170 @@
+#include "overlay/native_revert.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/holds.hpp"
+#include "overlay/lock.hpp"
+#include "overlay/manifest.hpp"
+#include "overlay/store.hpp"
+
+namespace overlay {
+namespace {
+
+class Reverter {
+ public:
+  Reverter(Disk& disk, const fs::path& overlay, const RevertOptions& opts, RevertReport& report)
+      : disk_(disk), store_(disk, overlay), opts_(opts), report_(report) {}
+
+  // Restores one entry; true when every item is back at its original state.
+  bool revert_entry(const NativeEntry& e) {
+    bool ok = true;
+    for (auto it = e.caches.rbegin(); it != e.caches.rend(); ++it)
+      ok &= attempt(it->dir, [&] { return cache(*it); });
+    for (auto it = e.artifacts.rbegin(); it != e.artifacts.rend(); ++it)
+      ok &= attempt(it->path, [&] { return artifact(*it); });
+    for (auto it = e.created.rbegin(); it != e.created.rend(); ++it)
+      ok &= attempt(it->path, [&] { return created(it->path); });
+    for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
+      ok &= attempt(it->install_path, [&] { return file(it->install_path, it->backup, it->sha256, it->mode, it->stamp); });
+    return ok;
+  }
+
+  void forget_backups(const NativeEntry& e) {
+    std::vector<std::string> rels;
+    for (const auto& s : e.sources) rels.push_back(s.backup);
+    for (const auto& a : e.artifacts)
+      if (a.backup) rels.push_back(*a.backup);
+    for (const auto& c : e.caches) {
+      if (c.backup_tar) rels.push_back(*c.backup_tar);
+      if (c.backup_dir) rels.push_back(*c.backup_dir);
+    }
+    if (e.python_guard) rels.push_back(e.python_guard->stop);
+    for (const auto& rel : rels) {
+      try {
+        store_.forget(rel);
+      } catch (const Error& err) {
+        report_.problems.push_back({rel, std::string("cannot delete backup: ") + err.what()});
+      }
+    }
+  }
+
+ private:
+  template <typename F>
+  bool attempt(const std::string& path, F&& step) {
+    try {
+      report_.actions.push_back({step(), path});
+      spdlog::info("{}{} {}", opts_.dry_run ? "would " : "", report_.actions.back().action, path);
+      return true;
+    } catch (const std::exception& err) {
+      report_.problems.push_back({path, err.what()});
+      return false;
+    }
+  }
+
+  std::string file(const std::string& path, const std::string& rel, const std::string& sha,
+                   std::optional<mode_t> mode, const std::optional<FileStamp>& stamp) {
+    if (opts_.dry_run) return dry_file(path, rel, sha);
+    return store_.restore_file(rel, sha, path, mode, stamp) ? "restore" : "unchanged";
+  }
+
+  std::string dry_file(const std::string& path, const std::string& rel, const std::string& sha) {
+    FileInfo fi = disk_.info(path, Follow::no);
+    if (fi.type == FileType::regular && hash_file(disk_, path) == sha) return "unchanged";
+    if (!disk_.info(store_.resolve(rel), Follow::no).exists()) throw Error("backup missing: " + rel);
+    return "restore";
+  }
+
+  std::string artifact(const ArtifactItem& a) {
+    if (a.existed) return file(a.path, *a.backup, *a.sha256, a.mode, a.stamp);
+    return created(a.path);
+  }
+
+  // A file that did not exist before the entry: removed, whatever it holds now.
+  std::string created(const std::string& path) {
+    FileInfo fi = disk_.info(path, Follow::no);
+    if (!fi.exists()) return "unchanged";
+    if (fi.type == FileType::directory) throw Error("a directory now stands where the entry created a file");
+    if (!opts_.dry_run) remove_file_durably(disk_, path);
+    return "remove";
+  }
+
+  std::string cache(const CacheItem& c) {
+    if (!c.existed) {
+      bool present = disk_.info(c.dir, Follow::no).exists();
+      if (!opts_.dry_run) store_.remove_dir(c.dir);
+      return present ? "remove" : "unchanged";
+    }
+    if (c.backup_dir) return moved_cache(c);
+    if (opts_.dry_run) {
+      if (!disk_.info(store_.resolve(*c.backup_tar), Follow::no).exists()) throw Error("backup missing: " + *c.backup_tar);
+      return "restore";
+    }
+    store_.restore_dir(*c.backup_tar, c.sha256, c.dir);
+    return "restore";
+  }
+
+  // A cache moved into the overlay goes back by rename. No moved dir: it was never moved (a crash
+  // before the move) or was moved back already; either way the cache dir must be in place.
+  std::string moved_cache(const CacheItem& c) {
+    bool present = disk_.info(store_.resolve(*c.backup_dir), Follow::no).exists();
+    if (!present) {
+      if (disk_.info(c.dir, Follow::no).type != FileType::directory)
+        throw Error("moved cache missing: " + *c.backup_dir);
+      if (!opts_.dry_run) store_.tidy(c.dir);  // the trash of an interrupted move back
+      return "unchanged";
+    }
+    if (!opts_.dry_run) store_.move_dir_back(*c.backup_dir, c.dir);
+    return "restore";
+  }
+
+  Disk& disk_;
+  BackupStore store_;
+  const RevertOptions& opts_;
+  RevertReport& report_;
+};
+
+// Holds are a convenience for the next add-native; a failure to drop one never fails a revert
+// (a stale hold is ignored once no manifest records the change).
+void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overlay, const NativeEntry& e) {
+  std::vector<fs::path> paths;
+  for (const auto& s : e.sources) paths.emplace_back(s.install_path);
+  for (const auto& c : e.created) paths.emplace_back(c.path);
+  try {
+    HoldRegistry(disk, opts.state_dir.empty() ? HoldRegistry::default_state_dir() : opts.state_dir)
+        .release(paths, overlay, opts.lock_timeout);
+  } catch (const Error& err) {
+    spdlog::warn("cannot release holds of {}: {}", overlay.string(), err.what());
+  }
+}
+
+}  // namespace
+
+RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const RevertOptions& opts) {
+  fs::path overlay = absolute_normal(overlay_in);
+  RevertReport report;
+  FileInfo fi = disk.info(overlay / kManifestName, Follow::no);
+  if (!fi.exists()) return report;
+  std::optional<OverlayLock> lock;
+  if (!opts.dry_run) lock.emplace(overlay, opts.lock_timeout);
+  auto m = load_manifest(disk, overlay);
+  if (!m) return report;
+  report.had_manifest = true;
+  report.entries = m->natives.size();
+  Reverter rev(disk, overlay, opts, report);
+  for (std::size_t i = m->natives.size(); i-- > 0;) {
+    if (opts.only_entry && m->natives[i].id != *opts.only_entry) continue;
+    if (!rev.revert_entry(m->natives[i]) || opts.dry_run) continue;
+    NativeEntry done = m->natives[i];
+    m->natives.erase(m->natives.begin() + static_cast<std::ptrdiff_t>(i));
+    save_manifest(disk, overlay, *m);  // the entry is gone from the record before its backups are
+    rev.forget_backups(done);
+    release_holds(disk, opts, overlay, done);
+    ++report.entries_reverted;
+  }
+  if (!opts.dry_run) BackupStore(disk, overlay).purge_trash();
+  return report;
+}
+
+}  // namespace overlay
