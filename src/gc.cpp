@@ -55,7 +55,7 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
   if (opts.min_age_s && age_seconds(mfi) < *opts.min_age_s)
     return {overlay, GcOutcome::skipped, "changed less than --min-age ago"};
   if (opts.dry_run) return {overlay, GcOutcome::would_revert, ""};
-  RevertReport r = revert_natives(disk, overlay, RevertOptions{false, opts.lock_timeout, {}, std::nullopt});
+  RevertReport r = revert_natives(disk, overlay, RevertOptions{false, opts.lock_timeout, {}, std::nullopt, std::nullopt});
   if (r.ok()) return {overlay, GcOutcome::reverted, ""};
   std::string reason;
   for (const auto& p : r.problems) reason += (reason.empty() ? "" : "; ") + p.path + ": " + p.reason;

@@ -1,5 +1,7 @@
 #include "overlay/manifest.hpp"
 
+#include <algorithm>
+
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
@@ -220,6 +222,7 @@ NativeEntry parse_native(const json& j, const std::string& w) {
   e.build_log = opt_string(j, "build_log", w);
   if (e.build_log && !is_safe_relative(*e.build_log)) bad(w + ".build_log", "path escapes the overlay");
   if (const json* t = find(j, "created_at"); t != nullptr && t->is_number()) e.created_at = t->get<double>();
+  e.patch_id = opt_string(j, "patch_id", w);
   e.raw = j;
   return e;
 }
@@ -290,6 +293,7 @@ json to_json(const NativeEntry& e) {
   if (e.owner) j["owner"] = {{"pid", e.owner->pid}, {"start_ticks", e.owner->start_ticks}};
   if (e.build_log) j["build_log"] = *e.build_log;
   if (e.created_at) j["created_at"] = *e.created_at;
+  if (e.patch_id) j["patch_id"] = *e.patch_id;
   return j;
 }
 
@@ -318,6 +322,32 @@ void check_python_entries(const json& doc) {
 FileStamp stamp_of(const FileInfo& fi) {
   return {fi.size, static_cast<std::uint64_t>(fi.ino),
           static_cast<std::int64_t>(fi.mtime.tv_sec) * 1000000000 + fi.mtime.tv_nsec};
+}
+
+std::vector<std::string> remove_patch_modules(Manifest& m, const std::string& patch_id) {
+  std::vector<std::string> files;
+  auto it = m.doc.find("modules");
+  if (it == m.doc.end() || !it->is_array()) return files;
+  json kept = json::array();
+  for (const auto& e : *it) {
+    if (e.is_object() && e.value("patch_id", json()).is_string() && e["patch_id"] == patch_id) {
+      if (e.value("file", json()).is_string()) files.push_back(e["file"].get<std::string>());
+      continue;
+    }
+    kept.push_back(e);
+  }
+  *it = std::move(kept);
+  return files;
+}
+
+bool has_patch(const Manifest& m, const std::string& patch_id) {
+  for (const auto& e : m.natives)
+    if (e.patch_id == patch_id) return true;
+  auto it = m.doc.find("modules");
+  if (it == m.doc.end() || !it->is_array()) return false;
+  return std::any_of(it->begin(), it->end(), [&](const json& e) {
+    return e.is_object() && e.value("patch_id", json()).is_string() && e["patch_id"] == patch_id;
+  });
 }
 
 bool is_safe_relative(const std::string& rel) {

@@ -144,6 +144,8 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   std::string id = store.new_entry();
   try {
     m.natives.push_back(back_up(disk, store, plan, id));
+    m.natives.back().patch_id = plan.patch_id;
+    if (plan.record_with) plan.record_with(m);
     make_dirs(disk, plan.overlay / kLogDirName);
     save_manifest(disk, plan.overlay, m);  // from here on, revert can undo everything below
   } catch (...) {

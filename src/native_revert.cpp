@@ -139,6 +139,19 @@ void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overla
   }
 }
 
+// Deletes the patched module files of removed Python entries (never anything outside the overlay).
+void remove_module_files(Disk& disk, const fs::path& overlay, const std::vector<std::string>& files, RevertReport& report) {
+  for (const auto& rel : files) {
+    try {
+      if (!is_safe_relative(rel)) throw Error("module file escapes the overlay: " + rel);
+      if (disk.info(overlay / rel, Follow::no).exists()) remove_file_durably(disk, overlay / rel);
+    } catch (const Error& err) {
+      spdlog::warn("cannot delete {}: {}", rel, err.what());
+    }
+    ++report.modules_removed;
+  }
+}
+
 }  // namespace
 
 RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const RevertOptions& opts) {
@@ -153,15 +166,28 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   report.had_manifest = true;
   report.entries = m->natives.size();
   Reverter rev(disk, overlay, opts, report);
+  if (opts.only_patch && !has_patch(*m, *opts.only_patch)) throw Error("no entry of patch " + *opts.only_patch + " in " + overlay.string());
   for (std::size_t i = m->natives.size(); i-- > 0;) {
     if (opts.only_entry && m->natives[i].id != *opts.only_entry) continue;
+    if (opts.only_patch && m->natives[i].patch_id != opts.only_patch) continue;
     if (!rev.revert_entry(m->natives[i]) || opts.dry_run) continue;
     NativeEntry done = m->natives[i];
     m->natives.erase(m->natives.begin() + static_cast<std::ptrdiff_t>(i));
+    // A patch's Python entries leave the record in the same write as its native entry.
+    std::vector<std::string> files = done.patch_id ? remove_patch_modules(*m, *done.patch_id) : std::vector<std::string>{};
     save_manifest(disk, overlay, *m);  // the entry is gone from the record before its backups are
     rev.forget_backups(done);
+    remove_module_files(disk, overlay, files, report);
     release_holds(disk, opts, overlay, done);
     ++report.entries_reverted;
+  }
+  // A patch of Python files only (or whose native entry went earlier): its entries go now.
+  if (opts.only_patch && !opts.dry_run && report.ok()) {
+    std::vector<std::string> files = remove_patch_modules(*m, *opts.only_patch);
+    if (!files.empty()) {
+      save_manifest(disk, overlay, *m);
+      remove_module_files(disk, overlay, files, report);
+    }
   }
   if (!opts.dry_run) BackupStore(disk, overlay).purge_trash();
   return report;

@@ -15,7 +15,6 @@
 namespace overlay {
 namespace {
 
-constexpr const char* kPatchedDir = "_patched";
 
 bool is_identifier(std::string_view s) {
   if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;

@@ -77,6 +77,7 @@ std::uint64_t backup_bytes(Disk& disk, BackupStore& store, const std::optional<s
 NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overlay, const NativeEntry& e) {
   NativeStatus st;
   st.id = e.id;
+  st.patch_id = e.patch_id;
   st.owner = e.owner;
   st.owner_alive = e.owner && owner_alive(*e.owner);
   st.created_at = e.created_at;
@@ -144,16 +145,17 @@ void python_status(Disk& disk, const fs::path& overlay, const json& doc, StatusR
   for (const auto& m : list("modules")) {
     std::string file = text_of(m, "file");
     bool present = is_safe_relative(file) && disk.info(overlay / file, Follow::no).type == FileType::regular;
-    r.pythons.push_back({"module", text_of(m, "module"), (overlay / file).string(), present, 0, std::nullopt});
+    r.pythons.push_back({"module", text_of(m, "module"), (overlay / file).string(), present, 0, std::nullopt, std::nullopt});
+    if (std::string id = text_of(m, "patch_id"); !id.empty()) r.pythons.back().patch_id = id;
   }
   for (const auto& b : list("rebinds")) {
-    PythonStatus p{"rebind", text_of(b, "target"), text_of(b, "impl_module") + ":" + text_of(b, "impl_attr"), true, 0, std::nullopt};
+    PythonStatus p{"rebind", text_of(b, "target"), text_of(b, "impl_module") + ":" + text_of(b, "impl_attr"), true, 0, std::nullopt, std::nullopt};
     auto it = b.find("count_calls");
     if (it != b.end() && it->is_boolean() && it->get<bool>()) p.calls = 0;
     r.pythons.push_back(std::move(p));
   }
   for (const auto& c : list("captures"))
-    r.pythons.push_back({"capture", text_of(c, "target"), text_of(c, "out"), true, 0, std::nullopt});
+    r.pythons.push_back({"capture", text_of(c, "target"), text_of(c, "out"), true, 0, std::nullopt, std::nullopt});
   auto usage = python_usage(disk, overlay);
   for (auto& p : r.pythons) {
     std::string key = p.kind + ":" + p.name;

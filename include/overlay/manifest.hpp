@@ -93,6 +93,7 @@ struct NativeEntry {
   std::optional<std::string> build_log;  // relative to the overlay
   std::optional<double> created_at;      // seconds since the epoch
   std::optional<PythonToolGuard> python_guard;  // added caches[0] item "python_tool_guard": true
+  std::optional<std::string> patch_id;   // `apply`: the patch this entry belongs to (added key)
   json raw = json::object();
 };
 
@@ -106,6 +107,12 @@ Manifest parse_manifest(const std::string& text);
 
 // The JSON text for m (natives rewritten from the model, everything else kept).
 std::string serialize_manifest(const Manifest& m);
+
+// Removes the modules[] entries that belong to patch `patch_id` (key "patch_id"); returns their
+// files (relative to the overlay) for the caller to delete once the manifest is saved.
+std::vector<std::string> remove_patch_modules(Manifest& m, const std::string& patch_id);
+// True when some entry (native or Python) belongs to patch `patch_id`.
+bool has_patch(const Manifest& m, const std::string& patch_id);
 
 // True when rel is a safe relative path: not empty, not absolute, no "..", no NUL.
 bool is_safe_relative(const std::string& rel);

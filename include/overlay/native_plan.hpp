@@ -4,6 +4,7 @@
 // guarantee 5). This step carries no crash-safety duty because it writes nothing.
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@ namespace overlay {
 
 class PatchedCopy;
 class PatchedTree;
+struct Manifest;
 
 // How a cache dir is kept: moved into the overlay (one rename on the same filesystem, every
 // inode attribute kept), or a tar (any filesystem; what overlay_setup.py can read). auto: move
@@ -68,6 +70,10 @@ struct NativePlan {
   fs::path state_dir;
   std::vector<std::shared_ptr<PatchedCopy>> patched;  // keeps --patch results alive
   std::shared_ptr<PatchedTree> patched_tree;          // keeps a --patch-root result alive
+  // `apply`: the patch the entry belongs to, and what else goes into the manifest in the same
+  // atomic write that records the entry (called under the overlay lock, before that write).
+  std::optional<std::string> patch_id;
+  std::function<void(Manifest&)> record_with;
 };
 
 // Checks every input; throws Error naming the first problem. Changes nothing on disk.

@@ -15,6 +15,7 @@ struct RevertOptions {
   double lock_timeout = 120;
   fs::path state_dir;  // the hold registry; empty: HoldRegistry::default_state_dir()
   std::optional<std::string> only_entry;  // revert just this entry id (--revert-on-failure)
+  std::optional<std::string> only_patch;  // revert just the entries of this patch (`apply`)
 };
 struct RevertProblem {
   std::string path;
@@ -28,6 +29,7 @@ struct RevertReport {
   bool had_manifest = false;
   std::size_t entries = 0;           // native entries found
   std::size_t entries_reverted = 0;  // fully restored and removed from the manifest
+  std::size_t modules_removed = 0;   // Python entries removed with their patch
   std::vector<RevertAction> actions;
   std::vector<RevertProblem> problems;
   bool ok() const { return problems.empty(); }
@@ -35,7 +37,9 @@ struct RevertReport {
 
 // Restores every native entry, newest first (caches, then artifacts, then sources), checking
 // each backup against its recorded SHA-256 before use. An item that cannot be restored is
-// reported and keeps its entry; the rest are still restored. Python entries are left alone.
+// reported and keeps its entry; the rest are still restored. Python entries are left alone,
+// except those of a patch (`apply`) whose native entry is reverted: a patch goes as one unit.
+// With only_patch, every entry of that patch goes, a patch of Python files only included.
 RevertReport revert_natives(Disk& disk, const fs::path& overlay, const RevertOptions& opts);
 
 }  // namespace overlay

@@ -13,6 +13,8 @@ namespace overlay {
 // Where the generated sitecustomize.py leaves one record per process at exit: the entries that
 // applied in it and the calls counted (read by `status`; never copied by --from).
 inline constexpr const char* kStatsDirName = "_stats";
+// Where patched modules live in an overlay: _patched/<dotted>.py.
+inline constexpr const char* kPatchedDir = "_patched";
 
 struct PyCommon {
   fs::path overlay;

@@ -28,6 +28,7 @@ struct TrackedFile {
 
 struct NativeStatus {
   std::string id;
+  std::optional<std::string> patch_id;  // the `apply` patch it belongs to
   std::optional<Owner> owner;
   bool owner_alive = false;
   std::optional<double> created_at;   // seconds since the epoch
@@ -45,6 +46,7 @@ struct PythonStatus {
   // From the per-process records sitecustomize.py leaves in <overlay>/_stats/ at exit:
   std::size_t applied_processes = 0;  // processes in which the entry applied
   std::optional<std::uint64_t> calls; // calls over all those processes (rebinds with --count-calls)
+  std::optional<std::string> patch_id;  // the `apply` patch it belongs to
 };
 
 struct StatusReport {

@@ -5,10 +5,12 @@
 
 #include "commands.hpp"
 #include "output.hpp"
+#include "overlay/apply.hpp"
 #include "overlay/error.hpp"
 #include "overlay/gc.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/native.hpp"
+#include "overlay/python_overlay.hpp"
 #include "overlay/status.hpp"
 #include "overlay/words.hpp"
 
@@ -64,7 +66,8 @@ bool revert_entry_now(Disk& disk, const NativePlan& plan, const AppliedEntry& en
   return r.ok();
 }
 
-int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
+// The request the flags describe (everything but the files to change, which each command adds).
+void fill_request(AddNativeFlags& f, const Globals& g) {
   AddNativeRequest& r = f.req;
   r.overlay = f.overlay;
   r.targets.assign(f.targets.begin(), f.targets.end());
@@ -87,43 +90,103 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
                      : f.cache_snapshot == "tar" ? CacheSnapshot::tar
                                                  : CacheSnapshot::automatic;
   r.lock_timeout = g.lock_timeout;
+}
 
-  NativePlan plan = plan_add_native(disk, r);
-  AppliedEntry entry = apply_native(disk, plan);
-  out_line("OVERLAY_DIR=" + plan.overlay.string());
-  std::string summary = "add-native " + plan.swaps.front().target.string();
+nlohmann::json files_json(const NativePlan& plan) {
   nlohmann::json files = nlohmann::json::array();
-  for (std::size_t i = 0; i < plan.swaps.size(); ++i) {
-    if (i > 0) summary += " " + plan.swaps[i].target.string();
-    files.push_back({{"path", plan.swaps[i].target.string()}, {"change", to_string(plan.swaps[i].kind)}});
-  }
-  out_line(summary + "  (sources=" + std::to_string(entry.sources) + " artifacts=" + std::to_string(entry.artifacts) +
-           " caches=" + std::to_string(entry.caches) + " build=" + (plan.build_cmds.empty() ? "no" : "yes") + ")");
-  auto& j = result();
-  j["overlay"] = plan.overlay.string();
-  j["entry"] = entry.id;
-  j["files"] = files;
-  j["counts"] = {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}};
+  for (const auto& s : plan.swaps) files.push_back({{"path", s.target.string()}, {"change", to_string(s.kind)}});
+  return files;
+}
+
+// Runs the entry's build; on failure says why and, with --revert-on-failure, calls `undo`.
+// `build` in the JSON document (j) gets the outcome. Returns the exit status.
+int build_and_report(const std::string& cmd, const NativePlan& plan, const AppliedEntry& entry, bool revert_on_failure,
+                     const std::function<bool()>& undo, nlohmann::json& j) {
   j["build"] = {{"ran", false}};
   if (plan.build_cmds.empty()) return kOk;
   BuildOutcome b = run_native_build(plan, entry);
   j["build"] = build_json(b, entry);
   if (b.ok) {
-    if (!json_mode()) err_line("add-native", "build log: " + entry.log_path.string());
+    if (!json_mode()) err_line(cmd, "build log: " + entry.log_path.string());
     return kOk;
   }
   std::string why = "build failed (" + join_words(b.failed_cmd) + ") rc=" + std::to_string(b.result.rc()) +
                     (b.result.exec_error.empty() ? "" : " (" + b.result.exec_error + ")") +
                     (b.result.timed_out ? " (timed out)" : "") + "; log: " + entry.log_path.string();
-  if (f.revert_on_failure) {
-    err_line("add-native", why);
-    if (!revert_entry_now(disk, plan, entry, g))
-      err_line("add-native", "revert incomplete: run `overlay revert --overlay " + plan.overlay.string() + "`");
+  if (revert_on_failure) {
+    err_line(cmd, why);
+    if (!undo()) err_line(cmd, "revert incomplete: run `overlay revert --overlay " + plan.overlay.string() + "`");
   } else {
-    err_line("add-native", why + "; the entry stays recorded: run `overlay revert --overlay " + plan.overlay.string() + "`");
+    err_line(cmd, why + "; the entry stays recorded: run `overlay revert --overlay " + plan.overlay.string() + "`");
   }
-  j["error"] = why;
+  result()["error"] = why;
   return b.result.forwarded_signal ? kInterrupted : kFailed;
+}
+
+int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
+  fill_request(f, g);
+  NativePlan plan = plan_add_native(disk, f.req);
+  AppliedEntry entry = apply_native(disk, plan);
+  out_line("OVERLAY_DIR=" + plan.overlay.string());
+  std::string summary = "add-native " + plan.swaps.front().target.string();
+  for (std::size_t i = 1; i < plan.swaps.size(); ++i) summary += " " + plan.swaps[i].target.string();
+  out_line(summary + "  (sources=" + std::to_string(entry.sources) + " artifacts=" + std::to_string(entry.artifacts) +
+           " caches=" + std::to_string(entry.caches) + " build=" + (plan.build_cmds.empty() ? "no" : "yes") + ")");
+  auto& j = result();
+  j["overlay"] = plan.overlay.string();
+  j["entry"] = entry.id;
+  j["files"] = files_json(plan);
+  j["counts"] = {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}};
+  return build_and_report("add-native", plan, entry, f.revert_on_failure,
+                          [&] { return revert_entry_now(disk, plan, entry, g); }, j);
+}
+
+struct ApplyFlags : AddNativeFlags {
+  std::string python_root;
+};
+
+// --revert-on-failure for apply: every entry of the patch goes, the Python ones included.
+bool revert_patch_now(Disk& disk, const fs::path& overlay, const std::string& patch_id, const Globals& g) {
+  RevertOptions o;
+  o.lock_timeout = g.lock_timeout;
+  o.only_patch = patch_id;
+  RevertReport r = revert_natives(disk, overlay, o);
+  for (const auto& p : r.problems) err_line("apply", "cannot restore " + p.path + ": " + p.reason);
+  result()["reverted_on_failure"] = r.ok();
+  if (r.ok()) err_line("apply", "--revert-on-failure: patch " + patch_id + " reverted; no entry of it is left");
+  return r.ok();
+}
+
+int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
+  fill_request(f, g);
+  ApplyRequest req{f.req, std::nullopt};
+  if (!f.python_root.empty()) req.python_root = f.python_root;
+  ApplyPlan plan = plan_apply(disk, req);
+  AppliedPatch applied = apply_patch(disk, plan);
+  const fs::path& ov = plan.native.overlay;
+  out_line("OVERLAY_DIR=" + ov.string());
+  out_line("apply " + applied.patch_id + "  (native=" + std::to_string(plan.native.swaps.size()) + " python=" +
+           std::to_string(plan.modules.size()) + " build=" + (plan.native.build_cmds.empty() ? "no" : "yes") + ")");
+  for (const auto& s : plan.native.swaps) out_line("  native  " + std::string(to_string(s.kind)) + " " + s.target.string());
+  for (const auto& m : plan.modules) out_line("  python  " + m.module + " <- " + m.installed.string());
+  if (!plan.modules.empty()) out_line("launch with: PYTHONPATH=" + ov.string() + ":$PYTHONPATH");
+  auto& j = result();
+  j["overlay"] = ov.string();
+  j["patch_id"] = applied.patch_id;
+  j["python"] = nlohmann::json::array();
+  for (const auto& m : plan.modules)
+    j["python"].push_back({{"module", m.module}, {"file", (ov / kPatchedDir / (m.module + ".py")).string()},
+                           {"installed", m.installed.string()}, {"created", m.created}});
+  j["pythonpath"] = ov.string();
+  j["native"] = nullptr;
+  if (!applied.native) return kOk;
+  const AppliedEntry& entry = *applied.native;
+  nlohmann::json n = {{"entry", entry.id}, {"files", files_json(plan.native)},
+                      {"counts", {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}}}};
+  int rc = build_and_report("apply", plan.native, entry, f.revert_on_failure,
+                            [&] { return revert_patch_now(disk, ov, applied.patch_id, g); }, n);
+  j["native"] = n;
+  return rc;
 }
 
 int run_verify(Disk& disk, const std::string& overlay) {
@@ -141,14 +204,18 @@ int run_verify(Disk& disk, const std::string& overlay) {
   return r.ok() ? kOk : kUsage;
 }
 
-int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const Globals& g) {
-  RevertReport r = revert_natives(disk, overlay, RevertOptions{dry_run, g.lock_timeout, {}, std::nullopt});
+int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::string& patch_id, const Globals& g) {
+  RevertOptions o{dry_run, g.lock_timeout, {}, std::nullopt, std::nullopt};
+  if (!patch_id.empty()) o.only_patch = patch_id;
+  RevertReport r = revert_natives(disk, overlay, o);
   auto& j = result();
   j["overlay"] = absolute_normal(overlay).string();
   j["dry_run"] = dry_run;
   j["had_manifest"] = r.had_manifest;
   j["entries"] = r.entries;
   j["entries_reverted"] = r.entries_reverted;
+  j["modules_removed"] = r.modules_removed;
+  if (!patch_id.empty()) j["patch_id"] = patch_id;
   j["actions"] = nlohmann::json::array();
   for (const auto& a : r.actions) j["actions"].push_back({{"action", a.action}, {"path", a.path}});
   j["problems"] = nlohmann::json::array();
@@ -166,8 +233,12 @@ int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const Globa
     err_line("revert", j["error"]);
     return kFailed;
   }
-  out_line(std::string(dry_run ? "revert: dry run; nothing changed in " : "revert: restored native changes in ") +
-           fs::absolute(overlay).lexically_normal().string());
+  std::string where = fs::absolute(overlay).lexically_normal().string();
+  if (!patch_id.empty() && !dry_run)
+    out_line("revert: removed patch " + patch_id + " (" + std::to_string(r.entries_reverted) + " native, " +
+             std::to_string(r.modules_removed) + " python) from " + where);
+  else
+    out_line(std::string(dry_run ? "revert: dry run; nothing changed in " : "revert: restored native changes in ") + where);
   return kOk;
 }
 
@@ -228,12 +299,28 @@ std::string owner_text(const NativeStatus& e) {
   return "owner pid " + std::to_string(e.owner->pid) + (e.owner_alive ? " (alive)" : " (gone)");
 }
 
+// Per patch id (in order of first appearance): its native entry ids and its Python entry names.
+std::vector<std::pair<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>>> patch_groups(const StatusReport& r) {
+  std::vector<std::pair<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>>> groups;
+  auto group = [&](const std::string& id) -> auto& {
+    for (auto& g : groups)
+      if (g.first == id) return g.second;
+    groups.push_back({id, {}});
+    return groups.back().second;
+  };
+  for (const auto& e : r.natives)
+    if (e.patch_id) group(*e.patch_id).first.push_back(e.id);
+  for (const auto& p : r.pythons)
+    if (p.patch_id) group(*p.patch_id).second.push_back(p.name);
+  return groups;
+}
+
 void print_status_table(const StatusReport& r) {
   out_line("overlay " + r.overlay.string() + (r.has_manifest ? "" : "  (no manifest: nothing recorded)"));
   for (const auto& e : r.natives) {
     std::string age = e.created_at ? "age " + human_age(seconds_now() - *e.created_at) : "age -";
-    out_line("native " + (e.id.empty() ? std::string("(overlay_setup.py)") : e.id) + "  " + owner_text(e) + "  " + age +
-             "  snapshots " + human_bytes(e.snapshot_bytes));
+    out_line("native " + (e.id.empty() ? std::string("(overlay_setup.py)") : e.id) + (e.patch_id ? "  patch " + *e.patch_id : "") +
+             "  " + owner_text(e) + "  " + age + "  snapshots " + human_bytes(e.snapshot_bytes));
     for (const auto& f : e.files) {
       char line[64];
       std::snprintf(line, sizeof line, "  %-9s %-12s ", to_string(f.kind), to_string(f.state));
@@ -243,8 +330,12 @@ void print_status_table(const StatusReport& r) {
   for (const auto& p : r.pythons) {
     std::string use = "  applied in " + std::to_string(p.applied_processes) + " process(es)";
     if (p.calls) use += ", " + std::to_string(*p.calls) + " call(s)";
-    out_line(p.kind + " " + p.name + " -> " + p.detail + (p.present ? "" : "  (MISSING from the overlay)") + use);
+    out_line(p.kind + " " + p.name + " -> " + p.detail + (p.present ? "" : "  (MISSING from the overlay)") +
+             (p.patch_id ? "  patch " + *p.patch_id : "") + use);
   }
+  for (const auto& [id, parts] : patch_groups(r))
+    out_line("patch " + id + ": " + std::to_string(parts.first.size()) + " native, " + std::to_string(parts.second.size()) +
+             " python (revert --patch-id " + id + ")");
   std::size_t bad = r.not_original();
   out_line("status: " + std::to_string(r.natives.size()) + " native, " + std::to_string(r.pythons.size()) + " python entr" +
            (r.pythons.size() == 1 ? "y" : "ies") + "; " +
@@ -262,6 +353,7 @@ nlohmann::json status_json(const StatusReport& r) {
     n["created_at"] = e.created_at ? nlohmann::json(*e.created_at) : nlohmann::json(nullptr);
     n["age_s"] = e.created_at ? nlohmann::json(seconds_now() - *e.created_at) : nlohmann::json(nullptr);
     n["build_log"] = e.build_log ? nlohmann::json(*e.build_log) : nlohmann::json(nullptr);
+    n["patch_id"] = e.patch_id ? nlohmann::json(*e.patch_id) : nlohmann::json(nullptr);
     n["files"] = nlohmann::json::array();
     for (const auto& f : e.files) n["files"].push_back({{"kind", to_string(f.kind)}, {"path", f.path}, {"state", to_string(f.state)}});
     j["natives"].push_back(std::move(n));
@@ -270,7 +362,11 @@ nlohmann::json status_json(const StatusReport& r) {
   for (const auto& p : r.pythons)
     j["python"].push_back({{"kind", p.kind}, {"name", p.name}, {"detail", p.detail}, {"present", p.present},
                            {"applied_processes", p.applied_processes},
-                           {"calls", p.calls ? nlohmann::json(*p.calls) : nlohmann::json(nullptr)}});
+                           {"calls", p.calls ? nlohmann::json(*p.calls) : nlohmann::json(nullptr)},
+                           {"patch_id", p.patch_id ? nlohmann::json(*p.patch_id) : nlohmann::json(nullptr)}});
+  j["patches"] = nlohmann::json::array();
+  for (const auto& [id, parts] : patch_groups(r))
+    j["patches"].push_back({{"id", id}, {"natives", parts.first}, {"python", parts.second}});
   return j;
 }
 
@@ -283,6 +379,22 @@ int run_status(Disk& disk, const std::string& overlay, bool check_clean) {
   j["error"] = std::to_string(r.not_original()) + " tracked path(s) not at their original bytes";
   err_line("status", j["error"]);
   return kFailed;
+}
+
+
+// The flags add-native and apply share: artifacts, caches, the build and its handling.
+void add_build_flags(CLI::App* sub, AddNativeFlags& f) {
+  sub->add_option("--artifact", f.artifacts, "Build output to back up and verify (repeatable)");
+  sub->add_option("--invalidate-cache", f.caches, "Cache directory to snapshot and clear (repeatable)");
+  sub->add_option("--build-cmd", f.req.build_cmds, "Build command, split like sh, never run by one (repeatable)");
+  sub->add_option("--build-cwd", f.build_cwd, "Working directory of the build (default: current)");
+  sub->add_option("--cache-snapshot", f.cache_snapshot,
+                  "How caches are kept: auto (move when on the overlay's filesystem, else tar), move, tar")
+      ->check(CLI::IsMember({"auto", "move", "tar"}));
+  sub->add_flag("--force", f.req.force, "Patch files another overlay still holds (stacking its in-place changes)");
+  sub->add_option("--owner-pid", f.owner_pid, "Process owning this run; gc-stale spares it while alive (env OVERLAY_OWNER_PID)");
+  sub->add_option("--build-timeout", f.build_timeout, "Kill the build's process group after SECONDS (SIGTERM, SIGKILL 5 s later)");
+  sub->add_flag("--revert-on-failure", f.revert_on_failure, "Undo the entry at once when the build fails, times out or is interrupted");
 }
 
 }  // namespace
@@ -299,18 +411,19 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
   add->add_option("--patch-root", f->patch_root, "Apply --patch as a multi-file diff relative to DIR (files it creates or deletes are tracked)");
   f->strip_opt = add->add_option("-p,--strip", f->strip, "With --patch-root: strip N leading path components (default 1, as git writes diffs)")
       ->check(CLI::Range(0, 64));
-  add->add_option("--artifact", f->artifacts, "Build output to back up and verify (repeatable)");
-  add->add_option("--invalidate-cache", f->caches, "Cache directory to snapshot and clear (repeatable)");
-  add->add_option("--build-cmd", f->req.build_cmds, "Build command, split like sh, never run by one (repeatable)");
-  add->add_option("--build-cwd", f->build_cwd, "Working directory of the build (default: current)");
-  add->add_option("--cache-snapshot", f->cache_snapshot,
-                  "How caches are kept: auto (move when on the overlay's filesystem, else tar), move, tar")
-      ->check(CLI::IsMember({"auto", "move", "tar"}));
-  add->add_flag("--force", f->req.force, "Patch files another overlay still holds (stacking its in-place changes)");
-  add->add_option("--owner-pid", f->owner_pid, "Process owning this run; gc-stale spares it while alive (env OVERLAY_OWNER_PID)");
-  add->add_option("--build-timeout", f->build_timeout, "Kill the build's process group after SECONDS (SIGTERM, SIGKILL 5 s later)");
-  add->add_flag("--revert-on-failure", f->revert_on_failure, "Undo the entry at once when the build fails, times out or is interrupted");
+  add_build_flags(add, *f);
   add->callback([&run, &disk, f, &g] { run = [&disk, f, &g] { return guarded("add-native", [&] { return run_add_native(disk, *f, g); }); }; });
+
+  auto a = std::make_shared<ApplyFlags>();
+  auto* ap = app.add_subcommand("apply", "Apply one diff routed per file: compiled files in place (one native entry), .py files as Python overlays");
+  ap->add_option("--overlay", a->overlay, "Overlay directory (created if missing)")->required();
+  ap->add_option("--patch", a->patch, "Unified diff (may touch compiled and .py files)")->required();
+  ap->add_option("--patch-root", a->patch_root, "Directory the diff's paths are relative to")->required();
+  a->strip_opt = ap->add_option("-p,--strip", a->strip, "Strip N leading path components (default 1, as git writes diffs)")
+      ->check(CLI::Range(0, 64));
+  ap->add_option("--python-root", a->python_root, "Directory .py paths are module names under (default: --patch-root)");
+  add_build_flags(ap, *a);
+  ap->callback([&run, &disk, a, &g] { run = [&disk, a, &g] { return guarded("apply", [&] { return run_apply(disk, *a, g); }); }; });
 
   auto overlay_v = std::make_shared<std::string>();
   auto* ver = app.add_subcommand("verify-native", "Check that every tracked artifact was rebuilt");
@@ -319,11 +432,15 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
 
   auto overlay_r = std::make_shared<std::string>();
   auto dry_r = std::make_shared<bool>(false);
+  auto patch_r = std::make_shared<std::string>();
   auto* rev = app.add_subcommand("revert", "Restore every native change of an overlay, byte-exact");
   rev->add_option("--overlay", *overlay_r, "Overlay directory")->required();
   rev->add_flag("--dry-run", *dry_r, "Say what would be restored; change nothing");
-  rev->callback([&run, &disk, overlay_r, dry_r, &g] {
-    run = [&disk, overlay_r, dry_r, &g] { return guarded("revert", [&] { return run_revert(disk, *overlay_r, *dry_r, g); }); };
+  rev->add_option("--patch-id", *patch_r, "Undo only the entries of this patch (from `apply`), its Python entries included");
+  rev->callback([&run, &disk, overlay_r, dry_r, patch_r, &g] {
+    run = [&disk, overlay_r, dry_r, patch_r, &g] {
+      return guarded("revert", [&] { return run_revert(disk, *overlay_r, *dry_r, *patch_r, g); });
+    };
   });
 
   auto overlay_s = std::make_shared<std::string>();
