@@ -2,6 +2,7 @@
 // recorded, one revert restores all; revert and gc-stale racing on the same overlay: no damage.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -43,4 +44,45 @@ TEST(Concurrency, SixteenParallelAddsLoseNothingRevertAndGcRace) {
     EXPECT_TRUE(json::parse(read_file(t / "ov/_overlay_manifest.json"))["natives"].empty());
   }
   std::printf("concurrency: %d trials x 16 parallel add-native: %d of %d entries recorded\n", trials, entries_seen, trials * 16);
+}
+
+// 8 parallel `apply` of mixed diffs (a C++ file and a Python module each) into one overlay, and
+// 4 `revert --patch-id` racing each other afterwards: every patch recorded whole, every one
+// removed whole.
+TEST(Concurrency, ParallelAppliesRecordWholePatches) {
+  const char* env = std::getenv("OVERLAY_CONCURRENCY_TRIALS");
+  const int trials = std::max(1, (env ? std::atoi(env) : 20) / 4);
+  constexpr int kPatches = 8;
+  for (int trial = 0; trial < trials; ++trial) {
+    TempDir t;
+    std::vector<std::string> state{"OVERLAY_STATE_DIR=" + (t / "state").string()};
+    write_file(t / "inst/pkg/__init__.py", "");
+    for (int i = 0; i < kPatches; ++i) {
+      std::string n = std::to_string(i);
+      write_file(t / "inst/csrc" / ("k" + n + ".cpp"), "int k" + n + "() { return 4; }\n");
+      write_file(t / "inst/pkg" / ("m" + n + ".py"), "V = 4\n");
+      write_file(t / ("d" + n + ".diff"),
+                 "--- a/csrc/k" + n + ".cpp\n+++ b/csrc/k" + n + ".cpp\n@@ -1 +1 @@\n-int k" + n + "() { return 4; }\n+int k" + n +
+                     "() { return 7; }\n--- a/pkg/m" + n + ".py\n+++ b/pkg/m" + n + ".py\n@@ -1 +1 @@\n-V = 4\n+V = 7\n");
+    }
+    std::string before = tree_digest(t / "inst");
+    std::vector<pid_t> pids;
+    for (int i = 0; i < kPatches; ++i)
+      pids.push_back(spawn_overlay({"apply", "--overlay", (t / "ov").string(), "--patch", (t / ("d" + std::to_string(i) + ".diff")).string(),
+                                    "--patch-root", (t / "inst").string(), "--build-cmd", "true"},
+                                   state));
+    for (pid_t p : pids) EXPECT_EQ(wait_rc(p), 0) << "trial " << trial;
+    json m = json::parse(read_file(t / "ov/_overlay_manifest.json"));
+    ASSERT_EQ(m["natives"].size(), static_cast<std::size_t>(kPatches)) << "trial " << trial;
+    ASSERT_EQ(m["modules"].size(), static_cast<std::size_t>(kPatches)) << "trial " << trial;
+    std::vector<std::string> ids;
+    for (const auto& e : m["natives"]) ids.push_back(e["patch_id"]);
+    pids.clear();
+    for (const auto& id : ids) pids.push_back(spawn_overlay({"revert", "--overlay", (t / "ov").string(), "--patch-id", id}, state));
+    for (pid_t p : pids) EXPECT_EQ(wait_rc(p), 0) << "trial " << trial;
+    EXPECT_EQ(tree_digest(t / "inst"), before) << "trial " << trial;
+    m = json::parse(read_file(t / "ov/_overlay_manifest.json"));
+    EXPECT_TRUE(m["natives"].empty());
+    EXPECT_TRUE(m["modules"].empty());
+  }
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <random>
@@ -107,4 +108,61 @@ TEST(Crash, KillAnywhereThenRevertOrGcRestores) {
               "%d recovered by gc-stale; one add-native %.3f s, one revert %.3f s; failures: %d\n",
               trials[0], landed[0], trials[1], landed[1], by_gc, add_time, revert_time, failures);
   EXPECT_GT(landed[0] + landed[1], per_direction);
+}
+
+// kill -9 at random instants of `apply` (a C++ source and a Python module in one diff, the same
+// build and cache as above); revert or gc-stale must leave neither part of the patch behind.
+TEST(Crash, KillDuringApplyLeavesNeitherPart) {
+  const char* env = std::getenv("OVERLAY_CRASH_TRIALS");
+  const int trials = std::max(2, (env ? std::atoi(env) : 20) / 2);
+  TempDir base;
+  make_workload(base / "pristine");
+  write_file(base / "pristine/pkg/__init__.py", "");
+  write_file(base / "pristine/pkg/ops.py", "V = 4\n");
+  // Built long ago: add-native would otherwise wait out the second the artifact was written in,
+  // and the timing calibrated below would not be that of the trials.
+  ASSERT_EQ(run({"touch", "-d", "1 hour ago", (base / "pristine/lib/libk.so").string()}).rc, 0);
+  write_file(base / "mixed.diff",
+             "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n"
+             "--- a/pkg/ops.py\n+++ b/pkg/ops.py\n@@ -1 +1 @@\n-V = 4\n+V = 7\n");
+  std::vector<std::string> state{"OVERLAY_STATE_DIR=" + (base / "state").string()};
+  auto apply_args = [&](const fs::path& t) {
+    fs::path r = t / "inst";
+    return std::vector<std::string>{"apply", "--overlay", (t / "ov").string(), "--patch", (base / "mixed.diff").string(), "--patch-root",
+                                    r.string(), "--artifact", (r / "lib/libk.so").string(), "--invalidate-cache", (r / "cache").string(),
+                                    "--build-cwd", r.string(), "--build-cmd",
+                                    "sh -c 'head -c 67108864 /dev/zero > lib/libk.so; mkdir -p cache/x; echo 1 > cache/x/1'"};
+  };
+  double apply_time = 0;
+  {
+    Trial tr(base / "pristine");
+    auto s = std::chrono::steady_clock::now();
+    ASSERT_EQ(wait_rc(spawn_overlay(apply_args(tr.t.path()), state)), 0);
+    apply_time = seconds_since(s);
+  }
+  std::mt19937 rng(20261201);
+  int landed = 0, failures = 0;
+  for (int i = 0; i < trials; ++i) {
+    Trial tr(base / "pristine");
+    auto delay = std::chrono::duration<double>(std::uniform_real_distribution<double>(0, apply_time)(rng));
+    pid_t pid = spawn_overlay(apply_args(tr.t.path()), state);
+    std::this_thread::sleep_for(delay);
+    ::kill(pid, SIGKILL);
+    landed += wait_rc(pid) == 128 + SIGKILL;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    bool use_gc = i % 2 == 1;
+    Cmd r = use_gc ? run_overlay({"gc-stale", "--root", tr.t.path().string()}, {}, state)
+                   : run_overlay({"revert", "--overlay", (tr.t / "ov").string()}, {}, state);
+    bool manifest_clean = true;
+    if (fs::exists(tr.t / "ov/_overlay_manifest.json")) {
+      std::string text = read_file(tr.t / "ov/_overlay_manifest.json");
+      manifest_clean = text.find("patch_id") == std::string::npos;  // neither part of the patch left
+    }
+    bool ok = r.rc == 0 && tree_digest(tr.t / "inst") == tr.before && manifest_clean;
+    failures += !ok;
+    EXPECT_TRUE(ok) << "trial " << i << " killed after " << delay.count() << " s: rc " << r.rc << " " << r.err;
+  }
+  std::printf("crash during apply: %d trials (%d killed mid-run), recovery by revert and gc-stale alternately; one apply %.3f s; failures: %d\n",
+              trials, landed, apply_time, failures);
+  EXPECT_GT(landed, trials / 2);
 }
