@@ -23,6 +23,7 @@ struct Target {
   fs::path given, real;
   bool is(Disk& disk, const fs::path& p) const {
     if (p == given || p == real) return true;
+    if (p.filename() != given.filename() && p.filename() != real.filename()) return false;  // cheap: most never match
     FileInfo fi = disk.info(p, Follow::yes);
     return fi.type == FileType::regular && disk.real_path(p) == real;
   }
