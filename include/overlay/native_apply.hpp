@@ -1,7 +1,7 @@
 #pragma once
-// Step 2 of add-native: apply. Back up everything durably, record the entry atomically, and only
-// then swap sources and invalidate caches (crash-safety steps 1-4 of docs/design.md); then run
-// the install's own build.
+// add-native after planning: back up everything durably, record the entry atomically, and only
+// then swap sources and invalidate caches (steps 2-6 of the protocol in docs/design.md); then
+// run the install's own build (step 7).
 #include <string>
 #include <vector>
 

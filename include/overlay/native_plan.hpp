@@ -1,5 +1,5 @@
 #pragma once
-// Step 1 of add-native: planning. Every input is checked and every patched content computed in
+// add-native, step 1: planning. Every input is checked and every patched content computed in
 // private copies before anything is touched; a refusal here changes nothing on disk (SPEC
 // guarantee 5). This step carries no crash-safety duty because it writes nothing.
 #include <sys/types.h>

@@ -1,7 +1,7 @@
 #pragma once
 // revert: restore every native entry byte-exact, newest first; each backup proven before use,
-// each item idempotent, the entry dropped from the manifest before its backups (crash-safety
-// steps 5-6 of docs/design.md).
+// each item idempotent, the entry dropped from the manifest before its backups (docs/design.md,
+// "The protocol of revert" and the crash table).
 #include <optional>
 #include <string>
 #include <vector>
