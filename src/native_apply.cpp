@@ -182,20 +182,22 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   return {id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size()};
 }
 
-BuildOutcome run_native_build(const NativePlan& plan, const AppliedEntry& entry) {
+BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry) {
   BuildOutcome out;
+  auto log = disk.create(entry.log_path, 0644, CreateMode::truncate);  // through Disk, as every write of ours
   for (const auto& argv : plan.build_cmds) {
     RunOptions opts;
     opts.cwd = plan.build_cwd;
-    opts.log_path = entry.log_path;
+    opts.log = log.get();
     opts.timeout_s = plan.build_timeout;
     out.result = run_process(argv, opts);
     if (!out.result.ok()) {
       out.ok = false;
       out.failed_cmd = argv;
-      return out;
+      break;
     }
   }
+  log->close();
   return out;
 }
 }  // namespace overlay

@@ -97,7 +97,6 @@ class Runner {
   RunResult run();
 
  private:
-  void open_log();
   void pump(int fd, std::string* sink, bool* open);
   void handle_wake();
   void check_timeout();
@@ -107,19 +106,13 @@ class Runner {
   const RunOptions& opts_;
   RunResult res_;
   pid_t pid_ = -1;
-  int log_fd_ = -1;
+  WriteHandle* log_ = nullptr;
   Pipe wake_;
   bool exited_ = false;
   bool term_sent_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point term_at_{};
 };
-
-void Runner::open_log() {
-  if (opts_.log_path.empty()) return;
-  log_fd_ = ::open(opts_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd_ < 0) throw DiskError("open log", opts_.log_path.string(), errno);
-}
 
 void Runner::pump(int fd, std::string* sink, bool* open) {
   char buf[65536];
@@ -135,7 +128,13 @@ void Runner::pump(int fd, std::string* sink, bool* open) {
     return;
   }
   (void)!::write(2, buf, len);
-  if (log_fd_ >= 0) (void)!::write(log_fd_, buf, len);
+  if (log_ != nullptr) {
+    try {
+      log_->write(buf, len);
+    } catch (const std::exception&) {
+      log_ = nullptr;  // a full disk ends the log, not the build: its output still reaches stderr
+    }
+  }
 }
 
 void Runner::handle_wake() {
@@ -171,7 +170,7 @@ void Runner::check_timeout() {
 
 RunResult Runner::run() {
   if (argv_.empty()) throw Error("empty command");
-  open_log();
+  log_ = opts_.log;
   ::fcntl(wake_.r, F_SETFL, O_NONBLOCK);
   ::fcntl(wake_.w, F_SETFL, O_NONBLOCK);
   Pipe out, err, report;
@@ -202,7 +201,6 @@ RunResult Runner::run() {
     check_timeout();
   }
   if (res_.timed_out || res_.forwarded_signal) kill_group(SIGKILL);  // no survivors
-  if (log_fd_ >= 0) ::close(log_fd_);
   return res_;
 }
 

@@ -28,6 +28,6 @@ struct BuildOutcome {
 
 // Runs the plan's build commands in order (stopping at the first failure), streaming output
 // to stderr and appending it to the entry's log.
-BuildOutcome run_native_build(const NativePlan& plan, const AppliedEntry& entry);
+BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry);
 
 }  // namespace overlay

@@ -5,19 +5,21 @@
 #include <string>
 #include <vector>
 
+#include "overlay/disk.hpp"
+
 namespace overlay {
 
 namespace fs = std::filesystem;
 
 enum class Output {
-  stream,   // child's stdout+stderr go to our stderr and, if set, to log_path
+  stream,   // child's stdout+stderr go to our stderr and, if set, to `log`
   capture,  // child's stdout and stderr are collected into RunResult::out / err
 };
 
 struct RunOptions {
   fs::path cwd;                      // empty: inherit ours
   Output output = Output::stream;
-  fs::path log_path;                 // stream mode: also append everything to this file
+  WriteHandle* log = nullptr;        // stream mode: everything is also written here (opened through Disk)
   std::optional<double> timeout_s;   // SIGTERM to the group when exceeded, SIGKILL after grace
   double kill_grace_s = 5.0;
   std::vector<std::string> env_set;  // "NAME=value" entries added to our environment

@@ -5,6 +5,8 @@
 #include <functional>
 #include <string>
 
+#include "overlay/disk.hpp"
+
 namespace overlay::cli {
 
 // Exit statuses (docs/cli.md).
@@ -15,6 +17,11 @@ enum Exit : int {
   kLockTimeout = 3,  // another overlay process held the overlay too long
   kInterrupted = 130,
 };
+
+// The disk every command uses: the real one, or — when $OVERLAY_DISK_TRACE names a file — the real
+// one behind a RecordingDisk that appends each operation to that file as a line (tests use it to
+// prove that nothing of ours changes the filesystem without going through Disk).
+overlay::Disk& cli_disk();
 
 struct Globals {
   double lock_timeout = 120;

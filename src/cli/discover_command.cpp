@@ -45,7 +45,7 @@ int run_discover(const DiscoverFlags& f) {
   req.target = f.target;
   req.root = f.root;
   for (const auto& r : f.cache_roots) req.cache_roots.emplace_back(r);
-  DiscoverReport rep = discover(real_disk(), req);
+  DiscoverReport rep = discover(cli_disk(), req);
   auto& j = result();
   j["target"] = rep.target.string();
   j["candidates"] = nlohmann::json::array();

@@ -100,11 +100,11 @@ nlohmann::json files_json(const NativePlan& plan) {
 
 // Runs the entry's build; on failure says why and, with --revert-on-failure, calls `undo`.
 // `build` in the JSON document (j) gets the outcome. Returns the exit status.
-int build_and_report(const std::string& cmd, const NativePlan& plan, const AppliedEntry& entry, bool revert_on_failure,
+int build_and_report(Disk& disk, const std::string& cmd, const NativePlan& plan, const AppliedEntry& entry, bool revert_on_failure,
                      const std::function<bool()>& undo, nlohmann::json& j) {
   j["build"] = {{"ran", false}};
   if (plan.build_cmds.empty()) return kOk;
-  BuildOutcome b = run_native_build(plan, entry);
+  BuildOutcome b = run_native_build(disk, plan, entry);
   j["build"] = build_json(b, entry);
   if (b.ok) {
     if (!json_mode()) err_line(cmd, "build log: " + entry.log_path.string());
@@ -137,7 +137,7 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
   j["entry"] = entry.id;
   j["files"] = files_json(plan);
   j["counts"] = {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}};
-  return build_and_report("add-native", plan, entry, f.revert_on_failure,
+  return build_and_report(disk, "add-native", plan, entry, f.revert_on_failure,
                           [&] { return revert_entry_now(disk, plan, entry, g); }, j);
 }
 
@@ -183,7 +183,7 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
   const AppliedEntry& entry = *applied.native;
   nlohmann::json n = {{"entry", entry.id}, {"files", files_json(plan.native)},
                       {"counts", {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}}}};
-  int rc = build_and_report("apply", plan.native, entry, f.revert_on_failure,
+  int rc = build_and_report(disk, "apply", plan.native, entry, f.revert_on_failure,
                             [&] { return revert_patch_now(disk, ov, applied.patch_id, g); }, n);
   j["native"] = n;
   return rc;
@@ -400,7 +400,7 @@ void add_build_flags(CLI::App* sub, AddNativeFlags& f) {
 }  // namespace
 
 void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& run) {
-  Disk& disk = real_disk();
+  Disk& disk = cli_disk();
 
   auto f = std::make_shared<AddNativeFlags>();
   auto* add = app.add_subcommand("add-native", "Back up, swap a compiled source in place, invalidate caches, rebuild");

@@ -1,5 +1,6 @@
 #include "output.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,8 +11,25 @@
 #include "commands.hpp"
 #include "overlay/error.hpp"
 #include "overlay/progress.hpp"
+#include "overlay/recording_disk.hpp"
 
 namespace overlay::cli {
+
+Disk& cli_disk() {
+  static Disk* disk = [] {
+    const char* trace = std::getenv("OVERLAY_DISK_TRACE");
+    if (trace == nullptr || *trace == '\0') return &real_disk();
+    // The tracer's own appends are the one write that does not go through Disk.
+    int fd = ::open(trace, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return &real_disk();
+    static RecordingDisk rec(real_disk(), RecordData::sizes, [fd](const DiskOp& op) {
+      std::string line = to_line(op) + "\n";
+      (void)!::write(fd, line.data(), line.size());
+    });
+    return static_cast<Disk*>(&rec);
+  }();
+  return *disk;
+}
 namespace {
 bool g_json = false;
 }  // namespace

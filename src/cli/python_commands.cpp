@@ -67,7 +67,7 @@ int run_add_module(const ModuleFlags& f, const Globals& g) {
   if (!f.patch.empty()) r.patch = fs::path(f.patch);
   if (!f.src.empty()) r.src_file = fs::path(f.src);
   r.python = f.python.empty() ? default_python() : f.python;
-  print_added(add_module(real_disk(), r));
+  print_added(add_module(cli_disk(), r));
   return kOk;
 }
 
@@ -87,7 +87,7 @@ struct CheckFlags {
 };
 
 int run_check(const CheckFlags& f) {
-  CheckResult r = check_module(real_disk(), f.module, f.python.empty() ? default_python() : f.python);
+  CheckResult r = check_module(cli_disk(), f.module, f.python.empty() ? default_python() : f.python);
   auto& j = result();
   j["module"] = r.module;
   j["file"] = r.file;
@@ -136,7 +136,7 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
         AddRebindRequest q{r->common(g), r->target, r->impl_module, r->impl_attr, std::nullopt};
         if (!r->impl_file.empty()) q.impl_file = fs::path(r->impl_file);
         q.count_calls = r->count_calls;
-        print_added(add_rebind(real_disk(), q));
+        print_added(add_rebind(cli_disk(), q));
         return int{kOk};
       });
     };
@@ -154,7 +154,7 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
       return guarded("add-capture", [&] {
         AddCaptureRequest q{c->common(g), c->target, c->out, c->max, {}};
         q.capture_file = c->capture_file.empty() ? default_capture_file() : fs::path(c->capture_file);
-        print_added(add_capture(real_disk(), q));
+        print_added(add_capture(cli_disk(), q));
         result()["capture_file"] = q.capture_file.string();
         return int{kOk};
       });

@@ -53,7 +53,7 @@ struct Fixture {
 void apply_and_build(Disk& disk, const AddNativeRequest& r) {
   NativePlan plan = plan_add_native(disk, r);
   AppliedEntry e = apply_native(disk, plan);
-  EXPECT_TRUE(run_native_build(plan, e).ok);
+  EXPECT_TRUE(run_native_build(real_disk(), plan, e).ok);
 }
 
 }  // namespace

@@ -44,8 +44,10 @@ TEST(RunProcess, MissingProgram) {
 TEST(RunProcess, LogKeepsOutput) {
   TempDir t;
   RunOptions o;
-  o.log_path = t / "build.log";
+  auto log = real_disk().create(t / "build.log", 0644, CreateMode::truncate);
+  o.log = log.get();
   run_process({"sh", "-c", "echo one; echo two >&2"}, o);
+  log->close();
   EXPECT_EQ(read_file(t / "build.log"), "one\ntwo\n");
 }
 

@@ -1,0 +1,66 @@
+#pragma once
+// A Disk that forwards every call to another one and records each operation that changes the
+// filesystem (or makes a change durable), with its arguments and, on request, the bytes written:
+// the trace a crash-state explorer replays, and the proof that nothing of ours bypasses Disk.
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "overlay/disk.hpp"
+
+namespace overlay {
+
+struct DiskOp {
+  // create, write, fsync (a file or a directory), syncfs, close, rename, mkdir, remove, symlink,
+  // link, chmod, utime, chown
+  std::string op;
+  std::string path;
+  std::string path2;        // rename: the destination; symlink: the target; link: the existing file
+  std::uint64_t offset = 0; // write: where in the file
+  std::uint64_t size = 0;   // write: how many bytes
+  std::string data;         // write: the bytes, when recorded (RecordData::bytes)
+  mode_t mode = 0;          // create, mkdir, chmod
+};
+
+// One tab-separated line: op, path, path2, offset, size, mode (octal). No bytes.
+std::string to_line(const DiskOp& op);
+
+enum class RecordData { sizes, bytes };
+
+class RecordingDisk : public Disk {
+ public:
+  // Each op is kept (ops()) and, when given, passed to `sink` as it happens. Thread-safe.
+  RecordingDisk(Disk& inner, RecordData data, std::function<void(const DiskOp&)> sink = {});
+  std::vector<DiskOp> ops() const;
+
+  FileInfo info(const fs::path& p, Follow f) override { return inner_.info(p, f); }
+  std::unique_ptr<ReadHandle> open_read(const fs::path& p) override { return inner_.open_read(p); }
+  std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t mode, CreateMode how) override;
+  void rename(const fs::path& from, const fs::path& to) override;
+  void sync_dir(const fs::path& dir) override;
+  void sync_filesystem(const fs::path& p) override;
+  bool make_dir(const fs::path& p, mode_t mode) override;
+  void remove(const fs::path& p) override;
+  std::vector<DirEntry> list_dir(const fs::path& dir) override { return inner_.list_dir(dir); }
+  void make_symlink(const std::string& target, const fs::path& link) override;
+  std::string read_link(const fs::path& p) override { return inner_.read_link(p); }
+  void make_hardlink(const fs::path& existing, const fs::path& link) override;
+  void set_mode(const fs::path& p, mode_t mode) override;
+  void set_mtime(const fs::path& p, timespec mtime) override;
+  void set_owner(const fs::path& p, uid_t uid, gid_t gid) override;
+  fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
+
+  void record(DiskOp op);  // for the write handles
+
+ private:
+  Disk& inner_;
+  RecordData data_;
+  std::function<void(const DiskOp&)> sink_;
+  mutable std::mutex mu_;
+  std::vector<DiskOp> ops_;
+  friend class RecordingWriter;
+};
+
+}  // namespace overlay

@@ -1,0 +1,114 @@
+#include "overlay/recording_disk.hpp"
+
+#include <cstdio>
+
+namespace overlay {
+
+// A write handle whose writes, syncs and close are recorded in order, with their offsets.
+class RecordingWriter : public WriteHandle {
+ public:
+  RecordingWriter(RecordingDisk& d, std::unique_ptr<WriteHandle> w, std::string path)
+      : d_(d), w_(std::move(w)), path_(std::move(path)) {}
+  void write(const char* buf, std::size_t n) override {
+    w_->write(buf, n);
+    DiskOp op{"write", path_, {}, offset_, n, {}, 0};
+    if (d_.data_ == RecordData::bytes) op.data.assign(buf, n);
+    offset_ += n;
+    d_.record(std::move(op));
+  }
+  void sync() override {
+    w_->sync();
+    d_.record({"fsync", path_, {}, 0, 0, {}, 0});
+  }
+  void start_writeback() override { w_->start_writeback(); }
+  void close() override {
+    w_->close();
+    d_.record({"close", path_, {}, 0, 0, {}, 0});
+  }
+
+ private:
+  RecordingDisk& d_;
+  std::unique_ptr<WriteHandle> w_;
+  std::string path_;
+  std::uint64_t offset_ = 0;
+};
+
+std::string to_line(const DiskOp& op) {
+  char mode[16];
+  std::snprintf(mode, sizeof mode, "%o", static_cast<unsigned>(op.mode));
+  return op.op + "\t" + op.path + "\t" + op.path2 + "\t" + std::to_string(op.offset) + "\t" + std::to_string(op.size) + "\t" + mode;
+}
+
+RecordingDisk::RecordingDisk(Disk& inner, RecordData data, std::function<void(const DiskOp&)> sink)
+    : inner_(inner), data_(data), sink_(std::move(sink)) {}
+
+std::vector<DiskOp> RecordingDisk::ops() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return ops_;
+}
+
+void RecordingDisk::record(DiskOp op) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (sink_) sink_(op);
+  ops_.push_back(std::move(op));
+}
+
+// Each call is recorded once it returned: a failed call changed nothing to replay.
+std::unique_ptr<WriteHandle> RecordingDisk::create(const fs::path& p, mode_t mode, CreateMode how) {
+  auto w = inner_.create(p, mode, how);
+  record({"create", p.string(), how == CreateMode::truncate ? "truncate" : "exclusive", 0, 0, {}, mode});
+  return std::make_unique<RecordingWriter>(*this, std::move(w), p.string());
+}
+
+void RecordingDisk::rename(const fs::path& from, const fs::path& to) {
+  inner_.rename(from, to);
+  record({"rename", from.string(), to.string(), 0, 0, {}, 0});
+}
+
+void RecordingDisk::sync_dir(const fs::path& dir) {
+  inner_.sync_dir(dir);
+  record({"fsync", dir.string(), "dir", 0, 0, {}, 0});
+}
+
+void RecordingDisk::sync_filesystem(const fs::path& p) {
+  inner_.sync_filesystem(p);
+  record({"syncfs", p.string(), {}, 0, 0, {}, 0});
+}
+
+bool RecordingDisk::make_dir(const fs::path& p, mode_t mode) {
+  bool made = inner_.make_dir(p, mode);
+  if (made) record({"mkdir", p.string(), {}, 0, 0, {}, mode});
+  return made;
+}
+
+void RecordingDisk::remove(const fs::path& p) {
+  inner_.remove(p);
+  record({"remove", p.string(), {}, 0, 0, {}, 0});
+}
+
+void RecordingDisk::make_symlink(const std::string& target, const fs::path& link) {
+  inner_.make_symlink(target, link);
+  record({"symlink", link.string(), target, 0, 0, {}, 0});
+}
+
+void RecordingDisk::make_hardlink(const fs::path& existing, const fs::path& link) {
+  inner_.make_hardlink(existing, link);
+  record({"link", link.string(), existing.string(), 0, 0, {}, 0});
+}
+
+void RecordingDisk::set_mode(const fs::path& p, mode_t mode) {
+  inner_.set_mode(p, mode);
+  record({"chmod", p.string(), {}, 0, 0, {}, mode});
+}
+
+void RecordingDisk::set_mtime(const fs::path& p, timespec mtime) {
+  inner_.set_mtime(p, mtime);
+  record({"utime", p.string(), {}, static_cast<std::uint64_t>(mtime.tv_sec), 0, {}, 0});
+}
+
+void RecordingDisk::set_owner(const fs::path& p, uid_t uid, gid_t gid) {
+  inner_.set_owner(p, uid, gid);
+  record({"chown", p.string(), std::to_string(uid) + ":" + std::to_string(gid), 0, 0, {}, 0});
+}
+
+}  // namespace overlay
