@@ -73,8 +73,11 @@ void make_dirs(Disk& disk, const fs::path& p, mode_t mode) {
   if (p.empty()) return;
   FileInfo fi = disk.info(p, Follow::yes);
   if (fi.type == FileType::directory) return;
-  if (p.has_parent_path() && p.parent_path() != p) make_dirs(disk, p.parent_path(), mode);
-  disk.make_dir(p, mode);
+  bool has_parent = p.has_parent_path() && p.parent_path() != p;
+  if (has_parent) make_dirs(disk, p.parent_path(), mode);
+  // A new directory's name lives in its parent: without this fsync a power cut may lose it, and
+  // with it everything made durable inside (an overlay's manifest and backups).
+  if (disk.make_dir(p, mode) && has_parent) disk.sync_dir(p.parent_path());
 }
 
 namespace {

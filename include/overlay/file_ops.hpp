@@ -28,7 +28,8 @@ void remove_file_durably(Disk& disk, const fs::path& p);
 // A missing path is not an error.
 void remove_tree(Disk& disk, const fs::path& p);
 
-// Creates p and its missing parents (like mkdir -p).
+// Creates p and its missing parents (like mkdir -p); the name of each directory it creates is
+// made durable (its parent is fsynced), so a power cut cannot lose a directory that was used.
 void make_dirs(Disk& disk, const fs::path& p, mode_t mode = 0755);
 
 enum class WalkStep { descend, skip };

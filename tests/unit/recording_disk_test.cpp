@@ -40,3 +40,16 @@ TEST(RecordingDisk, FailedCallsAreNotRecorded) {
   EXPECT_THROW(rec.remove(t / "missing"), DiskError);
   EXPECT_TRUE(rec.ops().empty());
 }
+
+// Found in the first recorded traces (issue 14): a new overlay directory's name was never made
+// durable in its parent, so a power cut could lose the manifest and backups inside it after the
+// install had been touched. make_dirs now fsyncs the parent of each directory it creates.
+TEST(RecordingDisk, MakeDirsMakesEachNewNameDurable) {
+  TempDir t;
+  RecordingDisk rec(real_disk(), RecordData::sizes);
+  make_dirs(rec, t / "a/b/c");
+  make_dirs(rec, t / "a/b/c");  // exists: nothing to do
+  std::vector<std::string> got;
+  for (const auto& op : rec.ops()) got.push_back(op.op + " " + fs::path(op.path).lexically_relative(t.path()).string());
+  EXPECT_EQ(got, (std::vector<std::string>{"mkdir a", "fsync .", "mkdir a/b", "fsync a", "mkdir a/b/c", "fsync a/b"}));
+}
