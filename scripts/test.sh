@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what is missing, configures, builds and runs every test:
 #   1. the release build (warnings as errors): every ctest but the `long` label;
-#   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (fewer crash trials);
+#   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (fewer crash trials and
+#      power-loss states);
 #   3. a fuzz smoke: each libFuzzer target for 20 s (60 s in all);
 #   and a bench smoke on a small workload between 1 and 2.
 # Knobs: OVERLAY_SKIP_SANITIZE=1, OVERLAY_SKIP_FUZZ=1 (quicker local runs); `ctest -L long`
-# in build-test runs the long reliability mode (200 crash trials each way).
+# in build-test runs the long reliability mode (200 crash trials each way) and the power-loss
+# explorer's exhaustive bound.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh clang libclang-rt-14-dev
@@ -27,7 +29,7 @@ if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
   echo "== ASan + UBSan build and tests"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOVERLAY_BUILD_TESTS=ON -DOVERLAY_SANITIZE=ON
   cmake --build build-asan
-  OVERLAY_CRASH_TRIALS=6 OVERLAY_CONCURRENCY_TRIALS=5 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  OVERLAY_CRASH_TRIALS=6 OVERLAY_CONCURRENCY_TRIALS=5 OVERLAY_POWERLOSS_BOUND=16 OVERLAY_POWERLOSS_SAMPLES=4 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j2 -LE long | tee "$LOGS/asan.log"
 fi
 

@@ -69,6 +69,12 @@ void remove_tree(Disk& disk, const fs::path& p) {
   disk.remove(p);
 }
 
+void remove_tree_durably(Disk& disk, const fs::path& p) {
+  if (!disk.info(p, Follow::no).exists()) return;
+  remove_tree(disk, p);
+  disk.sync_dir(p.parent_path());
+}
+
 void make_dirs(Disk& disk, const fs::path& p, mode_t mode) {
   if (p.empty()) return;
   FileInfo fi = disk.info(p, Follow::yes);

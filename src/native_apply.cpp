@@ -95,7 +95,7 @@ void invalidate_cache(Disk& disk, const fs::path& dir) {
   fs::path trash = sibling_temp_path(dir, "overlay-trash");
   disk.rename(dir, trash);
   disk.sync_dir(dir.parent_path());
-  remove_tree(disk, trash);
+  remove_tree_durably(disk, trash);
 }
 
 // Builds that compare whole-second mtimes (setuptools' build_ext, through distutils' newer())

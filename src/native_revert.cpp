@@ -83,6 +83,9 @@ class Reverter {
 
   // A file that did not exist before the entry: removed, whatever it holds now.
   std::string created(const std::string& path) {
+    // A crash while the entry was creating it leaves its hidden temp sibling; nothing else would
+    // ever remove that from the install.
+    if (!opts_.dry_run) store_.tidy(path);
     FileInfo fi = disk_.info(path, Follow::no);
     if (!fi.exists()) return "unchanged";
     if (fi.type == FileType::directory) throw Error("a directory now stands where the entry created a file");

@@ -36,7 +36,17 @@ class RecordingWriter : public WriteHandle {
 std::string to_line(const DiskOp& op) {
   char mode[16];
   std::snprintf(mode, sizeof mode, "%o", static_cast<unsigned>(op.mode));
-  return op.op + "\t" + op.path + "\t" + op.path2 + "\t" + std::to_string(op.offset) + "\t" + std::to_string(op.size) + "\t" + mode;
+  std::string line = op.op + "\t" + op.path + "\t" + op.path2 + "\t" + std::to_string(op.offset) + "\t" +
+                     std::to_string(op.size) + "\t" + mode;
+  if (op.data.empty()) return line;
+  static const char kHex[] = "0123456789abcdef";
+  line.reserve(line.size() + 1 + 2 * op.data.size());
+  line += '\t';
+  for (unsigned char c : op.data) {
+    line += kHex[c >> 4];
+    line += kHex[c & 15];
+  }
+  return line;
 }
 
 RecordingDisk::RecordingDisk(Disk& inner, RecordData data, std::function<void(const DiskOp&)> sink)
@@ -103,7 +113,7 @@ void RecordingDisk::set_mode(const fs::path& p, mode_t mode) {
 
 void RecordingDisk::set_mtime(const fs::path& p, timespec mtime) {
   inner_.set_mtime(p, mtime);
-  record({"utime", p.string(), {}, static_cast<std::uint64_t>(mtime.tv_sec), 0, {}, 0});
+  record({"utime", p.string(), {}, static_cast<std::uint64_t>(mtime.tv_sec), static_cast<std::uint64_t>(mtime.tv_nsec), {}, 0});
 }
 
 void RecordingDisk::set_owner(const fs::path& p, uid_t uid, gid_t gid) {

@@ -22,7 +22,7 @@ void sweep_leftovers(Disk& disk, const fs::path& p) {
   if (!disk.info(parent, Follow::no).exists()) return;
   std::string prefix = "." + p.filename().string() + ".overlay-";
   for (const auto& e : disk.list_dir(parent))
-    if (e.name.rfind(prefix, 0) == 0) remove_tree(disk, parent / e.name);
+    if (e.name.rfind(prefix, 0) == 0) remove_tree_durably(disk, parent / e.name);
 }
 
 }  // namespace
@@ -169,7 +169,7 @@ bool BackupStore::move_dir_back(const std::string& rel, const fs::path& dir) {
   disk_.rename(moved, dir);
   disk_.sync_dir(dir.parent_path());
   disk_.sync_dir(moved.parent_path());
-  if (!parked) remove_tree(disk_, trash);
+  if (!parked) remove_tree_durably(disk_, trash);
   return true;
 }
 
@@ -196,7 +196,7 @@ void BackupStore::restore_dir(const std::string& rel, const std::optional<std::s
   if (cur.exists()) disk_.rename(dir, trash);
   disk_.rename(fresh, dir);
   disk_.sync_dir(dir.parent_path());
-  remove_tree(disk_, trash);
+  remove_tree_durably(disk_, trash);
 }
 
 void BackupStore::remove_dir(const fs::path& dir) {
@@ -207,7 +207,7 @@ void BackupStore::remove_dir(const fs::path& dir) {
   fs::path trash = sibling_temp_path(dir, "overlay-trash");
   disk_.rename(dir, trash);
   disk_.sync_dir(dir.parent_path());
-  remove_tree(disk_, trash);
+  remove_tree_durably(disk_, trash);
 }
 
 void BackupStore::tidy(const fs::path& p) { sweep_leftovers(disk_, p); }

@@ -28,6 +28,11 @@ void remove_file_durably(Disk& disk, const fs::path& p);
 // A missing path is not an error.
 void remove_tree(Disk& disk, const fs::path& p);
 
+// remove_tree, then an fsync of the parent when something was removed: once this returns, the
+// tree's name is gone for good. For trees renamed aside inside an install, which nothing would
+// sweep after a power cut once the manifest no longer names their entry.
+void remove_tree_durably(Disk& disk, const fs::path& p);
+
 // Creates p and its missing parents (like mkdir -p); the name of each directory it creates is
 // made durable (its parent is fsynced), so a power cut cannot lose a directory that was used.
 void make_dirs(Disk& disk, const fs::path& p, mode_t mode = 0755);

@@ -18,13 +18,15 @@ struct DiskOp {
   std::string op;
   std::string path;
   std::string path2;        // rename: the destination; symlink: the target; link: the existing file
-  std::uint64_t offset = 0; // write: where in the file
-  std::uint64_t size = 0;   // write: how many bytes
+  std::uint64_t offset = 0; // write: where in the file; utime: seconds
+  std::uint64_t size = 0;   // write: how many bytes; utime: nanoseconds
   std::string data;         // write: the bytes, when recorded (RecordData::bytes)
   mode_t mode = 0;          // create, mkdir, chmod
 };
 
-// One tab-separated line: op, path, path2, offset, size, mode (octal). No bytes.
+// One tab-separated line: op, path, path2, offset, size, mode (octal), and — only when bytes were
+// recorded — the bytes in lower-case hex as a seventh field. Paths are written as they are (the
+// trace is for tests, whose paths hold no tab or newline).
 std::string to_line(const DiskOp& op);
 
 enum class RecordData { sizes, bytes };

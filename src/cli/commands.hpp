@@ -20,7 +20,8 @@ enum Exit : int {
 
 // The disk every command uses: the real one, or — when $OVERLAY_DISK_TRACE names a file — the real
 // one behind a RecordingDisk that appends each operation to that file as a line (tests use it to
-// prove that nothing of ours changes the filesystem without going through Disk).
+// prove that nothing of ours changes the filesystem without going through Disk; with
+// $OVERLAY_DISK_TRACE_BYTES=1 each write's bytes too, which the crash-state explorer replays).
 overlay::Disk& cli_disk();
 
 struct Globals {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "commands.hpp"
 #include "overlay/error.hpp"
@@ -22,7 +23,10 @@ Disk& cli_disk() {
     // The tracer's own appends are the one write that does not go through Disk.
     int fd = ::open(trace, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return &real_disk();
-    static RecordingDisk rec(real_disk(), RecordData::sizes, [fd](const DiskOp& op) {
+    // $OVERLAY_DISK_TRACE_BYTES=1 adds the bytes of every write (the crash-state explorer replays them).
+    const char* bytes = std::getenv("OVERLAY_DISK_TRACE_BYTES");
+    RecordData what = bytes != nullptr && std::string(bytes) == "1" ? RecordData::bytes : RecordData::sizes;
+    static RecordingDisk rec(real_disk(), what, [fd](const DiskOp& op) {
       std::string line = to_line(op) + "\n";
       (void)!::write(fd, line.data(), line.size());
     });
