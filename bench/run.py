@@ -70,6 +70,32 @@ def touch_artifact(path):
         f.write(bytes([(b[0] + 1) & 0xFF]))
 
 
+HELLO_SOURCE = b'#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n'
+
+
+def build_static_hello(work):
+    """A static "hello" built in this run: the floor of a process start (SPEC: start-up). None,
+    with the reason printed, where no compiler or static libc is there."""
+    src, exe = os.path.join(work, "hello.c"), os.path.join(work, "hello-static")
+    with open(src, "wb") as f:
+        f.write(HELLO_SOURCE)
+    for cc in ("cc", "gcc", "clang"):
+        if shutil.which(cc) and subprocess.run([cc, "-O2", "-static", src, "-o", exe],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
+            return exe
+    print("bench: start-up not measured: no C compiler with a static libc (libc6-dev)", file=sys.stderr)
+    return None
+
+
+def startups(ov_bin, hello, n):
+    """Median wall time of `overlay --version` and of the static hello, started alternately n times each."""
+    t = {"hello": [], "overlay --version": []}
+    for _ in range(n):
+        t["hello"].append(timed([hello])[0])
+        t["overlay --version"].append(timed([ov_bin, "--version"])[0])
+    return {k: statistics.median(v) for k, v in t.items()}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--overlay", required=True)
@@ -133,6 +159,9 @@ def main():
         s.t.setdefault("A/B cycle (3 calls)", []).append(time.perf_counter() - t0)
         s.add("floor: build (true)", timed(["true"]))
 
+    hello = build_static_hello(a.work)
+    start = startups(ov_bin, hello, max(200, 40 * a.rounds)) if hello else None
+
     # Peak RSS: one more untimed pass of the big steps under GNU time.
     add = [ov_bin, "add-native", "--overlay", ov, "--target", src, "--patched-file", patched, "--artifact", art,
            "--invalidate-cache", cache, "--cache-snapshot", a.cache_snapshot]
@@ -159,6 +188,11 @@ def main():
         print("%-22s %10.4f %8.4f-%-9.4f %8s %8s %9s" % (k, med[k], min(v), max(v), ratio, target, rss))
     beyond = (med["A/B cycle (3 calls)"] - med["floor: build (true)"]) * 1000
     print("%-22s %10.1f ms beyond the build (target <= 25 ms)" % ("A/B cycle", beyond))
+    if start:
+        h, v = start["hello"] * 1000, start["overlay --version"] * 1000
+        print("%-22s %10.2f ms vs a static hello %.2f ms: %.2f x (target <= 1.5)" % ("start-up", v, h, v / h))
+        print("%-22s %10.1f ms beyond the build = %.2f x three hello starts (target <= 2.5)" %
+              ("A/B cycle vs starts", beyond, beyond / (3 * h)))
     print("peak RSS over all overlay steps: %.1f MiB (target <= 32 MiB)" %
           (max(v for k, v in s.rss.items() if not k.startswith("floor")) / 1024))
 
