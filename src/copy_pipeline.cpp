@@ -160,23 +160,51 @@ static std::string copy_small_hashing(ReadHandle& in, WriteHandle& out, std::uin
   return h.finish_hex();
 }
 
+namespace {
+
+// The file's identity and last change, to tell whether it changed while it was cloned and hashed.
+bool same_version(const FileInfo& a, const FileInfo& b) {
+  return a.ino == b.ino && a.dev == b.dev && a.size == b.size && a.mtime.tv_sec == b.mtime.tv_sec &&
+         a.mtime.tv_nsec == b.mtime.tv_nsec && a.ctime.tv_sec == b.ctime.tv_sec && a.ctime.tv_nsec == b.ctime.tv_nsec;
+}
+
+std::string hash_stream(ReadHandle& in, std::uint64_t size, const std::string& label) {
+  Sha256 h;
+  ProgressMeter meter(size >= kProgressMinBytes ? label : std::string(), size);
+  stream_hashing(in, h, nullptr, false, meter);
+  return h.finish_hex();
+}
+
+}  // namespace
+
 std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode,
                               Durable durable) {
   auto in = disk.open_read(src);
   auto out = disk.create(dest, mode, CreateMode::exclusive);
-  std::uint64_t size = disk.info(src, Follow::yes).size;
+  FileInfo before = disk.info(src, Follow::yes);
+  std::uint64_t size = before.size;
   if (size <= kChunk) {
     std::string sha = copy_small_hashing(*in, *out, size);
     if (durable == Durable::yes) out->sync();
     out->close();
     return sha;
   }
-  Sha256 h;
-  ProgressMeter meter(size >= kProgressMinBytes ? "copy " + src.filename().string() : std::string(), size);
-  stream_hashing(*in, h, out.get(), durable == Durable::yes, meter);
+  std::string sha;
+  if (out->clone_from(src)) {
+    // Copy-on-write: the blocks are shared at once; what is left is one read to hash them. The
+    // source is read (its pages are likely cached; the clone's are not), and trusted only if it
+    // did not change meanwhile; otherwise the clone's own bytes are hashed.
+    sha = hash_stream(*in, size, "hash " + src.filename().string());
+    if (!same_version(before, disk.info(src, Follow::yes))) sha = hash_file(disk, dest);
+  } else {
+    Sha256 h;
+    ProgressMeter meter(size >= kProgressMinBytes ? "copy " + src.filename().string() : std::string(), size);
+    stream_hashing(*in, h, out.get(), durable == Durable::yes, meter);
+    sha = h.finish_hex();
+  }
   if (durable == Durable::yes) out->sync();
   out->close();
-  return h.finish_hex();
+  return sha;
 }
 
 std::string hash_file(Disk& disk, const fs::path& p) {
@@ -189,9 +217,7 @@ std::string hash_file(Disk& disk, const fs::path& p) {
     while (std::size_t n = in->read(buf.get(), cap)) h.update(buf.get(), n);
     return h.finish_hex();
   }
-  ProgressMeter meter(size >= kProgressMinBytes ? "hash " + p.filename().string() : std::string(), size);
-  stream_hashing(*in, h, nullptr, false, meter);
-  return h.finish_hex();
+  return hash_stream(*in, size, "hash " + p.filename().string());
 }
 
 }  // namespace overlay

@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,6 +63,17 @@ class FdWriter : public WriteHandle {
     if (::fsync(fd_) != 0) fail("fsync", path_);
   }
   void start_writeback() override { ::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE); }
+  bool clone_from(const fs::path& src) override {
+    int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+    if (in < 0) fail("open", src);
+    int rc = ::ioctl(fd_, FICLONE, in);
+    int err = errno;
+    ::close(in);
+    if (rc == 0) return true;
+    // The filesystem cannot share blocks (ext4, tmpfs), or not between these two files.
+    if (err == EOPNOTSUPP || err == ENOTSUP || err == EXDEV || err == EINVAL || err == ENOTTY || err == ENOSYS) return false;
+    throw DiskError("clone", src.string() + " -> " + path_.string(), err);
+  }
   void close() override {
     int fd = fd_;
     fd_ = -1;

@@ -3,6 +3,15 @@
 #include <cstdio>
 
 namespace overlay {
+namespace {
+std::string read_all(Disk& disk, const fs::path& p) {
+  auto in = disk.open_read(p);
+  std::string out;
+  char buf[65536];
+  while (std::size_t n = in->read(buf, sizeof buf)) out.append(buf, n);
+  return out;
+}
+}  // namespace
 
 // A write handle whose writes, syncs and close are recorded in order, with their offsets.
 class RecordingWriter : public WriteHandle {
@@ -21,6 +30,15 @@ class RecordingWriter : public WriteHandle {
     d_.record({"fsync", path_, {}, 0, 0, {}, 0});
   }
   void start_writeback() override { w_->start_writeback(); }
+  bool clone_from(const fs::path& src) override {
+    if (!w_->clone_from(src)) return false;
+    // Recorded as the bytes the file now holds: to a replay, a clone is a write of them.
+    DiskOp op{"clone", path_, src.string(), 0, d_.inner_.info(src, Follow::yes).size, {}, 0};
+    if (d_.data_ == RecordData::bytes) op.data = read_all(d_.inner_, src);
+    offset_ = op.size;
+    d_.record(std::move(op));
+    return true;
+  }
   void close() override {
     w_->close();
     d_.record({"close", path_, {}, 0, 0, {}, 0});

@@ -48,6 +48,14 @@ class WriteHandle {
   // A hint: start writing the bytes written so far to disk now, without waiting, so a later
   // sync() has little left to do (sync_file_range). Never needed for correctness.
   virtual void start_writeback() {}
+  // Makes this file, still empty, share the blocks of `src` (ioctl FICLONE): O(1) on
+  // copy-on-write filesystems (XFS with reflink, btrfs). Returns false, with nothing changed,
+  // where the filesystem cannot (EOPNOTSUPP, EXDEV, EINVAL, ENOTTY); other failures throw. Like
+  // written bytes, the shared blocks are durable only after sync().
+  virtual bool clone_from(const fs::path& src) {
+    (void)src;
+    return false;
+  }
   virtual void close() = 0;
 };
 

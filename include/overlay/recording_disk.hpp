@@ -13,8 +13,9 @@
 namespace overlay {
 
 struct DiskOp {
-  // create, write, fsync (a file or a directory), syncfs, close, rename, mkdir, remove, symlink,
-  // link, chmod, utime, chown
+  // create, write, clone (a file given src's blocks: path2 the source, size its length, data its
+  // bytes), fsync (a file or a directory), syncfs, close, rename, mkdir, remove, symlink, link,
+  // chmod, utime, chown
   std::string op;
   std::string path;
   std::string path2;        // rename: the destination; symlink: the target; link: the existing file

@@ -51,6 +51,28 @@ TEST_F(Cli, ApplyRebuildVerifyRevertByteExact) {
   EXPECT_TRUE(manifest()["natives"].empty());
 }
 
+// Issue 15: on XFS with reflink and btrfs the artifact's backup is a clone (it shares the
+// artifact's blocks, so it costs no copy); elsewhere a copy. The build rewrites the artifact in
+// place, which a clone must survive (copy-on-write), and revert puts the original back.
+TEST_F(Cli, ArtifactBackupIsACloneWhereTheFilesystemCanBe) {
+  std::string big(5 * (1 << 20) + 11, 'a');
+  for (std::size_t i = 0; i < big.size(); i += 512) big[i] = static_cast<char>(i / 512);
+  write_file(in.artifact, big, 0755);
+  before = tree_digest(in.root);
+  bool cow = can_clone_in(t.path());
+  Cmd a = add({"--artifact", in.artifact.string(), "--build-cwd", in.root.string(), "--build-cmd",
+               "sh -c 'printf rebuilt | dd of=lib/libk.so bs=1 seek=4096 conv=notrunc status=none'"});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  std::string backup = (t / "ov" / manifest()["natives"][0]["artifacts"][0]["backup"].get<std::string>()).string();
+  EXPECT_EQ(shares_blocks(backup), cow) << "copy-on-write here: " << cow;
+  EXPECT_EQ(read_file(backup), big);  // the in-place rewrite did not reach the backup
+  EXPECT_NE(read_file(in.artifact), big);
+  EXPECT_EQ(run_overlay({"verify-native", "--overlay", ov}).out, "FRESH_BUILD_OK (checked 1)\n");
+  Cmd r = revert();
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(tree_digest(in.root), before);
+}
+
 TEST_F(Cli, VerifyReportsEachFailureKind) {
   ASSERT_EQ(add({"--artifact", in.artifact.string(), "--artifact", (in.root / "lib/never.so").string(),
                  "--artifact", (in.root / "lib/gone.so").string()}).rc, 0);

@@ -42,6 +42,10 @@ class FaultyDisk : public Disk {
     Writer(FaultyDisk& d, std::unique_ptr<WriteHandle> w, fs::path p) : d_(d), w_(std::move(w)), p_(std::move(p)) {}
     void write(const char* b, std::size_t n) override { d_.tick("write", p_); w_->write(b, n); }
     void sync() override { d_.tick("fsync", p_); w_->sync(); }
+    bool clone_from(const fs::path& src) override {
+      d_.tick("clone", p_);
+      return w_->clone_from(src);
+    }
     void close() override { w_->close(); }
 
    private:

@@ -1,15 +1,20 @@
 #include "test_util.hpp"
 
 #include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <stdexcept>
@@ -52,6 +57,37 @@ std::string read_file(const fs::path& p) {
 }
 
 std::string file_sha256(const fs::path& p) { return sha256_hex(read_file(p)); }
+
+bool can_clone_in(const fs::path& dir) {
+  fs::path a = dir / ".clone-probe-a", b = dir / ".clone-probe-b";
+  write_file(a, std::string(8192, 'x'));
+  int in = ::open(a.c_str(), O_RDONLY | O_CLOEXEC);
+  int out = ::open(b.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool ok = in >= 0 && out >= 0 && ::ioctl(out, FICLONE, in) == 0;
+  if (in >= 0) ::close(in);
+  if (out >= 0) ::close(out);
+  fs::remove(a);
+  fs::remove(b);
+  return ok;
+}
+
+bool shares_blocks(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("open " + p.string());
+  ::fsync(fd);  // delayed allocation: extents are known once written back
+  constexpr unsigned kMax = 64;
+  std::vector<char> buf(sizeof(fiemap) + kMax * sizeof(fiemap_extent), 0);
+  auto* fm = reinterpret_cast<fiemap*>(buf.data());
+  fm->fm_length = FIEMAP_MAX_OFFSET;
+  fm->fm_flags = FIEMAP_FLAG_SYNC;
+  fm->fm_extent_count = kMax;
+  int rc = ::ioctl(fd, FS_IOC_FIEMAP, fm);
+  ::close(fd);
+  if (rc != 0) return false;
+  for (unsigned i = 0; i < fm->fm_mapped_extents; ++i)
+    if (fm->fm_extents[i].fe_flags & FIEMAP_EXTENT_SHARED) return true;
+  return false;
+}
 
 std::string tree_digest(const fs::path& root) {
   std::vector<std::string> lines;
@@ -159,6 +195,9 @@ Install make_install(const fs::path& root) {
   in.cache = root / "cache";
   write_file(in.source, "int kernel() { return 4; }\n");
   write_file(in.artifact, std::string(100000, 'A') + "original library\n", 0755);
+  // Built an hour ago, as an installed library is: add-native waits out the second a tracked
+  // artifact was written in (whole-second build tools), which would make every test wait.
+  fs::last_write_time(in.artifact, fs::file_time_type::clock::now() - std::chrono::hours(1));
   write_file(in.cache / "a/b/deep.bin", "deep entry\n");
   write_file(in.cache / "tool.sh", "#!/bin/sh\necho hi\n", 0755);
   write_file(in.cache / "ro.txt", "read only\n", 0444);

@@ -34,6 +34,11 @@ std::string file_sha256(const fs::path& p);
 // and content hash, one line each, sorted. Equal digests mean byte-for-byte equal trees.
 std::string tree_digest(const fs::path& root);
 
+// Whether files in `dir` can share blocks (ioctl FICLONE works there: XFS with reflink, btrfs).
+bool can_clone_in(const fs::path& dir);
+// Whether any extent of the file is shared with another file (FIEMAP_EXTENT_SHARED).
+bool shares_blocks(const fs::path& p);
+
 struct Cmd {
   int rc = -1;
   std::string out, err;

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdio>
+
 #include "faulty_disk.hpp"
 #include "overlay/error.hpp"
 #include "overlay/hash.hpp"
+#include "overlay/recording_disk.hpp"
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -21,6 +24,68 @@ TEST(CopyFileHashing, CopiesAndHashesWithMode) {
   struct stat st {};
   ::stat((t / "dst").c_str(), &st);
   EXPECT_EQ(st.st_mode & 07777, 0750u);
+}
+
+// On XFS with reflink and btrfs (the CoW ctest runs put $TMPDIR there) the copy shares the
+// source's blocks; elsewhere it is a plain copy. Either way the bytes and the hash are right.
+TEST(CopyFileHashing, ClonesWhereTheFilesystemSharesBlocks) {
+  TempDir t;
+  std::string data(3 * (1 << 20) + 5, 'c');
+  for (std::size_t i = 0; i < data.size(); i += 4096) data[i] = static_cast<char>(i >> 12);
+  write_file(t / "src", data);
+  bool cow = can_clone_in(t.path());
+  std::printf("copy-on-write in %s: %s\n", t.path().c_str(), cow ? "yes" : "no");
+  std::string sha = copy_file_hashing(real_disk(), t / "src", t / "dst", 0640, Durable::yes);
+  EXPECT_EQ(sha, sha256_hex(data));
+  EXPECT_EQ(read_file(t / "dst"), data);
+  EXPECT_EQ(shares_blocks(t / "dst"), cow);
+  struct stat st {};
+  ::stat((t / "dst").c_str(), &st);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+}
+
+namespace {
+// "Clones" by copying, then changes the source at once: what a build rewriting the file in the
+// instant between the clone and the hash would do.
+class CloneThenChangeSourceDisk : public RecordingDisk {
+ public:
+  CloneThenChangeSourceDisk() : RecordingDisk(real_disk(), RecordData::sizes) {}
+  std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t mode, CreateMode how) override {
+    return std::make_unique<Writer>(RecordingDisk::create(p, mode, how));
+  }
+
+ private:
+  class Writer : public WriteHandle {
+   public:
+    explicit Writer(std::unique_ptr<WriteHandle> w) : w_(std::move(w)) {}
+    void write(const char* b, std::size_t n) override { w_->write(b, n); }
+    void sync() override { w_->sync(); }
+    void close() override { w_->close(); }
+    bool clone_from(const fs::path& src) override {
+      std::string bytes = read_file(src);
+      w_->write(bytes.data(), bytes.size());
+      write_file(src.string() + ".new", std::string(bytes.size(), 'Z'));
+      fs::rename(src.string() + ".new", src);
+      return true;
+    }
+
+   private:
+    std::unique_ptr<WriteHandle> w_;
+  };
+};
+}  // namespace
+
+// The hash recorded for a clone is the hash of the clone's bytes, even when the source changed
+// after the clone (the source is hashed only when it provably did not).
+TEST(CopyFileHashing, ASourceChangedWhileClonedIsHashedFromTheClone) {
+  TempDir t;
+  std::string data(2 * (1 << 20) + 3, 'o');
+  write_file(t / "src", data);
+  CloneThenChangeSourceDisk disk;
+  std::string sha = copy_file_hashing(disk, t / "src", t / "dst", 0644, Durable::yes);
+  EXPECT_EQ(read_file(t / "dst"), data);
+  EXPECT_EQ(sha, sha256_hex(data));
+  EXPECT_NE(read_file(t / "src"), data);  // the source did change
 }
 
 TEST(CopyFileHashing, RefusesExistingDestination) {
