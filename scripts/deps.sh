@@ -8,6 +8,8 @@ PKGS=(g++ cmake ninja-build pkg-config patch python3 openssl time
       strace make python3-dev python3-setuptools python3-torch libtorch-dev pybind11-dev
       # the cow label: XFS (reflink) and btrfs images, loop-mounted
       xfsprogs btrfs-progs
+      # bench/plot.py draws bench/sweep.py's curves
+      python3-matplotlib
       "$@")
 missing=()
 for p in "${PKGS[@]}"; do

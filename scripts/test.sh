@@ -24,6 +24,10 @@ BENCH_WORK=$(mktemp -d)
 python3 bench/run.py --overlay build-test/overlay --rounds 1 --work "$BENCH_WORK" \
   --artifact-mib 8 --cache-files 50 --tree-files 500
 rm -rf "$BENCH_WORK"
+echo "== sweep smoke (bench/sweep.py and bench/plot.py on two tiny points; the real sweep is not run in CI)"
+python3 bench/sweep.py --overlay build-test/overlay --sizes-mib 2,4 --cache-files 50,100 \
+  --work "$(mktemp -d)/sweep" --csv "$LOGS/sweep.csv"
+/usr/bin/python3 bench/plot.py "$LOGS/sweep.csv" "$LOGS/plots"
 
 if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
   echo "== ASan + UBSan build and tests"

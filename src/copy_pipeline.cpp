@@ -175,6 +175,36 @@ std::string hash_stream(ReadHandle& in, std::uint64_t size, const std::string& l
   return h.finish_hex();
 }
 
+// The kernel copies src into out (copy_file_range, on another thread) while this thread hashes
+// src: no byte of the copy passes through user space, and hashing — the one step that must see
+// every byte — sets the pace. False, with out still empty, where the kernel cannot copy.
+bool kernel_copy_while_hashing(ReadHandle& in, WriteHandle& out, const fs::path& src, std::uint64_t size, std::string& sha) {
+  bool copied = false;
+  std::exception_ptr failed;
+  std::thread copier([&] {
+    try {
+      copied = out.copy_from(src);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  try {
+    sha = hash_stream(in, size, "copy " + src.filename().string());
+  } catch (...) {
+    copier.join();
+    throw;
+  }
+  copier.join();
+  if (failed) std::rethrow_exception(failed);
+  return copied;
+}
+
+std::string finish(WriteHandle& out, Durable durable, const std::string& sha) {
+  if (durable == Durable::yes) out.sync();
+  out.close();
+  return sha;
+}
+
 }  // namespace
 
 std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode,
@@ -191,20 +221,20 @@ std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& d
   }
   std::string sha;
   if (out->clone_from(src)) {
-    // Copy-on-write: the blocks are shared at once; what is left is one read to hash them. The
-    // source is read (its pages are likely cached; the clone's are not), and trusted only if it
-    // did not change meanwhile; otherwise the clone's own bytes are hashed.
+    // Copy-on-write: the blocks are shared at once; what is left is one read to hash them.
     sha = hash_stream(*in, size, "hash " + src.filename().string());
-    if (!same_version(before, disk.info(src, Follow::yes))) sha = hash_file(disk, dest);
-  } else {
+  } else if (!kernel_copy_while_hashing(*in, *out, src, size, sha)) {
+    // Neither: every byte through here, read once, hashed and written on their own threads.
     Sha256 h;
+    in = disk.open_read(src);
     ProgressMeter meter(size >= kProgressMinBytes ? "copy " + src.filename().string() : std::string(), size);
     stream_hashing(*in, h, out.get(), durable == Durable::yes, meter);
-    sha = h.finish_hex();
+    return finish(*out, durable, h.finish_hex());
   }
-  if (durable == Durable::yes) out->sync();
-  out->close();
-  return sha;
+  // The source was hashed, not the copy: trusted only if it did not change meanwhile (its pages
+  // were likely cached, the copy's not); otherwise the copy's own bytes are hashed.
+  if (!same_version(before, disk.info(src, Follow::yes))) sha = hash_file(disk, dest);
+  return finish(*out, durable, sha);
 }
 
 std::string hash_file(Disk& disk, const fs::path& p) {

@@ -74,6 +74,28 @@ class FdWriter : public WriteHandle {
     if (err == EOPNOTSUPP || err == ENOTSUP || err == EXDEV || err == EINVAL || err == ENOTTY || err == ENOSYS) return false;
     throw DiskError("clone", src.string() + " -> " + path_.string(), err);
   }
+  bool copy_from(const fs::path& src) override {
+    int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+    if (in < 0) fail("open", src);
+    constexpr std::size_t kStep = 8u << 20;  // then the disk is asked to start writing
+    off64_t done = 0;
+    for (;;) {
+      ssize_t n = ::copy_file_range(in, nullptr, fd_, nullptr, kStep, 0);
+      if (n > 0) {
+        done += n;
+        ::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+        continue;
+      }
+      if (n == 0) break;
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(in);
+      if (done == 0 && (err == EXDEV || err == EOPNOTSUPP || err == ENOTSUP || err == EINVAL || err == ENOSYS)) return false;
+      throw DiskError("copy", src.string() + " -> " + path_.string(), err);
+    }
+    ::close(in);
+    return true;
+  }
   void close() override {
     int fd = fd_;
     fd_ = -1;

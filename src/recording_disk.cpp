@@ -30,21 +30,23 @@ class RecordingWriter : public WriteHandle {
     d_.record({"fsync", path_, {}, 0, 0, {}, 0});
   }
   void start_writeback() override { w_->start_writeback(); }
-  bool clone_from(const fs::path& src) override {
-    if (!w_->clone_from(src)) return false;
-    // Recorded as the bytes the file now holds: to a replay, a clone is a write of them.
-    DiskOp op{"clone", path_, src.string(), 0, d_.inner_.info(src, Follow::yes).size, {}, 0};
-    if (d_.data_ == RecordData::bytes) op.data = read_all(d_.inner_, src);
-    offset_ = op.size;
-    d_.record(std::move(op));
-    return true;
-  }
+  bool clone_from(const fs::path& src) override { return w_->clone_from(src) && filled_from("clone", src); }
+  bool copy_from(const fs::path& src) override { return w_->copy_from(src) && filled_from("copy", src); }
   void close() override {
     w_->close();
     d_.record({"close", path_, {}, 0, 0, {}, 0});
   }
 
  private:
+  // Recorded as the bytes the file now holds: to a replay, a clone or a kernel copy is a write.
+  bool filled_from(const char* how, const fs::path& src) {
+    DiskOp op{how, path_, src.string(), 0, d_.inner_.info(src, Follow::yes).size, {}, 0};
+    if (d_.data_ == RecordData::bytes) op.data = read_all(d_.inner_, src);
+    offset_ = op.size;
+    d_.record(std::move(op));
+    return true;
+  }
+
   RecordingDisk& d_;
   std::unique_ptr<WriteHandle> w_;
   std::string path_;

@@ -9,10 +9,11 @@ namespace overlay {
 
 enum class Durable { no, yes };
 
-// Copies src to a new file dest (which must not exist) with `mode`, hashing the bytes as they
-// are copied: every byte is read once. Where the filesystem shares blocks (FICLONE: XFS with
-// reflink, btrfs), a large file is cloned instead and only read to hash it. With Durable::yes,
-// dest is fsynced before returning. Returns the SHA-256 (hex) of the bytes dest holds.
+// Copies src to a new file dest (which must not exist) with `mode` and returns the SHA-256 (hex)
+// of the bytes dest holds. A large file is cloned where the filesystem shares blocks (FICLONE:
+// XFS with reflink, btrfs), else copied by the kernel (copy_file_range) while this process hashes
+// the source, else streamed through here (read once, hashed and written); the source's hash is
+// used only if it provably did not change meanwhile. With Durable::yes, dest is fsynced.
 std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode,
                               Durable durable);
 

@@ -56,6 +56,14 @@ class WriteHandle {
     (void)src;
     return false;
   }
+  // Copies all of `src` into this file, still empty, inside the kernel (copy_file_range: no
+  // bytes through user space), asking the disk to start writing as it goes. Returns false, with
+  // nothing changed, where the kernel cannot (EXDEV, EOPNOTSUPP, EINVAL, ENOSYS); other failures
+  // throw. Durable only after sync().
+  virtual bool copy_from(const fs::path& src) {
+    (void)src;
+    return false;
+  }
   virtual void close() = 0;
 };
 

@@ -13,8 +13,8 @@
 namespace overlay {
 
 struct DiskOp {
-  // create, write, clone (a file given src's blocks: path2 the source, size its length, data its
-  // bytes), fsync (a file or a directory), syncfs, close, rename, mkdir, remove, symlink, link,
+  // create, write, clone or copy (a file given src's blocks, or src's bytes by the kernel: path2
+  // the source, size its length, data its bytes), fsync (a file or a directory), syncfs, close, rename, mkdir, remove, symlink, link,
   // chmod, utime, chown
   std::string op;
   std::string path;

@@ -2,6 +2,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
@@ -42,8 +43,38 @@ bool asks_json(int argc, char** argv) {
 
 }  // namespace
 
+namespace overlay::cli {
+
+Wanted wanted_from(int argc, char** argv) {
+  // Every name and alias registered; a name missing here only costs speed (all are registered).
+  static constexpr std::string_view kNames[] = {"add-native", "apply",        "verify-native", "revert",    "status",
+                                                "list",       "gc-stale",     "add-module",    "copy-subtree", "add-rebind",
+                                                "monkeypatch", "add-capture", "check",         "discover"};
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--lock-timeout") {
+      ++i;  // its value
+      continue;
+    }
+    if (a == "--version") return {Wanted::Which::none, {}};
+    if (a == "-h" || a == "--help" || a == "--") return {};
+    if (a.starts_with("-")) continue;
+    for (std::string_view n : kNames)
+      if (a == n) return {Wanted::Which::one, std::string(a)};
+    return {};
+  }
+  return {};
+}
+
+}  // namespace overlay::cli
+
 int main(int argc, char** argv) {
   using namespace overlay::cli;
+  // The one call that needs no parser at all (CLI11 answers --version by throwing).
+  if (argc == 2 && std::string_view(argv[1]) == "--version") {
+    std::puts("overlay " OVERLAY_VERSION);
+    return 0;
+  }
   CLI::App app{"overlay: deploy a kernel into a live install in place and restore every byte", "overlay"};
   app.set_version_flag("--version", std::string("overlay ") + OVERLAY_VERSION);
   app.require_subcommand(1);
@@ -59,9 +90,10 @@ int main(int argc, char** argv) {
   app.add_option("--lock-timeout", g.lock_timeout, "Seconds to wait for another process's lock on the overlay (env OVERLAY_LOCK_TIMEOUT)")
       ->check(CLI::NonNegativeNumber);
   std::function<int()> run;
-  add_python_commands(app, g, run);
-  add_native_commands(app, g, run);
-  add_discover_command(app, run);
+  Wanted want = wanted_from(argc, argv);
+  add_python_commands(app, g, run, want);
+  add_native_commands(app, g, run, want);
+  add_discover_command(app, run, want);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -399,70 +399,82 @@ void add_build_flags(CLI::App* sub, AddNativeFlags& f) {
 
 }  // namespace
 
-void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& run) {
+void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want) {
   Disk& disk = cli_disk();
 
-  auto f = std::make_shared<AddNativeFlags>();
-  auto* add = app.add_subcommand("add-native", "Back up, swap a compiled source in place, invalidate caches, rebuild");
-  add->add_option("--overlay", f->overlay, "Overlay directory (created if missing)")->required();
-  add->add_option("--target", f->targets, "Installed source file to replace (repeatable; not with --patch-root)");
-  add->add_option("--patched-file", f->patched, "Replacement for the matching --target (repeatable)");
-  add->add_option("--patch", f->patch, "Unified diff: for the single --target, or with --patch-root for every file it names");
-  add->add_option("--patch-root", f->patch_root, "Apply --patch as a multi-file diff relative to DIR (files it creates or deletes are tracked)");
-  f->strip_opt = add->add_option("-p,--strip", f->strip, "With --patch-root: strip N leading path components (default 1, as git writes diffs)")
-      ->check(CLI::Range(0, 64));
-  add_build_flags(add, *f);
-  add->callback([&run, &disk, f, &g] { run = [&disk, f, &g] { return guarded("add-native", [&] { return run_add_native(disk, *f, g); }); }; });
+  if (want("add-native")) {
+    auto f = std::make_shared<AddNativeFlags>();
+    auto* add = app.add_subcommand("add-native", "Back up, swap a compiled source in place, invalidate caches, rebuild");
+    add->add_option("--overlay", f->overlay, "Overlay directory (created if missing)")->required();
+    add->add_option("--target", f->targets, "Installed source file to replace (repeatable; not with --patch-root)");
+    add->add_option("--patched-file", f->patched, "Replacement for the matching --target (repeatable)");
+    add->add_option("--patch", f->patch, "Unified diff: for the single --target, or with --patch-root for every file it names");
+    add->add_option("--patch-root", f->patch_root, "Apply --patch as a multi-file diff relative to DIR (files it creates or deletes are tracked)");
+    f->strip_opt = add->add_option("-p,--strip", f->strip, "With --patch-root: strip N leading path components (default 1, as git writes diffs)")
+        ->check(CLI::Range(0, 64));
+    add_build_flags(add, *f);
+    add->callback([&run, &disk, f, &g] { run = [&disk, f, &g] { return guarded("add-native", [&] { return run_add_native(disk, *f, g); }); }; });
+  }
 
-  auto a = std::make_shared<ApplyFlags>();
-  auto* ap = app.add_subcommand("apply", "Apply one diff routed per file: compiled files in place (one native entry), .py files as Python overlays");
-  ap->add_option("--overlay", a->overlay, "Overlay directory (created if missing)")->required();
-  ap->add_option("--patch", a->patch, "Unified diff (may touch compiled and .py files)")->required();
-  ap->add_option("--patch-root", a->patch_root, "Directory the diff's paths are relative to")->required();
-  a->strip_opt = ap->add_option("-p,--strip", a->strip, "Strip N leading path components (default 1, as git writes diffs)")
-      ->check(CLI::Range(0, 64));
-  ap->add_option("--python-root", a->python_root, "Directory .py paths are module names under (default: --patch-root)");
-  add_build_flags(ap, *a);
-  ap->callback([&run, &disk, a, &g] { run = [&disk, a, &g] { return guarded("apply", [&] { return run_apply(disk, *a, g); }); }; });
+  if (want("apply")) {
+    auto a = std::make_shared<ApplyFlags>();
+    auto* ap = app.add_subcommand("apply", "Apply one diff routed per file: compiled files in place (one native entry), .py files as Python overlays");
+    ap->add_option("--overlay", a->overlay, "Overlay directory (created if missing)")->required();
+    ap->add_option("--patch", a->patch, "Unified diff (may touch compiled and .py files)")->required();
+    ap->add_option("--patch-root", a->patch_root, "Directory the diff's paths are relative to")->required();
+    a->strip_opt = ap->add_option("-p,--strip", a->strip, "Strip N leading path components (default 1, as git writes diffs)")
+        ->check(CLI::Range(0, 64));
+    ap->add_option("--python-root", a->python_root, "Directory .py paths are module names under (default: --patch-root)");
+    add_build_flags(ap, *a);
+    ap->callback([&run, &disk, a, &g] { run = [&disk, a, &g] { return guarded("apply", [&] { return run_apply(disk, *a, g); }); }; });
+  }
 
-  auto overlay_v = std::make_shared<std::string>();
-  auto* ver = app.add_subcommand("verify-native", "Check that every tracked artifact was rebuilt");
-  ver->add_option("--overlay", *overlay_v, "Overlay directory")->required();
-  ver->callback([&run, &disk, overlay_v] { run = [&disk, overlay_v] { return guarded("verify-native", [&] { return run_verify(disk, *overlay_v); }); }; });
+  if (want("verify-native")) {
+    auto overlay_v = std::make_shared<std::string>();
+    auto* ver = app.add_subcommand("verify-native", "Check that every tracked artifact was rebuilt");
+    ver->add_option("--overlay", *overlay_v, "Overlay directory")->required();
+    ver->callback([&run, &disk, overlay_v] { run = [&disk, overlay_v] { return guarded("verify-native", [&] { return run_verify(disk, *overlay_v); }); }; });
+  }
 
-  auto overlay_r = std::make_shared<std::string>();
-  auto dry_r = std::make_shared<bool>(false);
-  auto patch_r = std::make_shared<std::string>();
-  auto* rev = app.add_subcommand("revert", "Restore every native change of an overlay, byte-exact");
-  rev->add_option("--overlay", *overlay_r, "Overlay directory")->required();
-  rev->add_flag("--dry-run", *dry_r, "Say what would be restored; change nothing");
-  rev->add_option("--patch-id", *patch_r, "Undo only the entries of this patch (from `apply`), its Python entries included");
-  rev->callback([&run, &disk, overlay_r, dry_r, patch_r, &g] {
-    run = [&disk, overlay_r, dry_r, patch_r, &g] {
-      return guarded("revert", [&] { return run_revert(disk, *overlay_r, *dry_r, *patch_r, g); });
-    };
-  });
+  if (want("revert")) {
+    auto overlay_r = std::make_shared<std::string>();
+    auto dry_r = std::make_shared<bool>(false);
+    auto patch_r = std::make_shared<std::string>();
+    auto* rev = app.add_subcommand("revert", "Restore every native change of an overlay, byte-exact");
+    rev->add_option("--overlay", *overlay_r, "Overlay directory")->required();
+    rev->add_flag("--dry-run", *dry_r, "Say what would be restored; change nothing");
+    rev->add_option("--patch-id", *patch_r, "Undo only the entries of this patch (from `apply`), its Python entries included");
+    rev->callback([&run, &disk, overlay_r, dry_r, patch_r, &g] {
+      run = [&disk, overlay_r, dry_r, patch_r, &g] {
+        return guarded("revert", [&] { return run_revert(disk, *overlay_r, *dry_r, *patch_r, g); });
+      };
+    });
+  }
 
-  auto overlay_s = std::make_shared<std::string>();
-  auto clean_s = std::make_shared<bool>(false);
-  auto* st = app.add_subcommand("status", "Show every entry and whether each tracked file is original, patched, rebuilt, drifted or missing");
-  st->alias("list");
-  st->add_option("--overlay", *overlay_s, "Overlay directory")->required();
-  st->add_flag("--check-clean", *clean_s, "Exit 1 unless every tracked file is at its original bytes");
-  st->callback([&run, &disk, overlay_s, clean_s] {
-    run = [&disk, overlay_s, clean_s] { return guarded("status", [&] { return run_status(disk, *overlay_s, *clean_s); }); };
-  });
+  if (want("status", "list")) {
+    auto overlay_s = std::make_shared<std::string>();
+    auto clean_s = std::make_shared<bool>(false);
+    auto* st = app.add_subcommand("status", "Show every entry and whether each tracked file is original, patched, rebuilt, drifted or missing");
+    st->alias("list");
+    st->add_option("--overlay", *overlay_s, "Overlay directory")->required();
+    st->add_flag("--check-clean", *clean_s, "Exit 1 unless every tracked file is at its original bytes");
+    st->callback([&run, &disk, overlay_s, clean_s] {
+      run = [&disk, overlay_s, clean_s] { return guarded("status", [&] { return run_status(disk, *overlay_s, *clean_s); }); };
+    });
+  }
 
-  auto root = std::make_shared<std::string>();
-  auto dry_g = std::make_shared<bool>(false);
-  auto min_age = std::make_shared<std::string>();
-  auto* gc = app.add_subcommand("gc-stale", "Revert every overlay under ROOT whose native changes are still applied");
-  gc->add_option("--root", *root, "Directory to search")->required();
-  gc->add_flag("--dry-run", *dry_g, "List what would be reverted; change nothing");
-  gc->add_option("--min-age", *min_age, "Skip overlays changed more recently than DURATION (90, 15m, 2h, 1d)");
-  gc->callback([&run, &disk, root, dry_g, min_age, &g] {
-    run = [&disk, root, dry_g, min_age, &g] { return guarded("gc-stale", [&] { return run_gc(disk, *root, *dry_g, *min_age, g); }); };
-  });
+  if (want("gc-stale")) {
+    auto root = std::make_shared<std::string>();
+    auto dry_g = std::make_shared<bool>(false);
+    auto min_age = std::make_shared<std::string>();
+    auto* gc = app.add_subcommand("gc-stale", "Revert every overlay under ROOT whose native changes are still applied");
+    gc->add_option("--root", *root, "Directory to search")->required();
+    gc->add_flag("--dry-run", *dry_g, "List what would be reverted; change nothing");
+    gc->add_option("--min-age", *min_age, "Skip overlays changed more recently than DURATION (90, 15m, 2h, 1d)");
+    gc->callback([&run, &disk, root, dry_g, min_age, &g] {
+      run = [&disk, root, dry_g, min_age, &g] { return guarded("gc-stale", [&] { return run_gc(disk, *root, *dry_g, *min_age, g); }); };
+    });
+  }
 }
 
 }  // namespace overlay::cli

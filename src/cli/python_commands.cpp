@@ -107,66 +107,74 @@ int run_check(const CheckFlags& f) {
 
 }  // namespace
 
-void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& run) {
-  auto m = std::make_shared<ModuleFlags>();
-  auto* mod = app.add_subcommand("add-module", "Inject a patched Python module through the overlay");
-  mod->alias("copy-subtree");
-  add_shared(mod, *m);
-  mod->add_option("--module", m->module, "Dotted module name (a.b.c)");
-  mod->add_option("--package", m->package, "Legacy: package name (with --subpath)");
-  mod->add_option("--subpath", m->subpath, "Legacy: file inside the package, e.g. ops/attn.py");
-  mod->add_option("--patched-file", m->patched, "The patched module source");
-  mod->add_option("--patch", m->patch, "Unified diff applied to a copy of the installed module");
-  mod->add_option("--src-file", m->src, "With --patch: the source to patch (default: ask the interpreter)");
-  mod->add_option("--python", m->python, "Interpreter that locates installed modules (env OVERLAY_PYTHON)");
-  mod->callback([&run, m, &g] { run = [m, &g] { return guarded("add-module", [&] { return run_add_module(*m, g); }); }; });
+void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want) {
+  if (want("add-module", "copy-subtree")) {
+    auto m = std::make_shared<ModuleFlags>();
+    auto* mod = app.add_subcommand("add-module", "Inject a patched Python module through the overlay");
+    mod->alias("copy-subtree");
+    add_shared(mod, *m);
+    mod->add_option("--module", m->module, "Dotted module name (a.b.c)");
+    mod->add_option("--package", m->package, "Legacy: package name (with --subpath)");
+    mod->add_option("--subpath", m->subpath, "Legacy: file inside the package, e.g. ops/attn.py");
+    mod->add_option("--patched-file", m->patched, "The patched module source");
+    mod->add_option("--patch", m->patch, "Unified diff applied to a copy of the installed module");
+    mod->add_option("--src-file", m->src, "With --patch: the source to patch (default: ask the interpreter)");
+    mod->add_option("--python", m->python, "Interpreter that locates installed modules (env OVERLAY_PYTHON)");
+    mod->callback([&run, m, &g] { run = [m, &g] { return guarded("add-module", [&] { return run_add_module(*m, g); }); }; });
+  }
 
-  auto r = std::make_shared<RebindFlags>();
-  auto* reb = app.add_subcommand("add-rebind", "Rebind one function (module:attr) to an implementation");
-  reb->alias("monkeypatch");
-  add_shared(reb, *r);
-  reb->add_option("--target", r->target, "module:attr to replace")->required();
-  reb->add_option("--impl-module", r->impl_module, "Module holding the implementation")->required();
-  reb->add_option("--impl-attr", r->impl_attr, "Attribute of --impl-module to bind")->required();
-  reb->add_option("--impl-file", r->impl_file, "File copied into the overlay to provide --impl-module");
-  reb->add_flag("--count-calls", r->count_calls, "Count calls per process (status shows them)");
-  reb->callback([&run, r, &g] {
-    run = [r, &g] {
-      return guarded("add-rebind", [&] {
-        AddRebindRequest q{r->common(g), r->target, r->impl_module, r->impl_attr, std::nullopt};
-        if (!r->impl_file.empty()) q.impl_file = fs::path(r->impl_file);
-        q.count_calls = r->count_calls;
-        print_added(add_rebind(cli_disk(), q));
-        return int{kOk};
-      });
-    };
-  });
+  if (want("add-rebind", "monkeypatch")) {
+    auto r = std::make_shared<RebindFlags>();
+    auto* reb = app.add_subcommand("add-rebind", "Rebind one function (module:attr) to an implementation");
+    reb->alias("monkeypatch");
+    add_shared(reb, *r);
+    reb->add_option("--target", r->target, "module:attr to replace")->required();
+    reb->add_option("--impl-module", r->impl_module, "Module holding the implementation")->required();
+    reb->add_option("--impl-attr", r->impl_attr, "Attribute of --impl-module to bind")->required();
+    reb->add_option("--impl-file", r->impl_file, "File copied into the overlay to provide --impl-module");
+    reb->add_flag("--count-calls", r->count_calls, "Count calls per process (status shows them)");
+    reb->callback([&run, r, &g] {
+      run = [r, &g] {
+        return guarded("add-rebind", [&] {
+          AddRebindRequest q{r->common(g), r->target, r->impl_module, r->impl_attr, std::nullopt};
+          if (!r->impl_file.empty()) q.impl_file = fs::path(r->impl_file);
+          q.count_calls = r->count_calls;
+          print_added(add_rebind(cli_disk(), q));
+          return int{kOk};
+        });
+      };
+    });
+  }
 
-  auto c = std::make_shared<CaptureFlags>();
-  auto* cap = app.add_subcommand("add-capture", "Record argument/return shapes of the first calls of a function");
-  add_shared(cap, *c);
-  cap->add_option("--target", c->target, "module:attr to capture")->required();
-  cap->add_option("--out", c->out, "Directory receiving meta.json (and tensors when torch is present)")->required();
-  cap->add_option("--max", c->max, "Calls to record (default 5)");
-  cap->add_option("--capture-file", c->capture_file, "Capture hook module (default: the one installed under share/overlay)");
-  cap->callback([&run, c, &g] {
-    run = [c, &g] {
-      return guarded("add-capture", [&] {
-        AddCaptureRequest q{c->common(g), c->target, c->out, c->max, {}};
-        q.capture_file = c->capture_file.empty() ? default_capture_file() : fs::path(c->capture_file);
-        print_added(add_capture(cli_disk(), q));
-        result()["capture_file"] = q.capture_file.string();
-        return int{kOk};
-      });
-    };
-  });
+  if (want("add-capture")) {
+    auto c = std::make_shared<CaptureFlags>();
+    auto* cap = app.add_subcommand("add-capture", "Record argument/return shapes of the first calls of a function");
+    add_shared(cap, *c);
+    cap->add_option("--target", c->target, "module:attr to capture")->required();
+    cap->add_option("--out", c->out, "Directory receiving meta.json (and tensors when torch is present)")->required();
+    cap->add_option("--max", c->max, "Calls to record (default 5)");
+    cap->add_option("--capture-file", c->capture_file, "Capture hook module (default: the one installed under share/overlay)");
+    cap->callback([&run, c, &g] {
+      run = [c, &g] {
+        return guarded("add-capture", [&] {
+          AddCaptureRequest q{c->common(g), c->target, c->out, c->max, {}};
+          q.capture_file = c->capture_file.empty() ? default_capture_file() : fs::path(c->capture_file);
+          print_added(add_capture(cli_disk(), q));
+          result()["capture_file"] = q.capture_file.string();
+          return int{kOk};
+        });
+      };
+    });
+  }
 
-  auto k = std::make_shared<CheckFlags>();
-  auto* chk = app.add_subcommand("check", "Show where a module resolves from under the current PYTHONPATH");
-  chk->add_option("--module", k->module, "Dotted module name")->required();
-  chk->add_flag("--path-only", k->path_only, "Print only the path");
-  chk->add_option("--python", k->python, "Interpreter to ask (env OVERLAY_PYTHON)");
-  chk->callback([&run, k] { run = [k] { return guarded("check", [&] { return run_check(*k); }); }; });
+  if (want("check")) {
+    auto k = std::make_shared<CheckFlags>();
+    auto* chk = app.add_subcommand("check", "Show where a module resolves from under the current PYTHONPATH");
+    chk->add_option("--module", k->module, "Dotted module name")->required();
+    chk->add_flag("--path-only", k->path_only, "Print only the path");
+    chk->add_option("--python", k->python, "Interpreter to ask (env OVERLAY_PYTHON)");
+    chk->callback([&run, k] { run = [k] { return guarded("check", [&] { return run_check(*k); }); }; });
+  }
 }
 
 }  // namespace overlay::cli

@@ -91,7 +91,7 @@ class Sim {
     if (!inside(op.path) && !(two && inside(op.path2))) return;
     if (two && inside(op.path) != inside(op.path2)) throw std::runtime_error("crash model: a rename across the root: " + op.path);
     if (o == "create") return create(i, op);
-    if (o == "write" || o == "clone") return write(op);
+    if (o == "write" || o == "clone" || o == "copy") return write(op);
     if (o == "fsync") return op.path2 == "dir" ? sync_dir(op.path) : sync_file(op.path);
     if (o == "syncfs") return sync_all();
     if (o == "close") return (void)handles_.erase(op.path);

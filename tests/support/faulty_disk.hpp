@@ -46,6 +46,10 @@ class FaultyDisk : public Disk {
       d_.tick("clone", p_);
       return w_->clone_from(src);
     }
+    bool copy_from(const fs::path& src) override {
+      d_.tick("copy", p_);
+      return w_->copy_from(src);
+    }
     void close() override { w_->close(); }
 
    private:

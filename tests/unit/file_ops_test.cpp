@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "faulty_disk.hpp"
@@ -45,47 +46,79 @@ TEST(CopyFileHashing, ClonesWhereTheFilesystemSharesBlocks) {
 }
 
 namespace {
-// "Clones" by copying, then changes the source at once: what a build rewriting the file in the
-// instant between the clone and the hash would do.
-class CloneThenChangeSourceDisk : public RecordingDisk {
+// "Clones" (or kernel-copies) by copying, then changes the source at once: what a build
+// rewriting the file in the instant between the copy and the hash would do.
+enum class Fill { clone, kernel_copy };
+class FillThenChangeSourceDisk : public RecordingDisk {
  public:
-  CloneThenChangeSourceDisk() : RecordingDisk(real_disk(), RecordData::sizes) {}
+  explicit FillThenChangeSourceDisk(Fill how) : RecordingDisk(real_disk(), RecordData::sizes), how_(how) {}
   std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t mode, CreateMode how) override {
-    return std::make_unique<Writer>(RecordingDisk::create(p, mode, how));
+    return std::make_unique<Writer>(RecordingDisk::create(p, mode, how), how_);
   }
 
  private:
   class Writer : public WriteHandle {
    public:
-    explicit Writer(std::unique_ptr<WriteHandle> w) : w_(std::move(w)) {}
+    Writer(std::unique_ptr<WriteHandle> w, Fill how) : w_(std::move(w)), how_(how) {}
     void write(const char* b, std::size_t n) override { w_->write(b, n); }
     void sync() override { w_->sync(); }
     void close() override { w_->close(); }
-    bool clone_from(const fs::path& src) override {
+    bool clone_from(const fs::path& src) override { return how_ == Fill::clone && fill(src); }
+    bool copy_from(const fs::path& src) override { return how_ == Fill::kernel_copy && fill(src); }
+
+   private:
+    bool fill(const fs::path& src) {
       std::string bytes = read_file(src);
       w_->write(bytes.data(), bytes.size());
       write_file(src.string() + ".new", std::string(bytes.size(), 'Z'));
       fs::rename(src.string() + ".new", src);
       return true;
     }
-
-   private:
     std::unique_ptr<WriteHandle> w_;
+    Fill how_;
   };
+  Fill how_;
 };
 }  // namespace
 
-// The hash recorded for a clone is the hash of the clone's bytes, even when the source changed
-// after the clone (the source is hashed only when it provably did not).
-TEST(CopyFileHashing, ASourceChangedWhileClonedIsHashedFromTheClone) {
+// The hash recorded is the hash of the bytes the copy holds, even when the source changed after a
+// clone or a kernel copy (the source is hashed then, and trusted only when it provably did not).
+TEST(CopyFileHashing, ASourceChangedWhileCopiedIsHashedFromTheCopy) {
+  for (Fill how : {Fill::clone, Fill::kernel_copy}) {
+    TempDir t;
+    std::string data(2 * (1 << 20) + 3, 'o');
+    write_file(t / "src", data);
+    FillThenChangeSourceDisk disk(how);
+    std::string sha = copy_file_hashing(disk, t / "src", t / "dst", 0644, Durable::yes);
+    EXPECT_EQ(read_file(t / "dst"), data);
+    EXPECT_EQ(sha, sha256_hex(data));
+    EXPECT_NE(read_file(t / "src"), data);  // the source did change
+  }
+}
+
+// Where the kernel cannot copy either (a Disk whose writers refuse both), every byte is streamed.
+TEST(CopyFileHashing, FallsBackToStreamingWhenTheKernelCannotCopy) {
   TempDir t;
-  std::string data(2 * (1 << 20) + 3, 'o');
+  std::string data(3 * (1 << 20) + 1, 's');
   write_file(t / "src", data);
-  CloneThenChangeSourceDisk disk;
-  std::string sha = copy_file_hashing(disk, t / "src", t / "dst", 0644, Durable::yes);
+  struct Refusing : RecordingDisk {
+    Refusing() : RecordingDisk(real_disk(), RecordData::sizes) {}
+    std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t m, CreateMode how) override {
+      struct W : WriteHandle {
+        std::unique_ptr<WriteHandle> w;
+        void write(const char* b, std::size_t n) override { w->write(b, n); }
+        void sync() override { w->sync(); }
+        void close() override { w->close(); }
+      };
+      auto w = std::make_unique<W>();
+      w->w = RecordingDisk::create(p, m, how);
+      return w;
+    }
+  } refusing;
+  EXPECT_EQ(copy_file_hashing(refusing, t / "src", t / "dst", 0600, Durable::yes), sha256_hex(data));
   EXPECT_EQ(read_file(t / "dst"), data);
-  EXPECT_EQ(sha, sha256_hex(data));
-  EXPECT_NE(read_file(t / "src"), data);  // the source did change
+  auto ops = refusing.ops();
+  EXPECT_GT(std::count_if(ops.begin(), ops.end(), [](const DiskOp& o) { return o.op == "write"; }), 1);
 }
 
 TEST(CopyFileHashing, RefusesExistingDestination) {
