@@ -70,6 +70,7 @@ def wait_for_trash(trash):
 def mount_image(fstype, work_parent, gib):
     """A fresh sparse image of `fstype`, loop-mounted; unmounted and deleted at exit."""
     import tempfile
+    os.makedirs(work_parent, exist_ok=True)
     base = tempfile.mkdtemp(prefix="overlay-bench-%s-" % fstype, dir=work_parent)
     img, mnt = os.path.join(base, "fs.img"), os.path.join(base, "mnt")
     os.makedirs(mnt)
