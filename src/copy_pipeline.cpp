@@ -199,29 +199,25 @@ bool kernel_copy_while_hashing(ReadHandle& in, WriteHandle& out, const fs::path&
   return copied;
 }
 
-std::string finish(WriteHandle& out, Durable durable, const std::string& sha) {
+Copied finish(WriteHandle& out, Durable durable, std::string sha, CopyWay way) {
   if (durable == Durable::yes) out.sync();
   out.close();
-  return sha;
+  return {std::move(sha), way};
 }
 
 }  // namespace
 
-std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode,
-                              Durable durable) {
+Copied copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode, Durable durable) {
   auto in = disk.open_read(src);
   auto out = disk.create(dest, mode, CreateMode::exclusive);
   FileInfo before = disk.info(src, Follow::yes);
   std::uint64_t size = before.size;
-  if (size <= kChunk) {
-    std::string sha = copy_small_hashing(*in, *out, size);
-    if (durable == Durable::yes) out->sync();
-    out->close();
-    return sha;
-  }
+  if (size <= kChunk) return finish(*out, durable, copy_small_hashing(*in, *out, size), CopyWay::streamed);
   std::string sha;
+  CopyWay way = CopyWay::kernel;
   if (out->clone_from(src)) {
     // Copy-on-write: the blocks are shared at once; what is left is one read to hash them.
+    way = CopyWay::cloned;
     sha = hash_stream(*in, size, "hash " + src.filename().string());
   } else if (!kernel_copy_while_hashing(*in, *out, src, size, sha)) {
     // Neither: every byte through here, read once, hashed and written on their own threads.
@@ -229,12 +225,12 @@ std::string copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& d
     in = disk.open_read(src);
     ProgressMeter meter(size >= kProgressMinBytes ? "copy " + src.filename().string() : std::string(), size);
     stream_hashing(*in, h, out.get(), durable == Durable::yes, meter);
-    return finish(*out, durable, h.finish_hex());
+    return finish(*out, durable, h.finish_hex(), CopyWay::streamed);
   }
   // The source was hashed, not the copy: trusted only if it did not change meanwhile (its pages
   // were likely cached, the copy's not); otherwise the copy's own bytes are hashed.
   if (!same_version(before, disk.info(src, Follow::yes))) sha = hash_file(disk, dest);
-  return finish(*out, durable, sha);
+  return finish(*out, durable, std::move(sha), way);
 }
 
 std::string hash_file(Disk& disk, const fs::path& p) {

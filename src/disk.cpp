@@ -5,10 +5,12 @@
 #include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 
 #include "overlay/error.hpp"
@@ -124,6 +126,7 @@ class PosixDisk : public Disk {
     fi.gid = st.st_gid;
     fi.dev = st.st_dev;
     fi.ino = st.st_ino;
+    fi.nlink = static_cast<std::uint64_t>(st.st_nlink);
     fi.mtime = st.st_mtim;
     fi.ctime = st.st_ctim;
     return fi;
@@ -151,6 +154,12 @@ class PosixDisk : public Disk {
 
   void rename(const fs::path& from, const fs::path& to) override {
     if (::rename(from.c_str(), to.c_str()) != 0) fail("rename", from.string() + " -> " + to.string());
+  }
+
+  bool exchange(const fs::path& a, const fs::path& b) override {
+    if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+    if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS) return false;
+    fail("exchange", a.string() + " <-> " + b.string());
   }
 
   void sync_dir(const fs::path& dir) override {
@@ -237,6 +246,13 @@ class PosixDisk : public Disk {
 
   void set_owner(const fs::path& p, uid_t uid, gid_t gid) override {
     if (::lchown(p.c_str(), uid, gid) != 0 && errno != EPERM) fail("chown", p);
+  }
+
+  bool has_xattrs(const fs::path& p) override {
+    ssize_t n = ::llistxattr(p.c_str(), nullptr, 0);
+    if (n >= 0) return n > 0;
+    if (errno == ENOTSUP || errno == ENOSYS) return false;
+    fail("list extended attributes", p);
   }
 
   fs::path real_path(const fs::path& p) override {

@@ -15,7 +15,7 @@ std::string replace_file_atomically(Disk& disk, const fs::path& src, const fs::p
   FileInfo old = disk.info(dest, Follow::no);
   std::string sha;
   try {
-    sha = copy_file_hashing(disk, src, tmp, mode, Durable::yes);
+    sha = copy_file_hashing(disk, src, tmp, mode, Durable::yes).sha256;
     if (old.exists()) disk.set_owner(tmp, old.uid, old.gid);
     disk.rename(tmp, dest);
   } catch (...) {

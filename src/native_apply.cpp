@@ -25,8 +25,15 @@ double now_seconds() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
+// An artifact whose backup is a clone of it: traded for the clone once the entry is recorded.
+struct ClonedArtifact {
+  fs::path path;
+  SavedFile saved;
+};
+
 // Durable backups of everything the entry will touch; the entry describing them is returned.
-NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, const std::string& id) {
+NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, const std::string& id,
+                    std::vector<ClonedArtifact>& cloned) {
   NativeEntry e;
   e.id = id;
   for (const auto& swap : plan.swaps) {
@@ -57,6 +64,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
       a.sha256 = s.sha256;
       a.mode = s.mode;
       a.stamp = s.stamp;
+      if (s.cloned) cloned.push_back({plan.artifacts[k], s});
       if (!e.verify_artifact) {
         e.verify_artifact = a.path;
         e.verify_pre_sha256 = a.sha256;
@@ -142,8 +150,9 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   Manifest m = load_manifest(disk, plan.overlay).value_or(Manifest{});
   BackupStore store(disk, plan.overlay);
   std::string id = store.new_entry();
+  std::vector<ClonedArtifact> cloned;
   try {
-    m.natives.push_back(back_up(disk, store, plan, id));
+    m.natives.push_back(back_up(disk, store, plan, id, cloned));
     m.natives.back().patch_id = plan.patch_id;
     if (plan.record_with) plan.record_with(m);
     make_dirs(disk, plan.overlay / kLogDirName);
@@ -156,6 +165,8 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   }
   spdlog::info("recorded entry {} in {}", id, (plan.overlay / kManifestName).string());
   const NativeEntry& e = m.natives.back();
+  for (const auto& c : cloned)
+    if (store.trade_for_clone(c.saved, c.path)) spdlog::info("{} is now its clone; the backup is the original", c.path.string());
   wait_past_artifact_second(disk, plan.artifacts);
   std::size_t src = 0;
   for (const auto& swap : plan.swaps) {

@@ -95,6 +95,12 @@ void RecordingDisk::rename(const fs::path& from, const fs::path& to) {
   record({"rename", from.string(), to.string(), 0, 0, {}, 0});
 }
 
+bool RecordingDisk::exchange(const fs::path& a, const fs::path& b) {
+  if (!inner_.exchange(a, b)) return false;
+  record({"exchange", a.string(), b.string(), 0, 0, {}, 0});
+  return true;
+}
+
 void RecordingDisk::sync_dir(const fs::path& dir) {
   inner_.sync_dir(dir);
   record({"fsync", dir.string(), "dir", 0, 0, {}, 0});

@@ -45,7 +45,9 @@ SavedFile BackupStore::save_file(const std::string& id, const std::string& label
   s.backup = rel;
   s.mode = fi.mode;
   s.stamp = stamp_of(fi);
-  s.sha256 = copy_file_hashing(disk_, file, overlay_ / rel, fi.mode, Durable::yes);
+  Copied c = copy_file_hashing(disk_, file, overlay_ / rel, fi.mode, Durable::yes);
+  s.sha256 = std::move(c.sha256);
+  s.cloned = c.way == CopyWay::cloned;
   return s;
 }
 
@@ -56,6 +58,23 @@ SavedFile BackupStore::save_dir_tar(const std::string& id, const std::string& la
   s.mode = 0600;
   s.sha256 = snapshot_dir_to_tar(disk_, dir, overlay_ / rel);
   return s;
+}
+
+bool BackupStore::trade_for_clone(const SavedFile& saved, const fs::path& path) {
+  if (!saved.cloned) return false;
+  fs::path clone = resolve(saved.backup);
+  FileInfo cur = disk_.info(path, Follow::no);
+  if (cur.type != FileType::regular || stamp_of(cur) != saved.stamp || cur.nlink != 1 || disk_.has_xattrs(path))
+    return false;
+  disk_.set_owner(clone, cur.uid, cur.gid);
+  disk_.set_mtime(clone, cur.mtime);  // what incremental builds compare: unchanged for them
+  FileInfo ci = disk_.info(clone, Follow::no);
+  if (ci.uid != cur.uid || ci.gid != cur.gid || ci.mode != cur.mode || ci.size != cur.size) return false;
+  if (!disk_.exchange(clone, path)) return false;
+  // Either state is one revert restores: both names hold the original bytes throughout.
+  disk_.sync_dir(path.parent_path());
+  disk_.sync_dir(clone.parent_path());
+  return true;
 }
 
 PythonToolGuard BackupStore::make_python_guard(const std::string& id) {
@@ -132,7 +151,7 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
   }
   fs::path tmp = sibling_temp_path(path, "overlay-restore");
   // One read proves the backup and produces the restored bytes: the copy is hashed as written.
-  std::string got = copy_file_hashing(disk_, backup, tmp, mode.value_or(bi.mode), Durable::yes);
+  std::string got = copy_file_hashing(disk_, backup, tmp, mode.value_or(bi.mode), Durable::yes).sha256;
   if (got != sha256) {
     disk_.remove(tmp);
     throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");

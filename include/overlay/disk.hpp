@@ -26,6 +26,7 @@ struct FileInfo {
   gid_t gid = 0;
   dev_t dev = 0;
   ino_t ino = 0;
+  std::uint64_t nlink = 1;  // names the inode has
   timespec mtime{};
   timespec ctime{};
   bool exists() const { return type != FileType::none; }
@@ -85,6 +86,10 @@ class Disk {
   // Creates a regular file with exactly `mode` (umask ignored); never follows a final symlink.
   virtual std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t mode, CreateMode how) = 0;
   virtual void rename(const fs::path& from, const fs::path& to) = 0;
+  // Atomically swaps what the two names refer to (renameat2 RENAME_EXCHANGE): after a crash,
+  // either both names are swapped or neither. Returns false, with nothing changed, where the
+  // filesystem cannot (EINVAL, EOPNOTSUPP, ENOSYS); other failures throw.
+  virtual bool exchange(const fs::path& a, const fs::path& b) = 0;
   // fsync of a directory, making renames and creations inside it durable.
   virtual void sync_dir(const fs::path& dir) = 0;
   // syncfs: everything written so far on the filesystem holding p is durable. One call instead
@@ -106,6 +111,9 @@ class Disk {
   // Best effort chown (lchown); fails only when permitted and it still fails.
   virtual void set_owner(const fs::path& p, uid_t uid, gid_t gid) = 0;
   virtual fs::path real_path(const fs::path& p) = 0;
+  // Whether the file carries extended attributes (SELinux label, ACL, capabilities...), which a
+  // copy or clone of its bytes would not; false where the filesystem has none.
+  virtual bool has_xattrs(const fs::path& p) = 0;
 };
 
 // The process-wide disk backed by POSIX system calls.

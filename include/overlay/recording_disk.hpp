@@ -14,11 +14,11 @@ namespace overlay {
 
 struct DiskOp {
   // create, write, clone or copy (a file given src's blocks, or src's bytes by the kernel: path2
-  // the source, size its length, data its bytes), fsync (a file or a directory), syncfs, close, rename, mkdir, remove, symlink, link,
+  // the source, size its length, data its bytes), fsync (a file or a directory), syncfs, close, rename, exchange, mkdir, remove, symlink, link,
   // chmod, utime, chown
   std::string op;
   std::string path;
-  std::string path2;        // rename: the destination; symlink: the target; link: the existing file
+  std::string path2;        // rename, exchange: the other name; symlink: the target; link: the existing file
   std::uint64_t offset = 0; // write: where in the file; utime: seconds
   std::uint64_t size = 0;   // write: how many bytes; utime: nanoseconds
   std::string data;         // write: the bytes, when recorded (RecordData::bytes)
@@ -42,6 +42,7 @@ class RecordingDisk : public Disk {
   std::unique_ptr<ReadHandle> open_read(const fs::path& p) override { return inner_.open_read(p); }
   std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t mode, CreateMode how) override;
   void rename(const fs::path& from, const fs::path& to) override;
+  bool exchange(const fs::path& a, const fs::path& b) override;
   void sync_dir(const fs::path& dir) override;
   void sync_filesystem(const fs::path& p) override;
   bool make_dir(const fs::path& p, mode_t mode) override;
@@ -54,6 +55,7 @@ class RecordingDisk : public Disk {
   void set_mtime(const fs::path& p, timespec mtime) override;
   void set_owner(const fs::path& p, uid_t uid, gid_t gid) override;
   fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
+  bool has_xattrs(const fs::path& p) override { return inner_.has_xattrs(p); }
 
   void record(DiskOp op);  // for the write handles
 

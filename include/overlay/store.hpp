@@ -17,6 +17,7 @@ struct SavedFile {
   std::string sha256;  // of the original bytes (the copy was hashed as it was written)
   mode_t mode = 0;
   FileStamp stamp;     // the original's size, inode and mtime
+  bool cloned = false; // the backup shares the original's blocks (copy-on-write)
 };
 
 class BackupStore {
@@ -29,6 +30,14 @@ class BackupStore {
   SavedFile save_file(const std::string& id, const std::string& label, const fs::path& file);
   // Durable tar snapshot of `dir` into the entry, named "<label>.tar"; returns {path, sha256}.
   SavedFile save_dir_tar(const std::string& id, const std::string& label, const fs::path& dir);
+  // For a backup that is a clone of `path` (saved.cloned), once the record names it: the clone and
+  // the original change places in one atomic exchange, so the install holds the clone (same bytes,
+  // mode, owner, times) and the backup is the original inode itself. Its pages are then the ones
+  // just read to hash it, so revert's proving read is a cached one, and revert puts back the very
+  // inode. Only where nothing but the inode would differ: the file unchanged since it was saved,
+  // one name, no extended attributes (a clone has none) and an owner this process can give the
+  // clone. Returns false, nothing changed, otherwise or where the filesystem cannot exchange.
+  bool trade_for_clone(const SavedFile& saved, const fs::path& path);
   // Creates the entry's guard against overlay_setup.py's revert (see PythonToolGuard).
   PythonToolGuard make_python_guard(const std::string& id);
   // fsync the entry directory and its parents, so every backup name in it is durable.

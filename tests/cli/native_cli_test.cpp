@@ -1,6 +1,7 @@
 // The native subcommands through the real binary.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -60,6 +61,7 @@ TEST_F(Cli, ArtifactBackupIsACloneWhereTheFilesystemCanBe) {
   write_file(in.artifact, big, 0755);
   before = tree_digest(in.root);
   bool cow = can_clone_in(t.path());
+  ino_t original = inode_of(in.artifact);
   Cmd a = add({"--artifact", in.artifact.string(), "--build-cwd", in.root.string(), "--build-cmd",
                "sh -c 'printf rebuilt | dd of=lib/libk.so bs=1 seek=4096 conv=notrunc status=none'"});
   ASSERT_EQ(a.rc, 0) << a.err;
@@ -67,10 +69,49 @@ TEST_F(Cli, ArtifactBackupIsACloneWhereTheFilesystemCanBe) {
   EXPECT_EQ(shares_blocks(backup), cow) << "copy-on-write here: " << cow;
   EXPECT_EQ(read_file(backup), big);  // the in-place rewrite did not reach the backup
   EXPECT_NE(read_file(in.artifact), big);
+  // With a clone, the two traded places: the backup is the original inode, the build wrote into
+  // the clone.
+  EXPECT_EQ(inode_of(backup) == original, cow);
   EXPECT_EQ(run_overlay({"verify-native", "--overlay", ov}).out, "FRESH_BUILD_OK (checked 1)\n");
   Cmd r = revert();
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(tree_digest(in.root), before);
+  if (cow) {
+    EXPECT_EQ(inode_of(in.artifact), original);  // the very inode is back
+  }
+}
+
+// What the trade leaves in the install, before any build: the same bytes, mode, owner and
+// modification time (to the nanosecond: what incremental builds compare), another inode. A file
+// with extended attributes (which a clone would lose: SELinux labels, ACLs) is never traded.
+TEST_F(Cli, ATradedArtifactLooksUnchangedAndOneWithExtendedAttributesIsNotTraded) {
+  if (!can_clone_in(t.path())) GTEST_SKIP() << "no copy-on-write clones in " << t.path();
+  std::string big(3 * (1 << 20) + 7, 'z');
+  write_file(in.artifact, big, 0751);
+  fs::path tagged = in.root / "lib/tagged.so";
+  write_file(tagged, big, 0755);
+  ASSERT_EQ(::setxattr(tagged.c_str(), "user.overlay-test", "1", 1, 0), 0) << "user xattrs refused here";
+  before = tree_digest(in.root);
+  struct stat a0 {}, t0 {};
+  ASSERT_EQ(::stat(in.artifact.c_str(), &a0), 0);
+  ASSERT_EQ(::stat(tagged.c_str(), &t0), 0);
+  ASSERT_EQ(add({"--artifact", in.artifact.string(), "--artifact", tagged.string()}).rc, 0);
+  struct stat a1 {}, t1 {};
+  ASSERT_EQ(::stat(in.artifact.c_str(), &a1), 0);
+  ASSERT_EQ(::stat(tagged.c_str(), &t1), 0);
+  EXPECT_NE(a1.st_ino, a0.st_ino);
+  EXPECT_EQ(read_file(in.artifact), big);
+  EXPECT_EQ(a1.st_mode, a0.st_mode);
+  EXPECT_EQ(a1.st_uid, a0.st_uid);
+  EXPECT_EQ(a1.st_mtim.tv_sec, a0.st_mtim.tv_sec);
+  EXPECT_EQ(a1.st_mtim.tv_nsec, a0.st_mtim.tv_nsec);
+  EXPECT_EQ(t1.st_ino, t0.st_ino);  // not traded: its attribute stays where it is
+  Cmd r = revert();
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(tree_digest(in.root), before);
+  EXPECT_EQ(inode_of(in.artifact), a0.st_ino);
+  char v = 0;
+  EXPECT_EQ(::getxattr(tagged.c_str(), "user.overlay-test", &v, 1), 1);
 }
 
 TEST_F(Cli, VerifyReportsEachFailureKind) {

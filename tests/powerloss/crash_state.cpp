@@ -86,7 +86,7 @@ class Sim {
 
   void apply(std::size_t i, const TraceOp& op) {
     const std::string& o = op.op;
-    bool two = o == "rename" || o == "link";
+    bool two = o == "rename" || o == "exchange" || o == "link";
     // Scratch space elsewhere (a diff tried on private copies in $TMPDIR) is not the tree's.
     if (!inside(op.path) && !(two && inside(op.path2))) return;
     if (two && inside(op.path) != inside(op.path2)) throw std::runtime_error("crash model: a rename across the root: " + op.path);
@@ -96,6 +96,7 @@ class Sim {
     if (o == "syncfs") return sync_all();
     if (o == "close") return (void)handles_.erase(op.path);
     if (o == "rename") return rename(i, op.path, op.path2);
+    if (o == "exchange") return exchange(i, op.path, op.path2);
     if (o == "mkdir") return add_name(i, op.path, add_inode('d', op.mode, "", op.path));
     if (o == "symlink") return add_name(i, op.path, add_inode('l', 0777, op.path2, op.path));
     if (o == "link") return add_name(i, op.path, must_resolve(op.path2));
@@ -209,6 +210,17 @@ class Sim {
     inodes[ino].name = to;
     inodes[ino].renamed = true;
     units.push_back({i, {{ds, ns, ino, false}, {dd, nd, ino, true}}, dd, true, ino});
+  }
+
+  // Both names change at once or neither (one unit), durable with the second name's directory.
+  void exchange(std::size_t i, const std::string& a, const std::string& b) {
+    auto [da, na] = parent(a);
+    auto [db, nb] = parent(b);
+    int ia = entries[da].at(na), ib = entries[db].at(nb);
+    entries[da][na] = ib;
+    entries[db][nb] = ia;
+    std::swap(inodes[ia].name, inodes[ib].name);
+    units.push_back({i, {{da, na, ib, true}, {db, nb, ia, true}}, db, false, ia});
   }
 
   void add_name(std::size_t i, const std::string& p, int ino) {

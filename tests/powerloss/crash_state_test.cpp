@@ -126,3 +126,17 @@ TEST(CrashModel, ReplayOfARealTraceEqualsTheRealTree) {
   EXPECT_EQ(tree_diff(read_tree(t / "w"), tr.final_tree()), "");
   EXPECT_GT(tr.at(tr.size() - 1, Model::ordered).combinations(), 1u);  // the chmod and the unlink are unsynced
 }
+
+// An exchange (renameat2 RENAME_EXCHANGE) is one unit: both names swapped, or neither — never
+// one name holding both inodes or one name lost.
+TEST(CrashModel, ExchangeSwapsBothNamesOrNeither) {
+  Tree initial = empty_root();
+  initial["a"] = Node{'d', 0755, ""};
+  initial["a/x"] = Node{'f', 0644, "one"};
+  initial["b"] = Node{'f', 0644, "two"};
+  std::vector<TraceOp> ops = {op("exchange", "/a/x", "/b"), op("fsync", "", "dir")};
+  Trace tr(kRoot, initial, ops);
+  EXPECT_EQ(states(tr, 1, Model::writeback), (std::set<std::string>{"a=<dir>;a/x=one;b=two;", "a=<dir>;a/x=two;b=one;"}));
+  // Durable once the second name's directory is fsynced.
+  EXPECT_EQ(states(tr, 2, Model::ordered), (std::set<std::string>{"a=<dir>;a/x=two;b=one;"}));
+}

@@ -23,6 +23,10 @@ class FaultyDisk : public Disk {
     return std::make_unique<Writer>(*this, inner_.create(p, m, how), p);
   }
   void rename(const fs::path& a, const fs::path& b) override { tick("rename", a); inner_.rename(a, b); }
+  bool exchange(const fs::path& a, const fs::path& b) override {
+    tick("exchange", a);
+    return inner_.exchange(a, b);
+  }
   void sync_dir(const fs::path& d) override { tick("fsync", d); inner_.sync_dir(d); }
   void sync_filesystem(const fs::path& p) override { tick("syncfs", p); inner_.sync_filesystem(p); }
   bool make_dir(const fs::path& p, mode_t m) override { tick("mkdir", p); return inner_.make_dir(p, m); }
@@ -35,6 +39,7 @@ class FaultyDisk : public Disk {
   void set_mtime(const fs::path& p, timespec t) override { tick("utime", p); inner_.set_mtime(p, t); }
   void set_owner(const fs::path& p, uid_t u, gid_t g) override { tick("chown", p); inner_.set_owner(p, u, g); }
   fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
+  bool has_xattrs(const fs::path& p) override { return inner_.has_xattrs(p); }
 
  private:
   class Writer : public WriteHandle {

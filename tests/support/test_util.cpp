@@ -71,6 +71,12 @@ bool can_clone_in(const fs::path& dir) {
   return ok;
 }
 
+ino_t inode_of(const fs::path& p) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0) throw std::runtime_error("lstat " + p.string());
+  return st.st_ino;
+}
+
 bool shares_blocks(const fs::path& p) {
   int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error("open " + p.string());

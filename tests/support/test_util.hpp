@@ -38,6 +38,8 @@ std::string tree_digest(const fs::path& root);
 bool can_clone_in(const fs::path& dir);
 // Whether any extent of the file is shared with another file (FIEMAP_EXTENT_SHARED).
 bool shares_blocks(const fs::path& p);
+// The inode number of `p` (lstat); throws when missing.
+ino_t inode_of(const fs::path& p);
 
 struct Cmd {
   int rc = -1;

@@ -19,7 +19,7 @@ TEST(CopyFileHashing, CopiesAndHashesWithMode) {
   TempDir t;
   std::string data(3 * (1 << 20) + 17, 'q');
   write_file(t / "src", data);
-  std::string sha = copy_file_hashing(real_disk(), t / "src", t / "dst", 0750, Durable::yes);
+  std::string sha = copy_file_hashing(real_disk(), t / "src", t / "dst", 0750, Durable::yes).sha256;
   EXPECT_EQ(sha, sha256_hex(data));
   EXPECT_EQ(read_file(t / "dst"), data);
   struct stat st {};
@@ -36,8 +36,9 @@ TEST(CopyFileHashing, ClonesWhereTheFilesystemSharesBlocks) {
   write_file(t / "src", data);
   bool cow = can_clone_in(t.path());
   std::printf("copy-on-write in %s: %s\n", t.path().c_str(), cow ? "yes" : "no");
-  std::string sha = copy_file_hashing(real_disk(), t / "src", t / "dst", 0640, Durable::yes);
-  EXPECT_EQ(sha, sha256_hex(data));
+  Copied c = copy_file_hashing(real_disk(), t / "src", t / "dst", 0640, Durable::yes);
+  EXPECT_EQ(c.sha256, sha256_hex(data));
+  EXPECT_EQ(c.way == CopyWay::cloned, cow);
   EXPECT_EQ(read_file(t / "dst"), data);
   EXPECT_EQ(shares_blocks(t / "dst"), cow);
   struct stat st {};
@@ -89,7 +90,7 @@ TEST(CopyFileHashing, ASourceChangedWhileCopiedIsHashedFromTheCopy) {
     std::string data(2 * (1 << 20) + 3, 'o');
     write_file(t / "src", data);
     FillThenChangeSourceDisk disk(how);
-    std::string sha = copy_file_hashing(disk, t / "src", t / "dst", 0644, Durable::yes);
+    std::string sha = copy_file_hashing(disk, t / "src", t / "dst", 0644, Durable::yes).sha256;
     EXPECT_EQ(read_file(t / "dst"), data);
     EXPECT_EQ(sha, sha256_hex(data));
     EXPECT_NE(read_file(t / "src"), data);  // the source did change
@@ -115,7 +116,9 @@ TEST(CopyFileHashing, FallsBackToStreamingWhenTheKernelCannotCopy) {
       return w;
     }
   } refusing;
-  EXPECT_EQ(copy_file_hashing(refusing, t / "src", t / "dst", 0600, Durable::yes), sha256_hex(data));
+  Copied c = copy_file_hashing(refusing, t / "src", t / "dst", 0600, Durable::yes);
+  EXPECT_EQ(c.sha256, sha256_hex(data));
+  EXPECT_EQ(c.way, CopyWay::streamed);
   EXPECT_EQ(read_file(t / "dst"), data);
   auto ops = refusing.ops();
   EXPECT_GT(std::count_if(ops.begin(), ops.end(), [](const DiskOp& o) { return o.op == "write"; }), 1);
