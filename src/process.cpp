@@ -3,13 +3,18 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 
 #include "overlay/error.hpp"
 
@@ -64,31 +69,114 @@ class SignalGuard {
   struct sigaction old_[3] {};
 };
 
-[[noreturn]] void child_exec(const std::vector<std::string>& argv, const RunOptions& opts,
-                             int out_fd, int err_fd, int report_fd) {
+// Everything the child needs, made by the parent beforehand: from clone(CLONE_VM | CLONE_VFORK)
+// to execve the child runs in our memory (we are suspended meanwhile), so it must not allocate or
+// change anything of ours — only system calls on what is prepared here.
+struct ChildSetup {
+  std::vector<std::string> env_strings;
+  std::vector<char*> argv, envp, sh_argv;  // sh_argv: execvp's fallback for a script with no #!
+  std::string path;                        // argv[0] looked up on PATH
+  const char* cwd = nullptr;               // nullptr: ours
+  int out_fd = -1, err_fd = -1, report_fd = -1;
+};
+
+// NAME of a "NAME=value" entry.
+std::string_view env_name(std::string_view kv) { return kv.substr(0, kv.find('=')); }
+
+// Our environment with opts.env_set's entries replacing or adding theirs.
+std::vector<std::string> child_environment(const std::vector<std::string>& env_set) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    bool replaced = std::any_of(env_set.begin(), env_set.end(), [&](const std::string& s) { return env_name(s) == env_name(kv); });
+    if (!replaced) out.emplace_back(kv);
+  }
+  out.insert(out.end(), env_set.begin(), env_set.end());
+  return out;
+}
+
+// What execvp would run: `name` itself when it has a '/', else the first executable regular file
+// of that name on PATH (the child's PATH); the name unchanged when none is, so execve reports why.
+std::string find_program(const std::string& name, const std::vector<std::string>& env) {
+  if (name.find('/') != std::string::npos) return name;
+  std::string path = "/bin:/usr/bin";
+  for (const auto& kv : env)
+    if (env_name(kv) == "PATH") path = kv.substr(5);
+  std::size_t from = 0;
+  while (from <= path.size()) {
+    std::size_t to = std::min(path.find(':', from), path.size());
+    std::string dir = path.substr(from, to - from);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    struct stat st {};
+    if (::access(candidate.c_str(), X_OK) == 0 && ::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return candidate;
+    from = to + 1;
+  }
+  return name;
+}
+
+ChildSetup prepare_child(const std::vector<std::string>& argv, const RunOptions& opts) {
+  ChildSetup c;
+  c.env_strings = child_environment(opts.env_set);
+  c.path = find_program(argv[0], c.env_strings);
+  for (const auto& a : argv) c.argv.push_back(const_cast<char*>(a.c_str()));
+  c.argv.push_back(nullptr);
+  for (auto& kv : c.env_strings) c.envp.push_back(kv.data());
+  c.envp.push_back(nullptr);
+  c.sh_argv = {const_cast<char*>("/bin/sh"), c.path.data()};
+  c.sh_argv.insert(c.sh_argv.end(), c.argv.begin() + 1, c.argv.end());
+  if (!opts.cwd.empty()) c.cwd = opts.cwd.c_str();
+  return c;
+}
+
+// Not instrumented by AddressSanitizer: in the child its shadow-memory writes would land in ours.
+#define OVERLAY_CHILD_CODE __attribute__((no_sanitize_address))
+
+[[noreturn]] OVERLAY_CHILD_CODE void child_fail(const ChildSetup& c, int err) {
+  (void)!::write(c.report_fd, &err, sizeof err);
+  ::_exit(127);
+}
+
+// The child, between clone and execve: system calls only (see ChildSetup).
+OVERLAY_CHILD_CODE int child_main(void* arg) {
+  const ChildSetup& c = *static_cast<const ChildSetup*>(arg);
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a build must not outlive an overlay killed with -9
   if (::getppid() == 1) ::_exit(127);  // the parent died before prctl took effect
-  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_DFL);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
   sigset_t none;
   sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the parent blocked every signal around clone
   int devnull = ::open("/dev/null", O_RDONLY);
-  if (devnull >= 0) ::dup2(devnull, 0);
-  ::dup2(out_fd, 1);
-  ::dup2(err_fd, 2);
-  auto report = [&](int err) {
-    (void)!::write(report_fd, &err, sizeof err);
-    ::_exit(127);
-  };
-  if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) report(errno);
-  for (const auto& kv : opts.env_set) ::putenv(const_cast<char*>(kv.c_str()));
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  ::execvp(args[0], args.data());
-  report(errno);
-  ::_exit(127);
+  if (devnull > 0) {
+    ::dup2(devnull, 0);
+    ::close(devnull);
+  }
+  ::dup2(c.out_fd, 1);
+  ::dup2(c.err_fd, 2);
+  if (c.cwd != nullptr && ::chdir(c.cwd) != 0) child_fail(c, errno);
+  ::execve(c.path.c_str(), c.argv.data(), c.envp.data());
+  if (errno == ENOEXEC) ::execve(c.sh_argv[0], c.sh_argv.data(), c.envp.data());
+  child_fail(c, errno);
+}
+
+// Starts the child as posix_spawn does (clone with CLONE_VM | CLONE_VFORK: no copy of our page
+// tables, which a fork of this process would pay for), with every signal blocked meanwhile so no
+// handler of ours runs in the child before it resets them. Returns the pid.
+pid_t spawn(ChildSetup& c) {
+  constexpr std::size_t kStack = 256 << 10;
+  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) throw DiskError("spawn: stack", c.path, errno);
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = ::clone(child_main, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
+  int err = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ::munmap(stack, kStack);
+  if (pid < 0) throw DiskError("spawn", c.path, err);
+  return pid;
 }
 
 class Runner {
@@ -176,9 +264,11 @@ RunResult Runner::run() {
   Pipe out, err, report;
   SignalGuard guard(wake_.w);
   bool capture = opts_.output == Output::capture;
-  pid_ = ::fork();
-  if (pid_ < 0) throw DiskError("fork", argv_[0], errno);
-  if (pid_ == 0) child_exec(argv_, opts_, out.w, capture ? err.w : out.w, report.w);
+  ChildSetup child = prepare_child(argv_, opts_);
+  child.out_fd = out.w;
+  child.err_fd = capture ? err.w : out.w;
+  child.report_fd = report.w;
+  pid_ = spawn(child);
   ::setpgid(pid_, pid_);  // also done by the child; whichever runs first wins the race
   out.close_w();
   err.close_w();
