@@ -1,6 +1,12 @@
 #include "overlay/patch.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
@@ -13,11 +19,53 @@
 namespace overlay {
 namespace {
 
+constexpr const char* kPrivatePrefix = "overlay-patch-";
+// A private dir younger than this is never swept, whatever its PID says (another PID namespace
+// sharing $TMPDIR could be using it); a patch run holds one for seconds.
+constexpr std::time_t kSweepAgeS = 600;
+
+// The PID a private dir's name carries ("overlay-patch-<pid>-<hex>"), or 0.
+pid_t pid_in_name(const std::string& name) {
+  std::string rest = name.substr(std::strlen(kPrivatePrefix));
+  std::size_t dash = rest.find('-');
+  if (dash == 0 || dash == std::string::npos || rest.find_first_not_of("0123456789") != dash) return 0;
+  try {
+    return static_cast<pid_t>(std::stol(rest.substr(0, dash)));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// Private dirs of runs killed before they could delete them (kill -9, power loss): ours (same
+// owner), older than kSweepAgeS, named by a PID that no longer runs. Nothing else would remove them.
+void sweep_dead_runs(Disk& disk, const fs::path& base) {
+  std::time_t now = std::time(nullptr);
+  std::vector<DirEntry> entries;
+  try {
+    entries = disk.list_dir(base);
+  } catch (const Error&) {
+    return;  // an unlistable $TMPDIR: the private dir's own creation says what is wrong
+  }
+  for (const auto& e : entries) {
+    if (e.name.rfind(kPrivatePrefix, 0) != 0) continue;
+    pid_t pid = pid_in_name(e.name);
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    FileInfo fi = disk.info(base / e.name, Follow::no);
+    if (fi.type != FileType::directory || fi.uid != ::geteuid() || now - fi.mtime.tv_sec < kSweepAgeS) continue;
+    try {
+      remove_tree(disk, base / e.name);
+    } catch (const Error&) {
+      // Litter, not state: left for the next run rather than failing this one.
+    }
+  }
+}
+
 fs::path make_private_dir(Disk& disk) {
   const char* tmp = std::getenv("TMPDIR");
   fs::path base = (tmp && *tmp) ? fs::path(tmp) : fs::path("/tmp");
+  sweep_dead_runs(disk, base);
   for (int attempt = 0; attempt < 16; ++attempt) {
-    fs::path d = base / ("overlay-patch-" + random_hex(6));
+    fs::path d = base / (kPrivatePrefix + std::to_string(::getpid()) + "-" + random_hex(6));
     if (disk.make_dir(d, 0700)) return d;
   }
   throw Error("cannot create a private temporary directory under " + base.string());

@@ -1,9 +1,13 @@
 // The native subcommands through the real binary.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -267,6 +271,41 @@ TEST_F(Cli, PatchAppliesAndFailingPatchLeavesNoTrace) {
   ASSERT_EQ(good.rc, 0) << good.err;
   EXPECT_EQ(read_file(in.source), "int kernel() { return 5; }\n");
   EXPECT_EQ(std::distance(fs::directory_iterator(in.source.parent_path()), fs::directory_iterator()), 1);
+  EXPECT_EQ(revert().rc, 0);
+  EXPECT_EQ(tree_digest(in.root), before);
+}
+
+// A run killed during --patch (kill -9, power loss) leaves its private copy in $TMPDIR; the next
+// --patch run removes such dirs: ours, named by a PID that no longer runs, older than 10 minutes.
+TEST_F(Cli, PatchSweepsPrivateDirsOfDeadRunsOnly) {
+  fs::path tmp = t / "tmp";
+  fs::create_directories(tmp);
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  auto make = [&](const std::string& name, bool old) {
+    fs::create_directories(tmp / name / "src");
+    write_file(tmp / name / "src/kernel.cpp", "copy\n");
+    if (old) {
+      timespec then[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
+      ::utimensat(AT_FDCWD, (tmp / name).c_str(), then, 0);
+    }
+  };
+  std::string dead_old = "overlay-patch-" + std::to_string(dead) + "-aaaaaa";
+  std::string dead_young = "overlay-patch-" + std::to_string(dead) + "-bbbbbb";
+  std::string live_old = "overlay-patch-" + std::to_string(::getpid()) + "-cccccc";
+  std::string not_ours = "overlay-patch-unnamed";
+  make(dead_old, true);
+  make(dead_young, false);
+  make(live_old, true);
+  make(not_ours, true);
+  write_file(t / "good.diff", "--- a/kernel.cpp\n+++ b/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 5; }\n");
+  Cmd a = run_overlay({"add-native", "--overlay", ov, "--target", in.source.string(), "--patch", (t / "good.diff").string()}, {},
+                      {"TMPDIR=" + tmp.string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(tmp)) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{dead_young, live_old, not_ours}));  // its own private dir gone too
   EXPECT_EQ(revert().rc, 0);
   EXPECT_EQ(tree_digest(in.root), before);
 }
