@@ -69,17 +69,6 @@ class SignalGuard {
   struct sigaction old_[3] {};
 };
 
-// Everything the child needs, made by the parent beforehand: from clone(CLONE_VM | CLONE_VFORK)
-// to execve the child runs in our memory (we are suspended meanwhile), so it must not allocate or
-// change anything of ours — only system calls on what is prepared here.
-struct ChildSetup {
-  std::vector<std::string> env_strings;
-  std::vector<char*> argv, envp, sh_argv;  // sh_argv: execvp's fallback for a script with no #!
-  std::string path;                        // argv[0] looked up on PATH
-  const char* cwd = nullptr;               // nullptr: ours
-  int out_fd = -1, err_fd = -1, report_fd = -1;
-};
-
 // NAME of a "NAME=value" entry.
 std::string_view env_name(std::string_view kv) { return kv.substr(0, kv.find('=')); }
 
@@ -114,19 +103,30 @@ std::string find_program(const std::string& name, const std::vector<std::string>
   return name;
 }
 
-ChildSetup prepare_child(const std::vector<std::string>& argv, const RunOptions& opts) {
-  ChildSetup c;
-  c.env_strings = child_environment(opts.env_set);
-  c.path = find_program(argv[0], c.env_strings);
-  for (const auto& a : argv) c.argv.push_back(const_cast<char*>(a.c_str()));
-  c.argv.push_back(nullptr);
-  for (auto& kv : c.env_strings) c.envp.push_back(kv.data());
-  c.envp.push_back(nullptr);
-  c.sh_argv = {const_cast<char*>("/bin/sh"), c.path.data()};
-  c.sh_argv.insert(c.sh_argv.end(), c.argv.begin() + 1, c.argv.end());
-  if (!opts.cwd.empty()) c.cwd = opts.cwd.c_str();
-  return c;
-}
+// Everything the child needs, made by the parent beforehand: from clone(CLONE_VM | CLONE_VFORK)
+// to execve the child runs in our memory (we are suspended meanwhile), so it must not allocate or
+// change anything of ours — only system calls on what is prepared here. Not copyable or movable:
+// the pointer arrays point into it.
+struct ChildSetup {
+  ChildSetup(const std::vector<std::string>& args, const RunOptions& opts)
+      : env_strings(child_environment(opts.env_set)), path(find_program(args[0], env_strings)) {
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (auto& kv : env_strings) envp.push_back(kv.data());
+    envp.push_back(nullptr);
+    sh_argv = {const_cast<char*>("/bin/sh"), path.data()};
+    sh_argv.insert(sh_argv.end(), argv.begin() + 1, argv.end());
+    if (!opts.cwd.empty()) cwd = opts.cwd.c_str();
+  }
+  ChildSetup(const ChildSetup&) = delete;
+  ChildSetup& operator=(const ChildSetup&) = delete;
+
+  std::vector<std::string> env_strings;
+  std::string path;                        // argv[0] looked up on PATH
+  std::vector<char*> argv, envp, sh_argv;  // sh_argv: execvp's fallback for a script with no #!
+  const char* cwd = nullptr;               // nullptr: ours
+  int out_fd = -1, err_fd = -1, report_fd = -1;
+};
 
 // Not instrumented by AddressSanitizer: in the child its shadow-memory writes would land in ours.
 #define OVERLAY_CHILD_CODE __attribute__((no_sanitize_address))
@@ -264,7 +264,7 @@ RunResult Runner::run() {
   Pipe out, err, report;
   SignalGuard guard(wake_.w);
   bool capture = opts_.output == Output::capture;
-  ChildSetup child = prepare_child(argv_, opts_);
+  ChildSetup child(argv_, opts_);
   child.out_fd = out.w;
   child.err_fd = capture ? err.w : out.w;
   child.report_fd = report.w;

@@ -87,3 +87,23 @@ TEST(Signals, TimedOutBuildWithRevertOnFailureLeavesOriginalAndNoSurvivor) {
   std::this_thread::sleep_for(std::chrono::seconds(4));
   EXPECT_FALSE(fs::exists(t / "survivor"));
 }
+
+// A build must not outlive an overlay killed with -9 (PR_SET_PDEATHSIG, set by the child between
+// its clone and execve): the build's shell dies with it, so the step it had left never runs.
+TEST(Signals, BuildDiesWithAKilledOverlay) {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  std::string script = "echo $$ > " + (t / "build.pid").string() + "; sleep 2; touch " + (t / "finished").string();
+  std::vector<std::string> env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
+  pid_t pid = spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                             (t / "patched.cpp").string(), "--build-cmd", "sh -c \"" + script + "\""}, env);
+  for (int i = 0; i < 200 && !fs::exists(t / "build.pid"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  ASSERT_TRUE(fs::exists(t / "build.pid"));
+  ::kill(pid, SIGKILL);
+  wait_rc(pid);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_FALSE(fs::exists(t / "finished")) << "the build ran on after overlay was killed";
+  EXPECT_FALSE(alive(std::stoi(read_file(t / "build.pid"))));
+  EXPECT_EQ(run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, env).rc, 0);
+}
