@@ -61,7 +61,9 @@ struct Interop : ::testing::Test {
     write_file(inst / "src/kernel.cpp", "int kernel() { return 4; }\n");
     write_file(inst / "src/extra.cpp", "int extra() { return 1; }\n");
     write_file(inst / "src/old.cpp", "old\n", 0640);
-    write_file(inst / "lib/libk.so", std::string(100000, 'A') + "original library\n", 0755);
+    // Over 1 MiB: backed up by the kernel's copy, or on a copy-on-write filesystem (ctest -L cow)
+    // by a clone that trades places with it.
+    write_file(inst / "lib/libk.so", std::string((1u << 20) + 100000, 'A') + "original library\n", 0755);
     write_file(inst / "cache/a/b/deep.bin", "deep entry\n");
     write_file(inst / "cache/tool.sh", "#!/bin/sh\necho hi\n", 0755);
     write_file(inst / "cache/ro.txt", "read only\n", 0444);
