@@ -192,6 +192,37 @@ void parse_owner(const json& j, const std::string& w, NativeEntry& e) {
   e.owner = o;
 }
 
+std::vector<UntrackedOutput> parse_untracked(const json& j, const std::string& w, bool top_level) {
+  std::vector<UntrackedOutput> out;
+  const json& items = array_of_objects(j, "untracked_outputs", w);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    std::string wi = w + (w.empty() ? "" : ".") + "untracked_outputs[" + std::to_string(i) + "]";
+    UntrackedOutput u;
+    u.path = abs_path(items[i], "path", wi);
+    u.change = req_string(items[i], "change", wi);
+    if (u.change != "created" && u.change != "changed") bad(wi + ".change", "expected created or changed");
+    auto st = opt_stamp(items[i], wi);
+    if (!st) bad(wi, "size, ino and mtime_ns missing");
+    u.stamp = *st;
+    if (top_level) {
+      u.entry = opt_string(items[i], "entry", wi).value_or("");
+      u.build_cmds = parse_build_cmds(items[i], wi);
+    }
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+json to_json(const UntrackedOutput& u, bool top_level) {
+  json j = {{"path", u.path}, {"change", u.change}};
+  put_stamp(j, u.stamp);
+  if (top_level) {
+    j["entry"] = u.entry;
+    j["build_cmds"] = u.build_cmds;
+  }
+  return j;
+}
+
 NativeEntry parse_native(const json& j, const std::string& w) {
   NativeEntry e;
   e.id = opt_string(j, "id", w).value_or("");
@@ -223,6 +254,7 @@ NativeEntry parse_native(const json& j, const std::string& w) {
   if (e.build_log && !is_safe_relative(*e.build_log)) bad(w + ".build_log", "path escapes the overlay");
   if (const json* t = find(j, "created_at"); t != nullptr && t->is_number()) e.created_at = t->get<double>();
   e.patch_id = opt_string(j, "patch_id", w);
+  e.untracked = parse_untracked(j, w, false);
   e.raw = j;
   return e;
 }
@@ -294,6 +326,11 @@ json to_json(const NativeEntry& e) {
   if (e.build_log) j["build_log"] = *e.build_log;
   if (e.created_at) j["created_at"] = *e.created_at;
   if (e.patch_id) j["patch_id"] = *e.patch_id;
+  j.erase("untracked_outputs");
+  if (!e.untracked.empty()) {
+    j["untracked_outputs"] = json::array();
+    for (const auto& u : e.untracked) j["untracked_outputs"].push_back(to_json(u, false));
+  }
   return j;
 }
 
@@ -371,6 +408,7 @@ Manifest parse_manifest(const std::string& text) {
   const json& natives = array_of_objects(m.doc, "natives", "");
   for (std::size_t i = 0; i < natives.size(); ++i)
     m.natives.push_back(parse_native(natives[i], "natives[" + std::to_string(i) + "]"));
+  m.untracked = parse_untracked(m.doc, "", true);
   return m;
 }
 
@@ -380,6 +418,11 @@ std::string serialize_manifest(const Manifest& m) {
     if (!doc.contains(key) || doc[key].is_null()) doc[key] = json::array();
   doc["natives"] = json::array();
   for (const auto& e : m.natives) doc["natives"].push_back(to_json(e));
+  doc.erase("untracked_outputs");
+  if (!m.untracked.empty()) {
+    doc["untracked_outputs"] = json::array();
+    for (const auto& u : m.untracked) doc["untracked_outputs"].push_back(to_json(u, true));
+  }
   if (!doc.contains("overlay_format")) doc["overlay_format"] = kManifestFormat;
   return doc.dump(2) + "\n";
 }

@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "overlay/build_watch.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
@@ -138,6 +139,26 @@ bool manifest_names(Disk& disk, const fs::path& overlay, const std::string& id) 
   }
 }
 
+BuildWatch watch_build(Disk& disk, const NativePlan& plan) {
+  std::vector<fs::path> dirs, tracked;
+  if (!plan.build_cwd.empty()) dirs.push_back(plan.build_cwd);
+  for (const auto& s : plan.swaps) dirs.push_back(s.target.parent_path()), tracked.push_back(s.target);
+  for (const auto& a : plan.artifacts) dirs.push_back(a.parent_path()), tracked.push_back(a);
+  std::vector<fs::path> skipped = plan.caches;
+  skipped.push_back(plan.overlay);
+  return BuildWatch::start(disk, dirs, tracked, skipped);
+}
+
+// The entry's untracked outputs, recorded in one more manifest write (only when there are some).
+void record_untracked(Disk& disk, const NativePlan& plan, const std::string& id, const std::vector<UntrackedOutput>& outputs) {
+  OverlayLock lock(plan.overlay, plan.lock_timeout);
+  auto m = load_manifest(disk, plan.overlay);
+  if (!m) return;
+  for (auto& e : m->natives)
+    if (e.id == id) e.untracked = outputs;
+  save_manifest(disk, plan.overlay, *m);
+}
+
 }  // namespace
 
 AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
@@ -155,6 +176,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     m.natives.push_back(back_up(disk, store, plan, id, cloned));
     m.natives.back().patch_id = plan.patch_id;
     if (plan.record_with) plan.record_with(m);
+    m.untracked = still_as_built(disk, m.untracked);  // a later build regenerated the rest
     make_dirs(disk, plan.overlay / kLogDirName);
     save_manifest(disk, plan.overlay, m);  // from here on, revert can undo everything below
   } catch (...) {
@@ -195,6 +217,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
 
 BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry) {
   BuildOutcome out;
+  BuildWatch watch = watch_build(disk, plan);
   auto log = disk.create(entry.log_path, 0644, CreateMode::truncate);  // through Disk, as every write of ours
   for (const auto& argv : plan.build_cmds) {
     RunOptions opts;
@@ -209,6 +232,9 @@ BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedE
     }
   }
   log->close();
+  out.untracked = watch.finish(disk);
+  out.watch_off = watch.off_reason();
+  if (!out.untracked.empty()) record_untracked(disk, plan, entry.id, out.untracked);
   return out;
 }
 }  // namespace overlay

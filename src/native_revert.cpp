@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "overlay/build_watch.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
@@ -178,6 +179,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     m->natives.erase(m->natives.begin() + static_cast<std::ptrdiff_t>(i));
     // A patch's Python entries leave the record in the same write as its native entry.
     std::vector<std::string> files = done.patch_id ? remove_patch_modules(*m, *done.patch_id) : std::vector<std::string>{};
+    keep_untracked_of_reverted(disk, *m, done);
     save_manifest(disk, overlay, *m);  // the entry is gone from the record before its backups are
     rev.forget_backups(done);
     remove_module_files(disk, overlay, files, report);
@@ -193,6 +195,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     }
   }
   if (!opts.dry_run) BackupStore(disk, overlay).purge_trash();
+  report.untracked_left = still_as_built(disk, m->untracked);
   return report;
 }
 

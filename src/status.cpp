@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "overlay/build_watch.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/manifest.hpp"
@@ -200,6 +201,12 @@ std::size_t StatusReport::not_original() const {
   return n;
 }
 
+std::size_t StatusReport::untracked_as_built() const {
+  std::size_t n = untracked_left.size();
+  for (const auto& e : natives) n += e.untracked.size();
+  return n;
+}
+
 StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
   StatusReport r;
   r.overlay = absolute_normal(overlay_in);
@@ -210,7 +217,11 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
   if (!m) return r;
   r.has_manifest = true;
   BackupStore store(disk, r.overlay);
-  for (const auto& e : m->natives) r.natives.push_back(native_status(disk, store, r.overlay, e));
+  for (const auto& e : m->natives) {
+    r.natives.push_back(native_status(disk, store, r.overlay, e));
+    r.natives.back().untracked = still_as_built(disk, e.untracked);
+  }
+  r.untracked_left = still_as_built(disk, m->untracked);
   python_status(disk, r.overlay, m->doc, r);
   return r;
 }

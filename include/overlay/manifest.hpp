@@ -79,6 +79,18 @@ struct PythonToolGuard {
   std::string stop;  // relative to the overlay: a directory
 };
 
+// A file the entry's build created or changed that no item tracks (added key
+// "untracked_outputs"), with its stamp as the build left it. When the entry is reverted it moves
+// to the manifest's top level (with the entry and its build) for as long as that stamp holds:
+// the file may still hold patched code until a build regenerates it.
+struct UntrackedOutput {
+  std::string path;    // absolute
+  std::string change;  // created | changed
+  FileStamp stamp;     // as the build left it
+  std::string entry;   // top level only: the reverted entry whose build left it
+  std::vector<std::vector<std::string>> build_cmds;  // top level only: what regenerates it
+};
+
 struct NativeEntry {
   std::string id;  // added key; empty for entries written by overlay_setup.py
   std::vector<SourceItem> sources;
@@ -94,12 +106,14 @@ struct NativeEntry {
   std::optional<double> created_at;      // seconds since the epoch
   std::optional<PythonToolGuard> python_guard;  // added caches[0] item "python_tool_guard": true
   std::optional<std::string> patch_id;   // `apply`: the patch this entry belongs to (added key)
+  std::vector<UntrackedOutput> untracked;  // observed around the build (added key)
   json raw = json::object();
 };
 
 struct Manifest {
   json doc = json::object();  // the whole document as read (modules, rebinds, captures, …)
   std::vector<NativeEntry> natives;
+  std::vector<UntrackedOutput> untracked;  // left by reverted entries' builds (added top-level key)
 };
 
 // Parses and strictly validates a manifest; throws ManifestError naming the offending key.

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "overlay/manifest.hpp"
 #include "overlay/native_plan.hpp"
 #include "overlay/process.hpp"
 
@@ -24,10 +25,14 @@ struct BuildOutcome {
   bool ok = true;
   std::vector<std::string> failed_cmd;
   RunResult result;
+  std::vector<UntrackedOutput> untracked;  // created or changed by the build, tracked by no item
+  std::string watch_off;                   // why the build's dirs were not watched ("" when they were)
 };
 
 // Runs the plan's build commands in order (stopping at the first failure), streaming output
-// to stderr and appending it to the entry's log.
+// to stderr and appending it to the entry's log. Around it, pictures the build's dirs (its cwd,
+// the sources' and artifacts' dirs; caches and the overlay aside) and records in the entry every
+// file it created or changed that no item tracks.
 BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry);
 
 }  // namespace overlay

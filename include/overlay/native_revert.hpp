@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "overlay/disk.hpp"
+#include "overlay/manifest.hpp"
 
 namespace overlay {
 
@@ -32,6 +33,9 @@ struct RevertReport {
   std::size_t modules_removed = 0;   // Python entries removed with their patch
   std::vector<RevertAction> actions;
   std::vector<RevertProblem> problems;
+  // Files the reverted builds created or changed that no entry tracked, still as built: they may
+  // hold patched code until the install's next build regenerates them.
+  std::vector<UntrackedOutput> untracked_left;
   bool ok() const { return problems.empty(); }
 };
 

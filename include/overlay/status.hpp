@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "overlay/disk.hpp"
+#include "overlay/manifest.hpp"
 #include "overlay/owner.hpp"
 
 namespace overlay {
@@ -35,6 +36,7 @@ struct NativeStatus {
   std::uint64_t snapshot_bytes = 0;   // backups, tars and moved caches kept for this entry
   std::optional<std::string> build_log;  // absolute
   std::vector<TrackedFile> files;
+  std::vector<UntrackedOutput> untracked;  // its build's untracked outputs, still as built
 };
 
 // A Python entry: it changes nothing in the install; `file` is its file in the overlay, if any.
@@ -54,9 +56,13 @@ struct StatusReport {
   bool has_manifest = false;
   std::vector<NativeStatus> natives;
   std::vector<PythonStatus> pythons;
+  // Files reverted entries' builds created or changed that none tracked, still as built.
+  std::vector<UntrackedOutput> untracked_left;
   // Tracked installed files that are not at their original bytes.
   std::size_t not_original() const;
-  bool clean() const { return not_original() == 0; }
+  // Untracked build outputs (of live and reverted entries) that may hold patched code.
+  std::size_t untracked_as_built() const;
+  bool clean() const { return not_original() == 0 && untracked_as_built() == 0; }
 };
 
 // Inspects every entry of the overlay's manifest. Throws Error on a malformed manifest.

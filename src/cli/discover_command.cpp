@@ -22,7 +22,9 @@ nlohmann::json candidate_json(const BuildCandidate& c, const fs::path& target) {
     return a;
   };
   return {{"kind", c.kind},
-          {"build_cmd", c.build_cmd ? nlohmann::json(*c.build_cmd) : nlohmann::json(nullptr)},
+          {"build_cmd", c.build_cmds.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.build_cmds.front())},
+          {"build_cmds", c.build_cmds},
+          {"live", c.live},
           {"build_cwd", c.build_cwd.string()},
           {"artifacts", paths(c.artifacts)},
           {"caches", paths(c.caches)},
@@ -31,9 +33,10 @@ nlohmann::json candidate_json(const BuildCandidate& c, const fs::path& target) {
 }
 
 void print_candidate(std::size_t rank, const BuildCandidate& c, const fs::path& target) {
+  std::string cmds;
+  for (const auto& cmd : c.build_cmds) cmds += (cmds.empty() ? "" : " && ") + join_words(cmd);
   out_line(std::to_string(rank) + ". " + c.kind + "  " +
-           (c.build_cmd ? join_words(*c.build_cmd) + "  (in " + c.build_cwd.string() + ")"
-                        : std::string("no command: built on its next load")));
+           (cmds.empty() ? std::string("no command: built on its next load") : cmds + "  (in " + c.build_cwd.string() + ")"));
   for (const auto& a : c.artifacts) out_line("   artifact  " + a.string());
   for (const auto& d : c.caches) out_line("   cache     " + d.string());
   for (const auto& e : c.evidence) out_line("   evidence  " + e);

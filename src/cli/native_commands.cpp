@@ -42,8 +42,32 @@ struct AddNativeFlags {
   bool revert_on_failure = false;
 };
 
+nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& u : outputs) {
+    nlohmann::json item = {{"path", u.path}, {"change", u.change}};
+    if (!u.entry.empty()) item["entry"] = u.entry, item["regenerated_by"] = u.build_cmds;
+    a.push_back(item);
+  }
+  return a;
+}
+
+// The files a build created or changed that no entry tracks: a warning naming them, for they
+// keep what the build made of the patched source after revert.
+void warn_untracked(const std::string& cmd, const BuildOutcome& b) {
+  if (!b.watch_off.empty()) err_line(cmd, "build outputs not watched: " + b.watch_off);
+  if (b.untracked.empty()) return;
+  std::string names;
+  for (std::size_t i = 0; i < b.untracked.size() && i < 8; ++i) names += (i ? ", " : "") + b.untracked[i].path;
+  if (b.untracked.size() > 8) names += ", … (" + std::to_string(b.untracked.size() - 8) + " more)";
+  err_line(cmd, "warning: the build created or changed " + std::to_string(b.untracked.size()) +
+                    " file(s) no entry tracks; revert leaves them as built (pass them with --artifact to track them): " + names);
+}
+
 nlohmann::json build_json(const BuildOutcome& b, const AppliedEntry& entry) {
   nlohmann::json j = {{"ran", true}, {"ok", b.ok}, {"log", entry.log_path.string()}};
+  j["untracked_outputs"] = untracked_json(b.untracked);
+  if (!b.watch_off.empty()) j["watch_off"] = b.watch_off;
   if (!b.ok) {
     j["failed_cmd"] = b.failed_cmd;
     j["rc"] = b.result.rc();
@@ -106,6 +130,8 @@ int build_and_report(Disk& disk, const std::string& cmd, const NativePlan& plan,
   if (plan.build_cmds.empty()) return kOk;
   BuildOutcome b = run_native_build(disk, plan, entry);
   j["build"] = build_json(b, entry);
+  j["untracked_outputs"] = j["build"]["untracked_outputs"];
+  warn_untracked(cmd, b);
   if (b.ok) {
     if (!json_mode()) err_line(cmd, "build log: " + entry.log_path.string());
     return kOk;
@@ -220,6 +246,11 @@ int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::
   for (const auto& a : r.actions) j["actions"].push_back({{"action", a.action}, {"path", a.path}});
   j["problems"] = nlohmann::json::array();
   for (const auto& p : r.problems) j["problems"].push_back({{"path", p.path}, {"reason", p.reason}});
+  j["untracked_outputs"] = untracked_json(r.untracked_left);
+  for (const auto& u : r.untracked_left)
+    err_line("revert", "warning: " + u.path + " was " + u.change + " by the build of entry " + u.entry +
+                           ", is tracked by none and may hold patched code until the next build (" +
+                           (u.build_cmds.empty() ? std::string("none recorded") : join_words(u.build_cmds.front())) + ") regenerates it");
   if (!r.had_manifest) {
     out_line("revert: no manifest; nothing to do");
     return kOk;
@@ -326,7 +357,12 @@ void print_status_table(const StatusReport& r) {
       std::snprintf(line, sizeof line, "  %-9s %-12s ", to_string(f.kind), to_string(f.state));
       out_line(line + f.path);
     }
+    for (const auto& u : e.untracked) out_line("  untracked rebuilt      " + u.path + "  (" + u.change + " by this entry's build)");
   }
+  for (const auto& u : r.untracked_left)
+    out_line("untracked rebuilt      " + u.path + "  (" + u.change + " by the build of reverted entry " + u.entry +
+             "; may hold patched code until " +
+             (u.build_cmds.empty() ? std::string("the next build") : join_words(u.build_cmds.front())) + " regenerates it)");
   for (const auto& p : r.pythons) {
     std::string use = "  applied in " + std::to_string(p.applied_processes) + " process(es)";
     if (p.calls) use += ", " + std::to_string(*p.calls) + " call(s)";
@@ -336,16 +372,18 @@ void print_status_table(const StatusReport& r) {
   for (const auto& [id, parts] : patch_groups(r))
     out_line("patch " + id + ": " + std::to_string(parts.first.size()) + " native, " + std::to_string(parts.second.size()) +
              " python (revert --patch-id " + id + ")");
-  std::size_t bad = r.not_original();
+  std::size_t bad = r.not_original(), untracked = r.untracked_as_built();
+  std::string verdict = bad == 0 && untracked == 0 ? std::string("install clean (every tracked file original)")
+                        : bad == 0 ? "tracked files original, but " + std::to_string(untracked) +
+                                         " untracked build output(s) may hold patched code"
+                                   : std::to_string(bad) + " tracked path(s) not original";
   out_line("status: " + std::to_string(r.natives.size()) + " native, " + std::to_string(r.pythons.size()) + " python entr" +
-           (r.pythons.size() == 1 ? "y" : "ies") + "; " +
-           (bad == 0 ? std::string("install clean (every tracked file original)")
-                     : std::to_string(bad) + " tracked path(s) not original"));
+           (r.pythons.size() == 1 ? "y" : "ies") + "; " + verdict);
 }
 
 nlohmann::json status_json(const StatusReport& r) {
   nlohmann::json j = {{"overlay", r.overlay.string()}, {"has_manifest", r.has_manifest}, {"clean", r.clean()},
-                      {"not_original", r.not_original()}};
+                      {"not_original", r.not_original()}, {"untracked_outputs", untracked_json(r.untracked_left)}};
   j["natives"] = nlohmann::json::array();
   for (const auto& e : r.natives) {
     nlohmann::json n = {{"id", e.id}, {"snapshot_bytes", e.snapshot_bytes}};
@@ -356,6 +394,7 @@ nlohmann::json status_json(const StatusReport& r) {
     n["patch_id"] = e.patch_id ? nlohmann::json(*e.patch_id) : nlohmann::json(nullptr);
     n["files"] = nlohmann::json::array();
     for (const auto& f : e.files) n["files"].push_back({{"kind", to_string(f.kind)}, {"path", f.path}, {"state", to_string(f.state)}});
+    n["untracked_outputs"] = untracked_json(e.untracked);
     j["natives"].push_back(std::move(n));
   }
   j["python"] = nlohmann::json::array();
@@ -376,7 +415,9 @@ int run_status(Disk& disk, const std::string& overlay, bool check_clean) {
   auto& j = result();
   j = status_json(r);
   if (!check_clean || r.clean()) return kOk;
-  j["error"] = std::to_string(r.not_original()) + " tracked path(s) not at their original bytes";
+  j["error"] = r.not_original() > 0 ? std::to_string(r.not_original()) + " tracked path(s) not at their original bytes"
+                                    : std::to_string(r.untracked_as_built()) +
+                                          " untracked build output(s) may hold patched code (see `untracked rebuilt`)";
   err_line("status", j["error"]);
   return kFailed;
 }

@@ -34,7 +34,8 @@ TEST(DiscoverLib, TaskConfigCommandForms) {
     DiscoverReport r = look(t / "k.cpp", t.path());
     ASSERT_EQ(r.candidates.size(), 1u) << yaml;
     EXPECT_EQ(r.candidates[0].kind, "config");
-    EXPECT_EQ(*r.candidates[0].build_cmd, argv) << yaml;
+    ASSERT_EQ(r.candidates[0].build_cmds.size(), 1u);
+    EXPECT_EQ(r.candidates[0].build_cmds[0], argv) << yaml;
     EXPECT_EQ(r.candidates[0].build_cwd, t.path());
   }
   write_file(t / "config.yaml", "  compile_command: nested, not top-level\nother: 1\n");
@@ -47,7 +48,7 @@ TEST(DiscoverLib, AddNativeArgs) {
   c.caches = {"/jit/k"};
   EXPECT_EQ(c.add_native_args("/s/k.cpp"),
             (std::vector<std::string>{"--target", "/s/k.cpp", "--artifact", "/b/k.o", "--artifact", "/b/lib k.so", "--invalidate-cache", "/jit/k"}));
-  c.build_cmd = std::vector<std::string>{"cmake", "--build", "/b dir"};
+  c.build_cmds = {{"cmake", "--build", "/b dir"}};
   c.build_cwd = "/b dir";
   auto a = c.add_native_args("/s/k.cpp");
   EXPECT_EQ(std::vector<std::string>(a.end() - 4, a.end()),

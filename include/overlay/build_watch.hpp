@@ -1,0 +1,51 @@
+#pragma once
+// What the build really did, observed: a metadata picture (lstat only, no reads) of the build's
+// directories taken before and after it, so every file it created or changed that no entry
+// tracks is named — the outputs a prediction of the build graph missed, which `revert` would
+// otherwise leave holding patched code.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "overlay/disk.hpp"
+#include "overlay/manifest.hpp"
+
+namespace overlay {
+
+// Above this many files under the watched dirs the watch is skipped (and says so): its two walks
+// must stay small beside the build.
+inline constexpr std::size_t kMaxWatchedFiles = 200000;
+
+class BuildWatch {
+ public:
+  // Pictures every regular file below `dirs` (nested dirs walked once), except `tracked` files
+  // and anything below `skipped` dirs (caches, the overlay).
+  static BuildWatch start(Disk& disk, std::vector<fs::path> dirs, std::vector<fs::path> tracked, std::vector<fs::path> skipped,
+                          std::size_t max_files = kMaxWatchedFiles);
+  // The files created or changed (size, inode or mtime) since start(), with their stamps now.
+  std::vector<UntrackedOutput> finish(Disk& disk) const;
+  // Why nothing is watched ("" when the watch is on).
+  const std::string& off_reason() const { return off_; }
+
+ private:
+  std::map<fs::path, FileStamp> seen_;
+  std::vector<fs::path> dirs_, tracked_, skipped_;
+  std::size_t max_files_ = kMaxWatchedFiles;
+  std::string off_;
+  std::map<fs::path, FileStamp> picture(Disk& disk, std::string& why_off) const;
+};
+
+// The outputs whose file still has the stamp the build left it with: they may hold patched code
+// until a build regenerates them.
+std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<UntrackedOutput>& outputs);
+
+// Moves a reverted entry's untracked outputs to the manifest's top level (with the entry and its
+// build), keeping there only those still as built.
+void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reverted);
+
+// Bookkeeping a build rewrites whatever it builds (.ninja_log, .ninja_deps, a regenerated
+// build.ninja, depfiles, bytecode):
+// never reported.
+bool is_build_bookkeeping(const fs::path& p);
+
+}  // namespace overlay

@@ -1,0 +1,135 @@
+// `discover()`: walks up from the file and through the JIT cache roots, asks each build system's
+// finder (src/discover/*.cpp) what builds it there, and ranks what they found.
+#include "overlay/discover.hpp"
+
+#include <sys/sysmacros.h>
+
+#include <algorithm>
+#include <set>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/words.hpp"
+#include "parts.hpp"
+
+namespace overlay {
+namespace {
+
+using namespace discover_parts;
+
+// Ancestors of the file as given and as it really is, nearest first, up to `root`; each once,
+// by its real path (which is what is reported).
+std::vector<fs::path> ancestors(Disk& disk, const Target& t, const fs::path& root) {
+  std::vector<fs::path> dirs;
+  for (const auto& start : {t.given.parent_path(), t.real.parent_path()}) {
+    for (fs::path d = start;; d = d.parent_path()) {
+      add_unique(dirs, disk.real_path(d));
+      if (d == root || d == d.root_path()) break;
+    }
+  }
+  return dirs;
+}
+
+void candidates_at(Disk& disk, const fs::path& d, const Target& t, std::set<fs::path>& ninja_seen, DiscoverReport& rep) {
+  rep.searched.push_back(d.string());
+  for (const auto& found : ninja_dirs_at(disk, d, t)) {
+    fs::path nd = disk.real_path(found);
+    if (!ninja_seen.insert(nd).second) continue;
+    if (nd != d) rep.searched.push_back(nd.string());
+    if (auto c = ninja_candidate(disk, nd, t)) rep.candidates.push_back(std::move(*c));
+  }
+  if (has_makefile(disk, d))
+    if (auto c = make_candidate(disk, d, t)) rep.candidates.push_back(std::move(*c));
+  if (auto c = setuptools_candidate(disk, d, t)) rep.candidates.push_back(std::move(*c));
+  if (auto c = config_candidate(disk, d)) rep.candidates.push_back(std::move(*c));
+}
+
+// (device, inode) of every file some process we can read has mapped, from /proc/PID/maps.
+std::set<std::pair<dev_t, ino_t>> mapped_files(Disk& disk) {
+  std::set<std::pair<dev_t, ino_t>> out;
+  for (const auto& e : sorted_entries(disk, "/proc")) {
+    if (e.name.empty() || e.name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string maps;
+    try {
+      maps = read_small_file(disk, fs::path("/proc") / e.name / "maps", 64u << 20);
+    } catch (const std::exception&) {
+      continue;  // gone, or another user's
+    }
+    for (const auto& l : lines_of(maps)) {
+      auto w = ninja_words(l);  // addr perms offset major:minor inode path
+      if (w.size() < 6 || w[4] == "0") continue;
+      auto colon = w[3].find(':');
+      if (colon == std::string::npos) continue;
+      try {
+        auto major = static_cast<unsigned>(std::stoul(w[3].substr(0, colon), nullptr, 16));
+        auto minor = static_cast<unsigned>(std::stoul(w[3].substr(colon + 1), nullptr, 16));
+        dev_t dev = makedev(major, minor);
+        out.emplace(dev, static_cast<ino_t>(std::stoull(w[4])));
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  return out;
+}
+
+// Live first (a running process maps one of its artifacts), then the most recently built, then
+// the fewest artifacts; a config's command (no graph) last.
+void rank(Disk& disk, std::vector<BuildCandidate>& cands) {
+  std::set<std::pair<dev_t, ino_t>> mapped;
+  bool any_library = std::any_of(cands.begin(), cands.end(), [](const BuildCandidate& c) {
+    return std::any_of(c.artifacts.begin(), c.artifacts.end(), [](const fs::path& a) { return is_shared_library(a); });
+  });
+  if (cands.size() > 1 && any_library) mapped = mapped_files(disk);
+  for (auto& c : cands) {
+    c.built_at_ns = newest_mtime_ns(disk, c.artifacts);
+    for (const auto& a : c.artifacts) {
+      FileInfo fi = disk.info(a, Follow::yes);
+      if (fi.exists() && mapped.count({fi.dev, fi.ino})) {
+        c.live = true;
+        c.evidence.push_back(a.string() + ": mapped by a running process (the live build)");
+        break;
+      }
+    }
+  }
+  std::stable_sort(cands.begin(), cands.end(), [](const BuildCandidate& a, const BuildCandidate& b) {
+    auto key = [](const BuildCandidate& c) { return std::make_tuple(c.kind == "config", !c.live, -c.built_at_ns, c.artifacts.size()); };
+    return key(a) < key(b);
+  });
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    auto& c = cands[i];
+    std::string why = c.kind == "config" ? std::string("a task config's command (no build graph to measure)")
+                                         : std::string(c.live ? "live; " : "") + "rebuilds " + std::to_string(c.artifacts.size()) + " artifact(s)";
+    if (i > 0 && c.kind != "config" && !c.live && c.built_at_ns < cands[0].built_at_ns) why += "; built before rank 1's";
+    c.evidence.push_back("rank " + std::to_string(i + 1) + " of " + std::to_string(cands.size()) + ": " + why);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> BuildCandidate::add_native_args(const fs::path& target) const {
+  std::vector<std::string> a = {"--target", target.string()};
+  for (const auto& x : artifacts) a.insert(a.end(), {"--artifact", x.string()});
+  for (const auto& x : caches) a.insert(a.end(), {"--invalidate-cache", x.string()});
+  for (const auto& cmd : build_cmds) a.insert(a.end(), {"--build-cmd", join_words(cmd)});
+  if (!build_cmds.empty()) a.insert(a.end(), {"--build-cwd", build_cwd.string()});
+  return a;
+}
+
+DiscoverReport discover(Disk& disk, const DiscoverRequest& req) {
+  DiscoverReport rep;
+  rep.target = absolute_normal(req.target);
+  FileInfo fi = disk.info(rep.target, Follow::yes);
+  if (!fi.exists()) throw Error("target does not exist: " + rep.target.string());
+  if (fi.type != FileType::regular) throw Error("target is not a regular file: " + rep.target.string());
+  Target t{rep.target, disk.real_path(rep.target)};
+  std::set<fs::path> ninja_seen;
+  for (const auto& d : ancestors(disk, t, absolute_normal(req.root))) candidates_at(disk, d, t, ninja_seen, rep);
+  for (const auto& r : jit_roots(disk, req, t)) {
+    rep.searched.push_back(r.string() + " (JIT cache root)");
+    jit_candidates(disk, r, t, rep.candidates);
+  }
+  rank(disk, rep.candidates);
+  return rep;
+}
+
+}  // namespace overlay

@@ -1,0 +1,95 @@
+// Observed, not only predicted (issue 20): add-native pictures the build's directories before and
+// after the build and names every file the build created or changed that no entry tracks; revert
+// and status keep saying so until a build regenerates them. Through the real binary, real make.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+using json = nlohmann::json;
+
+namespace {
+
+struct Untracked : ::testing::Test {
+  TempDir t;
+  fs::path app = t / "app";
+  std::string ov = (t / "ov").string();
+
+  void SetUp() override {
+    write_file(app / "kernel.c", "int kernel(void) { return 4; }\n");
+    write_file(app / "main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+    write_file(app / "Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -c -o $@ $<\n");
+    write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
+    ASSERT_EQ(run({"make", "-C", app.string()}).rc, 0);
+  }
+  // The caller tracks the executable only: kernel.o, which the build rewrites too, is missed.
+  Cmd add(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> a = {"--json", "add-native", "--overlay", ov, "--target", (app / "kernel.c").string(),
+                                  "--patched-file", (t / "best/kernel.c").string(), "--artifact", (app / "app").string(),
+                                  "--build-cmd", "make", "--build-cwd", app.string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_overlay(a);
+  }
+};
+
+}  // namespace
+
+TEST_F(Untracked, ABuildOutputNoEntryTracksIsNamedUntilABuildRegeneratesIt) {
+  std::string obj = (app / "kernel.o").string();
+  std::string original_obj = file_sha256(obj);
+  Cmd a = add();
+  ASSERT_EQ(a.rc, 0) << a.err;
+  json j = json::parse(a.out);
+  EXPECT_EQ(j["untracked_outputs"], json::array({{{"path", obj}, {"change", "changed"}}})) << a.out;
+  EXPECT_NE(a.err.find("add-native: warning: the build created or changed 1 file(s) no entry tracks; revert leaves them as built "
+                       "(pass them with --artifact to track them): " + obj),
+            std::string::npos)
+      << a.err;
+  json m = json::parse(read_file(t / "ov/_overlay_manifest.json"));
+  EXPECT_EQ(m["natives"][0]["untracked_outputs"][0]["path"], obj);
+  Cmd s = run_overlay({"status", "--overlay", ov});
+  EXPECT_NE(s.out.find("  untracked rebuilt      " + obj + "  (changed by this entry's build)"), std::string::npos) << s.out;
+
+  // revert restores what was tracked; kernel.o keeps the patched code, and everybody says so.
+  Cmd r = run_overlay({"--json", "revert", "--overlay", ov});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["untracked_outputs"][0]["path"], obj);
+  EXPECT_NE(r.err.find("revert: warning: " + obj + " was changed by the build of entry"), std::string::npos) << r.err;
+  EXPECT_NE(file_sha256(obj), original_obj);
+  Cmd c = run_overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(c.rc, 1);
+  EXPECT_NE(c.out.find("untracked rebuilt      " + obj), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("may hold patched code until make regenerates it"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("tracked files original, but 1 untracked build output(s) may hold patched code"), std::string::npos) << c.out;
+  EXPECT_NE(c.err.find("status: 1 untracked build output(s) may hold patched code"), std::string::npos) << c.err;
+
+  // The install's next build regenerates it from the restored source: clean again.
+  ASSERT_EQ(run({"make", "-C", app.string()}).rc, 0);
+  EXPECT_EQ(file_sha256(obj), original_obj);
+  Cmd c2 = run_overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(c2.rc, 0) << c2.out << c2.err;
+  EXPECT_NE(c2.out.find("install clean (every tracked file original)"), std::string::npos) << c2.out;
+}
+
+TEST_F(Untracked, TrackedOutputsAndBookkeepingAreNotReported) {
+  Cmd a = add({"--artifact", (app / "kernel.o").string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(json::parse(a.out)["untracked_outputs"], json::array()) << a.out;
+  EXPECT_EQ(a.err.find("warning"), std::string::npos) << a.err;
+  ASSERT_EQ(run_overlay({"revert", "--overlay", ov}).rc, 0);
+  EXPECT_EQ(run_overlay({"status", "--overlay", ov, "--check-clean"}).rc, 0);
+}
+
+TEST_F(Untracked, AFailedBuildRevertedAtOnceStillNamesWhatItLeft) {
+  // The build writes kernel.o, then fails linking: --revert-on-failure undoes the entry, and the
+  // object it left is reported by revert and status.
+  write_file(app / "Makefile", "app: main.o kernel.o\n\tfalse\n%.o: %.c\n\t$(CC) -c -o $@ $<\n");
+  Cmd a = add({"--revert-on-failure"});
+  EXPECT_NE(a.rc, 0);
+  EXPECT_NE(a.err.find("warning: the build created or changed 1 file(s)"), std::string::npos) << a.err;
+  Cmd c = run_overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(c.rc, 1) << c.out;
+  EXPECT_NE(c.out.find("untracked rebuilt      " + (app / "kernel.o").string()), std::string::npos) << c.out;
+}

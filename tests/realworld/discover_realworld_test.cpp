@@ -1,0 +1,293 @@
+// `discover`, round two (issue 20), on builds nobody here wrote: each case runs discover, then
+// add-native with exactly the printed add_native_args, verify-native (FRESH_BUILD_OK, every
+// reported artifact rebuilt), revert, and checks that no file the build could have touched holds
+// patched bytes (every file of the source tree and the build tree compared, build logs aside).
+// Regressions for the three failures the issue opens with: order-only edges on GoogleTest's own
+// CMake tree, outputs never named (torch BuildExtension's object and build copy, a Makefile that
+// compiles without -o), and the wrong interpreter first on PATH.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kSystemPython = "/usr/bin/python3";  // Debian's, with torch and setuptools
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+bool have(const std::vector<std::string>& argv) { return run(argv).rc == 0; }
+
+// SHA-256 of every regular file below each root, by path; build logs and deps aside (they
+// record that a build ran, not what it built).
+std::map<std::string, std::string> file_digests(const std::vector<fs::path>& roots) {
+  std::map<std::string, std::string> d;
+  for (const auto& root : roots) {
+    for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
+      std::string name = it->path().filename().string();
+      if (name == ".ninja_log" || name == ".ninja_deps" || name == "__pycache__") {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file() && !it->is_symlink()) d[it->path().string()] = file_sha256(it->path());
+    }
+  }
+  return d;
+}
+
+std::vector<std::string> differing(const std::map<std::string, std::string>& a, const std::map<std::string, std::string>& b) {
+  std::vector<std::string> out;
+  for (const auto& [p, h] : a)
+    if (!b.count(p) || b.at(p) != h) out.push_back(p);
+  for (const auto& [p, h] : b)
+    if (!a.count(p)) out.push_back(p + " (new)");
+  return out;
+}
+
+std::set<std::string> strings(const json& a) {
+  std::set<std::string> s;
+  for (const auto& x : a) s.insert(x.get<std::string>());
+  return s;
+}
+
+struct RoundTrip {
+  fs::path ov;
+  std::vector<std::string> env;
+  std::vector<fs::path> trees;              // every file below these must come back byte-exact
+  std::function<std::string()> value;       // what the built code computes (empty: not checked)
+  std::string old_value, new_value;
+
+  json discover(const fs::path& target, const fs::path& root) const {
+    Cmd c = run_overlay({"--json", "discover", "--target", target.string(), "--root", root.string()}, {}, env);
+    EXPECT_EQ(c.rc, 0) << c.out << c.err;
+    return json::parse(c.out.empty() ? "{}" : c.out);
+  }
+
+  // add-native with exactly the candidate's flags, verify, revert, compare. Returns the result line.
+  std::string run_once(const json& cand, const fs::path& patched) const {
+    std::vector<std::string> args = {"add-native", "--overlay", ov.string(), "--patched-file", patched.string()};
+    for (const auto& a : cand["add_native_args"]) args.push_back(a.get<std::string>());
+    auto before = file_digests(trees);
+    if (value) {
+      EXPECT_EQ(value(), old_value);
+    }
+    Cmd a = run_overlay(args, {}, env);
+    EXPECT_EQ(a.rc, 0) << a.err;
+    Cmd v = run_overlay({"verify-native", "--overlay", ov.string()}, {}, env);
+    std::string expect = "FRESH_BUILD_OK (checked " + std::to_string(cand["artifacts"].size()) + ")";
+    EXPECT_NE(v.out.find(expect), std::string::npos) << v.out << "\n" << cand.dump(2);
+    std::string during = value ? value() : "";
+    if (value) {
+      EXPECT_EQ(during, new_value);
+    }
+    Cmd r = run_overlay({"revert", "--overlay", ov.string()}, {}, env);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    auto diff = differing(before, file_digests(trees));
+    EXPECT_TRUE(diff.empty()) << "patched bytes left after revert: " << ::testing::PrintToString(diff);
+    // Clean, or status names the untracked outputs the build rewrote (whose bytes the digests
+    // above prove original) and what regenerates them.
+    Cmd st = run_overlay({"status", "--overlay", ov.string(), "--check-clean"}, {}, env);
+    std::size_t untracked = 0;
+    for (std::size_t at = 0; (at = st.out.find("untracked rebuilt", at)) != std::string::npos; ++at) ++untracked;
+    EXPECT_TRUE(st.rc == 0 || (st.rc == 1 && untracked > 0 && st.out.find("regenerates it") != std::string::npos)) << st.out << st.err;
+    std::string line = trim(v.out.substr(v.out.rfind("FRESH"))) + " | revert: " + (diff.empty() ? "byte-exact" : "DIFFERENT") +
+                       " | status: " + (st.rc == 0 ? "clean" : std::to_string(untracked) + " untracked output(s) named");
+    if (value) line += " | value " + old_value + " -> " + during + " -> " + value();
+    return line;
+  }
+};
+
+// The patched version of a source: one more function with external linkage (its object's bytes
+// change whatever the optimiser does); in a header, inside its include guard.
+std::string patched_text(const fs::path& src) {
+  std::string text = read_file(src);
+  std::string stem = src.stem().string();
+  std::replace_if(stem.begin(), stem.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
+  std::string linkage = src.extension() == ".c" ? "" : "extern \"C\" ";
+  std::string probe = "\n" + linkage + "int overlay_probe_" + stem + "(void) { return 7; }\n";
+  if (src.extension() == ".h") {
+    auto end = text.rfind("#endif");
+    return text.substr(0, end) + probe + text.substr(end);
+  }
+  return text + probe;
+}
+
+}  // namespace
+
+// GoogleTest as Debian ships it (gtest and gmock, CMake + Ninja): every source of libgtest.a and
+// libgtest_main.a round-trips with the printed flags. libgtest_main.a, libgmock.a and
+// libgmock_main.a list libgtest.a only as an order-only input: never artifacts of gtest-all.cc.
+TEST(DiscoverRealWorld, GoogletestEverySourceOnlyEdgesThatRebuild) {
+  fs::path upstream = "/usr/src/googletest";
+  if (!fs::exists(upstream / "CMakeLists.txt")) GTEST_SKIP() << upstream << " missing (Debian's googletest package)";
+  TempDir t;
+  fs::copy(upstream, t / "src", fs::copy_options::recursive);
+  fs::path build = t / "build";
+  ASSERT_EQ(run({"cmake", "-S", (t / "src").string(), "-B", build.string(), "-G", "Ninja"}).rc, 0);
+  ASSERT_EQ(run({"cmake", "--build", build.string()}).rc, 0);
+  RoundTrip rt{t / "ov", {"TORCH_EXTENSIONS_DIR=" + (t / "none").string(), "HOME=" + t.path().string()}, {t / "src", build}, {}, "", ""};
+
+  json d = rt.discover(t / "src/googletest/src/gtest-printers.cc", t.path());
+  ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
+  EXPECT_EQ(strings(d["candidates"][0]["artifacts"]),
+            (std::set<std::string>{(build / "googletest/CMakeFiles/gtest.dir/src/gtest-all.cc.o").string(), (build / "lib/libgtest.a").string()}));
+  std::string ev = d["candidates"][0]["evidence"].dump();
+  EXPECT_NE(ev.find("order-only inputs): lib/libgmock.a lib/libgmock_main.a lib/libgtest_main.a"), std::string::npos) << ev;
+
+  std::vector<fs::path> sources;
+  for (const auto& e : fs::directory_iterator(t / "src/googletest/src")) sources.push_back(e.path());
+  std::sort(sources.begin(), sources.end());
+  ASSERT_GE(sources.size(), 10u);
+  for (const auto& src : sources) {
+    SCOPED_TRACE(src.string());
+    json c = rt.discover(src, t.path());
+    ASSERT_EQ(c["candidates"].size(), 1u) << c.dump(2);
+    json cand = c["candidates"][0];
+    for (const auto& a : cand["artifacts"]) EXPECT_EQ(a.get<std::string>().find("gmock"), std::string::npos) << a;
+    write_file(t / "patched" / src.filename(), patched_text(src));
+    std::string line = rt.run_once(cand, t / "patched" / src.filename());
+    std::cout << "ROUNDTRIP | googletest " << src.filename().string() << " | artifacts " << cand["artifacts"].size() << " | " << line
+              << std::endl;
+  }
+}
+
+// A C library whose archive recipe compiles `$^` without -o, as lz4's lib/Makefile does
+// (`liblz4.a: $(SRCFILES)` → `$(COMPILE.c) $^` then `$(AR) rcs $@ *.o`): each object lands in the
+// recipe's directory and make never names it as a target. Every source round-trips.
+TEST(DiscoverRealWorld, MakefileCompilingWithoutDashOEverySource) {
+  if (!have({"make", "--version"}) || !have({"cc", "--version"})) GTEST_SKIP() << "make or cc missing";
+  TempDir t;
+  fs::path lib = t / "lz/lib";
+  for (const char* name : {"lz4", "lz4hc", "lz4frame", "xxhash"})
+    write_file(lib / (std::string(name) + ".c"), "int " + std::string(name) + "_value(void) { return 4; }\n");
+  write_file(lib / "Makefile",
+             "# Mirrors lz4 lib/Makefile: the static library compiles its sources in one recipe, without -o.\n"
+             "SRCFILES := $(sort $(wildcard *.c))\n.PHONY: default lib\ndefault: lib\nlib: liblz4.a\n"
+             "liblz4.a: $(SRCFILES)\n\t$(COMPILE.c) $^\n\t$(AR) rcs $@ *.o\n");
+  ASSERT_EQ(run({"make", "-C", lib.string()}).rc, 0);
+  ASSERT_TRUE(fs::exists(lib / "lz4.o"));
+  RoundTrip rt{t / "ov", {"TORCH_EXTENSIONS_DIR=" + (t / "none").string(), "HOME=" + t.path().string()}, {t / "lz"}, {}, "", ""};
+  for (const char* name : {"lz4", "lz4hc", "lz4frame", "xxhash"}) {
+    fs::path src = lib / (std::string(name) + ".c");
+    SCOPED_TRACE(src.string());
+    json d = rt.discover(src, t.path());
+    ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
+    json cand = d["candidates"][0];
+    EXPECT_EQ(cand["kind"], "make");
+    EXPECT_EQ(strings(cand["artifacts"]), (std::set<std::string>{(lib / "liblz4.a").string(), (lib / (std::string(name) + ".o")).string()}));
+    write_file(t / "patched" / src.filename(), patched_text(src));
+    std::cout << "ROUNDTRIP | make without -o " << src.filename().string() << " | " << rt.run_once(cand, t / "patched" / src.filename())
+              << std::endl;
+  }
+}
+
+// A PyTorch C++ extension built in place by its own setup.py (BuildExtension: compile-only
+// build/temp.*/build.ninja, linked by setuptools into build/lib.*, copied beside the sources),
+// with a python3 first on PATH that cannot import torch.
+TEST(DiscoverRealWorld, TorchBuildExtensionEveryOutputAndTheRightInterpreter) {
+  if (!have({kSystemPython, "-c", "import torch.utils.cpp_extension"}))
+    GTEST_SKIP() << kSystemPython << " lacks torch (python3-torch, libtorch-dev)";
+  TempDir t;
+  fs::path proj = t / "proj";
+  std::string body = "#include <torch/extension.h>\ntorch::Tensor value() { return torch::full({1}, VALUE); }\n"
+                     "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"value\", &value); }\n";
+  write_file(proj / "csrc/bx.cpp", "#define VALUE 4.0\n" + body);
+  write_file(t / "best/bx.cpp", "#define VALUE 7.0\n" + body);
+  write_file(proj / "bxpkg/__init__.py", "");
+  write_file(proj / "setup.py",
+             "from setuptools import setup\nfrom torch.utils.cpp_extension import BuildExtension, CppExtension\n"
+             "setup(name='bx', ext_modules=[CppExtension('bxpkg._bx', ['csrc/bx.cpp'])], cmdclass={'build_ext': BuildExtension})\n");
+  Cmd b = run({kSystemPython, "setup.py", "-q", "build_ext", "--inplace"}, proj);
+  ASSERT_EQ(b.rc, 0) << b.err;
+  // The wrong interpreter first on PATH: a real python3 that cannot see torch (no site dirs).
+  write_file(t / "wrongbin/python3", std::string("#!/bin/sh\nexec ") + kSystemPython + " -S \"$@\"\n", 0755);
+  std::string path = "PATH=" + (t / "wrongbin").string() + ":" + std::getenv("PATH");
+  ASSERT_NE(run({"python3", "-c", "import torch"}, {}, {path}).rc, 0);
+  RoundTrip rt{t / "ov", {path, "TORCH_EXTENSIONS_DIR=" + (t / "none").string(), "HOME=" + t.path().string()}, {proj}, {}, "4.0", "7.0"};
+  rt.value = [&] {
+    Cmd c = run({kSystemPython, "-c", "import torch, bxpkg._bx as m; print(float(m.value()[0]))"}, proj);
+    return c.rc == 0 ? trim(c.out) : "error: " + c.err;
+  };
+  json d = rt.discover(proj / "csrc/bx.cpp", t.path());
+  std::cout << "DISCOVER torch BuildExtension:\n" << d.dump(2) << std::endl;
+  ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
+  json cand = d["candidates"][0];
+  EXPECT_EQ(cand["kind"], "torch-setup");
+  std::set<std::string> kinds;
+  for (const auto& a : cand["artifacts"]) {
+    std::string rel = fs::path(a.get<std::string>()).lexically_relative(proj).string();
+    kinds.insert(rel.rfind("build/temp.", 0) == 0 ? "object" : rel.rfind("build/lib.", 0) == 0 ? "build copy" : rel.rfind("bxpkg/_bx.", 0) == 0 ? "in place" : rel);
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"object", "build copy", "in place"})) << cand.dump(2);
+  std::string py = cand["build_cmd"][0];
+  EXPECT_EQ(run({py, "-c", "import torch"}).rc, 0) << py << " cannot import torch";
+  EXPECT_NE(cand["evidence"].dump().find("finds setuptools torch"), std::string::npos) << cand["evidence"].dump(2);
+  std::cout << "ROUNDTRIP | torch BuildExtension | " << rt.run_once(cand, t / "best/bx.cpp") << std::endl;
+}
+
+// A CMake project whose install step copies the library (as vLLM's setup.py does for _C.abi3.so
+// with `cmake --install --component`): the installed copy is an artifact, and the build installs.
+TEST(DiscoverRealWorld, CMakeInstallStepCopiesAreArtifacts) {
+  TempDir t;
+  fs::path proj = t / "proj", build = t / "build", prefix = t / "prefix";
+  write_file(proj / "CMakeLists.txt",
+             "cmake_minimum_required(VERSION 3.16)\nproject(inst CXX)\nadd_library(fast SHARED kernel.cpp)\n"
+             "install(TARGETS fast LIBRARY DESTINATION lib)\n");
+  write_file(proj / "kernel.cpp", "extern \"C\" int kernel() { return 4; }\n");
+  write_file(t / "best/kernel.cpp", "extern \"C\" int kernel() { return 7; }\n");
+  ASSERT_EQ(run({"cmake", "-S", proj.string(), "-B", build.string(), "-G", "Ninja", "-DCMAKE_INSTALL_PREFIX=" + prefix.string()}).rc, 0);
+  ASSERT_EQ(run({"cmake", "--build", build.string()}).rc, 0);
+  ASSERT_EQ(run({"cmake", "--install", build.string()}).rc, 0);
+  // What loads the installed copy: a C program that dlopens it.
+  write_file(t / "use.c", "#include <dlfcn.h>\n#include <stdio.h>\nint main(int c, char** v) { (void)c; void* h = dlopen(v[1], RTLD_NOW);"
+                          " if (!h) return 2; int (*k)(void) = (int (*)(void))dlsym(h, \"kernel\"); printf(\"%d\\n\", k()); return 0; }\n");
+  ASSERT_EQ(run({"cc", "-o", (t / "use").string(), (t / "use.c").string(), "-ldl"}).rc, 0);
+  RoundTrip rt{t / "ov", {"TORCH_EXTENSIONS_DIR=" + (t / "none").string(), "HOME=" + t.path().string()}, {proj, build, prefix}, {}, "4", "7"};
+  rt.value = [&] { return trim(run({(t / "use").string(), (prefix / "lib/libfast.so").string()}).out); };
+  json d = rt.discover(proj / "kernel.cpp", t.path());
+  ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
+  json cand = d["candidates"][0];
+  EXPECT_EQ(strings(cand["artifacts"]), (std::set<std::string>{(build / "CMakeFiles/fast.dir/kernel.cpp.o").string(), (build / "libfast.so").string(),
+                                                               (prefix / "lib/libfast.so").string()}));
+  EXPECT_EQ(cand["build_cmds"], json({{"cmake", "--build", build.string()}, {"cmake", "--install", build.string()}}));
+  std::cout << "ROUNDTRIP | cmake with install step | " << rt.run_once(cand, t / "best/kernel.cpp") << std::endl;
+}
+
+// A Meson project, configured and built by Debian's meson: a Meson build dir (meson-private/) is
+// read with ninja's own tools like any other.
+TEST(DiscoverRealWorld, MesonBuildDir) {
+  if (!have({"meson", "--version"})) GTEST_SKIP() << "meson missing (Debian's meson)";
+  TempDir t;
+  fs::path proj = t / "proj";
+  write_file(proj / "meson.build", "project('m', 'c')\nlib = static_library('k', 'kernel.c')\n"
+                                   "executable('app', 'main.c', link_with: lib)\nexecutable('other', 'other.c')\n");
+  write_file(proj / "kernel.c", "int kernel(void) { return 4; }\n");
+  write_file(proj / "other.c", "int main(void) { return 0; }\n");
+  write_file(proj / "main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+  write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
+  ASSERT_EQ(run({"meson", "setup", (proj / "builddir").string(), proj.string()}).rc, 0);
+  ASSERT_EQ(run({"ninja", "-C", (proj / "builddir").string()}).rc, 0);
+  RoundTrip rt{t / "ov", {"TORCH_EXTENSIONS_DIR=" + (t / "none").string(), "HOME=" + t.path().string()}, {proj}, {}, "4", "7"};
+  rt.value = [&] { return trim(run({(proj / "builddir/app").string()}).out); };
+  json d = rt.discover(proj / "kernel.c", t.path());
+  ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
+  json cand = d["candidates"][0];
+  EXPECT_EQ(cand["kind"], "meson");
+  std::set<std::string> names;
+  for (const auto& a : cand["artifacts"]) names.insert(fs::path(a.get<std::string>()).filename().string());
+  // libk.a is a thin archive (only its members' paths): it does not change, so it is no artifact.
+  EXPECT_EQ(names, (std::set<std::string>{"kernel.c.o", "app"})) << cand.dump(2);
+  std::cout << "ROUNDTRIP | meson | " << rt.run_once(cand, t / "best/kernel.c") << std::endl;
+}
