@@ -40,7 +40,7 @@ trap 'exit 130' INT TERM
 # 3. Apply the candidate; the result is one JSON document on stdout.
 result=$("$OVERLAY" add-native --json --revert-on-failure --owner-pid $$ --overlay "$OV" \
   --target "$INSTALL/src/kernel.cpp" --patched-file "$HERE/cpu_smoke/patched/kernel.cpp" \
-  --artifact "$INSTALL/build/libkernel.so" --build-cmd "cmake --build $INSTALL/build")
+  --artifact "$INSTALL/build/libkernel.so" --artifact "$INSTALL/build/CMakeFiles/kernel.dir/src/kernel.cpp.o" --build-cmd "cmake --build $INSTALL/build")
 python3 -c 'import json,sys; d=json.load(sys.stdin); print("applied entry", d["entry"], "- build ok:", d["build"]["ok"], "- log:", d["build"]["log"])' <<<"$result"
 
 # 4. Prove the build produced a new artifact before trusting the candidate's numbers.
