@@ -1,8 +1,11 @@
 #include "overlay/build_watch.hpp"
 
 #include <algorithm>
+#include <optional>
+#include <sstream>
 
 #include "overlay/file_ops.hpp"
+#include "overlay/process.hpp"
 
 namespace overlay {
 namespace {
@@ -25,7 +28,89 @@ std::vector<fs::path> outermost(Disk& disk, std::vector<fs::path> dirs) {
   return out;
 }
 
+// Canonical when it can be (build graphs name libraries through their symlinks), else normal.
+fs::path canonical_or_normal(const fs::path& p) {
+  std::error_code ec;
+  fs::path c = fs::weakly_canonical(p, ec);
+  return ec ? p.lexically_normal() : c;
+}
+
+// The nearest ancestor of `p` holding build.ninja; empty when none does.
+fs::path ninja_dir_of(const fs::path& p) {
+  std::error_code ec;
+  for (fs::path d = p.parent_path(); !d.empty() && d != d.root_path(); d = d.parent_path())
+    if (fs::is_regular_file(d / "build.ninja", ec)) return d;
+  return {};
+}
+
+// The explicit and implicit inputs of the edge that builds `out` (order-only ones never rebuild
+// it), canonical; nullopt when Ninja does not know it.
+std::optional<std::vector<fs::path>> rebuilding_inputs(const fs::path& dir, const fs::path& out) {
+  for (const std::string& spelling : {out.lexically_relative(dir).string(), out.string()}) {
+    RunOptions o;
+    o.output = Output::capture;
+    o.timeout_s = 60;
+    RunResult r = run_process({"ninja", "-C", dir.string(), "-t", "query", spelling}, o);
+    if (!r.ok()) continue;
+    std::vector<fs::path> inputs;
+    std::string section, line;
+    std::istringstream in(r.out);
+    while (std::getline(in, line)) {
+      if (line.rfind("    ", 0) == 0 && section == "input") {
+        std::string item = line.substr(4);
+        if (item.rfind("|| ", 0) == 0) continue;
+        if (item.rfind("| ", 0) == 0) item = item.substr(2);
+        inputs.push_back(canonical_or_normal(fs::path(item).is_absolute() ? fs::path(item) : dir / item));
+      } else if (line.rfind("  ", 0) == 0 && line.rfind("    ", 0) != 0) {
+        section = line.substr(2, line.find(':') - 2);
+      }
+    }
+    return inputs;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+bool is_shared_library_name(const fs::path& p) {
+  std::string n = p.filename().string();
+  auto ends = [&](const std::string& s) { return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0; };
+  return n.find(".so.") != std::string::npos || ends(".so") || ends(".dylib");
+}
+
+void mark_relinked(std::vector<UntrackedOutput>& outputs, const std::vector<fs::path>& changed) {
+  // Which changed files are shared libraries (the only inputs a relink may have changed).
+  std::map<fs::path, bool> changed_lib;
+  for (const auto& c : changed) changed_lib[canonical_or_normal(c)] = is_shared_library_name(c);
+  std::map<std::size_t, std::vector<fs::path>> inputs;
+  for (std::size_t i = 0; i < outputs.size() && inputs.size() < kMaxRelinkQueries; ++i) {
+    fs::path out(outputs[i].path);
+    changed_lib[canonical_or_normal(out)] = false;  // until judged a relinked library below
+    fs::path dir = ninja_dir_of(out);
+    if (dir.empty()) continue;
+    if (auto in = rebuilding_inputs(dir, out)) inputs[i] = std::move(*in);
+  }
+  // To a fixed point: a library relinked against a relinked library holds no patched code either.
+  for (bool more = true; more;) {
+    more = false;
+    for (auto& [i, ins] : inputs) {
+      UntrackedOutput& u = outputs[i];
+      if (!u.relinked_against.empty()) continue;
+      std::string lib;
+      bool only_libs = true;
+      for (const auto& in : ins) {
+        auto c = changed_lib.find(in);
+        if (c == changed_lib.end()) continue;  // not changed by this build
+        if (!c->second) only_libs = false;
+        else if (lib.empty()) lib = in.string();
+      }
+      if (!only_libs || lib.empty()) continue;
+      u.relinked_against = lib;
+      changed_lib[canonical_or_normal(u.path)] = is_shared_library_name(u.path);
+      more = true;
+    }
+  }
+}
 
 bool is_build_bookkeeping(const fs::path& p) {
   std::string n = p.filename().string();
@@ -78,7 +163,7 @@ std::vector<UntrackedOutput> BuildWatch::finish(Disk& disk) const {
   for (const auto& [p, stamp] : picture(disk, off_now)) {
     auto was = seen_.find(p);
     if (was != seen_.end() && was->second == stamp) continue;
-    out.push_back({p.string(), was == seen_.end() ? "created" : "changed", stamp, "", {}});
+    out.push_back({p.string(), was == seen_.end() ? "created" : "changed", stamp, "", {}, ""});
   }
   return out;
 }
@@ -94,6 +179,7 @@ std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<Untrac
 
 void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reverted) {
   for (auto u : reverted.untracked) {
+    if (!u.relinked_against.empty()) continue;  // holds none of the patched code
     u.entry = reverted.id;
     u.build_cmds = reverted.build_cmds;
     auto same = std::find_if(m.untracked.begin(), m.untracked.end(), [&](const UntrackedOutput& x) { return x.path == u.path; });

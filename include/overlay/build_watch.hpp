@@ -43,6 +43,17 @@ std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<Untrac
 // build), keeping there only those still as built.
 void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reverted);
 
+// Marks the outputs that a Ninja edge only relinked against changed shared libraries (tracked
+// artifacts, or outputs marked so): an executable linked against a rebuilt libfoo.so holds none
+// of its code, so revert need not warn about it. `changed` are the files the entry swapped or
+// rebuilt. Asks `ninja -t query` (the build dir is the nearest ancestor with build.ninja), at most
+// kMaxRelinkQueries times; an output it cannot judge stays "may hold patched code".
+inline constexpr std::size_t kMaxRelinkQueries = 64;
+void mark_relinked(std::vector<UntrackedOutput>& outputs, const std::vector<fs::path>& changed);
+
+// Whether the name is a shared library's (libx.so, libx.so.1.2, libx.dylib).
+bool is_shared_library_name(const fs::path& p);
+
 // Bookkeeping a build rewrites whatever it builds (.ninja_log, .ninja_deps, a regenerated
 // build.ninja, depfiles, bytecode):
 // never reported.

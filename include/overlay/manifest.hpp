@@ -89,6 +89,9 @@ struct UntrackedOutput {
   FileStamp stamp;     // as the build left it
   std::string entry;   // top level only: the reverted entry whose build left it
   std::vector<std::vector<std::string>> build_cmds;  // top level only: what regenerates it
+  // Entry level only: the tracked (or relinked) shared library it was only relinked against,
+  // so it holds none of the patched code; empty when it may hold some.
+  std::string relinked_against;
 };
 
 struct NativeEntry {

@@ -88,11 +88,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool is_shared_library(const fs::path& p) {
-  std::string n = p.filename().string();
-  return n.find(".so.") != std::string::npos || ends_with(n, ".so") || ends_with(n, ".dylib");
-}
-
 bool is_regular(Disk& disk, const fs::path& p) { return disk.info(p, Follow::yes).type == FileType::regular; }
 bool is_directory(Disk& disk, const fs::path& p) { return disk.info(p, Follow::yes).type == FileType::directory; }
 

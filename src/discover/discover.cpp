@@ -77,7 +77,7 @@ std::set<std::pair<dev_t, ino_t>> mapped_files(Disk& disk) {
 void rank(Disk& disk, std::vector<BuildCandidate>& cands) {
   std::set<std::pair<dev_t, ino_t>> mapped;
   bool any_library = std::any_of(cands.begin(), cands.end(), [](const BuildCandidate& c) {
-    return std::any_of(c.artifacts.begin(), c.artifacts.end(), [](const fs::path& a) { return is_shared_library(a); });
+    return std::any_of(c.artifacts.begin(), c.artifacts.end(), [](const fs::path& a) { return is_shared_library_name(a); });
   });
   if (cands.size() > 1 && any_library) mapped = mapped_files(disk);
   for (auto& c : cands) {

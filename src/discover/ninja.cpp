@@ -137,7 +137,7 @@ void follow_outputs(Disk& disk, const fs::path& dir, const std::vector<std::stri
     // Only files the build left: not a symlink to a library, not a custom command's symbolic
     // output (CMake's install.util), never created.
     if (!phony && disk.info(p, Follow::no).type == FileType::regular && !is_thin_archive(disk, p)) add_unique(c.artifacts, p);
-    if (!phony && is_shared_library(p)) continue;
+    if (!phony && is_shared_library_name(p)) continue;
     for (const auto& o : n.outputs) {
       if (seen.count(o)) continue;
       if (rebuilt_from(ninja_query(dir, o), out)) todo.push_back(o);

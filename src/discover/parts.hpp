@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "overlay/build_watch.hpp"  // is_shared_library_name: dependents are relinked, not rebuilt
 #include "overlay/discover.hpp"
 #include "overlay/process.hpp"
 
@@ -34,8 +35,6 @@ std::vector<std::string> words_or_none(const std::string& line);
 // `p` when absolute, else `dir / p`, lexically normal.
 fs::path resolve_in(const fs::path& dir, const std::string& p);
 bool ends_with(const std::string& s, const std::string& suffix);
-// A shared library: its dependents are relinked against it, not rebuilt from the changed code.
-bool is_shared_library(const fs::path& p);
 bool is_regular(Disk& disk, const fs::path& p);
 bool is_directory(Disk& disk, const fs::path& p);
 bool is_file_or_absent(Disk& disk, const fs::path& p);

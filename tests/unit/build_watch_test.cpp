@@ -56,7 +56,7 @@ TEST(BuildWatch, KeepsARevertedEntrysOutputsAtTheTopLevel) {
   NativeEntry e;
   e.id = "n1";
   e.build_cmds = {{"make"}};
-  e.untracked = {{(t / "o.o").string(), "changed", stamp_of(fi), "", {}}};
+  e.untracked = {{(t / "o.o").string(), "changed", stamp_of(fi), "", {}, ""}};
   Manifest m;
   keep_untracked_of_reverted(real_disk(), m, e);
   ASSERT_EQ(m.untracked.size(), 1u);
@@ -69,4 +69,35 @@ TEST(BuildWatch, KeepsARevertedEntrysOutputsAtTheTopLevel) {
                ManifestError);
   EXPECT_THROW(parse_manifest(R"({"untracked_outputs": [{"path": "/a", "change": "eaten", "size": 1, "ino": 1, "mtime_ns": 1}]})"),
                ManifestError);
+}
+
+// A build graph real Ninja answers for: a relink against a changed shared library holds none of
+// the patched code; a link of a changed object, or an edge whose changed input Ninja does not
+// list (order-only, or no edge at all), may.
+TEST(BuildWatch, MarksOnlyOutputsRelinkedAgainstChangedSharedLibraries) {
+  TempDir t;
+  write_file(t / "b/build.ninja",
+             "rule link\n  command = touch $out\n"
+             "build libk.so: link k.o\n"
+             "build app: link main.o | libk.so\n"
+             "build libk2.so.1: link k2.o libk.so\n"
+             "build app2: link main.o libk2.so.1\n"
+             "build static_app: link main.o k.o\n"
+             "build ordered: link main.o || libk.so\n");
+  std::vector<UntrackedOutput> outs;
+  for (const char* n : {"app", "libk2.so.1", "app2", "static_app", "ordered", "stray.o"})
+    outs.push_back({(t / "b" / n).string(), "changed", {}, "", {}, ""});
+  mark_relinked(outs, {t / "b/libk.so", t / "b/k.o"});
+  std::vector<std::string> got;
+  for (const auto& u : outs) got.push_back(fs::path(u.path).filename().string() + ":" + fs::path(u.relinked_against).filename().string());
+  EXPECT_EQ(got, (std::vector<std::string>{"app:libk.so", "libk2.so.1:libk.so", "app2:libk2.so.1", "static_app:", "ordered:", "stray.o:"}));
+  // Recorded per entry; dropped, not kept, when its entry is reverted.
+  NativeEntry e;
+  e.id = "n1";
+  e.untracked = outs;
+  Manifest m;
+  m.natives.push_back(e);
+  Manifest back = parse_manifest(serialize_manifest(m));
+  EXPECT_EQ(back.natives.at(0).untracked.at(0).relinked_against, (t / "b/libk.so").string());
+  EXPECT_EQ(back.natives.at(0).untracked.at(3).relinked_against, "");
 }
