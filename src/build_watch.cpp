@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "overlay/file_ops.hpp"
+#include "overlay/object_files.hpp"
 #include "overlay/process.hpp"
 
 namespace overlay {
@@ -78,45 +80,81 @@ bool is_shared_library_name(const fs::path& p) {
   return n.find(".so.") != std::string::npos || ends(".so") || ends(".dylib");
 }
 
+namespace {
+
+// Whether a compiler compiles `p` as a translation unit (anything else may be #included anywhere).
+bool is_compiled_source(const fs::path& p) {
+  static const std::set<std::string> exts = {".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".cu", ".hip", ".m", ".mm"};
+  return exts.count(p.extension().string()) > 0;
+}
+
+// Why `out` holds none of the patched code by its own bytes; "" when they do not show it.
+std::string clear_by_bytes(Disk& disk, const fs::path& out, const std::vector<fs::path>& patched) {
+  if (out.extension() == ".a" && is_thin_archive(disk, out)) return "a thin archive: its members' paths, not their code";
+  if (patched.empty() || !std::all_of(patched.begin(), patched.end(), is_compiled_source)) return "";
+  auto files = object_source_files(disk, out);
+  if (!files || files->empty()) return "";
+  for (const auto& f : *files)
+    for (const auto& p : patched)
+      if (fs::path(f).filename() == p.filename()) return "";
+  return "compiled from " + files->front() + " (its symbol table), not from a patched source";
+}
+
+// What a changed file may carry into what is built from it.
+enum class Carries { shared_library, nothing_patched, maybe_patched };
+
+// Marks the outputs a Ninja edge built only from changed files that carry no patched code into it
+// (shared libraries, which a link refers to by name, and outputs already judged clear), to a
+// fixed point: a library relinked against a relinked library holds no patched code either.
 void mark_relinked(std::vector<UntrackedOutput>& outputs, const std::vector<fs::path>& changed) {
-  // Which changed files are shared libraries (the only inputs a relink may have changed).
-  std::map<fs::path, bool> changed_lib;
-  for (const auto& c : changed) changed_lib[canonical_or_normal(c)] = is_shared_library_name(c);
+  std::map<fs::path, Carries> carries;
+  for (const auto& c : changed)
+    carries[canonical_or_normal(c)] = is_shared_library_name(c) ? Carries::shared_library : Carries::maybe_patched;
   std::map<std::size_t, std::vector<fs::path>> inputs;
-  for (std::size_t i = 0; i < outputs.size() && inputs.size() < kMaxRelinkQueries; ++i) {
+  std::size_t queries = 0;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
     fs::path out(outputs[i].path);
-    changed_lib[canonical_or_normal(out)] = false;  // until judged a relinked library below
-    fs::path dir = ninja_dir_of(out);
+    carries[canonical_or_normal(out)] = outputs[i].clear_reason.empty() ? Carries::maybe_patched : Carries::nothing_patched;
+    fs::path dir = outputs[i].clear_reason.empty() && queries < kMaxRelinkQueries ? ninja_dir_of(out) : fs::path();
     if (dir.empty()) continue;
+    ++queries;
     if (auto in = rebuilding_inputs(dir, out)) inputs[i] = std::move(*in);
   }
-  // To a fixed point: a library relinked against a relinked library holds no patched code either.
   for (bool more = true; more;) {
     more = false;
     for (auto& [i, ins] : inputs) {
       UntrackedOutput& u = outputs[i];
-      if (!u.relinked_against.empty()) continue;
+      if (!u.clear_reason.empty()) continue;
       std::string lib;
-      bool only_libs = true;
+      bool any = false, patched = false;
       for (const auto& in : ins) {
-        auto c = changed_lib.find(in);
-        if (c == changed_lib.end()) continue;  // not changed by this build
-        if (!c->second) only_libs = false;
-        else if (lib.empty()) lib = in.string();
+        auto c = carries.find(in);
+        if (c == carries.end()) continue;  // not changed by this build
+        any = true;
+        patched = patched || c->second == Carries::maybe_patched;
+        if (c->second == Carries::shared_library && lib.empty()) lib = in.string();
       }
-      if (!only_libs || lib.empty()) continue;
-      u.relinked_against = lib;
-      changed_lib[canonical_or_normal(u.path)] = is_shared_library_name(u.path);
+      if (!any || patched) continue;
+      u.clear_reason = lib.empty() ? "built only from outputs that hold none of the patched code" : "relinked against " + lib + " only";
+      carries[canonical_or_normal(u.path)] = is_shared_library_name(u.path) ? Carries::shared_library : Carries::nothing_patched;
       more = true;
     }
   }
+}
+
+}  // namespace
+
+void judge_untracked(Disk& disk, std::vector<UntrackedOutput>& outputs, const std::vector<fs::path>& changed,
+                     const std::vector<fs::path>& patched) {
+  for (auto& u : outputs) u.clear_reason = clear_by_bytes(disk, u.path, patched);
+  mark_relinked(outputs, changed);
 }
 
 bool is_build_bookkeeping(const fs::path& p) {
   std::string n = p.filename().string();
   auto ends = [&](const std::string& s) { return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0; };
   // build.ninja: generators (torch's BuildExtension, CMake, Meson) rewrite it; it holds no code.
-  return n == ".ninja_log" || n == ".ninja_deps" || n == "build.ninja" || ends(".d") || ends(".pyc") || ends(".tlog");
+  return n == ".ninja_log" || n == ".ninja_deps" || n == "build.ninja" || n == "install_manifest.txt" || ends(".d") || ends(".pyc") || ends(".tlog");
 }
 
 BuildWatch BuildWatch::start(Disk& disk, std::vector<fs::path> dirs, std::vector<fs::path> tracked, std::vector<fs::path> skipped,
@@ -179,7 +217,7 @@ std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<Untrac
 
 void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reverted) {
   for (auto u : reverted.untracked) {
-    if (!u.relinked_against.empty()) continue;  // holds none of the patched code
+    if (!u.clear_reason.empty()) continue;  // holds none of the patched code
     u.entry = reverted.id;
     u.build_cmds = reverted.build_cmds;
     auto same = std::find_if(m.untracked.begin(), m.untracked.end(), [&](const UntrackedOutput& x) { return x.path == u.path; });

@@ -207,8 +207,9 @@ std::vector<UntrackedOutput> parse_untracked(const json& j, const std::string& w
     if (top_level) {
       u.entry = opt_string(items[i], "entry", wi).value_or("");
       u.build_cmds = parse_build_cmds(items[i], wi);
-    } else if (items[i].contains("relinked_against")) {
-      u.relinked_against = abs_path(items[i], "relinked_against", wi);
+    } else if (items[i].contains("clear_reason")) {
+      u.clear_reason = req_string(items[i], "clear_reason", wi);
+      if (u.clear_reason.empty()) bad(wi + ".clear_reason", "empty");
     }
     out.push_back(std::move(u));
   }
@@ -221,8 +222,8 @@ json to_json(const UntrackedOutput& u, bool top_level) {
   if (top_level) {
     j["entry"] = u.entry;
     j["build_cmds"] = u.build_cmds;
-  } else if (!u.relinked_against.empty()) {
-    j["relinked_against"] = u.relinked_against;
+  } else if (!u.clear_reason.empty()) {
+    j["clear_reason"] = u.clear_reason;
   }
   return j;
 }

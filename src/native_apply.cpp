@@ -233,9 +233,9 @@ BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedE
   }
   log->close();
   out.untracked = watch.finish(disk);
-  std::vector<fs::path> changed = plan.artifacts;
-  for (const auto& s : plan.swaps) changed.push_back(s.target);
-  mark_relinked(out.untracked, changed);
+  std::vector<fs::path> changed = plan.artifacts, patched;
+  for (const auto& s : plan.swaps) changed.push_back(s.target), patched.push_back(s.target);
+  judge_untracked(disk, out.untracked, changed, patched);
   out.watch_off = watch.off_reason();
   if (!out.untracked.empty()) record_untracked(disk, plan, entry.id, out.untracked);
   return out;

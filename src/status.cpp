@@ -204,7 +204,7 @@ std::size_t StatusReport::not_original() const {
 std::size_t StatusReport::untracked_as_built() const {
   std::size_t n = untracked_left.size();
   for (const auto& e : natives)
-    n += std::count_if(e.untracked.begin(), e.untracked.end(), [](const UntrackedOutput& u) { return u.relinked_against.empty(); });
+    n += std::count_if(e.untracked.begin(), e.untracked.end(), [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
   return n;
 }
 

@@ -43,19 +43,25 @@ std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<Untrac
 // build), keeping there only those still as built.
 void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reverted);
 
-// Marks the outputs that a Ninja edge only relinked against changed shared libraries (tracked
-// artifacts, or outputs marked so): an executable linked against a rebuilt libfoo.so holds none
-// of its code, so revert need not warn about it. `changed` are the files the entry swapped or
-// rebuilt. Asks `ninja -t query` (the build dir is the nearest ancestor with build.ninja), at most
-// kMaxRelinkQueries times; an output it cannot judge stays "may hold patched code".
+// Gives `clear_reason` to each output that holds none of the patched code, judged by what the
+// build says or the output's own bytes show (anything else "may hold patched code"):
+// * a thin archive: its members' paths only;
+// * an ELF object whose symbol table names the source it was compiled from, when that is none of
+//   the `patched` files and none of them is a header (a header may be in any object);
+// * an output a Ninja edge only relinked against changed shared libraries (tracked artifacts, or
+//   outputs judged so): an executable linked against a rebuilt libfoo.so holds none of its code.
+//   Asks `ninja -t query` in the nearest ancestor holding build.ninja, at most kMaxRelinkQueries
+//   times.
+// `changed` are the files the entry swapped or rebuilt; `patched` those it swapped.
 inline constexpr std::size_t kMaxRelinkQueries = 64;
-void mark_relinked(std::vector<UntrackedOutput>& outputs, const std::vector<fs::path>& changed);
+void judge_untracked(Disk& disk, std::vector<UntrackedOutput>& outputs, const std::vector<fs::path>& changed,
+                     const std::vector<fs::path>& patched);
 
 // Whether the name is a shared library's (libx.so, libx.so.1.2, libx.dylib).
 bool is_shared_library_name(const fs::path& p);
 
 // Bookkeeping a build rewrites whatever it builds (.ninja_log, .ninja_deps, a regenerated
-// build.ninja, depfiles, bytecode):
+// build.ninja, CMake's install_manifest.txt, depfiles, bytecode):
 // never reported.
 bool is_build_bookkeeping(const fs::path& p);
 

@@ -91,7 +91,7 @@ struct UntrackedOutput {
   std::vector<std::vector<std::string>> build_cmds;  // top level only: what regenerates it
   // Entry level only: the tracked (or relinked) shared library it was only relinked against,
   // so it holds none of the patched code; empty when it may hold some.
-  std::string relinked_against;
+  std::string clear_reason;
 };
 
 struct NativeEntry {

@@ -47,7 +47,7 @@ nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs) {
   for (const auto& u : outputs) {
     nlohmann::json item = {{"path", u.path}, {"change", u.change}};
     if (!u.entry.empty()) item["entry"] = u.entry, item["regenerated_by"] = u.build_cmds;
-    item["relinked_against"] = u.relinked_against.empty() ? nlohmann::json(nullptr) : nlohmann::json(u.relinked_against);
+    item["clear_reason"] = u.clear_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(u.clear_reason);
     a.push_back(item);
   }
   return a;
@@ -57,17 +57,17 @@ nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs) {
 // keep what the build made of the patched source after revert.
 void warn_untracked(const std::string& cmd, const BuildOutcome& b) {
   if (!b.watch_off.empty()) err_line(cmd, "build outputs not watched: " + b.watch_off);
-  std::vector<std::string> holding, relinked;
-  for (const auto& u : b.untracked) (u.relinked_against.empty() ? holding : relinked).push_back(u.path);
+  std::vector<std::string> holding, clear;
+  for (const auto& u : b.untracked) (u.clear_reason.empty() ? holding : clear).push_back(u.path);
   auto names = [](const std::vector<std::string>& v) {
     std::string s;
     for (std::size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
     return v.size() > 8 ? s + ", … (" + std::to_string(v.size() - 8) + " more)" : s;
   };
-  if (!relinked.empty())
-    err_line(cmd, "the build relinked " + std::to_string(relinked.size()) +
-                      " untracked file(s) against the rebuilt shared libraries only (they hold none of the patched code): " +
-                      names(relinked));
+  if (!clear.empty())
+    err_line(cmd, "the build rewrote " + std::to_string(clear.size()) +
+                      " untracked file(s) that hold none of the patched code (relinked, or compiled from other sources; "
+                      "status says why): " + names(clear));
   if (!holding.empty())
     err_line(cmd, "warning: the build created or changed " + std::to_string(holding.size()) +
                       " file(s) no entry tracks; revert leaves them as built (pass them with --artifact to track them): " +
@@ -368,9 +368,9 @@ void print_status_table(const StatusReport& r) {
       out_line(line + f.path);
     }
     for (const auto& u : e.untracked)
-      out_line(u.relinked_against.empty()
+      out_line(u.clear_reason.empty()
                    ? "  untracked rebuilt      " + u.path + "  (" + u.change + " by this entry's build)"
-                   : "  untracked relinked     " + u.path + "  (against " + u.relinked_against + " only; holds none of the patched code)");
+                   : "  untracked clear        " + u.path + "  (" + u.clear_reason + "; holds none of the patched code)");
   }
   for (const auto& u : r.untracked_left)
     out_line("untracked rebuilt      " + u.path + "  (" + u.change + " by the build of reverted entry " + u.entry +

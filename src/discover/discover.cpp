@@ -44,6 +44,24 @@ void candidates_at(Disk& disk, const fs::path& d, const Target& t, std::set<fs::
   if (auto c = config_candidate(disk, d)) rep.candidates.push_back(std::move(*c));
 }
 
+// Editable installs whose loader lies in the sys.path dir `d`: their build dir's candidate (made
+// here, or already found on the walk up) becomes theirs.
+void editable_candidates(Disk& disk, const fs::path& d, const Target& t, std::set<fs::path>& ninja_seen, DiscoverReport& rep) {
+  for (const auto& b : editable_builds(disk, d)) {
+    rep.searched.push_back(b.loader.string() + " (editable install)");
+    fs::path nd = disk.real_path(b.build_dir);
+    auto known = std::find_if(rep.candidates.begin(), rep.candidates.end(), [&](const BuildCandidate& c) { return c.build_cwd == nd; });
+    if (known != rep.candidates.end()) {
+      adopt_editable(disk, b, *known);
+    } else if (ninja_seen.insert(nd).second) {
+      if (auto c = ninja_candidate(disk, nd, t)) {
+        adopt_editable(disk, b, *c);
+        rep.candidates.push_back(std::move(*c));
+      }
+    }
+  }
+}
+
 // (device, inode) of every file some process we can read has mapped, from /proc/PID/maps.
 std::set<std::pair<dev_t, ino_t>> mapped_files(Disk& disk) {
   std::set<std::pair<dev_t, ino_t>> out;
@@ -124,6 +142,8 @@ DiscoverReport discover(Disk& disk, const DiscoverRequest& req) {
   Target t{rep.target, disk.real_path(rep.target)};
   std::set<fs::path> ninja_seen;
   for (const auto& d : ancestors(disk, t, absolute_normal(req.root))) candidates_at(disk, d, t, ninja_seen, rep);
+  if (req.default_cache_roots)
+    for (const auto& d : python_path_dirs(disk)) editable_candidates(disk, d, t, ninja_seen, rep);
   for (const auto& r : jit_roots(disk, req, t)) {
     rep.searched.push_back(r.string() + " (JIT cache root)");
     jit_candidates(disk, r, t, rep.candidates);

@@ -5,8 +5,8 @@
 //   whole dir is the cache, rebuilt on the next load.
 // * aiter JIT modules (aiter/jit/core.py, `build_module`): `<jit>/build/<md>/build/build.ninja`
 //   compiles the sources (rules without depfiles), and the module is copied to `<jit>/<md>.so`;
-//   while that copy exists a source edit is ignored, so it is an artifact the build replaces and
-//   the build dir is a cache. `<jit>` is $AITER_JIT_DIR, else ~/.aiter/jit, plus --cache-root.
+//   while that copy exists a source edit is ignored, so the build is ninja there plus the copy,
+//   and the copy is an artifact. `<jit>` is $AITER_JIT_DIR, else ~/.aiter/jit, plus --cache-root.
 // * aiter `cpp_itfs` (aiter/jit/utils/cpp_extension-free `compile_template_op`): folders
 //   `<MD_NAME>_<md5>` under $AITER_ROOT_DIR/build or ~/.aiter/build, each with a Makefile that
 //   compiled copies of the sources and a `lib.so`, built again only when the folder is gone: the
@@ -53,29 +53,44 @@ void torch_dir(Disk& disk, const fs::path& dir, const Target& t, std::vector<Bui
   out.push_back(std::move(c));
 }
 
-// <jit>/build/<md>/build/build.ninja → the module copy <jit>/<md>.so and the build dir.
+// <jit>/build/<md>/build/build.ninja → its objects and <md>.so, and the copy <jit>/<md>.so that
+// aiter imports (aiter/jit/core.py: `build_module` runs ninja there, then copies the module up).
+// The build: ninja in the build dir, then the copy; for a header (aiter's rules record no
+// depfiles, so ninja cannot see it) first the removal of the objects whose sources include it.
 void aiter_module(Disk& disk, const fs::path& jit, const std::string& md, const Target& t, std::vector<BuildCandidate>& out) {
   fs::path bdir = jit / "build" / md / "build";
   if (!is_regular(disk, bdir / "build.ninja")) return;
-  auto named = naming_line(disk, bdir / "build.ninja", bdir, t, false);
-  std::string why;
-  if (!named && t.is_header()) {
+  std::optional<BuildCandidate> graph = ninja_candidate(disk, bdir, t);
+  BuildCandidate c;
+  if (graph) {
+    c = std::move(*graph);
+    c.build_cmds.clear();
+  } else {
+    std::string why;
+    if (!t.is_header()) return;
     auto objs = objects_including(disk, bdir / "build.ninja", t, why);
     if (objs.empty()) return;
-  } else if (!named) {
-    return;
+    c.evidence.push_back(why);
+    Argv rm = {"rm", "-f"};
+    for (const auto& o : objs) {
+      fs::path p = resolve_in(bdir, o);
+      rm.push_back(p.string());
+      if (is_regular(disk, p)) c.artifacts.push_back(p);
+    }
+    c.build_cmds.push_back(rm);
+    if (is_regular(disk, bdir / (md + ".so"))) c.artifacts.push_back(bdir / (md + ".so"));
   }
-  BuildCandidate c;
   c.kind = "aiter-jit";
   c.build_cwd = bdir;
-  c.caches = {jit / "build" / md};
+  c.build_cmds.push_back({"ninja", "-C", bdir.string()});
   fs::path so = jit / (md + ".so");
-  if (is_regular(disk, so)) c.artifacts.push_back(so);
-  c.evidence.push_back(named ? "aiter module '" + md + "': " + (bdir / "build.ninja").string() + ":" +
-                                   std::to_string(named->first) + " compiles " + named->second
-                             : why);
-  c.evidence.push_back(so.string() + ": the module's copy aiter loads; while it exists a source edit is ignored, so it is "
-                       "replaced by the next load's build (the build dir is invalidated as a cache)");
+  if (is_regular(disk, so)) {
+    c.artifacts.push_back(so);
+    c.build_cmds.push_back({"cp", (bdir / (md + ".so")).string(), so.string()});
+  }
+  c.evidence.push_back("aiter module '" + md + "': " + so.string() +
+                       " is the copy aiter imports; while it exists a source edit is ignored, so the build copies the "
+                       "rebuilt module over it (as aiter/jit/core.py build_module does)");
   out.push_back(std::move(c));
 }
 

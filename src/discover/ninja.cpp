@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "overlay/file_ops.hpp"
+#include "overlay/object_files.hpp"
 #include "overlay/words.hpp"
 #include "parts.hpp"
 
@@ -105,20 +106,6 @@ std::vector<std::string> first_outputs(Disk& disk, const fs::path& dir, const Ta
   return first;
 }
 
-// A thin archive (`ar csrT`, Meson's default for uninstalled static libraries) holds only the
-// paths of its members: its bytes do not change when they do, so it is no artifact.
-bool is_thin_archive(Disk& disk, const fs::path& p) {
-  if (p.extension() != ".a") return false;
-  char head[8] = {};
-  try {
-    auto in = disk.open_read(p);
-    if (in->read(head, sizeof head) != sizeof head) return false;
-  } catch (const std::exception&) {
-    return false;
-  }
-  return std::string(head, sizeof head) == "!<thin>\n";
-}
-
 // Everything rebuilt from `first`, transitively through explicit and implicit inputs: objects,
 // static archives, what links those; a shared library ends the walk (its dependents are relinked
 // to the same bytes); phony aliases pass through without being artifacts.
@@ -136,7 +123,7 @@ void follow_outputs(Disk& disk, const fs::path& dir, const std::vector<std::stri
     bool phony = n.rule == "phony";
     // Only files the build left: not a symlink to a library, not a custom command's symbolic
     // output (CMake's install.util), never created.
-    if (!phony && disk.info(p, Follow::no).type == FileType::regular && !is_thin_archive(disk, p)) add_unique(c.artifacts, p);
+    if (!phony && disk.info(p, Follow::no).type == FileType::regular && !(p.extension() == ".a" && is_thin_archive(disk, p))) add_unique(c.artifacts, p);
     if (!phony && is_shared_library_name(p)) continue;
     for (const auto& o : n.outputs) {
       if (seen.count(o)) continue;

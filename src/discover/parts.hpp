@@ -57,6 +57,20 @@ std::optional<BuildCandidate> make_candidate(Disk& disk, const fs::path& dir, co
 
 // python_builds.cpp: setuptools / torch BuildExtension in place (setup.py, pyproject.toml).
 std::optional<BuildCandidate> setuptools_candidate(Disk& disk, const fs::path& dir, const Target& t);
+// python_editables.cpp: editable installs (meson-python, scikit-build-core) whose loader module
+// on sys.path names a build dir that may lie anywhere.
+struct EditableBuild {
+  std::string kind;  // meson-python | scikit-build
+  fs::path loader, build_dir, install_dir;
+  std::vector<fs::path> installed;  // the installed copies the loader names (scikit-build-core)
+};
+// The absolute dirs on sys.path of python3 on PATH and of /usr/bin/python3.
+std::vector<fs::path> python_path_dirs(Disk& disk);
+std::vector<EditableBuild> editable_builds(Disk& disk, const fs::path& dir);
+// Makes the candidate found in b.build_dir the editable install's: kind, evidence, and for
+// scikit-build-core the build and install commands and the installed copies.
+void adopt_editable(Disk& disk, const EditableBuild& b, BuildCandidate& c);
+
 // config.cpp: the pipeline's task config (config.yaml with compile_command).
 std::optional<BuildCandidate> config_candidate(Disk& disk, const fs::path& dir);
 

@@ -42,7 +42,7 @@ TEST_F(Untracked, ABuildOutputNoEntryTracksIsNamedUntilABuildRegeneratesIt) {
   Cmd a = add();
   ASSERT_EQ(a.rc, 0) << a.err;
   json j = json::parse(a.out);
-  EXPECT_EQ(j["untracked_outputs"], json::array({{{"path", obj}, {"change", "changed"}, {"relinked_against", nullptr}}})) << a.out;
+  EXPECT_EQ(j["untracked_outputs"], json::array({{{"path", obj}, {"change", "changed"}, {"clear_reason", nullptr}}})) << a.out;
   EXPECT_NE(a.err.find("add-native: warning: the build created or changed 1 file(s) no entry tracks; revert leaves them as built "
                        "(pass them with --artifact to track them): " + obj),
             std::string::npos)

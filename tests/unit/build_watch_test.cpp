@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "overlay/error.hpp"
+#include "overlay/object_files.hpp"
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -87,10 +88,12 @@ TEST(BuildWatch, MarksOnlyOutputsRelinkedAgainstChangedSharedLibraries) {
   std::vector<UntrackedOutput> outs;
   for (const char* n : {"app", "libk2.so.1", "app2", "static_app", "ordered", "stray.o"})
     outs.push_back({(t / "b" / n).string(), "changed", {}, "", {}, ""});
-  mark_relinked(outs, {t / "b/libk.so", t / "b/k.o"});
+  judge_untracked(real_disk(), outs, {t / "b/libk.so", t / "b/k.o"}, {});
   std::vector<std::string> got;
-  for (const auto& u : outs) got.push_back(fs::path(u.path).filename().string() + ":" + fs::path(u.relinked_against).filename().string());
-  EXPECT_EQ(got, (std::vector<std::string>{"app:libk.so", "libk2.so.1:libk.so", "app2:libk2.so.1", "static_app:", "ordered:", "stray.o:"}));
+  for (const auto& u : outs) got.push_back(fs::path(u.path).filename().string() + ":" + u.clear_reason);
+  std::string b = (t / "b").string();
+  EXPECT_EQ(got, (std::vector<std::string>{"app:relinked against " + b + "/libk.so only", "libk2.so.1:relinked against " + b + "/libk.so only",
+                                           "app2:relinked against " + b + "/libk2.so.1 only", "static_app:", "ordered:", "stray.o:"}));
   // Recorded per entry; dropped, not kept, when its entry is reverted.
   NativeEntry e;
   e.id = "n1";
@@ -98,6 +101,31 @@ TEST(BuildWatch, MarksOnlyOutputsRelinkedAgainstChangedSharedLibraries) {
   Manifest m;
   m.natives.push_back(e);
   Manifest back = parse_manifest(serialize_manifest(m));
-  EXPECT_EQ(back.natives.at(0).untracked.at(0).relinked_against, (t / "b/libk.so").string());
-  EXPECT_EQ(back.natives.at(0).untracked.at(3).relinked_against, "");
+  EXPECT_EQ(back.natives.at(0).untracked.at(0).clear_reason, "relinked against " + b + "/libk.so only");
+  EXPECT_EQ(back.natives.at(0).untracked.at(3).clear_reason, "");
+}
+
+// By their own bytes, with real cc and ar: an object whose symbol table names another source than
+// the patched one is clear, the patched source's is not, and none is when a header was patched
+// (it may be in any object); a thin archive holds paths, not code.
+TEST(BuildWatch, ObjectsOfOtherSourcesAndThinArchivesHoldNoPatchedCode) {
+  TempDir t;
+  write_file(t / "a.c", "int a(void) { return 1; }\n");
+  write_file(t / "b.c", "int b(void) { return 2; }\n");
+  ASSERT_EQ(run({"cc", "-c", "a.c", "b.c"}, t.path()).rc, 0);
+  ASSERT_EQ(run({"ar", "csrT", "libthin.a", "a.o"}, t.path()).rc, 0);
+  ASSERT_EQ(run({"ar", "csr", "libfat.a", "a.o"}, t.path()).rc, 0);
+  auto judge = [&](const std::vector<fs::path>& patched) {
+    std::vector<UntrackedOutput> outs;
+    for (const char* n : {"a.o", "b.o", "libthin.a", "libfat.a"}) outs.push_back({(t / n).string(), "changed", {}, "", {}, ""});
+    judge_untracked(real_disk(), outs, patched, patched);
+    std::vector<std::string> got;
+    for (const auto& u : outs) got.push_back(u.clear_reason);
+    return got;
+  };
+  EXPECT_EQ(judge({t / "a.c"}), (std::vector<std::string>{"", "compiled from b.c (its symbol table), not from a patched source",
+                                                          "a thin archive: its members' paths, not their code", ""}));
+  EXPECT_EQ(judge({t / "a.c", t / "k.h"}), (std::vector<std::string>{"", "", "a thin archive: its members' paths, not their code", ""}));
+  EXPECT_EQ(object_source_files(real_disk(), t / "b.o"), (std::vector<std::string>{"b.c"}));
+  EXPECT_EQ(object_source_files(real_disk(), t / "b.c"), std::nullopt);
 }
