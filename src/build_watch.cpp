@@ -146,7 +146,9 @@ void mark_relinked(std::vector<UntrackedOutput>& outputs, const std::vector<fs::
 
 void judge_untracked(Disk& disk, std::vector<UntrackedOutput>& outputs, const std::vector<fs::path>& changed,
                      const std::vector<fs::path>& patched) {
-  for (auto& u : outputs) u.clear_reason = clear_by_bytes(disk, u.path, patched);
+  // Bounded: reading thousands of objects would cost more than the build that made them.
+  for (std::size_t i = 0; i < outputs.size() && i < kMaxJudgedByBytes; ++i)
+    outputs[i].clear_reason = clear_by_bytes(disk, outputs[i].path, patched);
   mark_relinked(outputs, changed);
 }
 

@@ -53,7 +53,9 @@ void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reve
 //   Asks `ninja -t query` in the nearest ancestor holding build.ninja, at most kMaxRelinkQueries
 //   times.
 // `changed` are the files the entry swapped or rebuilt; `patched` those it swapped.
+// Only the first kMaxJudgedByBytes outputs are read (objects up to kMaxObjectBytes each).
 inline constexpr std::size_t kMaxRelinkQueries = 64;
+inline constexpr std::size_t kMaxJudgedByBytes = 1024;
 void judge_untracked(Disk& disk, std::vector<UntrackedOutput>& outputs, const std::vector<fs::path>& changed,
                      const std::vector<fs::path>& patched);
 

@@ -80,6 +80,8 @@ struct RoundTrip {
   json discover(const fs::path& target, const fs::path& root) const {
     Cmd c = run_overlay({"--json", "discover", "--target", target.string(), "--root", root.string()}, {}, env);
     EXPECT_EQ(c.rc, 0) << c.out << c.err;
+    Cmd text = run_overlay({"discover", "--target", target.string(), "--root", root.string()}, {}, env);
+    std::cout << "DISCOVER TEXT " << target.filename().string() << "\n" << text.out;
     return json::parse(c.out.empty() ? "{}" : c.out);
   }
 
