@@ -140,8 +140,7 @@ bool manifest_names(Disk& disk, const fs::path& overlay, const std::string& id) 
 }
 
 BuildWatch watch_build(Disk& disk, const NativePlan& plan) {
-  std::vector<fs::path> dirs, tracked;
-  if (!plan.build_cwd.empty()) dirs.push_back(plan.build_cwd);
+  std::vector<fs::path> dirs = plan.watched_dirs, tracked;
   for (const auto& s : plan.swaps) dirs.push_back(s.target.parent_path()), tracked.push_back(s.target);
   for (const auto& a : plan.artifacts) dirs.push_back(a.parent_path()), tracked.push_back(a);
   std::vector<fs::path> skipped = plan.caches;

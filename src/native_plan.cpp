@@ -180,6 +180,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   plan.caches = checked_caches(disk, req, plan.overlay);
   plan.move_cache = move_decisions(disk, plan.caches, plan.overlay, req.cache_snapshot);
   plan.build_cmds = checked_build(disk, req, plan.build_cwd);
+  if (req.build_cwd) plan.watched_dirs.push_back(plan.build_cwd);
   if (req.owner_pid) {
     auto ticks = process_start_ticks(*req.owner_pid);
     if (!ticks) throw Error("owner pid " + std::to_string(*req.owner_pid) + " is not a running process");

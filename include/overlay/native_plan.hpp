@@ -63,6 +63,9 @@ struct NativePlan {
   std::vector<bool> move_cache;  // per cache: move it (true) or tar it
   std::vector<std::vector<std::string>> build_cmds;
   fs::path build_cwd;
+  // The build's output dirs the watch pictures besides the targets' and artifacts': build_cwd
+  // when --build-cwd named it (a defaulted one is wherever the caller stood, e.g. $HOME).
+  std::vector<fs::path> watched_dirs;
   std::optional<Owner> owner;
   double lock_timeout = 120;
   std::optional<double> build_timeout;
