@@ -14,6 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "test_util.hpp"
 
 using namespace overlay::test;
@@ -471,4 +475,43 @@ TEST(DiscoverRealWorld, AiterCppItfsFolderIsACache) {
   // While the candidate runs, the folder is gone: the next call builds from the patched header.
   std::string line = rt.run_once(cand, t / "best/pa_kernels.h");
   std::cout << "ROUNDTRIP | aiter cpp_itfs | " << line << std::endl;
+}
+
+// A Makefile and a Meson build dir side by side compile one file. The Meson build is the newer,
+// so it ranks first — until a real process dlopens the Makefile's library: the build a running
+// process uses is the one to patch, so it ranks first then (`live`), and again last once the
+// process is gone.
+TEST(DiscoverRealWorld, TheBuildARunningProcessMapsRanksFirst) {
+  if (!have({"meson", "--version"})) GTEST_SKIP() << "meson missing (Debian's meson)";
+  TempDir t;
+  fs::path proj = t / "proj";
+  write_file(proj / "kernel.c", "int kernel(void) { return 4; }\n");
+  write_file(proj / "Makefile", "libk.so: kernel.c\n\tcc -shared -fPIC -o libk.so kernel.c\n");
+  write_file(proj / "meson.build", "project('m', 'c')\nshared_library('k', 'kernel.c')\n");
+  ASSERT_EQ(run({"make", "-C", proj.string()}).rc, 0);
+  ASSERT_EQ(run({"meson", "setup", (proj / "builddir").string(), proj.string()}).rc, 0);
+  ASSERT_EQ(run({"ninja", "-C", (proj / "builddir").string()}).rc, 0);
+  auto ranked = [&] {
+    Cmd c = run_overlay({"--json", "discover", "--target", (proj / "kernel.c").string(), "--root", t.path().string()}, {}, home_env(t));
+    json d = json::parse(c.out);
+    std::vector<std::string> kinds;
+    for (const auto& cand : d["candidates"]) kinds.push_back(cand["kind"].get<std::string>() + (cand["live"].get<bool>() ? " live" : ""));
+    return kinds;
+  };
+  EXPECT_EQ(ranked(), (std::vector<std::string>{"meson", "make"}));
+  write_file(t / "hold.c", "#include <dlfcn.h>\n#include <stdio.h>\n#include <unistd.h>\nint main(int c, char** v) { (void)c;"
+                           " if (!dlopen(v[1], RTLD_NOW)) return 2; FILE* f = fopen(v[2], \"w\"); fputs(\"ready\", f); fclose(f);"
+                           " sleep(120); return 0; }\n");
+  ASSERT_EQ(run({"cc", "-o", (t / "hold").string(), (t / "hold.c").string(), "-ldl"}).rc, 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl((t / "hold").c_str(), "hold", (proj / "libk.so").c_str(), (t / "ready").c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 500 && !fs::exists(t / "ready"); ++i) usleep(10000);
+  std::vector<std::string> with_process = ranked();
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  EXPECT_EQ(with_process, (std::vector<std::string>{"make live", "meson"}));
+  EXPECT_EQ(ranked(), (std::vector<std::string>{"meson", "make"}));
 }
