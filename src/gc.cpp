@@ -56,7 +56,14 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
     return {overlay, GcOutcome::skipped, "changed less than --min-age ago"};
   if (opts.dry_run) return {overlay, GcOutcome::would_revert, ""};
   RevertReport r = revert_natives(disk, overlay, RevertOptions{false, opts.lock_timeout, {}, std::nullopt, std::nullopt});
-  if (r.ok()) return {overlay, GcOutcome::reverted, ""};
+  if (r.ok()) {
+    // Reverted on disk; a process that still maps a replaced artifact runs the patched code.
+    std::string still;
+    for (const auto& x : r.still_running)
+      still += (still.empty() ? "" : "; ") + ("process " + std::to_string(x.pid) + " (" + x.cmdline.substr(0, 60) +
+                                                ") still runs the patched " + x.path + ": restart it");
+    return {overlay, GcOutcome::reverted, still};
+  }
   std::string reason;
   for (const auto& p : r.problems) reason += (reason.empty() ? "" : "; ") + p.path + ": " + p.reason;
   return {overlay, GcOutcome::failed, reason};

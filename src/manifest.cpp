@@ -192,6 +192,31 @@ void parse_owner(const json& j, const std::string& w, NativeEntry& e) {
   e.owner = o;
 }
 
+std::uint64_t req_unsigned(const json& j, const char* key, const std::string& w) {
+  const json* v = find(j, key);
+  if (v == nullptr || !v->is_number_unsigned()) bad(w + "." + key, "expected a non-negative integer");
+  return v->get<std::uint64_t>();
+}
+
+std::vector<RunningPatched> parse_running(const json& j) {
+  std::vector<RunningPatched> out;
+  const json& items = array_of_objects(j, "running_patched", "");
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    std::string w = "running_patched[" + std::to_string(i) + "]";
+    RunningPatched r;
+    r.path = abs_path(items[i], "path", w);
+    r.dev = req_unsigned(items[i], "dev", w);
+    r.ino = req_unsigned(items[i], "ino", w);
+    r.pid = static_cast<std::int64_t>(req_unsigned(items[i], "pid", w));
+    if (r.pid <= 0 || r.pid > 1 << 30) bad(w + ".pid", "not a process id");
+    r.start_ticks = req_unsigned(items[i], "start_ticks", w);
+    r.cmdline = opt_string(items[i], "cmdline", w).value_or("");
+    r.entry = opt_string(items[i], "entry", w).value_or("");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 std::vector<UntrackedOutput> parse_untracked(const json& j, const std::string& w, bool top_level) {
   std::vector<UntrackedOutput> out;
   const json& items = array_of_objects(j, "untracked_outputs", w);
@@ -414,6 +439,7 @@ Manifest parse_manifest(const std::string& text) {
   for (std::size_t i = 0; i < natives.size(); ++i)
     m.natives.push_back(parse_native(natives[i], "natives[" + std::to_string(i) + "]"));
   m.untracked = parse_untracked(m.doc, "", true);
+  m.running = parse_running(m.doc);
   return m;
 }
 
@@ -423,6 +449,10 @@ std::string serialize_manifest(const Manifest& m) {
     if (!doc.contains(key) || doc[key].is_null()) doc[key] = json::array();
   doc["natives"] = json::array();
   for (const auto& e : m.natives) doc["natives"].push_back(to_json(e));
+  doc.erase("running_patched");
+  for (const auto& r : m.running)
+    doc["running_patched"].push_back({{"path", r.path}, {"dev", r.dev}, {"ino", r.ino}, {"pid", r.pid},
+                                      {"start_ticks", r.start_ticks}, {"cmdline", r.cmdline}, {"entry", r.entry}});
   doc.erase("untracked_outputs");
   if (!m.untracked.empty()) {
     doc["untracked_outputs"] = json::array();

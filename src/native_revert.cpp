@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "overlay/build_watch.hpp"
+#include "overlay/engagement.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
@@ -170,11 +171,16 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   report.had_manifest = true;
   report.entries = m->natives.size();
   Reverter rev(disk, overlay, opts, report);
+  // Which processes map the rebuilt artifacts now: after the revert they run replaced code.
+  ProcessScan scan = opts.dry_run ? ProcessScan{} : scan_for_artifacts(disk, *m);
+  m->running = still_running(m->running, scan);
   if (opts.only_patch && !has_patch(*m, *opts.only_patch)) throw Error("no entry of patch " + *opts.only_patch + " in " + overlay.string());
   for (std::size_t i = m->natives.size(); i-- > 0;) {
     if (opts.only_entry && m->natives[i].id != *opts.only_entry) continue;
     if (opts.only_patch && m->natives[i].patch_id != opts.only_patch) continue;
+    std::vector<RunningPatched> running = running_patched_of(disk, m->natives[i], scan);
     if (!rev.revert_entry(m->natives[i]) || opts.dry_run) continue;
+    m->running.insert(m->running.end(), running.begin(), running.end());
     NativeEntry done = m->natives[i];
     m->natives.erase(m->natives.begin() + static_cast<std::ptrdiff_t>(i));
     // A patch's Python entries leave the record in the same write as its native entry.
@@ -196,6 +202,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   }
   if (!opts.dry_run) BackupStore(disk, overlay).purge_trash();
   report.untracked_left = still_as_built(disk, m->untracked);
+  report.still_running = m->running;
   return report;
 }
 

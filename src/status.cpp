@@ -208,6 +208,11 @@ std::size_t StatusReport::untracked_as_built() const {
   return n;
 }
 
+std::size_t StatusReport::running_reverted() const {
+  return static_cast<std::size_t>(
+      std::count_if(engagement.uses.begin(), engagement.uses.end(), [](const ArtifactUse& u) { return u.reverted; }));
+}
+
 StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
   StatusReport r;
   r.overlay = absolute_normal(overlay_in);
@@ -223,6 +228,7 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
     r.natives.back().untracked = still_as_built(disk, e.untracked);
   }
   r.untracked_left = still_as_built(disk, m->untracked);
+  r.engagement = judge_engagement(disk, *m, scan_for_artifacts(disk, *m));
   python_status(disk, r.overlay, m->doc, r);
   return r;
 }

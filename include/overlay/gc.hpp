@@ -20,7 +20,7 @@ enum class GcOutcome { reverted, would_revert, skipped, failed };
 struct GcItem {
   fs::path overlay;
   GcOutcome outcome;
-  std::string reason;  // why skipped or failed
+  std::string reason;  // why skipped or failed; for reverted, the processes still running patched code
 };
 
 struct GcReport {

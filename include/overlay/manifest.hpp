@@ -94,6 +94,17 @@ struct UntrackedOutput {
   std::string clear_reason;
 };
 
+// A process that mapped an entry's rebuilt artifact when revert replaced it: it runs the patched
+// code until it exits. Kept while that process (pid and start time) lives.
+struct RunningPatched {
+  std::string path;   // the artifact (absolute); the process maps the inode revert replaced
+  std::uint64_t dev = 0, ino = 0;
+  std::int64_t pid = 0;
+  std::uint64_t start_ticks = 0;
+  std::string cmdline;
+  std::string entry;  // the reverted entry
+};
+
 struct NativeEntry {
   std::string id;  // added key; empty for entries written by overlay_setup.py
   std::vector<SourceItem> sources;
@@ -117,6 +128,7 @@ struct Manifest {
   json doc = json::object();  // the whole document as read (modules, rebinds, captures, …)
   std::vector<NativeEntry> natives;
   std::vector<UntrackedOutput> untracked;  // left by reverted entries' builds (added top-level key)
+  std::vector<RunningPatched> running;     // processes still running reverted code (added top-level key)
 };
 
 // Parses and strictly validates a manifest; throws ManifestError naming the offending key.

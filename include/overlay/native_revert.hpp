@@ -36,6 +36,9 @@ struct RevertReport {
   // Files the reverted builds created or changed that no entry tracked, still as built: they may
   // hold patched code until the install's next build regenerates them.
   std::vector<UntrackedOutput> untracked_left;
+  // Processes that still map an artifact this or an earlier revert replaced: they run the
+  // patched code until restarted.
+  std::vector<RunningPatched> still_running;
   bool ok() const { return problems.empty(); }
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "overlay/disk.hpp"
+#include "overlay/engagement.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/owner.hpp"
 
@@ -58,11 +59,15 @@ struct StatusReport {
   std::vector<PythonStatus> pythons;
   // Files reverted entries' builds created or changed that none tracked, still as built.
   std::vector<UntrackedOutput> untracked_left;
+  // Processes mapping tracked artifacts, judged; those with `reverted` run code revert replaced.
+  EngagementReport engagement;
+  // Processes that still run an artifact revert replaced (restart them).
+  std::size_t running_reverted() const;
   // Tracked installed files that are not at their original bytes.
   std::size_t not_original() const;
   // Untracked build outputs (of live and reverted entries) that may hold patched code.
   std::size_t untracked_as_built() const;
-  bool clean() const { return not_original() == 0 && untracked_as_built() == 0; }
+  bool clean() const { return not_original() == 0 && untracked_as_built() == 0 && running_reverted() == 0; }
 };
 
 // Inspects every entry of the overlay's manifest. Throws Error on a malformed manifest.

@@ -6,7 +6,10 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "overlay/disk.hpp"
+#include "overlay/engagement.hpp"
 
 namespace overlay::cli {
 
@@ -47,6 +50,11 @@ Wanted wanted_from(int argc, char** argv);
 void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want);
 // Registers discover (read-only: which build compiles a file).
 void add_discover_command(CLI::App& app, std::function<int()>& run, const Wanted& want);
+// Registers engaged (read-only: which processes run which build of the tracked artifacts).
+void add_engaged_command(CLI::App& app, std::function<int()>& run, const Wanted& want);
+// What status, revert and engaged print of one process's mapping, and the JSON of them all.
+std::string process_line(const ArtifactUse& u);
+nlohmann::json processes_json(const EngagementReport& r);
 // Registers add-module (copy-subtree), add-rebind (monkeypatch), add-capture and check.
 void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want);
 

@@ -257,6 +257,11 @@ int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::
   j["problems"] = nlohmann::json::array();
   for (const auto& p : r.problems) j["problems"].push_back({{"path", p.path}, {"reason", p.reason}});
   j["untracked_outputs"] = untracked_json(r.untracked_left);
+  EngagementReport running;
+  for (const auto& x : r.still_running)
+    running.uses.push_back({static_cast<pid_t>(x.pid), x.start_ticks, x.cmdline, x.path, x.entry, MapState::patched, true});
+  j["still_running"] = processes_json(running);
+  for (const auto& u : running.uses) err_line("revert", "warning: " + process_line(u));
   for (const auto& u : r.untracked_left)
     err_line("revert", "warning: " + u.path + " was " + u.change + " by the build of entry " + u.entry +
                            ", is tracked by none and may hold patched code until the next build (" +
@@ -297,7 +302,10 @@ int run_gc(Disk& disk, const std::string& root, bool dry_run, const std::string&
     j["overlays"].push_back({{"overlay", i.overlay.string()}, {"outcome", to_string(i.outcome)}, {"reason", i.reason}});
   for (const auto& i : r.items) {
     switch (i.outcome) {
-      case GcOutcome::reverted: out_line("gc-stale: reverted " + i.overlay.string()); break;
+      case GcOutcome::reverted:
+        out_line("gc-stale: reverted " + i.overlay.string());
+        if (!i.reason.empty()) err_line("gc-stale", "warning: " + i.reason);
+        break;
       case GcOutcome::would_revert: out_line("gc-stale: would revert " + i.overlay.string()); break;
       case GcOutcome::skipped: err_line("gc-stale", "skipped " + i.overlay.string() + ": " + i.reason); break;
       case GcOutcome::failed: err_line("gc-stale", "failed " + i.overlay.string() + ": " + i.reason); break;
@@ -376,6 +384,7 @@ void print_status_table(const StatusReport& r) {
     out_line("untracked rebuilt      " + u.path + "  (" + u.change + " by the build of reverted entry " + u.entry +
              "; may hold patched code until " +
              (u.build_cmds.empty() ? std::string("the next build") : join_words(u.build_cmds.front())) + " regenerates it)");
+  for (const auto& u : r.engagement.uses) out_line(process_line(u));
   for (const auto& p : r.pythons) {
     std::string use = "  applied in " + std::to_string(p.applied_processes) + " process(es)";
     if (p.calls) use += ", " + std::to_string(*p.calls) + " call(s)";
@@ -386,7 +395,10 @@ void print_status_table(const StatusReport& r) {
     out_line("patch " + id + ": " + std::to_string(parts.first.size()) + " native, " + std::to_string(parts.second.size()) +
              " python (revert --patch-id " + id + ")");
   std::size_t bad = r.not_original(), untracked = r.untracked_as_built();
-  std::string verdict = bad == 0 && untracked == 0 ? std::string("install clean (every tracked file original)")
+  std::size_t running = r.running_reverted();
+  std::string verdict = bad == 0 && untracked == 0 && running > 0
+                            ? "install clean on disk; " + std::to_string(running) + " process(es) still run patched code (restart them)"
+                        : bad == 0 && untracked == 0 ? std::string("install clean (every tracked file original)")
                         : bad == 0 ? "tracked files original, but " + std::to_string(untracked) +
                                          " untracked build output(s) may hold patched code"
                                    : std::to_string(bad) + " tracked path(s) not original";
@@ -396,7 +408,8 @@ void print_status_table(const StatusReport& r) {
 
 nlohmann::json status_json(const StatusReport& r) {
   nlohmann::json j = {{"overlay", r.overlay.string()}, {"has_manifest", r.has_manifest}, {"clean", r.clean()},
-                      {"not_original", r.not_original()}, {"untracked_outputs", untracked_json(r.untracked_left)}};
+                      {"not_original", r.not_original()}, {"untracked_outputs", untracked_json(r.untracked_left)},
+                      {"processes", processes_json(r.engagement)}, {"unreadable_processes", r.engagement.unreadable}};
   j["natives"] = nlohmann::json::array();
   for (const auto& e : r.natives) {
     nlohmann::json n = {{"id", e.id}, {"snapshot_bytes", e.snapshot_bytes}};
@@ -422,6 +435,15 @@ nlohmann::json status_json(const StatusReport& r) {
   return j;
 }
 
+// "install clean on disk; process 4242 (python3 -m vllm…) still runs the patched /opt/x/_C.so: restart it"
+std::string still_running_error(const EngagementReport& r) {
+  std::string s = "install clean on disk";
+  for (const auto& u : r.uses)
+    if (u.reverted)
+      s += "; process " + std::to_string(u.pid) + " (" + u.cmdline.substr(0, 60) + ") still runs the patched " + u.artifact;
+  return s + ": restart it";
+}
+
 int run_status(Disk& disk, const std::string& overlay, bool check_clean) {
   StatusReport r = overlay_status(disk, overlay);
   print_status_table(r);
@@ -429,8 +451,9 @@ int run_status(Disk& disk, const std::string& overlay, bool check_clean) {
   j = status_json(r);
   if (!check_clean || r.clean()) return kOk;
   j["error"] = r.not_original() > 0 ? std::to_string(r.not_original()) + " tracked path(s) not at their original bytes"
-                                    : std::to_string(r.untracked_as_built()) +
-                                          " untracked build output(s) may hold patched code (see `untracked rebuilt`)";
+              : r.untracked_as_built() > 0 ? std::to_string(r.untracked_as_built()) +
+                                                 " untracked build output(s) may hold patched code (see `untracked rebuilt`)"
+                                           : still_running_error(r.engagement);
   err_line("status", j["error"]);
   return kFailed;
 }

@@ -2,13 +2,13 @@
 // finder (src/discover/*.cpp) what builds it there, and ranks what they found.
 #include "overlay/discover.hpp"
 
-#include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <set>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
+#include "overlay/process_scan.hpp"
 #include "overlay/words.hpp"
 #include "parts.hpp"
 
@@ -62,31 +62,17 @@ void editable_candidates(Disk& disk, const fs::path& d, const Target& t, std::se
   }
 }
 
-// (device, inode) of every file some process we can read has mapped, from /proc/PID/maps.
-std::set<std::pair<dev_t, ino_t>> mapped_files(Disk& disk) {
+// (device, inode) of every one of `files` some process we can read has mapped.
+std::set<std::pair<dev_t, ino_t>> mapped_files(Disk& disk, const std::vector<std::string>& files) {
   std::set<std::pair<dev_t, ino_t>> out;
-  for (const auto& e : sorted_entries(disk, "/proc")) {
-    if (e.name.empty() || e.name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string maps;
-    try {
-      maps = read_small_file(disk, fs::path("/proc") / e.name / "maps", 64u << 20);
-    } catch (const std::exception&) {
-      continue;  // gone, or another user's
-    }
-    for (const auto& l : lines_of(maps)) {
-      auto w = ninja_words(l);  // addr perms offset major:minor inode path
-      if (w.size() < 6 || w[4] == "0") continue;
-      auto colon = w[3].find(':');
-      if (colon == std::string::npos) continue;
-      try {
-        auto major = static_cast<unsigned>(std::stoul(w[3].substr(0, colon), nullptr, 16));
-        auto minor = static_cast<unsigned>(std::stoul(w[3].substr(colon + 1), nullptr, 16));
-        dev_t dev = makedev(major, minor);
-        out.emplace(dev, static_cast<ino_t>(std::stoull(w[4])));
-      } catch (const std::exception&) {
-      }
-    }
+  ProcessScan scan;
+  try {
+    scan = scan_processes(disk, files);
+  } catch (const std::exception&) {
+    return out;  // no /proc: nothing ranks as live
   }
+  for (const auto& p : scan.processes)
+    for (const auto& f : p.files) out.emplace(f.dev, f.ino);
   return out;
 }
 
@@ -97,7 +83,12 @@ void rank(Disk& disk, std::vector<BuildCandidate>& cands) {
   bool any_library = std::any_of(cands.begin(), cands.end(), [](const BuildCandidate& c) {
     return std::any_of(c.artifacts.begin(), c.artifacts.end(), [](const fs::path& a) { return is_shared_library_name(a); });
   });
-  if (cands.size() > 1 && any_library) mapped = mapped_files(disk);
+  if (cands.size() > 1 && any_library) {
+    std::vector<std::string> files;
+    for (const auto& c : cands)
+      for (const auto& a : c.artifacts) files.push_back(disk.real_path(a).string());
+    mapped = mapped_files(disk, files);
+  }
   for (auto& c : cands) {
     c.built_at_ns = newest_mtime_ns(disk, c.artifacts);
     for (const auto& a : c.artifacts) {

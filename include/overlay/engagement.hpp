@@ -1,0 +1,62 @@
+#pragma once
+// Engagement: whether running processes execute the code an entry built. A process keeps the
+// library it loaded, so after add-native a server started before still runs the old build, and
+// after revert one started during the candidate still runs the patched one. Judged by the
+// device and inode each process maps (/proc/PID/maps) against the file at the artifact's path.
+#include <string>
+#include <vector>
+
+#include "overlay/disk.hpp"
+#include "overlay/manifest.hpp"
+#include "overlay/process_scan.hpp"
+
+namespace overlay {
+
+enum class MapState {
+  patched,   // maps the file at the path now, which the entry's build rebuilt
+  stale,     // maps an inode no longer at that path (the pre-patch build, or a replaced one)
+  original,  // maps the file at the path now, which is the original (not rebuilt, or restored)
+};
+const char* to_string(MapState s);
+
+struct ArtifactUse {
+  pid_t pid = 0;
+  std::uint64_t start_ticks = 0;
+  std::string cmdline, artifact, entry;
+  MapState state = MapState::stale;
+  bool reverted = false;  // the entry is gone: a process still running code revert replaced
+};
+
+struct EngagementReport {
+  std::vector<ArtifactUse> uses;
+  std::size_t unreadable = 0;  // processes whose maps could not be read (another user's)
+};
+
+// Every tracked artifact path of the manifest's native entries (and of running_patched).
+std::vector<std::string> tracked_artifact_paths(Disk& disk, const Manifest& m);
+
+// The processes that map a tracked artifact of `m` (none scanned when it tracks none; an
+// unreadable /proc gives an empty scan: engagement is reported, never a reason to fail a revert).
+ProcessScan scan_for_artifacts(Disk& disk, const Manifest& m);
+
+// Every process of `scan` mapping a tracked artifact of an applied entry, judged; and the
+// recorded running_patched still alive and mapping what revert replaced.
+EngagementReport judge_engagement(Disk& disk, const Manifest& m, const ProcessScan& scan);
+
+// The processes that map the rebuilt file now at one of `e`'s artifact paths: to record when
+// revert replaces them.
+std::vector<RunningPatched> running_patched_of(Disk& disk, const NativeEntry& e, const ProcessScan& scan);
+
+// The recorded ones whose process (pid and start time) still lives and still maps that inode.
+std::vector<RunningPatched> still_running(const std::vector<RunningPatched>& recorded, const ProcessScan& scan);
+
+struct Verdict {
+  bool engaged = false;
+  std::string why;  // the NOT_ENGAGED reason, or what ENGAGED rests on
+};
+
+// For `pids` and their descendants: ENGAGED when they map at least one tracked artifact and every
+// one they map is the patched build; otherwise why not.
+Verdict engagement_verdict(const EngagementReport& r, const ProcessScan& scan, const std::vector<pid_t>& pids);
+
+}  // namespace overlay

@@ -1,0 +1,77 @@
+// `engaged`: which running processes map the overlay's tracked artifacts, and whether a given
+// process (with its descendants) runs the patched build. Read-only.
+#include <sys/types.h>
+
+#include <memory>
+#include <set>
+
+#include "commands.hpp"
+#include "output.hpp"
+#include "overlay/engagement.hpp"
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/manifest.hpp"
+
+namespace overlay::cli {
+
+std::string process_line(const ArtifactUse& u) {
+  std::string who = "process " + std::to_string(u.pid) + " (" + u.cmdline.substr(0, 60) + ")";
+  if (u.reverted)
+    return who + " still runs the patched " + u.artifact + " that revert replaced (entry " + u.entry + "): restart it";
+  return who + "  " + to_string(u.state) + "  " + u.artifact + "  (entry " + u.entry + ")";
+}
+
+nlohmann::json processes_json(const EngagementReport& r) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& u : r.uses)
+    a.push_back({{"pid", u.pid}, {"start_ticks", u.start_ticks}, {"cmdline", u.cmdline}, {"artifact", u.artifact},
+                 {"entry", u.entry}, {"state", to_string(u.state)}, {"reverted", u.reverted}});
+  return a;
+}
+
+namespace {
+
+int run_engaged(Disk& disk, const std::string& overlay_in, const std::vector<pid_t>& pids) {
+  fs::path overlay = absolute_normal(overlay_in);
+  if (disk.info(overlay, Follow::yes).type != FileType::directory) throw overlay::Error("overlay does not exist: " + overlay.string());
+  Manifest m = load_manifest(disk, overlay).value_or(Manifest{});
+  // With --pid the whole process table (the tree below a pid may map nothing); else only mappers.
+  ProcessScan scan = pids.empty() ? scan_for_artifacts(disk, m) : scan_processes(disk);
+  EngagementReport r = judge_engagement(disk, m, scan);
+  std::set<pid_t> tree;  // with --pid, what the judged processes map
+  for (const ProcessInfo* p : scan.with_descendants(pids)) tree.insert(p->pid);
+  for (const auto& u : r.uses)
+    if (pids.empty() || tree.count(u.pid)) out_line(process_line(u));
+  if (r.unreadable > 0)
+    err_line("engaged", std::to_string(r.unreadable) + " process(es) could not be read (another user's: only root sees them)");
+  auto& j = result();
+  j["overlay"] = overlay.string();
+  j["processes"] = processes_json(r);
+  j["unreadable_processes"] = r.unreadable;
+  if (pids.empty()) {
+    out_line("engaged: " + std::to_string(r.uses.size()) + " mapping(s) of tracked artifacts");
+    return kOk;
+  }
+  Verdict v = engagement_verdict(r, scan, pids);
+  j["engaged"] = v.engaged;
+  j["why"] = v.why;
+  out_line(v.engaged ? "ENGAGED " + v.why : "NOT_ENGAGED " + v.why);
+  return v.engaged ? kOk : kFailed;
+}
+
+}  // namespace
+
+void add_engaged_command(CLI::App& app, std::function<int()>& run, const Wanted& want) {
+  if (!want("engaged")) return;
+  auto overlay = std::make_shared<std::string>();
+  auto pids = std::make_shared<std::vector<pid_t>>();
+  auto* sub = app.add_subcommand("engaged", "Which running processes map the tracked artifacts: patched, stale or original");
+  sub->add_option("--overlay", *overlay, "Overlay directory")->required();
+  sub->add_option("--pid", *pids, "Judge this process and its descendants: ENGAGED (exit 0) or NOT_ENGAGED <why> (exit 1); repeatable")
+      ->check(CLI::PositiveNumber);
+  sub->callback([&run, overlay, pids] {
+    run = [overlay, pids] { return guarded("engaged", [&] { return run_engaged(cli_disk(), *overlay, *pids); }); };
+  });
+}
+
+}  // namespace overlay::cli

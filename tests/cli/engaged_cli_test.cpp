@@ -1,0 +1,149 @@
+// Engagement (issue 21) with real processes: a C program that dlopens the install's library and
+// sleeps, started before add-native (stale), after it (patched), under a parent that does not map
+// it (found through the process tree), and kept running across revert (status --check-clean then
+// names it until it exits). No fake /proc: the kernel's own maps are read.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+using json = nlohmann::json;
+
+namespace {
+
+struct Engaged : ::testing::Test {
+  TempDir t;
+  fs::path inst = t / "inst";
+  std::string ov = (t / "ov").string(), lib = (t / "inst/libk.so").string();
+  std::vector<pid_t> started;
+
+  void SetUp() override {
+    write_file(inst / "k.c", "int kernel(void) { return 4; }\n");
+    write_file(t / "best/k.c", "int kernel(void) { return 7; }\n");
+    ASSERT_EQ(run({"cc", "-shared", "-fPIC", "-o", lib, "k.c"}, inst).rc, 0);
+    write_file(t / "hold.c", "#include <dlfcn.h>\n#include <stdio.h>\n#include <unistd.h>\nint main(int c, char** v) { (void)c;"
+                             " if (!dlopen(v[1], RTLD_NOW)) return 2; FILE* f = fopen(v[2], \"w\"); fputs(\"ready\", f); fclose(f);"
+                             " sleep(300); return 0; }\n");
+    ASSERT_EQ(run({"cc", "-o", (t / "hold").string(), (t / "hold.c").string(), "-ldl"}).rc, 0);
+  }
+  void TearDown() override {
+    for (pid_t p : started) stop(p);
+  }
+  // Starts `hold LIB READY` (or, with a parent, `sh -c 'hold … & wait'`) and waits until it has
+  // loaded the library.
+  pid_t start(const std::string& name, bool under_shell = false) {
+    fs::path ready = t / (name + ".ready");
+    pid_t pid = fork();
+    if (pid == 0) {
+      setpgid(0, 0);  // its own group: stop() ends it with its children
+      std::string hold = (t / "hold").string();
+      if (under_shell) {
+        std::string cmd = "'" + hold + "' '" + lib + "' '" + ready.string() + "' & wait";
+        execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      } else {
+        execl(hold.c_str(), "hold", lib.c_str(), ready.c_str(), static_cast<char*>(nullptr));
+      }
+      _exit(127);
+    }
+    for (int i = 0; i < 1000 && !fs::exists(ready); ++i) usleep(10000);
+    EXPECT_TRUE(fs::exists(ready)) << name << " never loaded " << lib;
+    started.push_back(pid);
+    return pid;
+  }
+  void stop(pid_t pid) {
+    if (kill(pid, 0) != 0) return;
+    kill(-pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  Cmd engaged(pid_t pid) { return run_overlay({"engaged", "--overlay", ov, "--pid", std::to_string(pid)}); }
+};
+
+}  // namespace
+
+TEST_F(Engaged, StaleBeforeTheBuildPatchedAfterAndStillRunningAfterRevert) {
+  pid_t before = start("before");
+  Cmd a = run_overlay({"add-native", "--overlay", ov, "--target", (inst / "k.c").string(), "--patched-file",
+                       (t / "best/k.c").string(), "--artifact", lib, "--build-cmd", "cc -shared -fPIC -o libk.so k.c",
+                       "--build-cwd", inst.string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  Cmd e1 = engaged(before);
+  EXPECT_EQ(e1.rc, 1);
+  EXPECT_NE(e1.out.find("\nNOT_ENGAGED process " + std::to_string(before) + " maps the stale build of " + lib), std::string::npos) << e1.out;
+  EXPECT_NE(e1.out.find("  stale  " + lib), std::string::npos) << e1.out;
+
+  pid_t after = start("after");
+  Cmd e2 = engaged(after);
+  EXPECT_EQ(e2.rc, 0) << e2.out;
+  EXPECT_NE(e2.out.find("ENGAGED process " + std::to_string(after) + " maps the patched " + lib), std::string::npos) << e2.out;
+
+  // A parent that maps nothing itself: its child is found through the process tree.
+  pid_t shell = start("child", true);
+  Cmd e3 = engaged(shell);
+  EXPECT_EQ(e3.rc, 0) << e3.out;
+  EXPECT_NE(e3.out.find("(a descendant) maps the patched " + lib), std::string::npos) << e3.out;
+  stop(shell);
+
+  // A process that is gone, and the whole table without --pid.
+  stop(before);
+  Cmd gone = engaged(before);
+  EXPECT_EQ(gone.rc, 1);
+  EXPECT_EQ(gone.out, "NOT_ENGAGED process " + std::to_string(before) + " is gone\n");
+  json all = json::parse(run_overlay({"--json", "engaged", "--overlay", ov}).out);
+  ASSERT_EQ(all["processes"].size(), 1u) << all.dump(2);
+  EXPECT_EQ(all["processes"][0]["pid"], after);
+  EXPECT_EQ(all["processes"][0]["state"], "patched");
+
+  // Revert while `after` runs: clean on disk, not clean while it lives.
+  Cmd r = run_overlay({"--json", "revert", "--overlay", ov});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json rj = json::parse(r.out);
+  ASSERT_EQ(rj["still_running"].size(), 1u) << rj.dump(2);
+  EXPECT_EQ(rj["still_running"][0]["pid"], after);
+  Cmd c1 = run_overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(c1.rc, 1);
+  EXPECT_NE(c1.err.find("install clean on disk; process " + std::to_string(after) + " ("), std::string::npos) << c1.err;
+  EXPECT_NE(c1.err.find("still runs the patched " + lib + ": restart it"), std::string::npos) << c1.err;
+  Cmd e4 = engaged(after);
+  EXPECT_EQ(e4.rc, 1);
+  EXPECT_NE(e4.out.find("that revert replaced"), std::string::npos) << e4.out;
+
+  // Restarted: clean, and the new process runs the original.
+  stop(after);
+  pid_t restarted = start("restarted");
+  Cmd c2 = run_overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(c2.rc, 0) << c2.out << c2.err;
+  Cmd e5 = engaged(restarted);
+  EXPECT_EQ(e5.rc, 1);
+  EXPECT_NE(e5.out.find("map none of the tracked artifacts"), std::string::npos) << e5.out;
+}
+
+TEST_F(Engaged, BadInputIsOneLineAndExitOne) {
+  Cmd missing = run_overlay({"engaged", "--overlay", (t / "nope").string()});
+  EXPECT_EQ(missing.rc, 1);
+  EXPECT_EQ(missing.err, "engaged: overlay does not exist: " + (t / "nope").string() + "\n");
+  Cmd bad_pid = run_overlay({"engaged", "--overlay", ov, "--pid", "-3"});
+  EXPECT_EQ(bad_pid.rc, 2);
+  EXPECT_FALSE(fs::exists(ov));
+}
+
+// gc-stale reverts an abandoned overlay on disk and says which process still runs its build.
+TEST_F(Engaged, GcStaleNamesTheProcessStillRunningWhatItReverted) {
+  Cmd a = run_overlay({"add-native", "--overlay", ov, "--target", (inst / "k.c").string(), "--patched-file",
+                       (t / "best/k.c").string(), "--artifact", lib, "--build-cmd", "cc -shared -fPIC -o libk.so k.c",
+                       "--build-cwd", inst.string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  pid_t running = start("running");
+  Cmd g = run_overlay({"gc-stale", "--root", t.path().string()});
+  EXPECT_EQ(g.rc, 0) << g.err;
+  EXPECT_NE(g.out.find("gc-stale: reverted " + ov), std::string::npos) << g.out;
+  EXPECT_NE(g.err.find("gc-stale: warning: process " + std::to_string(running) + " ("), std::string::npos) << g.err;
+  EXPECT_EQ(run_overlay({"status", "--overlay", ov, "--check-clean"}).rc, 1);
+  stop(running);
+  EXPECT_EQ(run_overlay({"status", "--overlay", ov, "--check-clean"}).rc, 0);
+}
