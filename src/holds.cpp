@@ -34,6 +34,23 @@ std::optional<fs::path> HoldRegistry::holder(const fs::path& path) {
   }
 }
 
+std::vector<fs::path> HoldRegistry::overlays() {
+  std::vector<fs::path> out;
+  if (disk_.info(dir_, Follow::no).type != FileType::directory) return out;
+  for (const auto& e : disk_.list_dir(dir_)) {
+    if (e.name.size() < 5 || e.name.compare(e.name.size() - 5, 5, ".json") != 0) continue;
+    try {
+      json j = json::parse(read_small_file(disk_, dir_ / e.name, 1 << 16));
+      if (j.contains("overlay") && j["overlay"].is_string()) out.emplace_back(j["overlay"].get<std::string>());
+    } catch (const std::exception&) {
+      // an unreadable hold names nothing
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 bool HoldRegistry::still_holds(const fs::path& ov, const fs::path& path) {
   try {
     auto m = load_manifest(disk_, ov);

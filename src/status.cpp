@@ -233,4 +233,31 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
   return r;
 }
 
+std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& overlays, const fs::path& path_in) {
+  std::vector<std::string> names = {absolute_normal(path_in).string()};
+  try {
+    names.push_back(disk.real_path(names.front()).string());
+  } catch (const std::exception&) {
+  }
+  auto is_it = [&](const std::string& p) { return std::find(names.begin(), names.end(), p) != names.end(); };
+  std::vector<WhichHit> hits;
+  for (const auto& ov : overlays) {
+    StatusReport r;
+    try {
+      r = overlay_status(disk, ov);
+    } catch (const std::exception&) {
+      continue;  // gone or unreadable: it changes nothing we could name
+    }
+    for (const auto& e : r.natives) {
+      for (const auto& f : e.files)
+        if (is_it(f.path)) hits.push_back({r.overlay, e.id, e.patch_id, to_string(f.kind), to_string(f.state)});
+      for (const auto& u : e.untracked)
+        if (is_it(u.path)) hits.push_back({r.overlay, e.id, e.patch_id, "untracked output", u.change});
+    }
+    for (const auto& u : r.untracked_left)
+      if (is_it(u.path)) hits.push_back({r.overlay, u.entry, std::nullopt, "untracked output", u.change + " (entry reverted)"});
+  }
+  return hits;
+}
+
 }  // namespace overlay

@@ -29,6 +29,10 @@ class HoldRegistry {
   // The overlay recorded as holding `path`, whether or not that hold is still live.
   std::optional<fs::path> holder(const fs::path& path);
 
+  // Every overlay some hold names (each once, sorted): the overlays of this machine with native
+  // changes applied, as far as this registry knows. Read-only.
+  std::vector<fs::path> overlays();
+
  private:
   fs::path hold_file(const fs::path& path) const;
   bool still_holds(const fs::path& holder, const fs::path& path);

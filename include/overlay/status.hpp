@@ -73,4 +73,15 @@ struct StatusReport {
 // Inspects every entry of the overlay's manifest. Throws Error on a malformed manifest.
 StatusReport overlay_status(Disk& disk, const fs::path& overlay);
 
+// Which overlay's entry changed an installed file (like `dpkg -S`): every tracked file or
+// untracked build output of `overlays` that is `path` (as given or as it really is).
+struct WhichHit {
+  fs::path overlay;
+  std::string entry;
+  std::optional<std::string> patch_id;
+  std::string kind;   // source | created | deleted | artifact | cache | untracked output
+  std::string state;  // as status says it
+};
+std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& overlays, const fs::path& path);
+
 }  // namespace overlay

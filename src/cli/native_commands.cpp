@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -8,6 +9,7 @@
 #include "overlay/apply.hpp"
 #include "overlay/error.hpp"
 #include "overlay/gc.hpp"
+#include "overlay/holds.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/native.hpp"
 #include "overlay/python_overlay.hpp"
@@ -444,6 +446,58 @@ std::string still_running_error(const EngagementReport& r) {
   return s + ": restart it";
 }
 
+// `status --all`: one line per overlay the holds registry knows; read-only.
+int run_status_all(Disk& disk, bool check_clean) {
+  auto& j = result();
+  j["overlays"] = nlohmann::json::array();
+  std::size_t dirty = 0;
+  for (const auto& ov : HoldRegistry(disk, HoldRegistry::default_state_dir()).overlays()) {
+    StatusReport r;
+    try {
+      r = overlay_status(disk, ov);
+    } catch (const std::exception& e) {
+      out_line(ov.string() + "  (unreadable: " + e.what() + ")");
+      ++dirty;
+      continue;
+    }
+    std::size_t alive = static_cast<std::size_t>(std::count_if(r.natives.begin(), r.natives.end(), [](const NativeStatus& e) { return e.owner_alive; }));
+    dirty += r.clean() ? 0 : 1;
+    out_line(r.overlay.string() + "  native " + std::to_string(r.natives.size()) + "  python " + std::to_string(r.pythons.size()) +
+             "  owners alive " + std::to_string(alive) + "  not original " + std::to_string(r.not_original()) + "  untracked " +
+             std::to_string(r.untracked_as_built()) + "  processes on patched code " +
+             std::to_string(std::count_if(r.engagement.uses.begin(), r.engagement.uses.end(),
+                                          [](const ArtifactUse& u) { return u.reverted || u.state == MapState::patched; })) +
+             (r.clean() ? "  clean" : "  NOT clean"));
+    j["overlays"].push_back(status_json(r));
+    j["overlays"].back()["owners_alive"] = alive;
+  }
+  out_line("status: " + std::to_string(j["overlays"].size()) + " overlay(s) known to the holds registry, " + std::to_string(dirty) +
+           " not clean");
+  if (!check_clean || dirty == 0) return kOk;
+  j["error"] = std::to_string(dirty) + " overlay(s) not clean";
+  err_line("status", j["error"]);
+  return kFailed;
+}
+
+// `which PATH`: the overlay, entry and patch that changed an installed file; exit 1 when none.
+int run_which(Disk& disk, const std::string& path) {
+  auto hits = which_changed(disk, HoldRegistry(disk, HoldRegistry::default_state_dir()).overlays(), path);
+  auto& j = result();
+  j["path"] = absolute_normal(path).string();
+  j["changed_by"] = nlohmann::json::array();
+  for (const auto& h : hits) {
+    out_line(j["path"].get<std::string>() + ": overlay " + h.overlay.string() + "  entry " + h.entry +
+             (h.patch_id ? "  patch " + *h.patch_id : "") + "  (" + h.kind + ", " + h.state + ")");
+    j["changed_by"].push_back({{"overlay", h.overlay.string()}, {"entry", h.entry},
+                               {"patch_id", h.patch_id ? nlohmann::json(*h.patch_id) : nlohmann::json(nullptr)},
+                               {"kind", h.kind}, {"state", h.state}});
+  }
+  if (!hits.empty()) return kOk;
+  j["error"] = "no overlay known to the holds registry changed " + j["path"].get<std::string>();
+  err_line("which", j["error"]);
+  return kFailed;
+}
+
 int run_status(Disk& disk, const std::string& overlay, bool check_clean) {
   StatusReport r = overlay_status(disk, overlay);
   print_status_table(r);
@@ -531,13 +585,29 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
   if (want("status", "list")) {
     auto overlay_s = std::make_shared<std::string>();
     auto clean_s = std::make_shared<bool>(false);
+    auto all_s = std::make_shared<bool>(false);
     auto* st = app.add_subcommand("status", "Show every entry and whether each tracked file is original, patched, rebuilt, drifted or missing");
     st->alias("list");
-    st->add_option("--overlay", *overlay_s, "Overlay directory")->required();
+    auto* ov_opt = st->add_option("--overlay", *overlay_s, "Overlay directory");
+    auto* all_opt = st->add_flag("--all", *all_s, "One line for every overlay the holds registry knows on this machine");
+    ov_opt->excludes(all_opt);
     st->add_flag("--check-clean", *clean_s, "Exit 1 unless every tracked file is at its original bytes");
-    st->callback([&run, &disk, overlay_s, clean_s] {
-      run = [&disk, overlay_s, clean_s] { return guarded("status", [&] { return run_status(disk, *overlay_s, *clean_s); }); };
+    st->callback([&run, &disk, overlay_s, clean_s, all_s] {
+      run = [&disk, overlay_s, clean_s, all_s] {
+        return guarded("status", [&] {
+          if (*all_s) return run_status_all(disk, *clean_s);
+          if (overlay_s->empty()) throw Error("pass --overlay O, or --all");
+          return run_status(disk, *overlay_s, *clean_s);
+        });
+      };
     });
+  }
+
+  if (want("which")) {
+    auto path = std::make_shared<std::string>();
+    auto* wh = app.add_subcommand("which", "Which overlay (entry, patch) changed an installed file, like dpkg -S; read-only");
+    wh->add_option("PATH", *path, "Installed file")->required();
+    wh->callback([&run, &disk, path] { run = [&disk, path] { return guarded("which", [&] { return run_which(disk, *path); }); }; });
   }
 
   if (want("gc-stale")) {

@@ -147,3 +147,42 @@ TEST_F(Engaged, GcStaleNamesTheProcessStillRunningWhatItReverted) {
   stop(running);
   EXPECT_EQ(run_overlay({"status", "--overlay", ov, "--check-clean"}).rc, 0);
 }
+
+// The machine-wide view: three overlays known to one holds registry. `which` names the overlay,
+// entry and patch that changed a file (source or artifact), and nothing for an untouched one;
+// `status --all` gives a line each and --check-clean fails while any is not clean.
+TEST_F(Engaged, WhichAndStatusAllOverThreeOverlays) {
+  std::vector<std::string> state = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
+  std::vector<std::string> ovs;
+  for (int i = 0; i < 3; ++i) {
+    fs::path dir = t / ("inst" + std::to_string(i));
+    write_file(dir / "k.c", "int kernel(void) { return " + std::to_string(i) + "; }\n");
+    ASSERT_EQ(run({"cc", "-shared", "-fPIC", "-o", "libk.so", "k.c"}, dir).rc, 0);
+    ovs.push_back((t / ("ov" + std::to_string(i))).string());
+    Cmd a = run_overlay({"add-native", "--overlay", ovs.back(), "--target", (dir / "k.c").string(), "--patched-file",
+                         (t / "best/k.c").string(), "--artifact", (dir / "libk.so").string(), "--build-cmd",
+                         "cc -shared -fPIC -o libk.so k.c", "--build-cwd", dir.string()},
+                        {}, state);
+    ASSERT_EQ(a.rc, 0) << a.err;
+  }
+  json m = json::parse(read_file(fs::path(ovs[1]) / "_overlay_manifest.json"));
+  std::string entry = m["natives"][0]["id"];
+  Cmd w = run_overlay({"which", (t / "inst1/libk.so").string()}, {}, state);
+  EXPECT_EQ(w.rc, 0) << w.err;
+  EXPECT_EQ(w.out, (t / "inst1/libk.so").string() + ": overlay " + ovs[1] + "  entry " + entry + "  (artifact, rebuilt)\n");
+  Cmd ws = run_overlay({"which", (t / "inst1/k.c").string()}, {}, state);
+  EXPECT_NE(ws.out.find("overlay " + ovs[1] + "  entry " + entry + "  (source, patched)"), std::string::npos) << ws.out;
+  Cmd none = run_overlay({"which", (t / "hold.c").string()}, {}, state);
+  EXPECT_EQ(none.rc, 1);
+  EXPECT_EQ(none.err, "which: no overlay known to the holds registry changed " + (t / "hold.c").string() + "\n");
+
+  Cmd all = run_overlay({"status", "--all", "--check-clean"}, {}, state);
+  EXPECT_EQ(all.rc, 1);
+  for (const auto& o : ovs) EXPECT_NE(all.out.find(o + "  native 1  python 0"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("status: 3 overlay(s) known to the holds registry, 3 not clean"), std::string::npos) << all.out;
+  for (const auto& o : ovs) ASSERT_EQ(run_overlay({"revert", "--overlay", o}, {}, state).rc, 0);
+  Cmd after = run_overlay({"status", "--all", "--check-clean"}, {}, state);
+  EXPECT_EQ(after.rc, 0) << after.out << after.err;
+  EXPECT_NE(after.out.find("status: 0 overlay(s) known to the holds registry, 0 not clean"), std::string::npos) << after.out;
+  EXPECT_EQ(run_overlay({"status", "--overlay", ovs[0], "--all"}, {}, state).rc, 2);
+}
