@@ -186,3 +186,35 @@ TEST_F(Engaged, WhichAndStatusAllOverThreeOverlays) {
   EXPECT_NE(after.out.find("status: 0 overlay(s) known to the holds registry, 0 not clean"), std::string::npos) << after.out;
   EXPECT_EQ(run_overlay({"status", "--overlay", ovs[0], "--all"}, {}, state).rc, 2);
 }
+
+// Another user's process: root finds it; a caller of a third uid cannot read its maps, and says
+// how many it could not read instead of guessing. Needs root (to run both as other users).
+TEST_F(Engaged, AnotherUsersProcessIsFoundByRootAndCountedOtherwise) {
+  if (geteuid() != 0 || !have({"setpriv", "--version"})) GTEST_SKIP() << "needs root and setpriv (util-linux)";
+  Cmd a = run_overlay({"add-native", "--overlay", ov, "--target", (inst / "k.c").string(), "--patched-file",
+                       (t / "best/k.c").string(), "--artifact", lib, "--build-cmd", "cc -shared -fPIC -o libk.so k.c",
+                       "--build-cwd", inst.string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  ASSERT_EQ(run({"chmod", "-R", "a+rwX", t.path().string()}).rc, 0);  // the other users read the lib and the overlay
+  fs::path ready = t / "daemon.ready";
+  pid_t daemon_pid = fork();
+  if (daemon_pid == 0) {
+    setpgid(0, 0);
+    execlp("setpriv", "setpriv", "--reuid=1", "--regid=1", "--clear-groups", (t / "hold").c_str(), lib.c_str(), ready.c_str(),
+           static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  started.push_back(daemon_pid);
+  for (int i = 0; i < 1000 && !fs::exists(ready); ++i) usleep(10000);
+  ASSERT_TRUE(fs::exists(ready));
+  Cmd as_root = run_overlay({"engaged", "--overlay", ov});
+  EXPECT_NE(as_root.out.find("process " + std::to_string(daemon_pid) + " ("), std::string::npos) << as_root.out;
+  EXPECT_NE(as_root.out.find("  patched  " + lib), std::string::npos) << as_root.out;
+  Cmd as_nobody = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", overlay_binary(), "--json", "engaged",
+                       "--overlay", ov});
+  EXPECT_EQ(as_nobody.rc, 0) << as_nobody.err;
+  EXPECT_EQ(as_nobody.out.find("\"pid\": " + std::to_string(daemon_pid)), std::string::npos) << as_nobody.out;
+  EXPECT_NE(as_nobody.err.find("process(es) could not be read (another user's: only root sees them)"), std::string::npos)
+      << as_nobody.err;
+  EXPECT_EQ(as_nobody.out.find("\"unreadable_processes\": 0"), std::string::npos) << as_nobody.out;
+}

@@ -32,7 +32,6 @@ std::string trim(std::string s) {
   return s;
 }
 
-bool have(const std::vector<std::string>& argv) { return run(argv).rc == 0; }
 
 // SHA-256 of every regular file below each root, by path; build logs and deps aside (they
 // record that a build ran, not what it built).

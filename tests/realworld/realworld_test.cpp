@@ -94,7 +94,6 @@ void ab_loop(const Project& p, const std::string& old_value, const std::string& 
             << (exact ? "equal" : "DIFFERENT") << std::endl;
 }
 
-bool have(const std::vector<std::string>& argv) { return run(argv).rc == 0; }
 
 }  // namespace
 

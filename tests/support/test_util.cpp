@@ -120,6 +120,8 @@ std::string tree_digest(const fs::path& root) {
   return out;
 }
 
+bool have(const std::vector<std::string>& argv) { return run(argv).rc == 0; }
+
 Cmd run(const std::vector<std::string>& argv, const fs::path& cwd, const std::vector<std::string>& env) {
   RunOptions o;
   o.output = Output::capture;

@@ -48,6 +48,8 @@ struct Cmd {
 
 // Runs argv (no shell), capturing stdout and stderr; env entries ("NAME=value") are added.
 Cmd run(const std::vector<std::string>& argv, const fs::path& cwd = {}, const std::vector<std::string>& env = {});
+// Whether argv runs and exits 0 (a tool or module a test needs is there).
+bool have(const std::vector<std::string>& argv);
 // Runs the built overlay binary with args.
 Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd = {}, const std::vector<std::string>& env = {});
 // The binary under test and the source tree: compiled in, overridable with $OVERLAY_BIN and
