@@ -1,6 +1,12 @@
 // The GPU proof: examples/hip_smoke built as an install, run (4.0), patched in place with
 // add-native and the install's own incremental build, run (7.0), reverted byte-exact, run (4.0).
+// And engagement: a driver kept running from before add-native is `stale` (NOT_ENGAGED), one
+// started after it ENGAGED; revert while that one runs leaves status --check-clean failing.
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 
@@ -47,6 +53,27 @@ std::string run_driver(const HipInstall& in) {
 
 std::string value_of(const std::string& line) { return line.substr(0, line.find(' ')); }
 
+// Starts the driver in its hold mode (it stays running with the library loaded); waits until it
+// has computed its value, which it returns through `value`.
+pid_t start_held(const HipInstall& in, const fs::path& ready, std::string& value) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl(in.driver.c_str(), "hip_smoke", ready.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 6000 && !fs::exists(ready); ++i) usleep(10000);
+  usleep(50000);  // the value's bytes land after the file appears
+  value = fs::exists(ready) ? read_file(ready) : "never ready";
+  while (!value.empty() && value.back() == '\n') value.pop_back();
+  return pid;
+}
+
+void stop(pid_t pid) {
+  kill(-pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
 }  // namespace
 
 TEST(GpuSmoke, HipKernelRecompiledOnGpuAndRevertedByteExact) {
@@ -64,6 +91,9 @@ TEST(GpuSmoke, HipKernelRecompiledOnGpuAndRevertedByteExact) {
   std::printf("gpu: before  source %s  library %s\n", src_sha.c_str(), lib_sha.c_str());
 
   std::string ov = (t / "ov").string();
+  std::string held_before_value, held_after_value;
+  pid_t held_before = start_held(in, t / "before.ready", held_before_value);
+  EXPECT_EQ(held_before_value, "4.0");
   Cmd add = run_overlay({"add-native", "--overlay", ov, "--target", in.src.string(), "--patched-file",
                          (source_dir() / "examples/hip_smoke/patched/kernel.hip").string(), "--artifact", in.lib.string(),
                          "--build-cmd", "cmake --build " + in.build.string()},
@@ -74,10 +104,28 @@ TEST(GpuSmoke, HipKernelRecompiledOnGpuAndRevertedByteExact) {
   EXPECT_EQ(verify.out, "FRESH_BUILD_OK (checked 1)\n");
   std::string second = run_driver(in);
   EXPECT_EQ(value_of(second), "7.0");
+  Cmd stale = run_overlay({"engaged", "--overlay", ov, "--pid", std::to_string(held_before)});
+  EXPECT_EQ(stale.rc, 1) << stale.out;
+  EXPECT_NE(stale.out.find("NOT_ENGAGED process " + std::to_string(held_before) + " maps the stale build of " + in.lib.string()),
+            std::string::npos) << stale.out;
+  pid_t held_after = start_held(in, t / "after.ready", held_after_value);
+  EXPECT_EQ(held_after_value, "7.0");
+  Cmd engaged = run_overlay({"engaged", "--overlay", ov, "--pid", std::to_string(held_after)});
+  EXPECT_EQ(engaged.rc, 0) << engaged.out;
+  std::printf("gpu: engaged (started before add-native) %s", stale.out.substr(stale.out.find("NOT_ENGAGED")).c_str());
+  std::printf("gpu: engaged (started after add-native)  %s", engaged.out.substr(engaged.out.find("ENGAGED")).c_str());
+  stop(held_before);
   std::printf("gpu: patched library %s\n", file_sha256(in.lib).c_str());
 
   Cmd rev = run_overlay({"revert", "--overlay", ov});
   ASSERT_EQ(rev.rc, 0) << rev.err;
+  Cmd dirty = run_overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(dirty.rc, 1);
+  EXPECT_NE(dirty.err.find("process " + std::to_string(held_after) + " ("), std::string::npos) << dirty.err;
+  std::printf("gpu: after revert, while the candidate runs: %s", dirty.err.c_str());
+  stop(held_after);
+  Cmd clean = run_overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(clean.rc, 0) << clean.out << clean.err;
   std::printf("gpu: after   source %s  library %s\n", file_sha256(in.src).c_str(), file_sha256(in.lib).c_str());
   EXPECT_EQ(file_sha256(in.src), src_sha);
   EXPECT_EQ(file_sha256(in.lib), lib_sha);
