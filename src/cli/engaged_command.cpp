@@ -43,7 +43,7 @@ int run_engaged(Disk& disk, const std::string& overlay_in, const std::vector<pid
   for (const auto& u : r.uses)
     if (pids.empty() || tree.count(u.pid)) out_line(process_line(u));
   if (r.unreadable > 0)
-    err_line("engaged", std::to_string(r.unreadable) + " process(es) could not be read (another user's: only root sees them)");
+    err_line("engaged", std::to_string(r.unreadable) + " process(es) could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)");
   auto& j = result();
   j["overlay"] = overlay.string();
   j["processes"] = processes_json(r);

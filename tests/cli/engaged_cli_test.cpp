@@ -214,7 +214,7 @@ TEST_F(Engaged, AnotherUsersProcessIsFoundByRootAndCountedOtherwise) {
                        "--overlay", ov});
   EXPECT_EQ(as_nobody.rc, 0) << as_nobody.err;
   EXPECT_EQ(as_nobody.out.find("\"pid\": " + std::to_string(daemon_pid)), std::string::npos) << as_nobody.out;
-  EXPECT_NE(as_nobody.err.find("process(es) could not be read (another user's: only root sees them)"), std::string::npos)
+  EXPECT_NE(as_nobody.err.find("process(es) could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)"), std::string::npos)
       << as_nobody.err;
   EXPECT_EQ(as_nobody.out.find("\"unreadable_processes\": 0"), std::string::npos) << as_nobody.out;
 }
