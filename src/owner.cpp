@@ -1,10 +1,11 @@
 #include "overlay/owner.hpp"
 
+#include "overlay/process_scan.hpp"
+
 #include <signal.h>
 
 #include <cerrno>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 namespace overlay {
@@ -13,20 +14,10 @@ std::optional<std::uint64_t> process_start_ticks(pid_t pid) {
   if (pid <= 0) return std::nullopt;
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
-  if (!std::getline(in, line)) return std::nullopt;
-  // The command name (field 2) may hold spaces and parentheses: fields restart after the last ')'.
-  auto close = line.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream rest(line.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= 22; ++i) {
-    if (!(rest >> field)) return std::nullopt;
-  }
-  try {
-    return std::stoull(field);
-  } catch (...) {
-    return std::nullopt;
-  }
+  pid_t ppid = 0;
+  std::uint64_t ticks = 0;
+  if (!std::getline(in, line) || !parse_proc_stat(line, ppid, ticks)) return std::nullopt;
+  return ticks;
 }
 
 bool owner_alive(const Owner& o) {

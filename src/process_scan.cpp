@@ -15,20 +15,6 @@ namespace {
 
 constexpr std::size_t kMaxProcText = 64u << 20;
 
-// Fields 4 (ppid) and 22 (start time) of /proc/PID/stat; the name (field 2) may hold spaces.
-bool parse_stat(const std::string& stat, ProcessInfo& p) {
-  auto close = stat.rfind(')');
-  if (close == std::string::npos) return false;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= 22; ++i) {
-    if (!(rest >> field)) return false;
-    if (i == 4) p.ppid = static_cast<pid_t>(std::stol(field));
-  }
-  p.start_ticks = std::stoull(field);
-  return true;
-}
-
 std::string joined_cmdline(std::string raw) {
   while (!raw.empty() && raw.back() == '\0') raw.pop_back();
   std::replace(raw.begin(), raw.end(), '\0', ' ');
@@ -36,6 +22,23 @@ std::string joined_cmdline(std::string raw) {
 }
 
 }  // namespace
+
+bool parse_proc_stat(const std::string& stat, pid_t& ppid, std::uint64_t& start_ticks) {
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  try {
+    for (int i = 3; i <= 22; ++i) {
+      if (!(rest >> field)) return false;
+      if (i == 4) ppid = static_cast<pid_t>(std::stol(field));
+    }
+    start_ticks = std::stoull(field);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
 
 bool parse_maps_line(const std::string& line, MappedFile& out) {
   // addr perms offset major:minor inode path — the path starts after the inode's spaces.
@@ -99,7 +102,7 @@ ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapp
       });
       if (!wanted) continue;
       p.pid = static_cast<pid_t>(std::stol(e.name));
-      if (!parse_stat(read_small_file(disk, dir / "stat", kMaxProcText), p)) continue;
+      if (!parse_proc_stat(read_small_file(disk, dir / "stat", kMaxProcText), p.ppid, p.start_ticks)) continue;
       p.cmdline = joined_cmdline(read_small_file(disk, dir / "cmdline", kMaxProcText));
     } catch (const DiskError& err) {
       if (err.code() == EACCES || err.code() == EPERM) ++scan.unreadable;
