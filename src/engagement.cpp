@@ -1,6 +1,9 @@
 #include "overlay/engagement.hpp"
 
 #include <algorithm>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "overlay/file_ops.hpp"
 
@@ -106,28 +109,150 @@ std::vector<RunningPatched> still_running(const std::vector<RunningPatched>& rec
   return out;
 }
 
-Verdict engagement_verdict(const EngagementReport& r, const ProcessScan& scan, const std::vector<pid_t>& pids) {
-  std::vector<pid_t> alive;
-  for (pid_t pid : pids)
-    if (scan.find(pid)) alive.push_back(pid);
-  if (alive.empty()) return {false, "process " + std::to_string(pids.empty() ? 0 : pids.front()) + " is gone"};
-  std::vector<const ProcessInfo*> tree = scan.with_descendants(alive);
+std::optional<PythonUse> parse_live_record(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  auto pid = j.find("pid"), ticks = j.find("start_ticks");
+  if (pid == j.end() || !pid->is_number_unsigned() || ticks == j.end() || !ticks->is_number_unsigned()) return std::nullopt;
+  PythonUse u;
+  u.pid = static_cast<pid_t>(pid->get<std::uint64_t>());
+  u.start_ticks = ticks->get<std::uint64_t>();
+  auto keys = [&](const char* name, std::vector<std::string>& out) {
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_array()) return;
+    for (const auto& k : *it)
+      if (k.is_string()) out.push_back(k.get<std::string>());
+  };
+  keys("applied", u.applied);
+  keys("failed", u.failed);
+  keys("pending", u.pending);
+  return u;
+}
+
+std::vector<PythonUse> live_python_uses(Disk& disk, const fs::path& overlay, std::vector<std::string>* dead) {
+  std::vector<PythonUse> out;
+  fs::path dir = overlay / kLiveStatsDirName;
+  if (disk.info(dir, Follow::no).type != FileType::directory) return out;
+  for (const auto& e : disk.list_dir(dir)) {
+    if (e.name.empty() || e.name[0] == '.' || fs::path(e.name).extension() != ".json") continue;
+    std::optional<PythonUse> u;
+    try {
+      u = parse_live_record(read_small_file(disk, dir / e.name, 1 << 20));
+    } catch (const std::exception&) {
+      continue;  // removed meanwhile (its process exited)
+    }
+    if (!u) continue;
+    std::optional<ProcessInfo> p = read_process(disk, u->pid);
+    if (!p || p->start_ticks != u->start_ticks) {
+      if (dead) dead->push_back(e.name);
+      continue;
+    }
+    u->cmdline = p->cmdline;
+    out.push_back(std::move(*u));
+  }
+  std::sort(out.begin(), out.end(), [](const PythonUse& a, const PythonUse& b) { return a.pid < b.pid; });
+  return out;
+}
+
+std::vector<std::string> python_entry_keys(const Manifest& m) {
+  std::vector<std::string> keys;
+  auto each = [&](const char* list, auto&& key_of) {
+    auto it = m.doc.find(list);
+    if (it == m.doc.end() || !it->is_array()) return;
+    for (const auto& e : *it)
+      if (e.is_object()) keys.push_back(key_of(e));
+  };
+  auto text = [](const nlohmann::json& e, const char* k) {
+    auto it = e.find(k);
+    return it != e.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  each("modules", [&](const nlohmann::json& e) { return "module:" + text(e, "module"); });
+  each("rebinds", [&](const nlohmann::json& e) {
+    return "rebind:" + text(e, "target") + "->" + text(e, "impl_module") + "." + text(e, "impl_attr");
+  });
+  each("captures", [&](const nlohmann::json& e) { return "capture:" + text(e, "target"); });
+  return keys;
+}
+
+EngagementScope engagement_scope(const Manifest& m) {
+  EngagementScope s;
+  s.natives = std::any_of(m.natives.begin(), m.natives.end(), [](const NativeEntry& e) { return !e.artifacts.empty(); });
+  s.python_keys = python_entry_keys(m);
+  return s;
+}
+
+namespace {
+
+std::string who(pid_t pid, pid_t root) {
+  return "process " + std::to_string(pid) + (pid == root ? "" : " (a descendant)");
+}
+
+// The native part: every mapping in the tree patched, and at least `required` of them.
+Verdict native_verdict(const EngagementReport& r, const std::vector<const ProcessInfo*>& tree, pid_t root, bool required) {
   std::size_t patched = 0;
   std::string first;
   for (const ProcessInfo* p : tree)
     for (const auto& u : r.uses) {
       if (u.pid != p->pid) continue;
-      std::string who = "process " + std::to_string(u.pid) + (p->pid == alive.front() ? "" : " (a descendant)");
-      if (u.reverted) return {false, who + " maps " + u.artifact + " that revert replaced"};
-      if (u.state == MapState::stale) return {false, who + " maps the stale build of " + u.artifact + " (started before it was rebuilt: restart it)"};
-      if (u.state == MapState::original) return {false, who + " maps " + u.artifact + ", which the build did not rebuild"};
-      if (first.empty()) first = who + " maps the patched " + u.artifact;
+      std::string w = who(u.pid, root);
+      if (u.reverted) return {false, w + " maps " + u.artifact + " that revert replaced"};
+      if (u.state == MapState::stale) return {false, w + " maps the stale build of " + u.artifact + " (started before it was rebuilt: restart it)"};
+      if (u.state == MapState::original) return {false, w + " maps " + u.artifact + ", which the build did not rebuild"};
+      if (first.empty()) first = w + " maps the patched " + u.artifact;
       ++patched;
     }
   if (patched == 0)
-    return {false, "process " + std::to_string(alive.front()) + " and its " + std::to_string(tree.size() - 1) +
-                       " descendant(s) map none of the tracked artifacts"};
+    return {!required, "process " + std::to_string(root) + " and its " + std::to_string(tree.size() - 1) +
+                           " descendant(s) map none of the tracked artifacts"};
   return {true, first + (patched > 1 ? " (and " + std::to_string(patched - 1) + " more)" : "")};
+}
+
+// The Python part: the overlay's sitecustomize.py ran in the tree, nothing failed there, and every
+// entry applied in at least one of its processes.
+Verdict python_verdict(const EngagementReport& r, const std::vector<const ProcessInfo*>& tree, pid_t root,
+                       const std::vector<std::string>& keys) {
+  std::set<pid_t> in;
+  for (const ProcessInfo* p : tree) in.insert(p->pid);
+  std::vector<const PythonUse*> ran;
+  for (const auto& u : r.python)
+    if (in.count(u.pid)) ran.push_back(&u);
+  if (ran.empty())
+    return {false, "process " + std::to_string(root) + " and its " + std::to_string(tree.size() - 1) +
+                       " descendant(s) did not run the overlay's Python entries (started without the overlay first on PYTHONPATH?)"};
+  for (const PythonUse* u : ran)
+    if (!u->failed.empty()) return {false, who(u->pid, root) + ": " + u->failed.front() + " FAILED (its [overlay] lines on stderr say why)"};
+  auto has = [](const std::vector<std::string>& v, const std::string& k) { return std::find(v.begin(), v.end(), k) != v.end(); };
+  for (const auto& k : keys) {
+    if (std::any_of(ran.begin(), ran.end(), [&](const PythonUse* u) { return has(u->applied, k); })) continue;
+    bool waiting = std::any_of(ran.begin(), ran.end(), [&](const PythonUse* u) { return has(u->pending, k); });
+    return {false, "Python entry " + k + " has not applied in " + who(ran.front()->pid, root) +
+                       (waiting ? " (its module is not imported yet)" : " (added after it started: restart it)")};
+  }
+  const PythonUse* first = *std::find_if(ran.begin(), ran.end(), [](const PythonUse* u) { return !u->applied.empty(); });
+  return {true, who(first->pid, root) + " applied " + std::to_string(first->applied.size()) + " Python entr" +
+                    (first->applied.size() == 1 ? "y" : "ies") +
+                    (first->applied.size() < keys.size() ? " (the rest in other processes of its tree)" : "")};
+}
+
+}  // namespace
+
+Verdict engagement_verdict(const EngagementReport& r, const ProcessScan& scan, const std::vector<pid_t>& pids,
+                           const EngagementScope& scope) {
+  std::vector<pid_t> alive;
+  for (pid_t pid : pids)
+    if (scan.find(pid)) alive.push_back(pid);
+  if (alive.empty()) return {false, "process " + std::to_string(pids.empty() ? 0 : pids.front()) + " is gone"};
+  std::vector<const ProcessInfo*> tree = scan.with_descendants(alive);
+  // A stale or reverted mapping is never engaged, even in an overlay judged by its Python part
+  // or left with no entry at all.
+  Verdict native = native_verdict(r, tree, alive.front(), scope.natives);
+  if (!native.engaged) return native;
+  if (!scope.natives && scope.python_keys.empty())
+    return {false, "the overlay has no entry that a process could run (none added, or all reverted)"};
+  if (scope.python_keys.empty()) return native;
+  Verdict python = python_verdict(r, tree, alive.front(), scope.python_keys);
+  if (!python.engaged || !scope.natives) return python;
+  return {true, native.why + "; " + python.why};
 }
 
 }  // namespace overlay

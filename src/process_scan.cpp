@@ -21,6 +21,12 @@ std::string joined_cmdline(std::string raw) {
   return raw;
 }
 
+// Field 3 of a /proc/PID/stat line, just after the command name's closing parenthesis.
+char stat_state(const std::string& stat) {
+  auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+}
+
 }  // namespace
 
 bool parse_proc_stat(const std::string& stat, pid_t& ppid, std::uint64_t& start_ticks) {
@@ -83,6 +89,25 @@ std::vector<const ProcessInfo*> ProcessScan::with_descendants(const std::vector<
   return out;
 }
 
+std::optional<ProcessInfo> read_process(Disk& disk, pid_t pid, const fs::path& proc) {
+  if (pid <= 0) return std::nullopt;
+  fs::path dir = proc / std::to_string(pid);
+  ProcessInfo p;
+  p.pid = pid;
+  try {
+    std::string stat = read_small_file(disk, dir / "stat", kMaxProcText);
+    if (!parse_proc_stat(stat, p.ppid, p.start_ticks)) return std::nullopt;
+    if ((p.state = stat_state(stat)) == 'Z') return std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;  // gone (or never was)
+  }
+  try {
+    p.cmdline = joined_cmdline(read_small_file(disk, dir / "cmdline", kMaxProcText));
+  } catch (const std::exception&) {
+  }  // hidden (hidepid) or gone meanwhile: the process still was there
+  return p;
+}
+
 ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapping, const fs::path& proc) {
   ProcessScan scan;
   for (const auto& e : disk.list_dir(proc)) {
@@ -102,7 +127,8 @@ ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapp
       });
       if (!wanted) continue;
       p.pid = static_cast<pid_t>(std::stol(e.name));
-      if (!parse_proc_stat(read_small_file(disk, dir / "stat", kMaxProcText), p.ppid, p.start_ticks)) continue;
+      std::string stat = read_small_file(disk, dir / "stat", kMaxProcText);
+      if (!parse_proc_stat(stat, p.ppid, p.start_ticks) || (p.state = stat_state(stat)) == 'Z') continue;  // a zombie runs nothing
       p.cmdline = joined_cmdline(read_small_file(disk, dir / "cmdline", kMaxProcText));
     } catch (const DiskError& err) {
       if (err.code() == EACCES || err.code() == EPERM) ++scan.unreadable;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "overlay/build_watch.hpp"
 #include "overlay/error.hpp"
@@ -106,17 +107,45 @@ std::string text_of(const json& j, const char* key) {
 
 // Per entry key ("module:M", "rebind:T->IM.IA", "capture:T"): processes applied, calls counted.
 struct Usage {
-  std::size_t processes = 0;
+  std::size_t processes = 0, running = 0;
   std::optional<std::uint64_t> calls;
 };
+
+bool is_record_name(const std::string& name) {
+  return !name.empty() && name[0] != '.' && fs::path(name).extension() == ".json";
+}
+
+// Counts the live records (_stats/live/) that have no final record of the same name yet: processes
+// still running, and processes killed before they could write one (they applied all the same).
+void count_live_records(Disk& disk, const fs::path& dir, const std::set<std::string>& finals, std::map<std::string, Usage>& usage) {
+  if (disk.info(dir, Follow::no).type != FileType::directory) return;
+  for (const auto& e : disk.list_dir(dir)) {
+    if (!is_record_name(e.name) || finals.count(e.name)) continue;
+    std::optional<PythonUse> u;
+    try {
+      u = parse_live_record(read_small_file(disk, dir / e.name, 1 << 20));
+    } catch (const std::exception&) {
+      continue;  // its process exited meanwhile: its final record was read, or will be next time
+    }
+    if (!u) continue;
+    auto p = read_process(disk, u->pid);
+    bool alive = p && p->start_ticks == u->start_ticks;
+    for (const auto& k : u->applied) {
+      ++usage[k].processes;
+      if (alive) ++usage[k].running;
+    }
+  }
+}
 
 // Sums the records of _stats/ (one per process; unreadable or foreign ones are skipped).
 std::map<std::string, Usage> python_usage(Disk& disk, const fs::path& overlay) {
   std::map<std::string, Usage> usage;
   fs::path dir = overlay / kStatsDirName;
   if (disk.info(dir, Follow::no).type != FileType::directory) return usage;
+  std::set<std::string> finals;
   for (const auto& e : disk.list_dir(dir)) {
-    if (e.name.empty() || e.name[0] == '.' || fs::path(e.name).extension() != ".json") continue;
+    if (!is_record_name(e.name)) continue;
+    finals.insert(e.name);
     json rec;
     try {
       rec = json::parse(read_small_file(disk, dir / e.name, 1 << 20));
@@ -134,10 +163,15 @@ std::map<std::string, Usage> python_usage(Disk& disk, const fs::path& overlay) {
           u.calls = u.calls.value_or(0) + n.get<std::uint64_t>();
         }
   }
+  count_live_records(disk, overlay / kLiveStatsDirName, finals, usage);
   return usage;
 }
 
-void python_status(Disk& disk, const fs::path& overlay, const json& doc, StatusReport& r) {
+}  // namespace
+
+std::vector<PythonStatus> python_entries_status(Disk& disk, const fs::path& overlay, const Manifest& manifest) {
+  const json& doc = manifest.doc;
+  std::vector<PythonStatus> out;
   auto list = [&](const char* key) -> const json& {
     static const json empty = json::array();
     auto it = doc.find(key);
@@ -146,29 +180,29 @@ void python_status(Disk& disk, const fs::path& overlay, const json& doc, StatusR
   for (const auto& m : list("modules")) {
     std::string file = text_of(m, "file");
     bool present = is_safe_relative(file) && disk.info(overlay / file, Follow::no).type == FileType::regular;
-    r.pythons.push_back({"module", text_of(m, "module"), (overlay / file).string(), present, 0, std::nullopt, std::nullopt});
-    if (std::string id = text_of(m, "patch_id"); !id.empty()) r.pythons.back().patch_id = id;
+    out.push_back({"module", text_of(m, "module"), (overlay / file).string(), present, 0, 0, std::nullopt, std::nullopt});
+    if (std::string id = text_of(m, "patch_id"); !id.empty()) out.back().patch_id = id;
   }
   for (const auto& b : list("rebinds")) {
-    PythonStatus p{"rebind", text_of(b, "target"), text_of(b, "impl_module") + ":" + text_of(b, "impl_attr"), true, 0, std::nullopt, std::nullopt};
+    PythonStatus p{"rebind", text_of(b, "target"), text_of(b, "impl_module") + ":" + text_of(b, "impl_attr"), true, 0, 0, std::nullopt, std::nullopt};
     auto it = b.find("count_calls");
     if (it != b.end() && it->is_boolean() && it->get<bool>()) p.calls = 0;
-    r.pythons.push_back(std::move(p));
+    out.push_back(std::move(p));
   }
   for (const auto& c : list("captures"))
-    r.pythons.push_back({"capture", text_of(c, "target"), text_of(c, "out"), true, 0, std::nullopt, std::nullopt});
+    out.push_back({"capture", text_of(c, "target"), text_of(c, "out"), true, 0, 0, std::nullopt, std::nullopt});
   auto usage = python_usage(disk, overlay);
-  for (auto& p : r.pythons) {
+  for (auto& p : out) {
     std::string key = p.kind + ":" + p.name;
     if (p.kind == "rebind") key += "->" + p.detail.substr(0, p.detail.find(':')) + "." + p.detail.substr(p.detail.find(':') + 1);
     auto it = usage.find(key);
     if (it == usage.end()) continue;
     p.applied_processes = it->second.processes;
+    p.running_processes = it->second.running;
     if (p.calls && it->second.calls) p.calls = *it->second.calls;
   }
+  return out;
 }
-
-}  // namespace
 
 const char* to_string(TrackedKind k) {
   switch (k) {
@@ -229,7 +263,8 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
   }
   r.untracked_left = still_as_built(disk, m->untracked);
   r.engagement = judge_engagement(disk, *m, scan_for_artifacts(disk, *m));
-  python_status(disk, r.overlay, m->doc, r);
+  r.engagement.python = live_python_uses(disk, r.overlay);
+  r.pythons = python_entries_status(disk, r.overlay, *m);
   return r;
 }
 

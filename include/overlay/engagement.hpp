@@ -3,6 +3,7 @@
 // library it loaded, so after add-native a server started before still runs the old build, and
 // after revert one started during the candidate still runs the patched one. Judged by the
 // device and inode each process maps (/proc/PID/maps) against the file at the artifact's path.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,10 +28,33 @@ struct ArtifactUse {
   bool reverted = false;  // the entry is gone: a process still running code revert replaced
 };
 
+// A live process in which the overlay's sitecustomize.py ran: its record in _stats/live/, kept
+// only while that process (pid and start time) still runs. Keys name entries as sitecustomize
+// does: "module:M", "rebind:T->IM.IA", "capture:T".
+struct PythonUse {
+  pid_t pid = 0;
+  std::uint64_t start_ticks = 0;
+  std::string cmdline;
+  std::vector<std::string> applied, failed, pending;
+};
+
 struct EngagementReport {
   std::vector<ArtifactUse> uses;
+  std::vector<PythonUse> python;  // live processes running the overlay's Python entries
   std::size_t unreadable = 0;  // processes whose maps could not be read (another user's)
 };
+
+inline constexpr const char* kLiveStatsDirName = "_stats/live";
+
+// One record of _stats/live/ as sitecustomize.py writes it; nothing when malformed.
+std::optional<PythonUse> parse_live_record(const std::string& text);
+
+// The live records of `overlay` whose process still runs (pid and start time), by pid; those of
+// processes that are gone are left out (`dead`, when given, gets their file names).
+std::vector<PythonUse> live_python_uses(Disk& disk, const fs::path& overlay, std::vector<std::string>* dead = nullptr);
+
+// The keys sitecustomize.py gives the manifest's Python entries, in manifest order.
+std::vector<std::string> python_entry_keys(const Manifest& m);
 
 // Every tracked artifact path of the manifest's native entries (and of running_patched).
 std::vector<std::string> tracked_artifact_paths(Disk& disk, const Manifest& m);
@@ -55,8 +79,18 @@ struct Verdict {
   std::string why;  // the NOT_ENGAGED reason, or what ENGAGED rests on
 };
 
-// For `pids` and their descendants: ENGAGED when they map at least one tracked artifact and every
-// one they map is the patched build; otherwise why not.
-Verdict engagement_verdict(const EngagementReport& r, const ProcessScan& scan, const std::vector<pid_t>& pids);
+// What a verdict must find engaged: the native part when some entry tracks an artifact, the
+// Python part when the manifest has Python entries.
+struct EngagementScope {
+  bool natives = false;
+  std::vector<std::string> python_keys;
+};
+EngagementScope engagement_scope(const Manifest& m);
+
+// For `pids` and their descendants: ENGAGED when every part of the scope is engaged there — they
+// map at least one tracked artifact and every one they map is the patched build; every Python
+// entry applied in one of them and none failed — otherwise why not.
+Verdict engagement_verdict(const EngagementReport& r, const ProcessScan& scan, const std::vector<pid_t>& pids,
+                           const EngagementScope& scope);
 
 }  // namespace overlay

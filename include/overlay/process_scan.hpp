@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct ProcessInfo {
   pid_t pid = 0;
   pid_t ppid = 0;
   std::uint64_t start_ticks = 0;
+  char state = 'R';                // field 3 of /proc/PID/stat: 'Z' is a zombie, no longer running
   std::string cmdline;             // argv joined by spaces
   std::vector<MappedFile> files;   // each (dev, ino, path) once
 };
@@ -39,6 +41,10 @@ struct ProcessScan {
 // `only_mapping` non-empty, keeps (and reads the stat and command line of) only the processes
 // that map one of those paths: one read per process.
 ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapping = {}, const fs::path& proc = "/proc");
+
+// One process's parent, start time and command line (not its maps: readable for any user's
+// process); nothing when it does not exist or is a zombie (exited, not yet reaped).
+std::optional<ProcessInfo> read_process(Disk& disk, pid_t pid, const fs::path& proc = "/proc");
 
 // Fields 4 (ppid) and 22 (start time, clock ticks since boot) of a /proc/PID/stat line; the
 // command name (field 2) may hold spaces and parentheses. False when malformed.

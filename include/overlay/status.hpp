@@ -47,7 +47,9 @@ struct PythonStatus {
   std::string detail;  // the overlay file, the replacement, or the capture output
   bool present = true; // the overlay file it needs exists
   // From the per-process records sitecustomize.py leaves in <overlay>/_stats/ at exit:
+  // (and from _stats/live/: processes still running, or killed before they could write one)
   std::size_t applied_processes = 0;  // processes in which the entry applied
+  std::size_t running_processes = 0;  // of those, still running now
   std::optional<std::uint64_t> calls; // calls over all those processes (rebinds with --count-calls)
   std::optional<std::string> patch_id;  // the `apply` patch it belongs to
 };
@@ -72,6 +74,10 @@ struct StatusReport {
 
 // Inspects every entry of the overlay's manifest. Throws Error on a malformed manifest.
 StatusReport overlay_status(Disk& disk, const fs::path& overlay);
+
+// The manifest's Python entries (modules, rebinds, captures), each with the processes it applied
+// in (from _stats/ and _stats/live/) and the calls counted.
+std::vector<PythonStatus> python_entries_status(Disk& disk, const fs::path& overlay, const Manifest& m);
 
 // Which overlay's entry changed an installed file (like `dpkg -S`): every tracked file or
 // untracked build output of `overlays` that is `path` (as given or as it really is).

@@ -36,10 +36,12 @@ def _overlay_main():
     # Never silently inert: what applied, what failed, and how often counted rebinds ran, per
     # process. Keys name an entry: "module:M", "rebind:T->IM.IA", "capture:T".
     applied, failed, counters, pending = set(), set(), {}, {}
+    live = _LiveRecord(here, log, pending, applied, failed)
 
     def fail(key, msg):
         failed.add(key)
         log(msg)
+        live.write()
 
     def importable(name):  # the top-level package only: never runs the package's code
         try:
@@ -89,6 +91,7 @@ def _overlay_main():
                     impl = counted(key, impl)
                 setattr(owner, attr, impl)
                 applied.add(key)
+                live.write()
                 log("rebound %s -> %s.%s%s" % (target, impl_module, impl_attr, " (counting calls)" if count else ""))
             except Exception as e:
                 fail(key, "rebind FAILED %s: %s: %s" % (target, type(e).__name__, e))
@@ -101,6 +104,7 @@ def _overlay_main():
                 owner, attr = resolve(mod, target.split(":", 1)[1])
                 capture_shapes.install(owner, attr, target, out, limit)
                 applied.add(key)
+                live.write()
                 log("capturing %s -> %s (max %s)" % (target, out, limit))
             except Exception as e:
                 fail(key, "capture install FAILED %s: %s: %s" % (target, type(e).__name__, e))
@@ -150,6 +154,7 @@ def _overlay_main():
             self.inner.exec_module(mod)
             if self.injected:
                 applied.add("module:" + self.name)
+                live.write()
                 log("injected %s from %s" % (self.name, mod.__file__))
             run_hooks(self.name, mod)
 
@@ -208,32 +213,87 @@ def _overlay_main():
                 log("cannot re-import %s: %s: %s" % (name, type(e).__name__, e))
     import atexit
 
-    atexit.register(_at_exit, here, log, pending, applied, failed, counters)
+    live.started = True
+    live.write()
+    atexit.register(_at_exit, here, log, pending, applied, failed, counters, live)
     _chain_next_sitecustomize(here, log)
 
 
-def _at_exit(here, log, pending, applied, failed, counters):
-    """Says which entries never applied; records this process's applications and call counts."""
+def _write_json(d, name, record):
+    """Writes d/name beside and renames it over: a reader never sees it half-written."""
     import json
+    import os
+
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, os.path.join(d, name))
+
+
+class _LiveRecord:
+    """_stats/live/<pid>-<tag>.json: what applied in this process while it runs, so `overlay
+    engaged --pid` can judge a live server (call counts land only at exit, in _stats/)."""
+
+    def __init__(self, here, log, pending, applied, failed):
+        self.here, self.log, self.pending, self.applied, self.failed = here, log, pending, applied, failed
+        self.started, self.broken, self.pid, self.name = False, False, None, None
+
+    def _identity(self):
+        import os
+
+        pid = os.getpid()
+        if pid != self.pid:  # first write, or a forked child writing its own record
+            self.pid, self.name = pid, "%d-%s.json" % (pid, os.urandom(4).hex())
+        return pid
+
+    def write(self):
+        if not self.started or self.broken or not self.pending:
+            return
+        import os
+
+        try:
+            pid = self._identity()
+            with open("/proc/self/stat") as f:  # field 22, after the command name's ")"
+                start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+            _write_json(os.path.join(self.here, "_stats", "live"), self.name, {
+                "pid": pid, "start_ticks": start_ticks, "applied": sorted(self.applied),
+                "failed": sorted(self.failed),
+                "pending": sorted(k for k in self.pending if k not in self.applied and k not in self.failed)})
+        except Exception as e:  # said once: a read-only overlay must not flood stderr
+            self.broken = True
+            self.log("cannot record live applications in %s: %s" % (self.here, e))
+
+    def finish(self):
+        """The final record (in _stats/, same name) is written: this one goes."""
+        import os
+
+        if self.name is not None and self.pid == os.getpid():
+            try:
+                os.unlink(os.path.join(self.here, "_stats", "live", self.name))
+            except OSError:
+                pass
+
+
+def _at_exit(here, log, pending, applied, failed, counters, live):
+    """Says which entries never applied; records this process's applications and call counts."""
     import os
 
     for key, (kind, name) in pending.items():
         if key not in applied and key not in failed:
             log("%s %s never applied: module never imported" % (kind, name))
-    if not applied:
-        return
-    record = {"pid": os.getpid(), "applied": sorted(applied),
-              "calls": {k: next(c) for k, c in counters.items()}}
-    try:  # one small file per process, written beside and renamed: never seen half-written
-        d = os.path.join(here, "_stats")
-        os.makedirs(d, exist_ok=True)
-        name = "%d-%s.json" % (os.getpid(), os.urandom(4).hex())
-        tmp = os.path.join(d, "." + name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, os.path.join(d, name))
-    except Exception as e:
-        log("cannot record call counts in %s: %s" % (here, e))
+    if applied:
+        record = {"pid": os.getpid(), "applied": sorted(applied),
+                  "calls": {k: next(c) for k, c in counters.items()}}
+        # One small file per process, named as its live record so a reader counts it once.
+        name = live.name if live.name is not None and live.pid == os.getpid() else \
+            "%d-%s.json" % (os.getpid(), os.urandom(4).hex())
+        try:
+            _write_json(os.path.join(here, "_stats"), name, record)
+        except Exception as e:
+            log("cannot record call counts in %s: %s" % (here, e))
+            return
+    live.finish()
 
 
 def _chain_next_sitecustomize(here, log):

@@ -10,6 +10,7 @@
 
 #include "overlay/disk.hpp"
 #include "overlay/engagement.hpp"
+#include "overlay/status.hpp"
 
 namespace overlay::cli {
 
@@ -55,6 +56,12 @@ void add_engaged_command(CLI::App& app, std::function<int()>& run, const Wanted&
 // What status, revert and engaged print of one process's mapping, and the JSON of them all.
 std::string process_line(const ArtifactUse& u);
 nlohmann::json processes_json(const EngagementReport& r);
+// What status and engaged print of a live process running the overlay's Python entries.
+std::string python_process_line(const PythonUse& u);
+nlohmann::json python_processes_json(const EngagementReport& r);
+// status's line and JSON for the Python entries: applied in how many processes, calls counted.
+std::string python_entry_line(const PythonStatus& p);
+nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons);
 // Registers add-module (copy-subtree), add-rebind (monkeypatch), add-capture and check.
 void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want);
 

@@ -11,6 +11,8 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/process_scan.hpp"
+#include "overlay/status.hpp"
 
 namespace overlay::cli {
 
@@ -19,6 +21,25 @@ std::string process_line(const ArtifactUse& u) {
   if (u.reverted)
     return who + " still runs the patched " + u.artifact + " that revert replaced (entry " + u.entry + "): restart it";
   return who + "  " + to_string(u.state) + "  " + u.artifact + "  (entry " + u.entry + ")";
+}
+
+std::string python_process_line(const PythonUse& u) {
+  std::string who = "process " + std::to_string(u.pid) + " (" + u.cmdline.substr(0, 60) + ")";
+  std::string s = who + "  python  applied " + std::to_string(u.applied.size());
+  if (!u.failed.empty()) s += ", FAILED " + std::to_string(u.failed.size());
+  if (!u.pending.empty()) s += ", not yet applied " + std::to_string(u.pending.size());
+  for (const auto& k : u.applied) s += "\n    applied  " + k;
+  for (const auto& k : u.failed) s += "\n    FAILED   " + k;
+  for (const auto& k : u.pending) s += "\n    pending  " + k + " (module not imported yet)";
+  return s;
+}
+
+nlohmann::json python_processes_json(const EngagementReport& r) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& u : r.python)
+    a.push_back({{"pid", u.pid}, {"start_ticks", u.start_ticks}, {"cmdline", u.cmdline}, {"applied", u.applied},
+                 {"failed", u.failed}, {"pending", u.pending}});
+  return a;
 }
 
 nlohmann::json processes_json(const EngagementReport& r) {
@@ -31,6 +52,17 @@ nlohmann::json processes_json(const EngagementReport& r) {
 
 namespace {
 
+// A --pid that lives but whose maps we may not read is not "gone": say so, never guess.
+std::optional<Verdict> unreadable_verdict(Disk& disk, const ProcessScan& scan, const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids)
+    if (scan.find(pid)) return std::nullopt;
+  for (pid_t pid : pids)
+    if (read_process(disk, pid))
+      return Verdict{false, "process " + std::to_string(pid) +
+                                "'s maps could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)"};
+  return std::nullopt;
+}
+
 int run_engaged(Disk& disk, const std::string& overlay_in, const std::vector<pid_t>& pids) {
   fs::path overlay = absolute_normal(overlay_in);
   if (disk.info(overlay, Follow::yes).type != FileType::directory) throw overlay::Error("overlay does not exist: " + overlay.string());
@@ -38,21 +70,29 @@ int run_engaged(Disk& disk, const std::string& overlay_in, const std::vector<pid
   // With --pid the whole process table (the tree below a pid may map nothing); else only mappers.
   ProcessScan scan = pids.empty() ? scan_for_artifacts(disk, m) : scan_processes(disk);
   EngagementReport r = judge_engagement(disk, m, scan);
-  std::set<pid_t> tree;  // with --pid, what the judged processes map
+  r.python = live_python_uses(disk, overlay);
+  std::set<pid_t> tree;  // with --pid, what the judged processes map and applied
   for (const ProcessInfo* p : scan.with_descendants(pids)) tree.insert(p->pid);
   for (const auto& u : r.uses)
     if (pids.empty() || tree.count(u.pid)) out_line(process_line(u));
+  for (const auto& u : r.python)
+    if (pids.empty() || tree.count(u.pid)) out_line(python_process_line(u));
   if (r.unreadable > 0)
     err_line("engaged", std::to_string(r.unreadable) + " process(es) could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)");
   auto& j = result();
   j["overlay"] = overlay.string();
   j["processes"] = processes_json(r);
+  j["python_processes"] = python_processes_json(r);
   j["unreadable_processes"] = r.unreadable;
   if (pids.empty()) {
-    out_line("engaged: " + std::to_string(r.uses.size()) + " mapping(s) of tracked artifacts");
+    std::vector<PythonStatus> entries = python_entries_status(disk, overlay, m);
+    for (const auto& p : entries) out_line(python_entry_line(p));
+    j["python"] = python_entries_json(entries);
+    out_line("engaged: " + std::to_string(r.uses.size()) + " mapping(s) of tracked artifacts, " + std::to_string(r.python.size()) +
+             " live process(es) running Python entries");
     return kOk;
   }
-  Verdict v = engagement_verdict(r, scan, pids);
+  Verdict v = unreadable_verdict(disk, scan, pids).value_or(engagement_verdict(r, scan, pids, engagement_scope(m)));
   j["engaged"] = v.engaged;
   j["why"] = v.why;
   out_line(v.engaged ? "ENGAGED " + v.why : "NOT_ENGAGED " + v.why);

@@ -387,12 +387,8 @@ void print_status_table(const StatusReport& r) {
              "; may hold patched code until " +
              (u.build_cmds.empty() ? std::string("the next build") : join_words(u.build_cmds.front())) + " regenerates it)");
   for (const auto& u : r.engagement.uses) out_line(process_line(u));
-  for (const auto& p : r.pythons) {
-    std::string use = "  applied in " + std::to_string(p.applied_processes) + " process(es)";
-    if (p.calls) use += ", " + std::to_string(*p.calls) + " call(s)";
-    out_line(p.kind + " " + p.name + " -> " + p.detail + (p.present ? "" : "  (MISSING from the overlay)") +
-             (p.patch_id ? "  patch " + *p.patch_id : "") + use);
-  }
+  for (const auto& u : r.engagement.python) out_line(python_process_line(u));
+  for (const auto& p : r.pythons) out_line(python_entry_line(p));
   for (const auto& [id, parts] : patch_groups(r))
     out_line("patch " + id + ": " + std::to_string(parts.first.size()) + " native, " + std::to_string(parts.second.size()) +
              " python (revert --patch-id " + id + ")");
@@ -407,6 +403,28 @@ void print_status_table(const StatusReport& r) {
   out_line("status: " + std::to_string(r.natives.size()) + " native, " + std::to_string(r.pythons.size()) + " python entr" +
            (r.pythons.size() == 1 ? "y" : "ies") + "; " + verdict);
 }
+
+}  // namespace
+
+std::string python_entry_line(const PythonStatus& p) {
+  std::string use = "  applied in " + std::to_string(p.applied_processes) + " process(es)";
+  if (p.running_processes > 0) use += " (" + std::to_string(p.running_processes) + " running now)";
+  if (p.calls) use += ", " + std::to_string(*p.calls) + " call(s)" + (p.running_processes > 0 ? " (running ones count theirs at exit)" : "");
+  return p.kind + " " + p.name + " -> " + p.detail + (p.present ? "" : "  (MISSING from the overlay)") +
+         (p.patch_id ? "  patch " + *p.patch_id : "") + use;
+}
+
+nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& p : pythons)
+    a.push_back({{"kind", p.kind}, {"name", p.name}, {"detail", p.detail}, {"present", p.present},
+                 {"applied_processes", p.applied_processes}, {"running_processes", p.running_processes},
+                 {"calls", p.calls ? nlohmann::json(*p.calls) : nlohmann::json(nullptr)},
+                 {"patch_id", p.patch_id ? nlohmann::json(*p.patch_id) : nlohmann::json(nullptr)}});
+  return a;
+}
+
+namespace {
 
 nlohmann::json status_json(const StatusReport& r) {
   nlohmann::json j = {{"overlay", r.overlay.string()}, {"has_manifest", r.has_manifest}, {"clean", r.clean()},
@@ -425,12 +443,8 @@ nlohmann::json status_json(const StatusReport& r) {
     n["untracked_outputs"] = untracked_json(e.untracked);
     j["natives"].push_back(std::move(n));
   }
-  j["python"] = nlohmann::json::array();
-  for (const auto& p : r.pythons)
-    j["python"].push_back({{"kind", p.kind}, {"name", p.name}, {"detail", p.detail}, {"present", p.present},
-                           {"applied_processes", p.applied_processes},
-                           {"calls", p.calls ? nlohmann::json(*p.calls) : nlohmann::json(nullptr)},
-                           {"patch_id", p.patch_id ? nlohmann::json(*p.patch_id) : nlohmann::json(nullptr)}});
+  j["python"] = python_entries_json(r.pythons);
+  j["python_processes"] = python_processes_json(r.engagement);
   j["patches"] = nlohmann::json::array();
   for (const auto& [id, parts] : patch_groups(r))
     j["patches"].push_back({{"id", id}, {"natives", parts.first}, {"python", parts.second}});

@@ -111,7 +111,8 @@ TEST_F(Engaged, StaleBeforeTheBuildPatchedAfterAndStillRunningAfterRevert) {
   EXPECT_NE(c1.err.find("still runs the patched " + lib + ": restart it"), std::string::npos) << c1.err;
   Cmd e4 = engaged(after);
   EXPECT_EQ(e4.rc, 1);
-  EXPECT_NE(e4.out.find("that revert replaced"), std::string::npos) << e4.out;
+  EXPECT_NE(e4.out.find("\nNOT_ENGAGED process " + std::to_string(after) + " maps " + lib + " that revert replaced\n"), std::string::npos)
+      << e4.out;
 
   // Restarted: clean, and the new process runs the original.
   stop(after);
@@ -120,7 +121,7 @@ TEST_F(Engaged, StaleBeforeTheBuildPatchedAfterAndStillRunningAfterRevert) {
   EXPECT_EQ(c2.rc, 0) << c2.out << c2.err;
   Cmd e5 = engaged(restarted);
   EXPECT_EQ(e5.rc, 1);
-  EXPECT_NE(e5.out.find("map none of the tracked artifacts"), std::string::npos) << e5.out;
+  EXPECT_EQ(e5.out, "NOT_ENGAGED the overlay has no entry that a process could run (none added, or all reverted)\n") << e5.out;
 }
 
 TEST_F(Engaged, BadInputIsOneLineAndExitOne) {
@@ -217,4 +218,11 @@ TEST_F(Engaged, AnotherUsersProcessIsFoundByRootAndCountedOtherwise) {
   EXPECT_NE(as_nobody.err.find("process(es) could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)"), std::string::npos)
       << as_nobody.err;
   EXPECT_EQ(as_nobody.out.find("\"unreadable_processes\": 0"), std::string::npos) << as_nobody.out;
+  // Its verdict is "could not be read", never "gone" (the process lives) nor a guess.
+  Cmd verdict = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", overlay_binary(), "engaged", "--overlay", ov,
+                     "--pid", std::to_string(daemon_pid)});
+  EXPECT_EQ(verdict.rc, 1);
+  EXPECT_NE(verdict.out.find("NOT_ENGAGED process " + std::to_string(daemon_pid) + "'s maps could not be read (permission denied"),
+            std::string::npos)
+      << verdict.out;
 }

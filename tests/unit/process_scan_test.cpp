@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include "test_util.hpp"
 
@@ -42,4 +45,33 @@ TEST(ProcessScan, FindsThisProcessMappingItsExecutable) {
   auto tree = all.with_descendants({getppid()});
   EXPECT_TRUE(std::any_of(tree.begin(), tree.end(), [](const ProcessInfo* p) { return p->pid == getpid(); }));
   EXPECT_TRUE(scan_processes(real_disk(), {"/nonexistent/lib.so"}).processes.empty());
+}
+
+// A zombie (exited, not yet reaped) runs nothing: neither read_process nor a scan reports it,
+// while a live child is read with its parent and start time.
+TEST(ProcessScan, AZombieIsNotARunningProcess) {
+  pid_t live = fork();
+  if (live == 0) {
+    pause();
+    _exit(0);
+  }
+  pid_t zombie = fork();
+  if (zombie == 0) _exit(0);
+  for (int i = 0; i < 500; ++i) {  // until the kernel has made it a zombie
+    std::string stat = read_file("/proc/" + std::to_string(zombie) + "/stat");
+    if (stat.find(") Z ") != std::string::npos) break;
+    usleep(2000);
+  }
+  auto p = read_process(real_disk(), live);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->ppid, getpid());
+  EXPECT_GT(p->start_ticks, 0u);
+  EXPECT_FALSE(read_process(real_disk(), zombie).has_value());
+  ProcessScan scan = scan_processes(real_disk());
+  EXPECT_NE(scan.find(live), nullptr);
+  EXPECT_EQ(scan.find(zombie), nullptr);
+  kill(live, SIGKILL);
+  waitpid(live, nullptr, 0);
+  waitpid(zombie, nullptr, 0);
+  EXPECT_FALSE(read_process(real_disk(), live).has_value());
 }

@@ -1,0 +1,98 @@
+// The verdict's rules over a process tree, for overlays with native entries, Python entries or
+// both (the processes' facts are given; the CLI tests read them from live processes).
+#include "overlay/engagement.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace overlay;
+
+namespace {
+
+// A server (pid 10) with one worker (pid 11).
+ProcessScan tree() {
+  ProcessScan s;
+  s.processes = {{10, 1, 100, 'S', "server", {}}, {11, 10, 200, 'S', "worker", {}}};
+  return s;
+}
+
+ArtifactUse maps(pid_t pid, MapState st, bool reverted = false) {
+  return {pid, 0, "", "/opt/x/_C.so", "n1", st, reverted};
+}
+
+PythonUse ran(pid_t pid, std::vector<std::string> applied, std::vector<std::string> failed = {},
+              std::vector<std::string> pending = {}) {
+  return {pid, 0, "", std::move(applied), std::move(failed), std::move(pending)};
+}
+
+const std::string kRebind = "rebind:m:f->impl.g";
+
+}  // namespace
+
+TEST(EngagementVerdict, NativeOnlyNeedsEveryMappingPatched) {
+  EngagementScope native{true, {}};
+  EngagementReport r;
+  r.uses = {maps(11, MapState::patched)};
+  EXPECT_TRUE(engagement_verdict(r, tree(), {10}, native).engaged);
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, native).why, "process 11 (a descendant) maps the patched /opt/x/_C.so");
+  r.uses.push_back(maps(10, MapState::stale));
+  Verdict v = engagement_verdict(r, tree(), {10}, native);
+  EXPECT_FALSE(v.engaged);
+  EXPECT_EQ(v.why, "process 10 maps the stale build of /opt/x/_C.so (started before it was rebuilt: restart it)");
+  r.uses = {maps(10, MapState::patched, true)};
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, native).why, "process 10 maps /opt/x/_C.so that revert replaced");
+  r.uses.clear();
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, native).why, "process 10 and its 1 descendant(s) map none of the tracked artifacts");
+  EXPECT_EQ(engagement_verdict(r, tree(), {99}, native).why, "process 99 is gone");
+}
+
+TEST(EngagementVerdict, PythonOnlyNeedsEveryEntryAppliedInTheTree) {
+  EngagementScope python{false, {kRebind, "module:m.sub"}};
+  EngagementReport r;
+  Verdict none = engagement_verdict(r, tree(), {10}, python);
+  EXPECT_FALSE(none.engaged);
+  EXPECT_NE(none.why.find("did not run the overlay's Python entries"), std::string::npos) << none.why;
+  r.python = {ran(10, {"module:m.sub"}, {}, {kRebind})};
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, python).why,
+            "Python entry " + kRebind + " has not applied in process 10 (its module is not imported yet)");
+  r.python.push_back(ran(11, {kRebind}));
+  Verdict both = engagement_verdict(r, tree(), {10}, python);
+  EXPECT_TRUE(both.engaged) << both.why;
+  EXPECT_EQ(both.why, "process 10 applied 1 Python entry (the rest in other processes of its tree)");
+  r.python[1].failed = {"capture:m:h"};
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, python).why,
+            "process 11 (a descendant): capture:m:h FAILED (its [overlay] lines on stderr say why)");
+  // A record from before the entry was added names it nowhere.
+  r.python = {ran(10, {"module:m.sub"})};
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, python).why,
+            "Python entry " + kRebind + " has not applied in process 10 (added after it started: restart it)");
+}
+
+TEST(EngagementVerdict, BothPartsMustBeEngagedAndNothingStale) {
+  EngagementScope both{true, {kRebind}};
+  EngagementReport r;
+  r.python = {ran(10, {kRebind})};
+  EXPECT_FALSE(engagement_verdict(r, tree(), {10}, both).engaged);  // the library is not mapped
+  r.uses = {maps(11, MapState::patched)};
+  Verdict v = engagement_verdict(r, tree(), {10}, both);
+  EXPECT_TRUE(v.engaged) << v.why;
+  EXPECT_EQ(v.why, "process 11 (a descendant) maps the patched /opt/x/_C.so; process 10 applied 1 Python entry");
+  // A Python-only overlay whose process still maps a stale tracked artifact of an old entry.
+  EngagementScope python{false, {kRebind}};
+  r.uses = {maps(11, MapState::stale)};
+  EXPECT_FALSE(engagement_verdict(r, tree(), {10}, python).engaged);
+  EngagementScope nothing{false, {}};
+  r.uses.clear();
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, nothing).why, "the overlay has no entry that a process could run (none added, or all reverted)");
+}
+
+TEST(EngagementVerdict, LiveRecordsAsSitecustomizeWritesThem) {
+  auto u = parse_live_record(R"({"pid": 42, "start_ticks": 7, "applied": ["module:a"], "failed": [], "pending": ["capture:b:c"]})");
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->pid, 42);
+  EXPECT_EQ(u->start_ticks, 7u);
+  EXPECT_EQ(u->applied, std::vector<std::string>{"module:a"});
+  EXPECT_EQ(u->pending, std::vector<std::string>{"capture:b:c"});
+  EXPECT_FALSE(parse_live_record("{\"pid\": -1, \"start_ticks\": 7}").has_value());
+  EXPECT_FALSE(parse_live_record("{\"pid\": 42}").has_value());
+  EXPECT_FALSE(parse_live_record("not json").has_value());
+}
