@@ -174,9 +174,23 @@ std::vector<std::string> python_entry_keys(const Manifest& m) {
   return keys;
 }
 
+namespace {
+
+// A GPU code object is read into memory by hipModuleLoad/cuModuleLoad, never mapped from its file.
+bool is_gpu_code_object(const std::string& path) {
+  static const std::vector<std::string> exts = {".hsaco", ".co", ".cubin", ".fatbin", ".ptx", ".hipfb"};
+  std::string ext = fs::path(path).extension().string();
+  return std::find(exts.begin(), exts.end(), ext) != exts.end();
+}
+
+}  // namespace
+
 EngagementScope engagement_scope(const Manifest& m) {
   EngagementScope s;
   s.natives = std::any_of(m.natives.begin(), m.natives.end(), [](const NativeEntry& e) { return !e.artifacts.empty(); });
+  for (const auto& e : m.natives)
+    for (const auto& a : e.artifacts)
+      if (is_gpu_code_object(a.path)) s.code_objects.push_back(a.path);
   s.python_keys = python_entry_keys(m);
   return s;
 }
@@ -187,8 +201,9 @@ std::string who(pid_t pid, pid_t root) {
   return "process " + std::to_string(pid) + (pid == root ? "" : " (a descendant)");
 }
 
-// The native part: every mapping in the tree patched, and at least `required` of them.
-Verdict native_verdict(const EngagementReport& r, const std::vector<const ProcessInfo*>& tree, pid_t root, bool required) {
+// The native part: every mapping in the tree patched, and at least one when `required`.
+Verdict native_verdict(const EngagementReport& r, const std::vector<const ProcessInfo*>& tree, pid_t root, bool required,
+                       const std::vector<std::string>& code_objects) {
   std::size_t patched = 0;
   std::string first;
   for (const ProcessInfo* p : tree)
@@ -203,7 +218,11 @@ Verdict native_verdict(const EngagementReport& r, const std::vector<const Proces
     }
   if (patched == 0)
     return {!required, "process " + std::to_string(root) + " and its " + std::to_string(tree.size() - 1) +
-                           " descendant(s) map none of the tracked artifacts"};
+                           " descendant(s) map none of the tracked artifacts" +
+                           (code_objects.empty() ? std::string()
+                                                 : " (" + code_objects.front() +
+                                                       " is a GPU code object: hipModuleLoad/cuModuleLoad read it, never map it, so "
+                                                       "/proc cannot show its use; track the .so that loads or embeds it)")};
   return {true, first + (patched > 1 ? " (and " + std::to_string(patched - 1) + " more)" : "")};
 }
 
@@ -245,7 +264,7 @@ Verdict engagement_verdict(const EngagementReport& r, const ProcessScan& scan, c
   std::vector<const ProcessInfo*> tree = scan.with_descendants(alive);
   // A stale or reverted mapping is never engaged, even in an overlay judged by its Python part
   // or left with no entry at all.
-  Verdict native = native_verdict(r, tree, alive.front(), scope.natives);
+  Verdict native = native_verdict(r, tree, alive.front(), scope.natives, scope.code_objects);
   if (!native.engaged) return native;
   if (!scope.natives && scope.python_keys.empty())
     return {false, "the overlay has no entry that a process could run (none added, or all reverted)"};

@@ -84,6 +84,7 @@ struct Verdict {
 struct EngagementScope {
   bool natives = false;
   std::vector<std::string> python_keys;
+  std::vector<std::string> code_objects;  // tracked GPU code objects (.hsaco, .cubin, …): read, never mapped
 };
 EngagementScope engagement_scope(const Manifest& m);
 

@@ -105,7 +105,7 @@ void add_engaged_command(CLI::App& app, std::function<int()>& run, const Wanted&
   if (!want("engaged")) return;
   auto overlay = std::make_shared<std::string>();
   auto pids = std::make_shared<std::vector<pid_t>>();
-  auto* sub = app.add_subcommand("engaged", "Which running processes map the tracked artifacts: patched, stale or original");
+  auto* sub = app.add_subcommand("engaged", "Which running processes map the tracked artifacts (patched, stale or original) and run the Python entries");
   sub->add_option("--overlay", *overlay, "Overlay directory")->required();
   sub->add_option("--pid", *pids, "Judge this process and its descendants: ENGAGED (exit 0) or NOT_ENGAGED <why> (exit 1); repeatable")
       ->check(CLI::PositiveNumber);
