@@ -26,8 +26,10 @@ std::string distrust(const FileInfo& manifest, const FileInfo& dir) {
 }
 
 std::optional<std::string> live_owner(const Manifest& m) {
-  for (const auto& e : m.natives)
+  for (const auto& e : m.natives) {
     if (e.owner && owner_alive(*e.owner)) return "owner pid " + std::to_string(e.owner->pid) + " is still running";
+    if (e.kept) return "entry " + e.id + " was kept applied on purpose (exec --keep-on-success): revert it with `overlay revert`";
+  }
   return std::nullopt;
 }
 

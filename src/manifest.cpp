@@ -284,6 +284,7 @@ NativeEntry parse_native(const json& j, const std::string& w) {
   if (e.build_log && !is_safe_relative(*e.build_log)) bad(w + ".build_log", "path escapes the overlay");
   if (const json* t = find(j, "created_at"); t != nullptr && t->is_number()) e.created_at = t->get<double>();
   e.patch_id = opt_string(j, "patch_id", w);
+  if (const json* k = find(j, "kept"); k != nullptr && k->is_boolean()) e.kept = k->get<bool>();
   e.untracked = parse_untracked(j, w, false);
   e.raw = j;
   return e;
@@ -353,6 +354,9 @@ json to_json(const NativeEntry& e) {
   else if (!j.contains("verify"))
     j["verify"] = nullptr;
   if (e.owner) j["owner"] = {{"pid", e.owner->pid}, {"start_ticks", e.owner->start_ticks}};
+  else j.erase("owner");
+  if (e.kept) j["kept"] = true;
+  else j.erase("kept");
   if (e.build_log) j["build_log"] = *e.build_log;
   if (e.created_at) j["created_at"] = *e.created_at;
   if (e.patch_id) j["patch_id"] = *e.patch_id;

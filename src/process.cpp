@@ -55,18 +55,19 @@ class SignalGuard {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+    for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
   }
   ~SignalGuard() {
-    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+    for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
     g_wake_fd = -1;
   }
   SignalGuard(const SignalGuard&) = delete;
   SignalGuard& operator=(const SignalGuard&) = delete;
 
  private:
-  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGCHLD};
-  struct sigaction old_[3] {};
+  static constexpr int kCount = 4;
+  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+  struct sigaction old_[kCount] {};
 };
 
 // NAME of a "NAME=value" entry.
@@ -144,7 +145,7 @@ OVERLAY_CHILD_CODE int child_main(void* arg) {
   if (::getppid() == 1) ::_exit(127);  // the parent died before prctl took effect
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
-  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the parent blocked every signal around clone
@@ -185,7 +186,8 @@ class Runner {
   RunResult run();
 
  private:
-  void pump(int fd, std::string* sink, bool* open);
+  void pump(int fd, std::string* sink, bool* open, int copy_fd = -1, int echo_fd = -1);
+  void tick();
   void handle_wake();
   void check_timeout();
   void kill_group(int sig) { if (pid_ > 0) ::kill(-pid_, sig); }
@@ -200,9 +202,22 @@ class Runner {
   bool term_sent_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point term_at_{};
+  std::chrono::steady_clock::time_point next_tick_ = start_ + std::chrono::milliseconds(50);  // let it start first
 };
 
-void Runner::pump(int fd, std::string* sink, bool* open) {
+// Writes all of buf to fd, retrying short writes; gives up quietly on an error (a full disk or a
+// closed terminal ends the copy, not the run).
+void write_all(int fd, const char* buf, std::size_t len) {
+  while (len > 0) {
+    ssize_t n = ::write(fd, buf, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    buf += n;
+    len -= static_cast<std::size_t>(n);
+  }
+}
+
+void Runner::pump(int fd, std::string* sink, bool* open, int copy_fd, int echo_fd) {
   char buf[65536];
   ssize_t n = ::read(fd, buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
@@ -213,6 +228,11 @@ void Runner::pump(int fd, std::string* sink, bool* open) {
   auto len = static_cast<std::size_t>(n);
   if (sink != nullptr) {
     sink->append(buf, len);
+    return;
+  }
+  if (opts_.output == Output::files) {
+    if (copy_fd >= 0) write_all(copy_fd, buf, len);
+    if (echo_fd >= 0) write_all(echo_fd, buf, len);
     return;
   }
   (void)!::write(2, buf, len);
@@ -230,9 +250,10 @@ void Runner::handle_wake() {
   ssize_t n = ::read(wake_.r, sigs, sizeof sigs);
   for (ssize_t i = 0; i < n; ++i) {
     int sig = sigs[i];
-    if (sig == SIGINT || sig == SIGTERM) {
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
       res_.forwarded_signal = sig;
       kill_group(sig);
+      if (!term_sent_) term_sent_ = true, term_at_ = std::chrono::steady_clock::now();  // SIGKILL after the grace
     }
   }
   int status = 0;
@@ -243,10 +264,18 @@ void Runner::handle_wake() {
   }
 }
 
-void Runner::check_timeout() {
-  if (!opts_.timeout_s || exited_) return;
+void Runner::tick() {
+  if (!opts_.on_tick || exited_) return;
   auto now = std::chrono::steady_clock::now();
-  if (!term_sent_ && now - start_ >= std::chrono::duration<double>(*opts_.timeout_s)) {
+  if (now < next_tick_) return;
+  next_tick_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(opts_.tick_s));
+  opts_.on_tick(pid_);
+}
+
+void Runner::check_timeout() {
+  if (exited_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (opts_.timeout_s && !term_sent_ && now - start_ >= std::chrono::duration<double>(*opts_.timeout_s)) {
     res_.timed_out = true;
     term_sent_ = true;
     term_at_ = now;
@@ -263,10 +292,10 @@ RunResult Runner::run() {
   ::fcntl(wake_.w, F_SETFL, O_NONBLOCK);
   Pipe out, err, report;
   SignalGuard guard(wake_.w);
-  bool capture = opts_.output == Output::capture;
+  bool capture = opts_.output == Output::capture, files = opts_.output == Output::files;
   ChildSetup child(argv_, opts_);
   child.out_fd = out.w;
-  child.err_fd = capture ? err.w : out.w;
+  child.err_fd = capture || files ? err.w : out.w;
   child.report_fd = report.w;
   pid_ = spawn(child);
   ::setpgid(pid_, pid_);  // also done by the child; whichever runs first wins the race
@@ -276,20 +305,23 @@ RunResult Runner::run() {
   int exec_errno = 0;
   if (::read(report.r, &exec_errno, sizeof exec_errno) == sizeof exec_errno)
     res_.exec_error = std::string("cannot run ") + argv_[0] + ": " + std::strerror(exec_errno);
-  bool out_open = true, err_open = capture;
+  res_.pid = pid_;
+  bool out_open = true, err_open = capture || files;
   while (!exited_ || out_open || err_open) {
     pollfd fds[3] = {{wake_.r, POLLIN, 0}, {out_open ? out.r : -1, POLLIN, 0},
                      {err_open ? err.r : -1, POLLIN, 0}};
     // Once the child is gone, stop waiting for pipes a background grandchild may hold open.
-    int wait_ms = exited_ ? 200 : (opts_.timeout_s ? 100 : 1000);
+    int wait_ms = exited_ ? 200 : (opts_.timeout_s || term_sent_ || opts_.on_tick ? 50 : 1000);
     int n = ::poll(fds, 3, wait_ms);
     if (n == 0 && exited_) break;
     if (fds[0].revents) handle_wake();
-    if (fds[1].revents) pump(out.r, capture ? &res_.out : nullptr, &out_open);
-    if (fds[2].revents) pump(err.r, &res_.err, &err_open);
+    if (fds[1].revents) pump(out.r, capture ? &res_.out : nullptr, &out_open, opts_.out_fd, opts_.out_echo_fd);
+    if (fds[2].revents) pump(err.r, files ? nullptr : &res_.err, &err_open, opts_.err_fd, opts_.err_echo_fd);
     if (n == 0 && !exited_) handle_wake();  // a missed SIGCHLD cannot hang us
     check_timeout();
+    tick();
   }
+  res_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (res_.timed_out || res_.forwarded_signal) kill_group(SIGKILL);  // no survivors
   return res_;
 }

@@ -120,6 +120,7 @@ struct NativeEntry {
   std::optional<double> created_at;      // seconds since the epoch
   std::optional<PythonToolGuard> python_guard;  // added caches[0] item "python_tool_guard": true
   std::optional<std::string> patch_id;   // `apply`: the patch this entry belongs to (added key)
+  bool kept = false;  // `exec --keep-on-success` left it applied on purpose: gc-stale leaves it (added key)
   std::vector<UntrackedOutput> untracked;  // observed around the build (added key)
   json raw = json::object();
 };

@@ -53,6 +53,8 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
 void add_discover_command(CLI::App& app, std::function<int()>& run, const Wanted& want);
 // Registers engaged (read-only: which processes run which build of the tracked artifacts).
 void add_engaged_command(CLI::App& app, std::function<int()>& run, const Wanted& want);
+// Registers exec (one A/B step: apply, run CMD, always revert, check clean).
+void add_exec_command(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want);
 // What status, revert and engaged print of one process's mapping, and the JSON of them all.
 std::string process_line(const ArtifactUse& u);
 nlohmann::json processes_json(const EngagementReport& r);

@@ -49,7 +49,7 @@ Wanted wanted_from(int argc, char** argv) {
   // Every name and alias registered; a name missing here only costs speed (all are registered).
   static constexpr std::string_view kNames[] = {"add-native", "apply",        "verify-native", "revert",    "status",
                                                 "list",       "gc-stale",     "add-module",    "copy-subtree", "add-rebind",
-                                                "monkeypatch", "add-capture", "check",         "discover",     "engaged",      "which"};
+                                                "monkeypatch", "add-capture", "check",         "discover",     "engaged",      "which",        "exec"};
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--lock-timeout") {
@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
   add_native_commands(app, g, run, want);
   add_discover_command(app, run, want);
   add_engaged_command(app, run, want);
+  add_exec_command(app, g, run, want);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "native_flags.hpp"
 #include "output.hpp"
 #include "overlay/apply.hpp"
 #include "overlay/error.hpp"
@@ -30,19 +31,7 @@ double parse_duration(const std::string& text) {
   return v * scale;
 }
 
-struct AddNativeFlags {
-  AddNativeRequest req;
-  std::string overlay;
-  std::vector<std::string> targets, patched, artifacts, caches;
-  std::string patch, build_cwd;
-  pid_t owner_pid = 0;
-  double build_timeout = 0;
-  std::string cache_snapshot = "auto";
-  std::string patch_root;
-  int strip = 1;
-  CLI::Option* strip_opt = nullptr;
-  bool revert_on_failure = false;
-};
+
 
 nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs) {
   nlohmann::json a = nlohmann::json::array();
@@ -102,6 +91,8 @@ bool revert_entry_now(Disk& disk, const NativePlan& plan, const AppliedEntry& en
   return r.ok();
 }
 
+}  // namespace
+
 // The request the flags describe (everything but the files to change, which each command adds).
 void fill_request(AddNativeFlags& f, const Globals& g) {
   AddNativeRequest& r = f.req;
@@ -127,6 +118,8 @@ void fill_request(AddNativeFlags& f, const Globals& g) {
                                                  : CacheSnapshot::automatic;
   r.lock_timeout = g.lock_timeout;
 }
+
+namespace {
 
 nlohmann::json files_json(const NativePlan& plan) {
   nlohmann::json files = nlohmann::json::array();
@@ -179,9 +172,7 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
                           [&] { return revert_entry_now(disk, plan, entry, g); }, j);
 }
 
-struct ApplyFlags : AddNativeFlags {
-  std::string python_root;
-};
+
 
 // --revert-on-failure for apply: every entry of the patch goes, the Python ones included.
 bool revert_patch_now(Disk& disk, const fs::path& overlay, const std::string& patch_id, const Globals& g) {
@@ -527,6 +518,8 @@ int run_status(Disk& disk, const std::string& overlay, bool check_clean) {
 }
 
 
+}  // namespace
+
 // The flags add-native and apply share: artifacts, caches, the build and its handling.
 void add_build_flags(CLI::App* sub, AddNativeFlags& f) {
   sub->add_option("--artifact", f.artifacts, "Build output to back up and verify (repeatable)");
@@ -541,6 +534,8 @@ void add_build_flags(CLI::App* sub, AddNativeFlags& f) {
   sub->add_option("--build-timeout", f.build_timeout, "Kill the build's process group after SECONDS (SIGTERM, SIGKILL 5 s later)");
   sub->add_flag("--revert-on-failure", f.revert_on_failure, "Undo the entry at once when the build fails, times out or is interrupted");
 }
+
+namespace {
 
 }  // namespace
 

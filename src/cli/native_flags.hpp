@@ -1,0 +1,38 @@
+#pragma once
+// The flags add-native, apply and exec share, and the request they describe.
+#include <sys/types.h>
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "overlay/native.hpp"
+
+namespace overlay::cli {
+
+struct AddNativeFlags {
+  AddNativeRequest req;
+  std::string overlay;
+  std::vector<std::string> targets, patched, artifacts, caches;
+  std::string patch, build_cwd;
+  pid_t owner_pid = 0;
+  double build_timeout = 0;
+  std::string cache_snapshot = "auto";
+  std::string patch_root;
+  int strip = 1;
+  CLI::Option* strip_opt = nullptr;
+  bool revert_on_failure = false;
+};
+
+struct ApplyFlags : AddNativeFlags {
+  std::string python_root;
+};
+
+// Fills f.req from the flags (everything but the files to change, which each command adds).
+void fill_request(AddNativeFlags& f, const Globals& g);
+
+// Registers --artifact, --invalidate-cache, --build-cmd, --build-cwd and the build's handling.
+void add_build_flags(CLI::App* sub, AddNativeFlags& f);
+
+}  // namespace overlay::cli
