@@ -348,6 +348,9 @@ void add_exec_command(CLI::App& app, const Globals& g, std::function<int()>& run
   f->strip_opt = ex->add_option("-p,--strip", f->strip, "With --patch-root: strip N leading path components (default 1)")->check(CLI::Range(0, 64));
   ex->add_option("--python-root", f->python_root, "Directory .py paths are module names under (default: --patch-root)");
   add_build_flags(ex, *f);
+  // exec owns its entries and always reverts: these two of add-native's flags mean nothing here.
+  ex->get_option("--owner-pid")->group("");
+  ex->get_option("--revert-on-failure")->group("");
   ex->add_flag("--ref", f->ref, "Run CMD on the clean install first (the reference), then apply and run it again");
   ex->add_flag("--engaged", f->engaged, "While the candidate runs, check that it (or a child) runs the patched code: ENGAGED / NOT_ENGAGED");
   ex->add_flag("--keep-on-success", f->keep_on_success, "Leave the patch applied when the candidate exits 0 (owner cleared; gc-stale leaves it)");
