@@ -233,16 +233,19 @@ def main():
 
     # The small A/B cycle on its own, after the big steps: their writeback would otherwise land in it.
     subprocess.run(["sync"])
+    # Back to back, as an agent trying candidates runs them: the build rewrites the artifact (no
+    # backdated artifact), so each revert restores it and the next add-native follows at once.
+    build = "cp %s/k2.cu %s/lib/k.so" % (tiny, tiny)
     cycle = (["add-native", "--overlay", tiny + "/ov", "--target", tiny + "/k.cu", "--patched-file", tiny + "/k2.cu",
-              "--artifact", tiny + "/lib/k.so", "--build-cmd", "true"],
+              "--artifact", tiny + "/lib/k.so", "--build-cmd", build],
              ["verify-native", "--overlay", tiny + "/ov"], ["revert", "--overlay", tiny + "/ov"])
     durable = durable_ops_of(ov_bin, cycle, env, a.work)
     for r in range(max(5, a.rounds)):
         t0 = time.perf_counter()
         for cmd in cycle:
-            timed([ov_bin] + cmd, env, ok=(0, 2))
+            timed([ov_bin] + cmd, env)
         s.t.setdefault("A/B cycle (3 calls)", []).append(time.perf_counter() - t0)
-        s.add("floor: build (true)", timed(["true"]))
+        s.add("floor: build (cp)", timed(build.replace("/lib/k.so", "/scratch.so").split()))
         s.t.setdefault("floor: durable ops", []).append(durable_ops_floor(tiny, durable))
 
     hello = build_static_hello(a.work)
@@ -276,17 +279,17 @@ def main():
                 ratio, target = "%.2f" % (med[k] / med[floor]), "<= %.1f" % tgt
         rss = "%6.1f MiB" % (s.rss[k] / 1024) if s.rss.get(k) else ""
         print("%-22s %10.4f %8.4f-%-9.4f %8s %8s %9s" % (k, med[k], min(v), max(v), ratio, target, rss))
-    beyond = (med["A/B cycle (3 calls)"] - med["floor: build (true)"]) * 1000
-    print("%-22s %10.1f ms beyond the build (target <= 25 ms)" % ("A/B cycle", beyond))
+    beyond = (med["A/B cycle (3 calls)"] - med["floor: build (cp)"]) * 1000
+    print("%-22s %10.1f ms beyond the build, back to back (target <= 25 ms; slowest cycle %.1f ms)" %
+          ("A/B cycle", beyond, max(s.t["A/B cycle (3 calls)"]) * 1000))
     if start:
         h, v = start["hello"] * 1000, start["overlay --version"] * 1000
         floor = med["floor: durable ops"] * 1000
         print("%-22s %10.2f ms vs a static hello %.2f ms: %.2f x (target <= 1.5)" % ("start-up", v, h, v / h))
-        print("%-22s %10.1f ms beyond the build = %.2f x three hello starts (target <= 2.5)" %
-              ("A/B cycle vs starts", beyond, beyond / (3 * h)))
-        print("%-22s %10.1f ms of it are the protocol's %d file fsyncs, %d directory fsyncs and %d renames by themselves;"
-              " the rest %.1f ms = %.2f x three hello starts" % ("", floor, durable[0], durable[1], durable[2],
-                                                                  beyond - floor, (beyond - floor) / (3 * h)))
+        print("%-22s %10.1f ms beyond the build vs its floor %.1f ms (its %d file fsyncs, %d directory fsyncs and %d renames"
+              " timed alone %.1f ms + three `overlay --version` %.1f ms): %.2f x (target <= 1.25)" %
+              ("A/B cycle vs floor", beyond, floor + 3 * v, durable[0], durable[1], durable[2], floor, 3 * v,
+               beyond / (floor + 3 * v)))
     print("peak RSS over all overlay steps: %.1f MiB (target <= 32 MiB)" %
           (max(v for k, v in s.rss.items() if not k.startswith("floor")) / 1024))
 

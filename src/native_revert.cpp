@@ -66,9 +66,9 @@ class Reverter {
   }
 
   std::string file(const std::string& path, const std::string& rel, const std::string& sha,
-                   std::optional<mode_t> mode, const std::optional<FileStamp>& stamp) {
+                   std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when = RestoredTime::now) {
     if (opts_.dry_run) return dry_file(path, rel, sha);
-    return store_.restore_file(rel, sha, path, mode, stamp) ? "restore" : "unchanged";
+    return store_.restore_file(rel, sha, path, mode, stamp, when) ? "restore" : "unchanged";
   }
 
   std::string dry_file(const std::string& path, const std::string& rel, const std::string& sha) {
@@ -79,7 +79,10 @@ class Reverter {
   }
 
   std::string artifact(const ArtifactItem& a) {
-    if (a.existed) return file(a.path, *a.backup, *a.sha256, a.mode, a.stamp);
+    // A build output goes back a second older than now: the sources restored after it (now)
+    // are strictly newer even in whole seconds, and an add-native right after this revert finds
+    // no artifact of the current second to wait out (design.md, "No stall between cycles").
+    if (a.existed) return file(a.path, *a.backup, *a.sha256, a.mode, a.stamp, RestoredTime::previous_second);
     return created(a.path);
   }
 

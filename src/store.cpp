@@ -117,8 +117,19 @@ void BackupStore::forget(const std::string& rel) {
 
 void BackupStore::drop_entry(const std::string& id) { remove_tree(disk_, entry_dir(id)); }
 
+namespace {
+
+timespec restored_mtime(RestoredTime when) {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  if (when == RestoredTime::previous_second) now.tv_sec -= 1;
+  return now;
+}
+
+}  // namespace
+
 bool BackupStore::restore_file(const std::string& rel, const std::string& sha256, const fs::path& path,
-                               std::optional<mode_t> mode, const std::optional<FileStamp>& stamp) {
+                               std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when) {
   sweep_leftovers(disk_, path);  // a temp of an interrupted swap or restore
   FileInfo cur = disk_.info(path, Follow::no);
   if (cur.type == FileType::directory) throw Error("a directory now stands at " + path.string());
@@ -139,10 +150,9 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
     if (mode && *mode != bi.mode) disk_.set_mode(backup, *mode);
     if (cur.exists()) disk_.set_owner(backup, cur.uid, cur.gid);
     // A fresh mtime, as a copy would have: the restored file must look newer than anything the
-    // candidate's build produced from the patched one, so the next incremental build redoes it.
-    timespec now{};
-    ::clock_gettime(CLOCK_REALTIME, &now);
-    disk_.set_mtime(backup, now);
+    // candidate's build produced from the patched one, so the next incremental build redoes it
+    // (a build output goes a second back: see RestoredTime).
+    disk_.set_mtime(backup, restored_mtime(when));
     if (cur.type == FileType::regular && cur.size >= kParkBytes) park(path, true);  // freed later, elsewhere
     disk_.rename(backup, path);  // the verified inode itself goes back: nothing to re-check
     disk_.sync_dir(path.parent_path());
@@ -157,6 +167,7 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
     throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
   }
   if (cur.exists()) disk_.set_owner(tmp, cur.uid, cur.gid);
+  if (when == RestoredTime::previous_second) disk_.set_mtime(tmp, restored_mtime(when));
   disk_.rename(tmp, path);
   disk_.sync_dir(path.parent_path());
   return true;

@@ -20,6 +20,8 @@ struct SavedFile {
   bool cloned = false; // the backup shares the original's blocks (copy-on-write)
 };
 
+enum class RestoredTime { now, previous_second };
+
 class BackupStore {
  public:
   BackupStore(Disk& disk, fs::path overlay) : disk_(disk), overlay_(std::move(overlay)) {}
@@ -52,8 +54,12 @@ class BackupStore {
   // backup is consumed); across filesystems it is copied beside `path` while hashed and renamed.
   // A reader never sees a torn file. Returns false when `path` already holds the original bytes
   // (judged by `stamp` first, so a rebuilt file is not read at all). Throws Error otherwise.
+  // The restored file's mtime: `now` (a source: newer than anything the candidate's build made
+  // of the patched one), or `previous_second` (a build output: older, in whole seconds, than a
+  // source swapped in right after, so the next add-native need not wait out the second).
   bool restore_file(const std::string& rel, const std::string& sha256, const fs::path& path,
-                    std::optional<mode_t> mode, const std::optional<FileStamp>& stamp);
+                    std::optional<mode_t> mode, const std::optional<FileStamp>& stamp,
+                    RestoredTime when = RestoredTime::now);
   // Moves directory `dir` into the entry as "<label>.dir" (same filesystem: one rename, every
   // inode attribute kept). Returns the backup's relative path; nothing is moved yet.
   std::string moved_dir_name(const std::string& id, const std::string& label) const;

@@ -231,3 +231,68 @@ TEST(RealWorld, DebianGoogletestCMakeNinja) {
   };
   ab_loop(p, "PASSED", "FASTER", t / "ov");
 }
+
+// Back-to-back cycles (candidate A, revert, candidate B at once, revert …) as an agent runs them:
+// the add-native right after a revert does not wait out the second (restored build outputs are
+// dated a second back), and both guarantees still hold with setuptools, which compares whole
+// seconds, and with make: each candidate's source is rebuilt (strictly newer than the restored
+// artifact), and after the last revert the install's next build gives the original again.
+TEST(RealWorld, BackToBackCyclesDoNotWaitAndStillRebuild) {
+  bool setuptools = have({kSystemPython, "-c", "import setuptools, sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"});
+  if (!setuptools || !have({"make", "--version"})) GTEST_SKIP() << "needs setuptools with Python's headers, and make";
+  TempDir t;
+  struct Tree {
+    std::string kind, build_cmd;
+    fs::path dir, source;
+    std::vector<fs::path> artifacts;
+    std::function<std::string(int)> source_text;
+    std::function<std::string()> value;
+  };
+  std::vector<Tree> trees;
+  {
+    Tree s{"setuptools", std::string(kSystemPython) + " setup.py -q build_ext --inplace", t / "st", t / "st/bb.c", {}, {}, {}};
+    s.source_text = [](int v) { return c_extension_source("bb", v); };
+    write_file(s.source, s.source_text(4));
+    write_file(s.dir / "setup.py", "from setuptools import setup, Extension\nsetup(name='bb', ext_modules=[Extension('bb', ['bb.c'])])\n");
+    ASSERT_EQ(run({"sh", "-c", s.build_cmd}, s.dir).rc, 0);
+    std::string suffix = trim(run({kSystemPython, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"}).out);
+    s.artifacts = {s.dir / ("bb" + suffix)};
+    for (const auto& e : fs::recursive_directory_iterator(s.dir / "build"))
+      if (e.is_regular_file()) s.artifacts.push_back(e.path());  // the object and the build/lib copy
+    fs::path d = s.dir;
+    s.value = [d] { return trim(run({kSystemPython, "-c", "import bb; print(bb.value())"}, d).out); };
+    trees.push_back(s);
+  }
+  {
+    Tree m{"make", "make", t / "mk", t / "mk/kernel.c", {t / "mk/app", t / "mk/kernel.o"}, {}, {}};
+    m.source_text = [](int v) { return "int kernel(void) { return " + std::to_string(v) + "; }\n"; };
+    write_file(m.source, m.source_text(4));
+    write_file(m.dir / "main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+    write_file(m.dir / "Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n");
+    ASSERT_EQ(run({"make"}, m.dir).rc, 0);
+    fs::path d = m.dir;
+    m.value = [d] { return trim(run({(d / "app").string()}).out); };
+    trees.push_back(m);
+  }
+  for (const auto& tr : trees) {
+    ASSERT_EQ(tr.value(), "4") << tr.kind;
+    std::size_t waits = 0;
+    for (int v : {7, 9, 5}) {
+      write_file(t / "best" / tr.source.filename(), tr.source_text(v));
+      std::vector<std::string> add = {"-v", "add-native", "--overlay", (t / ("ov-" + tr.kind)).string(), "--target", tr.source.string(),
+                                      "--patched-file", (t / "best" / tr.source.filename()).string(), "--build-cmd", tr.build_cmd,
+                                      "--build-cwd", tr.dir.string()};
+      for (const auto& a : tr.artifacts) add.insert(add.end(), {"--artifact", a.string()});
+      Cmd a = run_overlay(add);
+      ASSERT_EQ(a.rc, 0) << tr.kind << ": " << a.err;
+      if (a.err.find("waiting for the next before swapping sources") != std::string::npos && v != 7) ++waits;
+      EXPECT_EQ(tr.value(), std::to_string(v)) << tr.kind << ": the candidate's source was not rebuilt";
+      ASSERT_EQ(run_overlay({"revert", "--overlay", (t / ("ov-" + tr.kind)).string()}).rc, 0);
+      EXPECT_EQ(tr.value(), "4") << tr.kind << ": after revert";
+    }
+    EXPECT_EQ(waits, 0u) << tr.kind << ": an add-native right after a revert waited out the second";
+    ASSERT_EQ(run({"sh", "-c", tr.build_cmd}, tr.dir).rc, 0);
+    EXPECT_EQ(tr.value(), "4") << tr.kind << ": the install's next build after the last revert";
+    std::cout << "BACK-TO-BACK | " << tr.kind << " | 3 cycles (7, 9, 5 -> 4 each) | waits after a revert: " << waits << std::endl;
+  }
+}
