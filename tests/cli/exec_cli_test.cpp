@@ -104,6 +104,10 @@ TEST_F(Exec, CandidateStatusPassesThroughAndTheInstallIsRestored) {
   Cmd r = exec({}, {"sh", "-c", "exit 7"});
   EXPECT_EQ(r.rc, 7) << r.err;
   expect_restored();
+  Cmd slow = exec({"--timeout", "0.5"}, {"sleep", "30"});
+  EXPECT_EQ(slow.rc, 124) << slow.err;
+  EXPECT_NE(slow.out.find("exec: cand timed out, killed by signal 15"), std::string::npos) << slow.out;
+  expect_restored();
   Cmd missing = exec({}, {"no-such-program-here"});
   EXPECT_EQ(missing.rc, 127) << missing.err;
   expect_restored();
