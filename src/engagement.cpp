@@ -60,6 +60,14 @@ ProcessScan scan_for_artifacts(Disk& disk, const Manifest& m) {
   }
 }
 
+ProcessScan scan_for_revert(Disk& disk, const Manifest& m) {
+  bool mapped_maybe = !m.running.empty();
+  for (const auto& e : m.natives)
+    for (const auto& a : e.artifacts)
+      if (!mapped_maybe && probe_open_elsewhere(a.path) != Openness::nowhere) mapped_maybe = true;
+  return mapped_maybe ? scan_for_artifacts(disk, m) : ProcessScan{};
+}
+
 EngagementReport judge_engagement(Disk& disk, const Manifest& m, const ProcessScan& scan) {
   EngagementReport r;
   r.unreadable = scan.unreadable;

@@ -175,7 +175,8 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   report.entries = m->natives.size();
   Reverter rev(disk, overlay, opts, report);
   // Which processes map the rebuilt artifacts now: after the revert they run replaced code.
-  ProcessScan scan = opts.dry_run ? ProcessScan{} : scan_for_artifacts(disk, *m);
+  ProcessScan scan = opts.dry_run ? ProcessScan{} : scan_for_revert(disk, *m);
+  report.processes_examined = scan.examined;
   m->running = still_running(m->running, scan);
   if (opts.only_patch && !has_patch(*m, *opts.only_patch)) throw Error("no entry of patch " + *opts.only_patch + " in " + overlay.string());
   for (std::size_t i = m->natives.size(); i-- > 0;) {

@@ -1,6 +1,12 @@
 #include "overlay/process_scan.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
 
 #include <algorithm>
 #include <set>
@@ -89,6 +95,26 @@ std::vector<const ProcessInfo*> ProcessScan::with_descendants(const std::vector<
   return out;
 }
 
+Openness probe_open_elsewhere(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return errno == ENOENT ? Openness::nowhere : Openness::unknown;
+  if (!S_ISREG(st.st_mode)) return Openness::unknown;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return Openness::unknown;
+  // Someone opening the file while we hold the lease makes the kernel signal us: with a signal
+  // whose default action is to ignore it, never SIGIO's (terminate). We hold it for two calls.
+  ::fcntl(fd, F_SETSIG, SIGURG);
+  Openness r = Openness::unknown;
+  if (::fcntl(fd, F_SETLEASE, F_WRLCK) == 0) {
+    ::fcntl(fd, F_SETLEASE, F_UNLCK);
+    r = Openness::nowhere;
+  } else if (errno == EAGAIN) {
+    r = Openness::somewhere;
+  }
+  ::close(fd);
+  return r;
+}
+
 std::optional<ProcessInfo> read_process(Disk& disk, pid_t pid, const fs::path& proc) {
   if (pid <= 0) return std::nullopt;
   fs::path dir = proc / std::to_string(pid);
@@ -116,6 +142,7 @@ ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapp
     ProcessInfo p;
     try {
       std::string maps = read_small_file(disk, dir / "maps", kMaxProcText);
+      ++scan.examined;
       std::set<std::tuple<dev_t, ino_t, std::string>> seen;
       std::istringstream lines(maps);
       for (std::string l; std::getline(lines, l);) {

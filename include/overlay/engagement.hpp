@@ -63,6 +63,11 @@ std::vector<std::string> tracked_artifact_paths(Disk& disk, const Manifest& m);
 // unreadable /proc gives an empty scan: engagement is reported, never a reason to fail a revert).
 ProcessScan scan_for_artifacts(Disk& disk, const Manifest& m);
 
+// For revert: as scan_for_artifacts, but no scan at all (an empty one) when the kernel says no other
+// process has any tracked artifact open or mapped and none is recorded as still running replaced
+// code — revert then replaces nothing anyone runs. O(1) instead of O(processes).
+ProcessScan scan_for_revert(Disk& disk, const Manifest& m);
+
 // Every process of `scan` mapping a tracked artifact of an applied entry, judged; and the
 // recorded running_patched still alive and mapping what revert replaced.
 EngagementReport judge_engagement(Disk& disk, const Manifest& m, const ProcessScan& scan);

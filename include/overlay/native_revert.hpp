@@ -39,6 +39,9 @@ struct RevertReport {
   // Processes that still map an artifact this or an earlier revert replaced: they run the
   // patched code until restarted.
   std::vector<RunningPatched> still_running;
+  // Processes whose maps revert read to find those; 0 when the kernel said no other process had a
+  // tracked artifact open (no scan needed) or on a dry run.
+  std::size_t processes_examined = 0;
   bool ok() const { return problems.empty(); }
 };
 

@@ -32,6 +32,7 @@ struct ProcessInfo {
 struct ProcessScan {
   std::vector<ProcessInfo> processes;  // by pid
   std::size_t unreadable = 0;          // processes whose maps we may not read (another user's)
+  std::size_t examined = 0;            // processes whose maps were read (0: no scan was made)
   const ProcessInfo* find(pid_t pid) const;
   // `roots` and every process descended from them (through ppid), each once.
   std::vector<const ProcessInfo*> with_descendants(const std::vector<pid_t>& roots) const;
@@ -41,6 +42,13 @@ struct ProcessScan {
 // `only_mapping` non-empty, keeps (and reads the stat and command line of) only the processes
 // that map one of those paths: one read per process.
 ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapping = {}, const fs::path& proc = "/proc");
+
+// Whether a process other than us has a file open or mapped, asked of the kernel in O(1): a write
+// lease (fcntl F_SETLEASE) is granted only while no other open file refers to the inode, and a
+// mapping keeps its file open. `unknown` where leases are refused (not the file's owner, leases
+// disabled, a filesystem without them): then only a scan of /proc can tell.
+enum class Openness { nowhere, somewhere, unknown };
+Openness probe_open_elsewhere(const fs::path& path);
 
 // One process's parent, start time and command line (not its maps: readable for any user's
 // process); nothing when it does not exist or is a zombie (exited, not yet reaped).

@@ -254,6 +254,7 @@ int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::
   for (const auto& x : r.still_running)
     running.uses.push_back({static_cast<pid_t>(x.pid), x.start_ticks, x.cmdline, x.path, x.entry, MapState::patched, true});
   j["still_running"] = processes_json(running);
+  j["processes_examined"] = r.processes_examined;
   for (const auto& u : running.uses) err_line("revert", "warning: " + process_line(u));
   for (const auto& u : r.untracked_left)
     err_line("revert", "warning: " + u.path + " was " + u.change + " by the build of entry " + u.entry +

@@ -226,3 +226,22 @@ TEST_F(Engaged, AnotherUsersProcessIsFoundByRootAndCountedOtherwise) {
             std::string::npos)
       << verdict.out;
 }
+
+// revert asks the kernel first (a write lease is refused while any other process has the file
+// open or mapped): with no process on the artifact it reads no process's maps at all; with one,
+// it scans and names it.
+TEST_F(Engaged, RevertScansProcessesOnlyWhenSomeoneHasTheArtifactOpen) {
+  std::vector<std::string> add = {"add-native", "--overlay", ov, "--target", (inst / "k.c").string(), "--patched-file",
+                                  (t / "best/k.c").string(), "--artifact", lib, "--build-cmd", "cc -shared -fPIC -o libk.so k.c",
+                                  "--build-cwd", inst.string()};
+  ASSERT_EQ(run_overlay(add).rc, 0);
+  json quiet = json::parse(run_overlay({"--json", "revert", "--overlay", ov}).out);
+  EXPECT_EQ(quiet["processes_examined"], 0) << quiet.dump(2);
+  EXPECT_EQ(quiet["still_running"].size(), 0u);
+  ASSERT_EQ(run_overlay(add).rc, 0);
+  pid_t user = start("user");
+  json busy = json::parse(run_overlay({"--json", "revert", "--overlay", ov}).out);
+  EXPECT_GT(busy["processes_examined"].get<int>(), 1) << busy.dump(2);
+  ASSERT_EQ(busy["still_running"].size(), 1u) << busy.dump(2);
+  EXPECT_EQ(busy["still_running"][0]["pid"], user);
+}
