@@ -98,8 +98,10 @@ TEST(Signals, BuildDiesWithAKilledOverlay) {
   std::vector<std::string> env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
   pid_t pid = spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
                              (t / "patched.cpp").string(), "--build-cmd", "sh -c \"" + script + "\""}, env);
-  for (int i = 0; i < 200 && !fs::exists(t / "build.pid"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  ASSERT_TRUE(fs::exists(t / "build.pid"));
+  // Until the pid is written, not merely the file created (the shell opens it, then writes).
+  auto written = [&] { return fs::exists(t / "build.pid") && read_file(t / "build.pid").find('\n') != std::string::npos; };
+  for (int i = 0; i < 200 && !written(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  ASSERT_TRUE(written());
   ::kill(pid, SIGKILL);
   wait_rc(pid);
   std::this_thread::sleep_for(std::chrono::seconds(3));
