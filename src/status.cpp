@@ -192,10 +192,11 @@ std::vector<PythonStatus> python_entries_status(Disk& disk, const fs::path& over
   for (const auto& c : list("captures"))
     out.push_back({"capture", text_of(c, "target"), text_of(c, "out"), true, 0, 0, std::nullopt, std::nullopt});
   auto usage = python_usage(disk, overlay);
-  for (auto& p : out) {
-    std::string key = p.kind + ":" + p.name;
-    if (p.kind == "rebind") key += "->" + p.detail.substr(0, p.detail.find(':')) + "." + p.detail.substr(p.detail.find(':') + 1);
-    auto it = usage.find(key);
+  // The manifest holds arrays of objects only (load_manifest checks), so the keys line up with `out`.
+  std::vector<std::string> keys = python_entry_keys(manifest);
+  for (std::size_t i = 0; i < out.size() && i < keys.size(); ++i) {
+    PythonStatus& p = out[i];
+    auto it = usage.find(keys[i]);
     if (it == usage.end()) continue;
     p.applied_processes = it->second.processes;
     p.running_processes = it->second.running;
