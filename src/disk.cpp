@@ -248,6 +248,10 @@ class PosixDisk : public Disk {
     if (::lchown(p.c_str(), uid, gid) != 0 && errno != EPERM) fail("chown", p);
   }
 
+  bool can_write(const fs::path& dir) override {
+    return ::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) == 0;
+  }
+
   bool has_xattrs(const fs::path& p) override {
     ssize_t n = ::llistxattr(p.c_str(), nullptr, 0);
     if (n >= 0) return n > 0;

@@ -62,11 +62,15 @@ void remove_file_durably(Disk& disk, const fs::path& p) {
 void remove_tree(Disk& disk, const fs::path& p) {
   FileInfo fi = disk.info(p, Follow::no);
   if (!fi.exists()) return;
-  if (fi.type == FileType::directory) {
-    if ((fi.mode & 0700) != 0700) disk.set_mode(p, fi.mode | 0700);
-    for (const auto& e : disk.list_dir(p)) remove_tree(disk, p / e.name);
+  try {
+    if (fi.type == FileType::directory) {
+      if ((fi.mode & 0700) != 0700) disk.set_mode(p, fi.mode | 0700);
+      for (const auto& e : disk.list_dir(p)) remove_tree(disk, p / e.name);
+    }
+    disk.remove(p);
+  } catch (const DiskError& e) {
+    if (e.code() != ENOENT) throw;  // gone meanwhile (another purge deleting the same tree): done
   }
-  disk.remove(p);
 }
 
 void remove_tree_durably(Disk& disk, const fs::path& p) {
@@ -133,6 +137,13 @@ std::string random_hex(std::size_t bytes) {
     out.push_back(digits[c & 0xf]);
   }
   return out;
+}
+
+std::string why_not_renamable(Disk& disk, const fs::path& dir, const FileInfo& di) {
+  fs::path parent = dir.parent_path();
+  if (!disk.can_write(parent)) return "its parent " + parent.string() + " is not writable";
+  if (disk.info(parent, Follow::no).dev != di.dev) return "it is a mount point";
+  return "";
 }
 
 fs::path sibling_temp_path(const fs::path& p, const std::string& tag) {

@@ -51,6 +51,9 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
   }
   if (!m || m->natives.empty()) {
     relevant = false;
+    // Only litter left (a revert's detached deleter was killed): deleted, nothing to report.
+    if (m && !m->litter.empty() && !opts.dry_run && !live_owner(*m))
+      revert_natives(disk, overlay, RevertOptions{false, opts.lock_timeout, {}, std::nullopt, std::nullopt});
     return {overlay, GcOutcome::skipped, "no native entries"};
   }
   if (auto owner = live_owner(*m)) return {overlay, GcOutcome::skipped, *owner};

@@ -103,6 +103,12 @@ void put_stamp(json& j, const std::optional<FileStamp>& st) {
   j["mtime_ns"] = st->mtime_ns;
 }
 
+std::uint64_t req_unsigned(const json& j, const char* key, const std::string& w) {
+  const json* v = find(j, key);
+  if (v == nullptr || !v->is_number_unsigned()) bad(w + "." + key, "expected a non-negative integer");
+  return v->get<std::uint64_t>();
+}
+
 SourceItem parse_source(const json& j, const std::string& w) {
   SourceItem s;
   s.install_path = abs_path(j, "install_path", w);
@@ -139,14 +145,34 @@ ArtifactItem parse_artifact(const json& j, const std::string& w) {
   return a;
 }
 
+// An aside copy's record: its path must be the sibling aside_path_of() derives from the cache dir.
+AsideDir parse_aside(const json& j, const std::string& dir, const std::string& w) {
+  if (!j.is_object()) bad(w, "expected {path, dev, ino, uid}");
+  AsideDir a;
+  a.path = abs_path(j, "path", w);
+  fs::path p(a.path), d(dir);
+  std::string prefix = "." + d.filename().string() + ".overlay-aside-";
+  std::string name = p.filename().string();
+  if (p.parent_path() != d.parent_path() || name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0)
+    bad(w + ".path", "not the aside sibling of " + dir + ": " + a.path);
+  a.dev = req_unsigned(j, "dev", w);
+  a.ino = req_unsigned(j, "ino", w);
+  a.uid = req_unsigned(j, "uid", w);
+  return a;
+}
+
 CacheItem parse_cache(const json& j, const std::string& w) {
   CacheItem c;
   c.dir = abs_path(j, "dir", w);
   bool has_tar = find(j, "backup_tar") != nullptr && !j["backup_tar"].is_null();
   bool has_dir = find(j, "backup_dir") != nullptr && !j["backup_dir"].is_null();
   c.existed = req_bool(j, "existed", w, has_tar || has_dir);
+  bool has_aside = find(j, "aside") != nullptr && !j["aside"].is_null();
+  c.existed = c.existed || has_aside;
+  if (has_aside && has_dir) bad(w, "both aside and backup_dir");
+  if (has_aside) c.aside = parse_aside(j["aside"], c.dir, w + ".aside");
   if (c.existed && has_dir) c.backup_dir = backup_path(j, "backup_dir", w);
-  if (c.existed && !has_dir) c.backup_tar = backup_path(j, "backup_tar", w);
+  if (c.existed && !has_dir && !has_aside) c.backup_tar = backup_path(j, "backup_tar", w);
   c.sha256 = opt_sha(j, "sha256", w);
   c.raw = j;
   return c;
@@ -190,12 +216,6 @@ void parse_owner(const json& j, const std::string& w, NativeEntry& e) {
   o.pid = static_cast<pid_t>(pid->get<long long>());
   if (start != nullptr && start->is_number_unsigned()) o.start_ticks = start->get<std::uint64_t>();
   e.owner = o;
-}
-
-std::uint64_t req_unsigned(const json& j, const char* key, const std::string& w) {
-  const json* v = find(j, key);
-  if (v == nullptr || !v->is_number_unsigned()) bad(w + "." + key, "expected a non-negative integer");
-  return v->get<std::uint64_t>();
 }
 
 std::vector<RunningPatched> parse_running(const json& j) {
@@ -320,6 +340,7 @@ json to_json(const CacheItem& c) {
   j["backup_tar"] = c.backup_tar ? json(*c.backup_tar) : json(nullptr);
   if (c.sha256) j["sha256"] = *c.sha256;
   if (c.backup_dir) j["backup_dir"] = *c.backup_dir;
+  if (c.aside) j["aside"] = {{"path", c.aside->path}, {"dev", c.aside->dev}, {"ino", c.aside->ino}, {"uid", c.aside->uid}};
   return j;
 }
 
@@ -421,6 +442,29 @@ bool has_patch(const Manifest& m, const std::string& patch_id) {
   });
 }
 
+fs::path aside_path_of(const fs::path& dir, const std::string& entry_id) {
+  return dir.parent_path() / ("." + dir.filename().string() + ".overlay-aside-" + entry_id);
+}
+
+bool is_aside_name(const std::string& name) {
+  return name.size() > 1 && name[0] == '.' && name.find(".overlay-aside-") != std::string::npos;
+}
+
+bool is_litter_path(const std::string& path) {
+  fs::path p(path);
+  if (path.empty() || !p.is_absolute() || path.find('\0') != std::string::npos) return false;
+  for (const auto& part : p)
+    if (part == "..") return false;
+  std::string name = p.filename().string();
+  for (const std::string tag : {".overlay-trash-", ".overlay-restore-"}) {
+    auto at = name.rfind(tag);
+    if (name.size() < 2 || name[0] != '.' || at == std::string::npos || at == 0) continue;
+    std::string hex = name.substr(at + tag.size());
+    if (!hex.empty() && hex.find_first_not_of("0123456789abcdef") == std::string::npos) return true;
+  }
+  return false;
+}
+
 bool is_safe_relative(const std::string& rel) {
   if (rel.empty() || rel.find('\0') != std::string::npos) return false;
   fs::path p(rel);
@@ -444,6 +488,17 @@ Manifest parse_manifest(const std::string& text) {
     m.natives.push_back(parse_native(natives[i], "natives[" + std::to_string(i) + "]"));
   m.untracked = parse_untracked(m.doc, "", true);
   m.running = parse_running(m.doc);
+  const json* litter = find(m.doc, "litter");
+  if (litter != nullptr && !litter->is_null()) {
+    if (!litter->is_array()) bad("litter", "expected an array of paths");
+    for (std::size_t i = 0; i < litter->size(); ++i) {
+      std::string w = "litter[" + std::to_string(i) + "]";
+      if (!(*litter)[i].is_string()) bad(w, "expected a path");
+      std::string p = (*litter)[i].get<std::string>();
+      if (!is_litter_path(p)) bad(w, "not a trash sibling of ours: " + p);
+      m.litter.push_back(std::move(p));
+    }
+  }
   return m;
 }
 
@@ -462,6 +517,8 @@ std::string serialize_manifest(const Manifest& m) {
     doc["untracked_outputs"] = json::array();
     for (const auto& u : m.untracked) doc["untracked_outputs"].push_back(to_json(u, true));
   }
+  doc.erase("litter");
+  if (!m.litter.empty()) doc["litter"] = m.litter;
   if (!doc.contains("overlay_format")) doc["overlay_format"] = kManifestFormat;
   return doc.dump(2) + "\n";
 }

@@ -76,9 +76,14 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
   for (std::size_t k = 0; k < plan.caches.size(); ++k) {
     CacheItem c;
     c.dir = plan.caches[k].string();
-    c.existed = disk.info(plan.caches[k], Follow::no).type == FileType::directory;
-    if (c.existed && plan.move_cache[k]) {
+    FileInfo ci = disk.info(plan.caches[k], Follow::no);
+    c.existed = ci.type == FileType::directory;
+    if (c.existed && plan.cache_ways[k] == CacheWay::move) {
       c.backup_dir = store.moved_dir_name(id, "cache_" + std::to_string(k));  // moved after the record
+    } else if (c.existed && plan.cache_ways[k] == CacheWay::aside) {
+      // Renamed after the record; the identity it has now is the one revert will accept back.
+      c.aside = AsideDir{aside_path_of(plan.caches[k], id).string(), static_cast<std::uint64_t>(ci.dev),
+                         static_cast<std::uint64_t>(ci.ino), static_cast<std::uint64_t>(ci.uid)};
     } else if (c.existed) {
       SavedFile s = store.save_dir_tar(id, "cache_" + std::to_string(k), plan.caches[k]);
       spdlog::info("snapshot {} -> {}", c.dir, s.backup);
@@ -87,7 +92,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     }
     e.caches.push_back(std::move(c));
   }
-  bool moved = std::any_of(e.caches.begin(), e.caches.end(), [](const CacheItem& c) { return c.backup_dir.has_value(); });
+  bool moved = std::any_of(e.caches.begin(), e.caches.end(), [](const CacheItem& c) { return c.backup_dir || c.aside; });
   if (moved || !e.created.empty()) e.python_guard = store.make_python_guard(id);
   e.build_cmds = plan.build_cmds;
   e.build_cwd = plan.build_cwd.string();
@@ -96,15 +101,6 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
   e.build_log = std::string(kLogDirName) + "/" + id + ".build.log";
   store.sync_entry(id);
   return e;
-}
-
-// The cache is renamed aside first, so the build never sees a half-deleted cache.
-void invalidate_cache(Disk& disk, const fs::path& dir) {
-  if (disk.info(dir, Follow::no).type != FileType::directory) return;
-  fs::path trash = sibling_temp_path(dir, "overlay-trash");
-  disk.rename(dir, trash);
-  disk.sync_dir(dir.parent_path());
-  remove_tree_durably(disk, trash);
 }
 
 // Builds that compare whole-second mtimes (setuptools' build_ext, through distutils' newer())
@@ -176,6 +172,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     m.natives.back().patch_id = plan.patch_id;
     if (plan.record_with) plan.record_with(m);
     m.untracked = still_as_built(disk, m.untracked);  // a later build regenerated the rest
+    std::erase_if(m.litter, [&](const std::string& l) { return !disk.info(l, Follow::no).exists(); });
     make_dirs(disk, plan.overlay / kLogDirName);
     save_manifest(disk, plan.overlay, m);  // from here on, revert can undo everything below
   } catch (...) {
@@ -206,11 +203,17 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     if (c.backup_dir) {
       store.move_dir_in(plan.caches[k], *c.backup_dir);  // the move is the invalidation
       spdlog::info("moved cache {} -> {}", c.dir, *c.backup_dir);
+    } else if (c.aside) {
+      store.put_aside(plan.caches[k], *c.aside);  // so is the rename aside
+      spdlog::info("renamed cache {} aside -> {}", c.dir, c.aside->path);
     } else {
-      invalidate_cache(disk, plan.caches[k]);
+      // Renamed to a trash sibling first, so the build never sees a half-deleted cache; the tree
+      // is deleted by a detached process (revert sweeps what a killed one leaves, as the entry's).
+      store.discard_dir(plan.caches[k]);
       spdlog::info("invalidated cache {}", c.dir);
     }
   }
+  store.purge(store.take_litter());
   return {id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size()};
 }
 

@@ -154,15 +154,26 @@ dev_t overlay_device(Disk& disk, fs::path p) {
   }
 }
 
-std::vector<bool> move_decisions(Disk& disk, const std::vector<fs::path>& caches, const fs::path& overlay, CacheSnapshot how) {
-  std::vector<bool> out;
+std::vector<CacheWay> cache_decisions(Disk& disk, const std::vector<fs::path>& caches, const fs::path& overlay, CacheSnapshot how) {
+  std::vector<CacheWay> out;
   dev_t ov = overlay_device(disk, overlay);
   for (const auto& c : caches) {
     FileInfo ci = disk.info(c, Follow::no);
-    bool same_fs = ci.exists() && ci.dev == ov;
-    if (how == CacheSnapshot::move && ci.exists() && !same_fs)
+    if (!ci.exists() || how == CacheSnapshot::tar) {
+      out.push_back(how == CacheSnapshot::tar ? CacheWay::tar : CacheWay::move);  // nothing to keep when absent
+      continue;
+    }
+    bool same_fs = ci.dev == ov;
+    std::string why = why_not_renamable(disk, c, ci);
+    if (how == CacheSnapshot::move && !same_fs)
       throw Error("--cache-snapshot move: cache dir and overlay are on different filesystems: " + c.string());
-    out.push_back(how == CacheSnapshot::move || (how == CacheSnapshot::automatic && same_fs));
+    if ((how == CacheSnapshot::move || how == CacheSnapshot::aside) && !why.empty())
+      throw Error(std::string("--cache-snapshot ") + (how == CacheSnapshot::move ? "move" : "aside") + ": cannot rename " +
+                  c.string() + ": " + why);
+    if (how == CacheSnapshot::move) out.push_back(CacheWay::move);
+    else if (how == CacheSnapshot::aside) out.push_back(CacheWay::aside);
+    else if (!why.empty()) out.push_back(CacheWay::tar);
+    else out.push_back(same_fs ? CacheWay::move : CacheWay::aside);
   }
   return out;
 }
@@ -178,7 +189,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   check_overlay_dir(disk, plan.overlay);
   plan.artifacts = checked_artifacts(disk, req);
   plan.caches = checked_caches(disk, req, plan.overlay);
-  plan.move_cache = move_decisions(disk, plan.caches, plan.overlay, req.cache_snapshot);
+  plan.cache_ways = cache_decisions(disk, plan.caches, plan.overlay, req.cache_snapshot);
   plan.build_cmds = checked_build(disk, req, plan.build_cwd);
   if (req.build_cwd) plan.watched_dirs.push_back(plan.build_cwd);
   if (req.owner_pid) {

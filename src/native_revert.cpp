@@ -101,10 +101,11 @@ class Reverter {
   std::string cache(const CacheItem& c) {
     if (!c.existed) {
       bool present = disk_.info(c.dir, Follow::no).exists();
-      if (!opts_.dry_run) store_.remove_dir(c.dir);
+      if (!opts_.dry_run) store_.discard_dir(c.dir);
       return present ? "remove" : "unchanged";
     }
     if (c.backup_dir) return moved_cache(c);
+    if (c.aside) return aside_cache(c);
     if (opts_.dry_run) {
       if (!disk_.info(store_.resolve(*c.backup_tar), Follow::no).exists()) throw Error("backup missing: " + *c.backup_tar);
       return "restore";
@@ -120,10 +121,20 @@ class Reverter {
     if (!present) {
       if (disk_.info(c.dir, Follow::no).type != FileType::directory)
         throw Error("moved cache missing: " + *c.backup_dir);
-      if (!opts_.dry_run) store_.tidy(c.dir);  // the trash of an interrupted move back
+      if (!opts_.dry_run) store_.tidy_dir(c.dir);  // the trash of an interrupted move back
       return "unchanged";
     }
     if (!opts_.dry_run) store_.move_dir_back(*c.backup_dir, c.dir);
+    return "restore";
+  }
+
+  // A cache renamed aside beside itself goes back by rename, once proven to be the very directory
+  // recorded (device, inode, owner); refused otherwise, the entry kept.
+  std::string aside_cache(const CacheItem& c) {
+    if (!opts_.dry_run) return store_.take_back_aside(*c.aside, c.dir) ? "restore" : "unchanged";
+    FileInfo di = disk_.info(c.dir, Follow::no);
+    if (di.type == FileType::directory && di.ino == c.aside->ino && di.dev == c.aside->dev) return "unchanged";
+    if (!disk_.info(c.aside->path, Follow::no).exists()) throw Error("aside copy missing: " + c.aside->path);
     return "restore";
   }
 
@@ -131,7 +142,18 @@ class Reverter {
   BackupStore store_;
   const RevertOptions& opts_;
   RevertReport& report_;
+
+ public:
+  BackupStore& store() { return store_; }
 };
+
+// The litter still on disk (a purge killed, or still at work): kept on the record until gone.
+std::vector<std::string> litter_left(Disk& disk, const std::vector<std::string>& litter) {
+  std::vector<std::string> left;
+  for (const auto& l : litter)
+    if (disk.info(l, Follow::no).exists()) left.push_back(l);
+  return left;
+}
 
 // Holds are a convenience for the next add-native; a failure to drop one never fails a revert
 // (a stale hold is ignored once no manifest records the change).
@@ -173,6 +195,8 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   if (!m) return report;
   report.had_manifest = true;
   report.entries = m->natives.size();
+  std::size_t litter_recorded = m->litter.size();
+  if (!opts.dry_run) m->litter = litter_left(disk, m->litter);
   Reverter rev(disk, overlay, opts, report);
   // Which processes map the rebuilt artifacts now: after the revert they run replaced code.
   ProcessScan scan = opts.dry_run ? ProcessScan{} : scan_for_revert(disk, *m);
@@ -187,6 +211,9 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     m->running.insert(m->running.end(), running.begin(), running.end());
     NativeEntry done = m->natives[i];
     m->natives.erase(m->natives.begin() + static_cast<std::ptrdiff_t>(i));
+    // Trees the entry's restore renamed aside in the install are named on the record that
+    // forgets the entry: nothing else would find them after a killed purge.
+    for (auto& l : rev.store().take_litter()) m->litter.push_back(std::move(l));
     // A patch's Python entries leave the record in the same write as its native entry.
     std::vector<std::string> files = done.patch_id ? remove_patch_modules(*m, *done.patch_id) : std::vector<std::string>{};
     keep_untracked_of_reverted(disk, *m, done);
@@ -204,7 +231,15 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
       remove_module_files(disk, overlay, files, report);
     }
   }
-  if (!opts.dry_run) BackupStore(disk, overlay).purge_trash();
+  if (!opts.dry_run) {
+    // Litter that went since it was recorded leaves the record (when nothing else rewrote it).
+    if (report.entries_reverted == 0 && m->litter.size() != litter_recorded) save_manifest(disk, overlay, *m);
+    // A kept entry's trash is not on the record, but it lies beside the entry's cache dir, where
+    // the next revert of that entry finds it if this purge does not finish.
+    std::vector<std::string> doomed = m->litter;
+    for (auto& l : rev.store().take_litter()) doomed.push_back(std::move(l));
+    BackupStore(disk, overlay).purge(doomed);
+  }
   report.untracked_left = still_as_built(disk, m->untracked);
   report.still_running = m->running;
   return report;

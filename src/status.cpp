@@ -48,6 +48,26 @@ FileState artifact_state(Disk& disk, const ArtifactItem& a) {
   return hash_file(disk, a.path) == *a.sha256 ? FileState::original : FileState::rebuilt;
 }
 
+// A cache renamed aside: original when the recorded directory stands at its path again; its
+// aside copy is judged by the identity revert will demand.
+TrackedFile aside_cache_state(Disk& disk, const CacheItem& c) {
+  const AsideDir& a = *c.aside;
+  TrackedFile t{TrackedKind::cache, c.dir, FileState::original, a.path, ""};
+  auto recorded = [&](const FileInfo& fi) { return fi.type == FileType::directory && fi.dev == a.dev && fi.ino == a.ino && fi.uid == a.uid; };
+  FileInfo di = disk.info(c.dir, Follow::no), ai = disk.info(a.path, Follow::no);
+  if (recorded(di)) return t;
+  if (!ai.exists()) {
+    t.state = FileState::missing;
+    t.note = "aside copy missing";
+  } else if (!recorded(ai)) {
+    t.state = FileState::drifted;
+    t.note = "aside copy replaced since add-native: revert refuses it";
+  } else {
+    t.state = di.exists() ? FileState::rebuilt : FileState::invalidated;
+  }
+  return t;
+}
+
 FileState cache_state(Disk& disk, BackupStore& store, const CacheItem& c) {
   bool present = disk.info(c.dir, Follow::no).exists();
   if (!c.existed) return present ? FileState::rebuilt : FileState::original;
@@ -94,7 +114,7 @@ NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overl
     st.snapshot_bytes += backup_bytes(disk, store, a.backup);
   }
   for (const auto& c : e.caches) {
-    st.files.push_back({TrackedKind::cache, c.dir, cache_state(disk, store, c)});
+    st.files.push_back(c.aside ? aside_cache_state(disk, c) : TrackedFile{TrackedKind::cache, c.dir, cache_state(disk, store, c), "", ""});
     st.snapshot_bytes += backup_bytes(disk, store, c.backup_tar) + backup_bytes(disk, store, c.backup_dir);
   }
   return st;

@@ -16,13 +16,32 @@ namespace {
 // Below this, freeing a replaced file on the spot is cheaper than a background process.
 constexpr std::uint64_t kParkBytes = 16u << 20;
 
-// Leftovers of an interrupted restore of `p` (our own hidden sibling names) are removed.
-void sweep_leftovers(Disk& disk, const fs::path& p) {
+// Our own hidden siblings of `p` (".<name>.overlay-*"), left by an interrupted operation; never
+// an aside copy, which is a backup, not a leftover.
+std::vector<fs::path> leftovers_of(Disk& disk, const fs::path& p) {
+  std::vector<fs::path> out;
   fs::path parent = p.parent_path();
-  if (!disk.info(parent, Follow::no).exists()) return;
+  if (!disk.info(parent, Follow::no).exists()) return out;
   std::string prefix = "." + p.filename().string() + ".overlay-";
   for (const auto& e : disk.list_dir(parent))
-    if (e.name.rfind(prefix, 0) == 0) remove_tree_durably(disk, parent / e.name);
+    if (e.name.rfind(prefix, 0) == 0 && !is_aside_name(e.name)) out.push_back(parent / e.name);
+  return out;
+}
+
+// Leftovers of an interrupted restore of file `p` are removed, durably.
+void sweep_leftovers(Disk& disk, const fs::path& p) {
+  for (const auto& l : leftovers_of(disk, p)) remove_tree_durably(disk, l);
+}
+
+// Whether fi is the directory an aside record names (same device, inode and owner).
+bool is_recorded_dir(const FileInfo& fi, const AsideDir& a) {
+  return fi.type == FileType::directory && fi.dev == a.dev && fi.ino == a.ino && fi.uid == a.uid;
+}
+
+std::string identity_of(const FileInfo& fi) {
+  if (fi.type == FileType::symlink) return "a symlink";
+  if (fi.type != FileType::directory) return "not a directory";
+  return "inode " + std::to_string(fi.ino) + " on device " + std::to_string(fi.dev) + ", owner uid " + std::to_string(fi.uid);
 }
 
 }  // namespace
@@ -191,7 +210,7 @@ bool BackupStore::move_dir_back(const std::string& rel, const fs::path& dir) {
   if (mi.type != FileType::directory) throw Error("moved cache is not a directory: " + rel);
   FileInfo cur = disk_.info(dir, Follow::no);
   if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
-  sweep_leftovers(disk_, dir);
+  tidy_dir(dir);
   make_dirs(disk_, dir.parent_path());
   fs::path trash = sibling_temp_path(dir, "overlay-trash");
   bool parked = cur.exists() && park(dir, false);
@@ -199,7 +218,54 @@ bool BackupStore::move_dir_back(const std::string& rel, const fs::path& dir) {
   disk_.rename(moved, dir);
   disk_.sync_dir(dir.parent_path());
   disk_.sync_dir(moved.parent_path());
-  if (!parked) remove_tree_durably(disk_, trash);
+  if (cur.exists() && !parked) litter_.push_back(trash.string());
+  return true;
+}
+
+void BackupStore::put_aside(const fs::path& dir, const AsideDir& aside) {
+  disk_.rename(dir, aside.path);
+  disk_.sync_dir(dir.parent_path());
+}
+
+bool BackupStore::take_back_aside(const AsideDir& aside, const fs::path& dir) {
+  const fs::path copy = aside.path;
+  FileInfo cur = disk_.info(dir, Follow::no);
+  FileInfo ai = disk_.info(copy, Follow::no);
+  if (is_recorded_dir(cur, aside)) {
+    // Back already. What stands at the aside name now is the rebuilt cache an interrupted
+    // take-back exchanged out (or a stranger's tree): it is not ours to keep there.
+    tidy_dir(dir);
+    if (ai.exists()) {
+      fs::path trash = sibling_temp_path(dir, "overlay-trash");
+      disk_.rename(copy, trash);
+      disk_.sync_dir(dir.parent_path());
+      litter_.push_back(trash.string());
+    }
+    return false;
+  }
+  if (!ai.exists()) {
+    throw Error("aside copy missing: " + copy.string() +
+                (cur.exists() ? " (and " + dir.string() + " is not the original cache: " + identity_of(cur) + ")" : ""));
+  }
+  if (!is_recorded_dir(ai, aside))
+    throw Error("aside copy " + copy.string() + " was replaced since add-native (now " + identity_of(ai) + "; recorded inode " +
+                std::to_string(aside.ino) + " on device " + std::to_string(aside.dev) + ", owner uid " +
+                std::to_string(aside.uid) + "): refusing to restore it");
+  if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
+  tidy_dir(dir);
+  if (!cur.exists()) {
+    disk_.rename(copy, dir);
+  } else {
+    fs::path trash = sibling_temp_path(dir, "overlay-trash");
+    if (disk_.exchange(copy, dir)) {
+      disk_.rename(copy, trash);  // the copy's name now holds the rebuilt cache
+    } else {
+      disk_.rename(dir, trash);
+      disk_.rename(copy, dir);
+    }
+    litter_.push_back(trash.string());
+  }
+  disk_.sync_dir(dir.parent_path());
   return true;
 }
 
@@ -211,14 +277,15 @@ void BackupStore::restore_dir(const std::string& rel, const std::optional<std::s
   if (ti.type != FileType::regular) throw Error("backup is not a regular file: " + rel);
   FileInfo cur = disk_.info(dir, Follow::no);
   if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
-  sweep_leftovers(disk_, dir);
+  if (cur.exists() && !renamable(dir, cur)) return restore_dir_in_place(tar, sha256, dir);
+  tidy_dir(dir);
   make_dirs(disk_, dir.parent_path());
   fs::path fresh = sibling_temp_path(dir, "overlay-restore");
   disk_.make_dir(fresh, 0700);
   try {
     extract_tar(disk_, tar, fresh, dir.filename().string(), sha256.value_or(""));
   } catch (...) {
-    remove_tree(disk_, fresh);
+    litter_.push_back(fresh.string());  // never swapped in; deleted with the rest
     throw;
   }
   disk_.sync_filesystem(fresh);  // every extracted file and directory durable before it is swapped in
@@ -226,21 +293,46 @@ void BackupStore::restore_dir(const std::string& rel, const std::optional<std::s
   if (cur.exists()) disk_.rename(dir, trash);
   disk_.rename(fresh, dir);
   disk_.sync_dir(dir.parent_path());
-  remove_tree_durably(disk_, trash);
+  if (cur.exists()) litter_.push_back(trash.string());
 }
 
-void BackupStore::remove_dir(const fs::path& dir) {
+bool BackupStore::renamable(const fs::path& dir, const FileInfo& di) { return why_not_renamable(disk_, dir, di).empty(); }
+
+void BackupStore::empty_dir(const fs::path& dir) {
+  for (const auto& e : disk_.list_dir(dir)) remove_tree(disk_, dir / e.name);
+  disk_.sync_dir(dir);
+}
+
+void BackupStore::restore_dir_in_place(const fs::path& tar, const std::optional<std::string>& sha256, const fs::path& dir) {
+  check_tar(disk_, tar, sha256.value_or(""));  // proven before anything of the cache goes
+  empty_dir(dir);
+  extract_tar(disk_, tar, dir, dir.filename().string(), "");
+  disk_.sync_filesystem(dir);
+}
+
+void BackupStore::discard_dir(const fs::path& dir) {
   FileInfo cur = disk_.info(dir, Follow::no);
-  sweep_leftovers(disk_, dir);
+  if (cur.exists() && cur.type == FileType::directory && !renamable(dir, cur)) return empty_dir(dir);
+  tidy_dir(dir);
   if (!cur.exists()) return;
   if (cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
   fs::path trash = sibling_temp_path(dir, "overlay-trash");
   disk_.rename(dir, trash);
   disk_.sync_dir(dir.parent_path());
-  remove_tree_durably(disk_, trash);
+  litter_.push_back(trash.string());
 }
 
 void BackupStore::tidy(const fs::path& p) { sweep_leftovers(disk_, p); }
+
+void BackupStore::tidy_dir(const fs::path& dir) {
+  for (const auto& l : leftovers_of(disk_, dir)) {
+    if (is_litter_path(l.string())) {
+      litter_.push_back(l.string());
+    } else {
+      remove_tree_durably(disk_, l);  // not a tree of ours (a file's temp name): small
+    }
+  }
+}
 
 bool BackupStore::park(const fs::path& p, bool hard_link) {
   fs::path trash = overlay_ / "_trash";
@@ -254,12 +346,24 @@ bool BackupStore::park(const fs::path& p, bool hard_link) {
   return true;
 }
 
-void BackupStore::purge_trash() {
+void BackupStore::purge(const std::vector<std::string>& litter) {
   fs::path trash = overlay_ / "_trash";
-  if (disk_.info(trash, Follow::no).type != FileType::directory || disk_.list_dir(trash).empty()) return;
+  std::vector<fs::path> doomed;
+  for (const auto& l : litter)
+    if (disk_.info(l, Follow::no).exists()) doomed.emplace_back(l);
+  bool trash_full = disk_.info(trash, Follow::no).type == FileType::directory && !disk_.list_dir(trash).empty();
+  if (trash_full) doomed.push_back(trash);
+  if (doomed.empty()) return;
+  auto remove_all = [&] {
+    for (const auto& d : doomed) {
+      remove_tree(disk_, d);
+      // Durable, so a tree renamed into an install cannot reappear after a power cut.
+      if (d != trash) disk_.sync_dir(d.parent_path());
+    }
+  };
   pid_t child = ::fork();
   if (child < 0) {  // no process to spare: delete here
-    remove_tree(disk_, trash);
+    remove_all();
     return;
   }
   if (child == 0) {
@@ -268,7 +372,7 @@ void BackupStore::purge_trash() {
     if (::fork() == 0) {
       ::setsid();
       try {
-        remove_tree(disk_, trash);
+        remove_all();
       } catch (...) {
       }
     }

@@ -111,6 +111,9 @@ class Disk {
   // Best effort chown (lchown); fails only when permitted and it still fails.
   virtual void set_owner(const fs::path& p, uid_t uid, gid_t gid) = 0;
   virtual fs::path real_path(const fs::path& p) = 0;
+  // Whether this process may create and rename entries in directory `dir` (faccessat W_OK with
+  // the effective ids): false for a read-only mount, or a directory the user cannot write.
+  virtual bool can_write(const fs::path& dir) = 0;
   // Whether the file carries extended attributes (SELinux label, ACL, capabilities...), which a
   // copy or clone of its bytes would not; false where the filesystem has none.
   virtual bool has_xattrs(const fs::path& p) = 0;

@@ -25,7 +25,7 @@ std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes
 void remove_file_durably(Disk& disk, const fs::path& p);
 
 // Removes a file, symlink or whole directory tree without following symlinks.
-// A missing path is not an error.
+// A missing path is not an error, nor a part of it that vanishes meanwhile (another deleter).
 void remove_tree(Disk& disk, const fs::path& p);
 
 // remove_tree, then an fsync of the parent when something was removed: once this returns, the
@@ -46,6 +46,10 @@ enum class WalkStep { descend, skip };
 void walk_tree(Disk& disk, const fs::path& root,
                const std::function<WalkStep(const fs::path& rel, FileType type)>& visit,
                const std::function<void(const fs::path& dir, const std::string& why)>& on_error = {});
+
+// Why directory `dir` (as `di`) cannot be renamed within its parent, or "" when it can: that
+// needs a writable parent on the dir's own filesystem (a mount point cannot be renamed).
+std::string why_not_renamable(Disk& disk, const fs::path& dir, const FileInfo& di);
 
 // A fresh name beside p for a temporary: "<dir>/.<name>.<tag>-<random>".
 fs::path sibling_temp_path(const fs::path& p, const std::string& tag);

@@ -61,12 +61,29 @@ struct ArtifactItem {
   json raw = json::object();
 };
 
+// A cache dir renamed aside on its own filesystem (added key "aside"), for a cache the overlay's
+// filesystem cannot take by rename: a hidden sibling of the cache dir, and the identity the dir
+// had when it was recorded, so a copy replaced or planted there is refused, never restored.
+struct AsideDir {
+  std::string path;  // absolute: aside_path_of(dir, entry id)
+  std::uint64_t dev = 0, ino = 0;
+  std::uint64_t uid = 0;
+};
+
+// Where an entry puts a cache dir aside: "<parent>/.<name>.overlay-aside-<id>". The name is
+// derived, never free: a manifest can only ever name this sibling of the cache dir it records.
+fs::path aside_path_of(const fs::path& dir, const std::string& entry_id);
+// Whether `name` (a file name) is such an aside sibling of some cache dir: the leftover sweeps
+// that clear our temporaries beside a path must never take it.
+bool is_aside_name(const std::string& name);
+
 struct CacheItem {
   std::string dir;  // absolute
   bool existed = false;
   std::optional<std::string> backup_tar;  // tar snapshot (when existed and not moved)
   std::optional<std::string> sha256;      // SHA-256 of the tar (added key; absent in legacy)
   std::optional<std::string> backup_dir;  // the cache dir itself, moved into the overlay (added key)
+  std::optional<AsideDir> aside;          // the cache dir itself, renamed aside beside it (added key)
   json raw = json::object();
 };
 
@@ -130,7 +147,16 @@ struct Manifest {
   std::vector<NativeEntry> natives;
   std::vector<UntrackedOutput> untracked;  // left by reverted entries' builds (added top-level key)
   std::vector<RunningPatched> running;     // processes still running reverted code (added top-level key)
+  // Trees a revert renamed aside inside an install (a rebuilt cache replaced by its original) and
+  // left to a detached process to delete (added top-level key "litter"): recorded in the same
+  // write that forgets their entry, so a killed deleter's leftovers are still found and deleted.
+  std::vector<std::string> litter;
 };
+
+// Whether `path` (absolute) may be litter: a trash or half-restored sibling of ours,
+// ".<name>.overlay-trash-<hex>" or ".<name>.overlay-restore-<hex>"; nothing else is ever deleted
+// on a manifest's word.
+bool is_litter_path(const std::string& path);
 
 // Parses and strictly validates a manifest; throws ManifestError naming the offending key.
 Manifest parse_manifest(const std::string& text);

@@ -20,9 +20,13 @@ class PatchedTree;
 struct Manifest;
 
 // How a cache dir is kept: moved into the overlay (one rename on the same filesystem, every
-// inode attribute kept), or a tar (any filesystem; what overlay_setup.py can read). auto: move
-// where the cache and the overlay share a filesystem, tar elsewhere.
-enum class CacheSnapshot { automatic, move, tar };
+// inode attribute kept), renamed aside beside itself (one rename on its own filesystem, for a
+// cache the overlay's filesystem cannot take), or a tar (what overlay_setup.py can read; also
+// where the cache's parent cannot be written). auto: move where the cache and the overlay share
+// a filesystem, aside where they do not and the cache's parent is writable, tar elsewhere.
+enum class CacheSnapshot { automatic, move, aside, tar };
+// What the plan decided for one cache dir.
+enum class CacheWay { move, aside, tar };
 
 struct AddNativeRequest {
   fs::path overlay;
@@ -60,7 +64,7 @@ struct NativePlan {
   std::vector<Swap> swaps;
   std::vector<fs::path> artifacts;
   std::vector<fs::path> caches;
-  std::vector<bool> move_cache;  // per cache: move it (true) or tar it
+  std::vector<CacheWay> cache_ways;  // per cache
   std::vector<std::vector<std::string>> build_cmds;
   fs::path build_cwd;
   // The build's output dirs the watch pictures besides the targets' and artifacts': build_cwd

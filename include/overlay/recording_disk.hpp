@@ -56,6 +56,7 @@ class RecordingDisk : public Disk {
   void set_owner(const fs::path& p, uid_t uid, gid_t gid) override;
   fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
   bool has_xattrs(const fs::path& p) override { return inner_.has_xattrs(p); }
+  bool can_write(const fs::path& dir) override { return inner_.can_write(dir); }
 
   void record(DiskOp op);  // for the write handles
 

@@ -26,6 +26,8 @@ struct TrackedFile {
   TrackedKind kind;
   std::string path;
   FileState state;
+  std::string aside = {};  // a cache renamed aside: where its original is kept now ("" otherwise)
+  std::string note = {};   // why the state is not what revert can undo (a replaced aside copy), or ""
 };
 
 struct NativeStatus {

@@ -4,6 +4,8 @@
 // entries. Backup paths read from a manifest are resolved here and refused if they escape.
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "overlay/disk.hpp"
 #include "overlay/manifest.hpp"
@@ -64,23 +66,45 @@ class BackupStore {
   // inode attribute kept). Returns the backup's relative path; nothing is moved yet.
   std::string moved_dir_name(const std::string& id, const std::string& label) const;
   void move_dir_in(const fs::path& dir, const std::string& rel);
-  // Renames a moved-in directory back over `dir` (whatever stands there is removed). Returns
+  // Renames a moved-in directory back over `dir` (whatever stands there is parked). Returns
   // false when there is nothing to move back (never moved, or moved back already).
   bool move_dir_back(const std::string& rel, const fs::path& dir);
+  // Renames cache dir `dir` to its aside sibling `aside.path` (same parent, so the same
+  // filesystem: O(1) at any file count), then fsyncs the parent. The rename is the invalidation.
+  void put_aside(const fs::path& dir, const AsideDir& aside);
+  // Puts an aside copy back at `dir`; returns false when `dir` already is the recorded directory
+  // (never put aside, or back already: whatever an interrupted take-back left at the aside name
+  // becomes litter). Refuses, changing nothing, an aside copy whose type, device, inode or owner
+  // differ from the record: a planted or replaced tree is never restored into the install. A tree
+  // standing at `dir` (the rebuilt cache) is swapped out in one atomic exchange, so `dir` never
+  // goes missing, and renamed to a trash sibling that becomes litter.
+  bool take_back_aside(const AsideDir& aside, const fs::path& dir);
   // Replaces directory `dir` by the contents of tar backup `rel` (proven against sha256 when
-  // recorded): extracted beside, then swapped in by rename.
+  // recorded): extracted beside, then swapped in by rename. Where `dir` cannot be renamed (its
+  // parent is not writable, or it is a mount point) it is emptied and extracted in place instead.
   void restore_dir(const std::string& rel, const std::optional<std::string>& sha256, const fs::path& dir);
-  // Removes `dir` (a cache the entry created): renamed aside first, then deleted.
-  void remove_dir(const fs::path& dir);
+  // Renames `dir` (a cache the entry created, or one invalidated) to a trash sibling that becomes
+  // litter, and fsyncs the parent: once this returns the name is gone; the tree goes later.
+  // Where `dir` cannot be renamed, its contents are deleted in place, durably.
+  void discard_dir(const fs::path& dir);
+
+  // Trees renamed aside inside the install by the calls above (trash and half-restored siblings
+  // of cache dirs, ours or left by an interrupted run), to be deleted by purge() instead of on
+  // the spot: deleting a 20,000-file cache costs as much as the rest of the revert. The caller
+  // records them (Manifest::litter) before purging, so a killed deleter leaves nothing unnamed.
+  std::vector<std::string> take_litter() { return std::exchange(litter_, {}); }
 
   // Bytes the revert replaces (a rebuilt artifact, a rebuilt cache dir) are parked in
   // <overlay>/_trash/ on the same filesystem instead of being freed on the spot (freeing a large
-  // file's blocks costs as much as reading it); purge_trash() then deletes them in a detached
-  // process, so the caller does not wait. Leftovers of a killed purge go with the next one.
-  void purge_trash();
+  // file's blocks costs as much as reading it); purge() then deletes them, and every `litter`
+  // tree still there, in a detached process, so the caller does not wait. Leftovers of a killed
+  // purge go with the next one. Deleting what another purge deletes at once is harmless.
+  void purge(const std::vector<std::string>& litter = {});
 
-  // Removes our hidden siblings of `p` (".<name>.overlay-*") left by an interrupted operation.
+  // Removes our hidden siblings of file `p` (".<name>.overlay-*") left by an interrupted operation.
   void tidy(const fs::path& p);
+  // The same for directory `dir`, whose siblings may be whole trees: they become litter.
+  void tidy_dir(const fs::path& dir);
 
   // Deletes one backup, file or moved directory (missing is fine) and, for entry directories,
   // the directory once empty.
@@ -95,8 +119,14 @@ class BackupStore {
   Disk& disk_;
   fs::path overlay_;
   bool backup_dir_created_ = false;
+  std::vector<std::string> litter_;
   // Moves `p` (whose filesystem is the overlay's) into _trash/, or returns false.
   bool park(const fs::path& p, bool hard_link);
+  // Whether directory `dir` (as `di`) can be renamed within its parent: a writable parent on the
+  // same filesystem (a mount point cannot be renamed).
+  bool renamable(const fs::path& dir, const FileInfo& di);
+  void empty_dir(const fs::path& dir);
+  void restore_dir_in_place(const fs::path& tar, const std::optional<std::string>& sha256, const fs::path& dir);
 };
 
 }  // namespace overlay

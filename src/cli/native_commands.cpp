@@ -113,9 +113,10 @@ void fill_request(AddNativeFlags& f, const Globals& g) {
     r.owner_pid = static_cast<pid_t>(std::atol(env));
   }
   if (f.build_timeout > 0) r.build_timeout = f.build_timeout;
-  r.cache_snapshot = f.cache_snapshot == "move"  ? CacheSnapshot::move
-                     : f.cache_snapshot == "tar" ? CacheSnapshot::tar
-                                                 : CacheSnapshot::automatic;
+  r.cache_snapshot = f.cache_snapshot == "move"    ? CacheSnapshot::move
+                     : f.cache_snapshot == "aside" ? CacheSnapshot::aside
+                     : f.cache_snapshot == "tar"   ? CacheSnapshot::tar
+                                                   : CacheSnapshot::automatic;
   r.lock_timeout = g.lock_timeout;
 }
 
@@ -367,7 +368,8 @@ void print_status_table(const StatusReport& r) {
     for (const auto& f : e.files) {
       char line[64];
       std::snprintf(line, sizeof line, "  %-9s %-12s ", to_string(f.kind), to_string(f.state));
-      out_line(line + f.path);
+      std::string more = f.aside.empty() ? "" : "  (original kept aside at " + f.aside + (f.note.empty() ? ")" : "; " + f.note + ")");
+      out_line(line + f.path + more);
     }
     for (const auto& u : e.untracked)
       out_line(u.clear_reason.empty()
@@ -431,7 +433,12 @@ nlohmann::json status_json(const StatusReport& r) {
     n["build_log"] = e.build_log ? nlohmann::json(*e.build_log) : nlohmann::json(nullptr);
     n["patch_id"] = e.patch_id ? nlohmann::json(*e.patch_id) : nlohmann::json(nullptr);
     n["files"] = nlohmann::json::array();
-    for (const auto& f : e.files) n["files"].push_back({{"kind", to_string(f.kind)}, {"path", f.path}, {"state", to_string(f.state)}});
+    for (const auto& f : e.files) {
+      nlohmann::json fj = {{"kind", to_string(f.kind)}, {"path", f.path}, {"state", to_string(f.state)}};
+      if (!f.aside.empty()) fj["aside"] = f.aside;
+      if (!f.note.empty()) fj["note"] = f.note;
+      n["files"].push_back(std::move(fj));
+    }
     n["untracked_outputs"] = untracked_json(e.untracked);
     j["natives"].push_back(std::move(n));
   }
@@ -528,8 +535,9 @@ void add_build_flags(CLI::App* sub, AddNativeFlags& f) {
   sub->add_option("--build-cmd", f.req.build_cmds, "Build command, split like sh, never run by one (repeatable)");
   sub->add_option("--build-cwd", f.build_cwd, "Working directory of the build (default: current)");
   sub->add_option("--cache-snapshot", f.cache_snapshot,
-                  "How caches are kept: auto (move when on the overlay's filesystem, else tar), move, tar")
-      ->check(CLI::IsMember({"auto", "move", "tar"}));
+                  "How caches are kept: auto (move when on the overlay's filesystem, else aside when the cache's "
+                  "parent is writable, else tar), move (into the overlay), aside (renamed beside itself), tar")
+      ->check(CLI::IsMember({"auto", "move", "aside", "tar"}));
   sub->add_flag("--force", f.req.force, "Patch files another overlay still holds (stacking its in-place changes)");
   sub->add_option("--owner-pid", f.owner_pid, "Process owning this run; gc-stale spares it while alive (env OVERLAY_OWNER_PID)");
   sub->add_option("--build-timeout", f.build_timeout, "Kill the build's process group after SECONDS (SIGTERM, SIGKILL 5 s later)");

@@ -371,7 +371,7 @@ TEST_F(Cli, SecondOverlayRefusedOnAHeldFileUnlessForced) {
 }
 
 TEST_F(Cli, CacheSnapshotModesRoundTrip) {
-  for (std::string mode : {"tar", "move", "auto"}) {
+  for (std::string mode : {"tar", "move", "auto", "aside"}) {
     Cmd a = add({"--invalidate-cache", in.cache.string(), "--cache-snapshot", mode, "--build-cwd", in.root.string(),
                  "--build-cmd", "sh -c 'mkdir cache && echo new > cache/f'"});
     ASSERT_EQ(a.rc, 0) << mode << ": " << a.err;
@@ -383,6 +383,9 @@ TEST_F(Cli, CacheSnapshotModesRoundTrip) {
     if (mode == "tar") {
       EXPECT_TRUE(c["backup_tar"].is_string()) << c;
       EXPECT_TRUE(fs::is_regular_file(t / "ov" / c["backup_tar"].get<std::string>()));
+    } else if (mode == "aside") {
+      EXPECT_TRUE(c["backup_tar"].is_null()) << c;
+      EXPECT_TRUE(fs::is_directory(c["aside"]["path"].get<std::string>()));  // renamed beside itself, not copied
     } else {
       EXPECT_TRUE(c["backup_tar"].is_null()) << c;
       EXPECT_TRUE(fs::is_directory(t / "ov" / c["backup_dir"].get<std::string>()));  // moved, not copied

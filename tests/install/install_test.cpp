@@ -74,7 +74,7 @@ TEST_F(Installed, CompletionOffersSubcommandsAndTheirFlags) {
   EXPECT_NE(complete(bin() + " st", 1).find("status"), std::string::npos);
   std::string flags = complete(bin() + " add-native --re", 2);
   EXPECT_NE(flags.find("--revert-on-failure"), std::string::npos) << flags;
-  EXPECT_EQ(complete(bin() + " add-native --cache-snapshot ''", 3), "auto move tar\n");
+  EXPECT_EQ(complete(bin() + " add-native --cache-snapshot ''", 3), "auto move aside tar\n");
   EXPECT_NE(complete(bin() + " disc", 1).find("discover"), std::string::npos);
   EXPECT_NE(complete(bin() + " discover --cache", 2).find("--cache-root"), std::string::npos);
 }

@@ -275,6 +275,7 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 std::vector<OvShape> overlay_shapes() {
   using V = std::vector<std::vector<std::string>>;
   const std::vector<std::string> tar = {"--cache-snapshot", "tar"}, move = {"--cache-snapshot", "move"};
+  const std::vector<std::string> aside = {"--cache-snapshot", "aside"};
   return {
       {"tar cache + existing artifact",
        [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), tar)}; }, true},
@@ -282,6 +283,8 @@ std::vector<OvShape> overlay_shapes() {
        [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), move)}; }, false},
       {"auto cache (same filesystem: moved)",
        [=](Interop& f) { return V{f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"})}; }, false},
+      {"cache renamed aside (what auto picks across filesystems)",
+       [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), aside)}; }, false},
       {"new artifact + missing cache dir",
        [=](Interop& f) { return V{f.entry("src/kernel.cpp", "kernel.cpp", {"lib/new.so"}, {"jit"}, {"lib/new.so", "jit/"})}; }, true},
       {"several targets, tar caches",
@@ -303,6 +306,13 @@ std::vector<OvShape> overlay_shapes() {
        [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"}), tar)}; }, true},
       {"artifact inside its cache, moved",
        [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"}), move)}; }, false},
+      {"artifact inside its cache, aside",
+       [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"}), aside)}; }, false},
+      {"two entries, older aside, newer tar",
+       [=](Interop& f) {
+         return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), aside),
+                  with(f.entry("src/extra.cpp", "extra.cpp", {"lib/libk.so"}, {"cache2"}, {"lib/libk.so", "cache2/"}), tar)};
+       }, false},
       {"two entries, both tar",
        [=](Interop& f) {
          return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), tar),
@@ -347,6 +357,8 @@ TEST_F(Interop, OverlayEntriesRevertedByPythonTool) {
           for (const auto& c : e["caches"])
             if (c.contains("backup_dir")) {
               EXPECT_TRUE(fs::is_directory(ov / c["backup_dir"].get<std::string>())) << c;
+            } else if (c.contains("aside")) {
+              EXPECT_TRUE(fs::is_directory(c["aside"]["path"].get<std::string>())) << c;  // never deleted by it
             }
         if (before["natives"].back()["caches"][0].value("python_tool_guard", false)) {
           EXPECT_EQ(tree_digest(inst), applied) << "the guarded entry is the newest: nothing may have changed";

@@ -371,6 +371,11 @@ const char* model_name(Model m) { return m == Model::ordered ? "ordered" : "writ
 Trace::Trace(fs::path root, Tree initial, std::vector<TraceOp> ops)
     : root_(std::move(root)), initial_(std::move(initial)), ops_(std::move(ops)) {}
 
+int Trace::initial_inode(const std::string& rel) const {
+  auto it = initial_.find(rel);  // Sim numbers the initial tree's inodes in its order
+  return it == initial_.end() ? -1 : static_cast<int>(std::distance(initial_.begin(), it));
+}
+
 Tree Trace::final_tree() const {
   Point p = at(ops_.size(), Model::ordered);
   return p.materialize(std::vector<int>(p.choices().size(), 0));
@@ -461,6 +466,7 @@ Tree Trace::Point::materialize(const std::vector<int>& pick) const {
     node.mode = lost_modes.count(ino) ? n.durable_mode : n.mode;
     auto d = data_pick.find(ino);
     node.data = d != data_pick.end() ? st.data.at(ino)[static_cast<std::size_t>(d->second)] : n.data;
+    node.origin = ino;
     out[rel] = node;
     if (n.type != 'd' || !on_path.insert(ino).second) return;  // a cycle only a lossy subset can make
     for (const auto& [name, child] : entries[ino]) walk(child, rel.empty() ? name : rel + "/" + name);

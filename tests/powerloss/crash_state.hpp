@@ -43,7 +43,11 @@ struct Node {
   char type = 'f';  // 'f' file, 'd' directory, 'l' symlink
   unsigned mode = 0;
   std::string data;
-  bool operator==(const Node&) const = default;
+  // Which inode of the replay this is (see Trace::initial_inode): its identity across renames,
+  // which a power cut keeps but materialising a tree cannot (new files get new inode numbers).
+  // -1 when read from disk. Not compared.
+  int origin = -1;
+  bool operator==(const Node& o) const { return type == o.type && mode == o.mode && data == o.data; }
 };
 using Tree = std::map<std::string, Node>;  // path relative to the root ("" is the root itself)
 
@@ -69,6 +73,8 @@ class Trace {
   const TraceOp& op(std::size_t i) const { return ops_[i]; }
   // The tree after every operation, nothing lost: what the real run left.
   Tree final_tree() const;
+  // The replay's inode of path `rel` of the initial tree (Node::origin of it wherever it moves).
+  int initial_inode(const std::string& rel) const;
 
   // One undecided thing at a crash point and how many outcomes it has.
   struct Choice {

@@ -31,7 +31,7 @@ void make_workload(const fs::path& root) {
     write_file(in.cache / ("d" + std::to_string(i % 40)) / ("f" + std::to_string(i)), std::to_string(i) + small);
 }
 
-// Trials alternate the cache snapshot: moved into the overlay, or a tar.
+// Trials alternate the cache snapshot: moved into the overlay, a tar, or renamed aside.
 std::vector<std::string> add_args(const fs::path& t, const char* snapshot = "auto") {
   fs::path r = t / "inst";
   return {"add-native", "--cache-snapshot", snapshot, "--overlay", (t / "ov").string(), "--target", (r / "src/kernel.cpp").string(), "--patched-file",
@@ -72,6 +72,7 @@ TEST(Crash, KillAnywhereThenRevertOrGcRestores) {
     s = std::chrono::steady_clock::now();
     ASSERT_EQ(wait_rc(spawn_overlay({"revert", "--overlay", (tr.t / "ov").string()}, state)), 0);
     revert_time = seconds_since(s);
+    ASSERT_TRUE(settle_litter(tr.t / "inst"));
     ASSERT_EQ(tree_digest(tr.t / "inst"), tr.before);
   }
   std::mt19937 rng(20261130);
@@ -81,7 +82,8 @@ TEST(Crash, KillAnywhereThenRevertOrGcRestores) {
     int sig = (i / 2) % 4 == 3 ? SIGTERM : SIGKILL;
     Trial tr(base / "pristine");
     std::string ov = (tr.t / "ov").string();
-    const char* snapshot = (i / 2) % 2 ? "tar" : "auto";
+    const char* snapshots[] = {"auto", "tar", "aside"};
+    const char* snapshot = snapshots[(i / 2) % 3];
     if (during_revert) {
       ASSERT_EQ(wait_rc(spawn_overlay(add_args(tr.t.path(), snapshot), state)), 0);
     }
@@ -97,6 +99,7 @@ TEST(Crash, KillAnywhereThenRevertOrGcRestores) {
     Cmd r = use_gc ? run_overlay({"gc-stale", "--root", tr.t.path().string()}, {}, state)
                    : run_overlay({"revert", "--overlay", ov}, {}, state);
     by_gc += use_gc;
+    EXPECT_TRUE(settle_litter(tr.t / "inst")) << "trial " << i;
     std::string after = tree_digest(tr.t / "inst");
     failures += r.rc != 0 || after != tr.before;
     EXPECT_EQ(r.rc, 0) << "trial " << i << ": " << r.err;
@@ -162,7 +165,7 @@ TEST(Crash, KillDuringApplyLeavesNeitherPart) {
       std::string text = read_file(tr.t / "ov/_overlay_manifest.json");
       manifest_clean = text.find("patch_id") == std::string::npos;  // neither part of the patch left
     }
-    bool ok = r.rc == 0 && tree_digest(tr.t / "inst") == tr.before && manifest_clean;
+    bool ok = r.rc == 0 && settle_litter(tr.t / "inst") && tree_digest(tr.t / "inst") == tr.before && manifest_clean;
     failures += !ok;
     EXPECT_TRUE(ok) << "trial " << i << " killed after " << delay.count() << " s: rc " << r.rc << " " << r.err;
   }

@@ -40,6 +40,7 @@ class FaultyDisk : public Disk {
   void set_owner(const fs::path& p, uid_t u, gid_t g) override { tick("chown", p); inner_.set_owner(p, u, g); }
   fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
   bool has_xattrs(const fs::path& p) override { return inner_.has_xattrs(p); }
+  bool can_write(const fs::path& dir) override { return inner_.can_write(dir); }
 
  private:
   class Writer : public WriteHandle {

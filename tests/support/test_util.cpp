@@ -71,6 +71,64 @@ bool can_clone_in(const fs::path& dir) {
   return ok;
 }
 
+bool wait_until_gone(const fs::path& p) {
+  std::error_code ec;
+  for (int i = 0; i < 1000; ++i) {
+    if (!fs::exists(fs::symlink_status(p, ec))) return true;
+    ::usleep(10000);
+  }
+  return false;
+}
+
+std::unique_ptr<ScopedMount> ScopedMount::tmpfs(const fs::path& at) {
+  auto m = std::unique_ptr<ScopedMount>(new ScopedMount());
+  m->at_ = at;
+  Cmd c = run({"mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", at.string()});
+  m->ok_ = c.rc == 0;
+  m->why_ = m->ok_ ? "" : "cannot mount a tmpfs (needs root): " + c.err;
+  return m;
+}
+
+std::unique_ptr<ScopedMount> ScopedMount::read_only(const fs::path& at) {
+  auto m = std::unique_ptr<ScopedMount>(new ScopedMount());
+  m->at_ = at;
+  Cmd c = run({"mount", "--bind", at.string(), at.string()});
+  m->ok_ = c.rc == 0;
+  if (m->ok_) {
+    Cmd ro = run({"mount", "-o", "remount,bind,ro", at.string()});
+    if (ro.rc != 0) m->why_ = "cannot remount read-only: " + ro.err;
+    m->ok_ = ro.rc == 0;
+    if (!m->ok_) run({"umount", at.string()});
+  } else {
+    m->why_ = "cannot bind-mount (needs root): " + c.err;
+  }
+  return m;
+}
+
+ScopedMount::~ScopedMount() {
+  if (ok_ && run({"umount", at_.string()}).rc != 0) run({"umount", "-l", at_.string()});
+}
+
+namespace {
+bool has_litter(const fs::path& root) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.find(".overlay-trash-") != std::string::npos || name.find(".overlay-restore-") != std::string::npos) return true;
+    if (name == "_trash" && it->is_directory(ec) && !fs::is_empty(it->path(), ec)) return true;
+  }
+  return false;  // a tree changing under the walk ends it early: the next call looks again
+}
+}  // namespace
+
+bool settle_litter(const fs::path& root) {
+  for (int i = 0; i < 1000; ++i) {
+    if (!has_litter(root) && !has_litter(root)) return true;
+    ::usleep(10000);
+  }
+  return false;
+}
+
 ino_t inode_of(const fs::path& p) {
   struct stat st {};
   if (::lstat(p.c_str(), &st) != 0) throw std::runtime_error("lstat " + p.string());
@@ -96,6 +154,8 @@ bool shares_blocks(const fs::path& p) {
 }
 
 std::string tree_digest(const fs::path& root) {
+  // The state once a command's detached deleter is done: what a test compares.
+  settle_litter(root);
   std::vector<std::string> lines;
   struct stat rst {};
   if (::lstat(root.c_str(), &rst) != 0) return "<missing>";

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,12 +27,30 @@ class TempDir {
   fs::path path_;
 };
 
+// A filesystem mounted on an existing directory for the object's lifetime (needs root): a fresh
+// tmpfs, or the directory bound onto itself read-only. ok() false, with why(), where mounting is
+// refused. Declare it after the TempDir holding `at`, so it is unmounted first.
+class ScopedMount {
+ public:
+  static std::unique_ptr<ScopedMount> tmpfs(const fs::path& at);
+  static std::unique_ptr<ScopedMount> read_only(const fs::path& at);
+  ~ScopedMount();
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+
+ private:
+  fs::path at_;
+  bool ok_ = false;
+  std::string why_;
+};
+
 void write_file(const fs::path& p, const std::string& data, mode_t mode = 0644);
 std::string read_file(const fs::path& p);
 std::string file_sha256(const fs::path& p);
 
 // A digest of everything below root: each path with its type, permission bits, symlink target
-// and content hash, one line each, sorted. Equal digests mean byte-for-byte equal trees.
+// and content hash, one line each, sorted. Equal digests mean byte-for-byte equal trees. Taken
+// once the trees a command left to its detached deleter are gone (settle_litter).
 std::string tree_digest(const fs::path& root);
 
 // Whether files in `dir` can share blocks (ioctl FICLONE works there: XFS with reflink, btrfs).
@@ -40,6 +59,12 @@ bool can_clone_in(const fs::path& dir);
 bool shares_blocks(const fs::path& p);
 // The inode number of `p` (lstat); throws when missing.
 ino_t inode_of(const fs::path& p);
+// Waits (up to 10 s) until nothing stands at `p` (a tree a detached process deletes); true if so.
+bool wait_until_gone(const fs::path& p);
+// Waits (up to 10 s) until no tree a revert or add-native left to its detached deleter remains
+// under `root` (".<name>.overlay-trash-*", ".<name>.overlay-restore-*", a non-empty "_trash");
+// true if so. What a test compares after a command is the state once that deleter is done.
+bool settle_litter(const fs::path& root);
 
 struct Cmd {
   int rc = -1;

@@ -108,6 +108,7 @@ long sweep_add(CacheSnapshot mode, Change change = Change::one_file) {
     }
     RevertReport r = revert_natives(real_disk(), h.t / "ov", {});
     EXPECT_TRUE(r.ok()) << "fault at op " << n << ": " << (r.problems.empty() ? "" : r.problems[0].path + ": " + r.problems[0].reason);
+    EXPECT_TRUE(settle_litter(h.in.root)) << "fault at op " << n;
     EXPECT_EQ(tree_digest(h.in.root), h.before) << "fault at op " << n;
   }
   return ops;
@@ -115,10 +116,11 @@ long sweep_add(CacheSnapshot mode, Change change = Change::one_file) {
 
 TEST(Native, FaultSweepDuringAdd) {
   long moved = sweep_add(CacheSnapshot::move), tarred = sweep_add(CacheSnapshot::tar);
+  long aside = sweep_add(CacheSnapshot::aside);
   long multi = sweep_add(CacheSnapshot::move, Change::multi_file_diff);
   std::printf("fault sweep (add-native): %ld faults injected (ENOSPC/EIO), one per disk operation (%ld with a moved cache, "
-              "%ld with a tar, %ld with a multi-file diff creating and deleting files)\n",
-              moved + tarred + multi, moved, tarred, multi);
+              "%ld with a tar, %ld with a cache renamed aside, %ld with a multi-file diff creating and deleting files)\n",
+              moved + tarred + aside + multi, moved, tarred, aside, multi);
 }
 
 // Every mutating disk operation of revert fails in turn; a second revert must finish the job.
@@ -148,6 +150,7 @@ long sweep_revert(CacheSnapshot mode, Change change = Change::one_file) {
     }
     RevertReport r = revert_natives(real_disk(), f.t / "ov", {});
     EXPECT_TRUE(r.ok()) << "fault at op " << n << ": " << (r.problems.empty() ? "" : r.problems[0].reason);
+    EXPECT_TRUE(settle_litter(f.in.root)) << "fault at op " << n;
     EXPECT_EQ(tree_digest(f.in.root), f.before) << "fault at op " << n;
   }
   return ops;
@@ -155,10 +158,11 @@ long sweep_revert(CacheSnapshot mode, Change change = Change::one_file) {
 
 TEST(Native, FaultSweepDuringRevert) {
   long moved = sweep_revert(CacheSnapshot::move), tarred = sweep_revert(CacheSnapshot::tar);
+  long aside = sweep_revert(CacheSnapshot::aside);
   long multi = sweep_revert(CacheSnapshot::move, Change::multi_file_diff);
   std::printf("fault sweep (revert): %ld faults injected (EACCES), one per disk operation (%ld with a moved cache, %ld with a "
-              "tar, %ld with a multi-file diff)\n",
-              moved + tarred + multi, moved, tarred, multi);
+              "tar, %ld with a cache renamed aside, %ld with a multi-file diff)\n",
+              moved + tarred + aside + multi, moved, tarred, aside, multi);
 }
 
 TEST(Native, NewestFirstAcrossStackedEntries) {
@@ -171,6 +175,7 @@ TEST(Native, NewestFirstAcrossStackedEntries) {
   apply_and_build(real_disk(), r);
   EXPECT_EQ(read_file(f.in.source), "int kernel() { return 9; }\n");
   EXPECT_TRUE(revert_natives(real_disk(), f.t / "ov", {}).ok());
+  EXPECT_TRUE(settle_litter(f.in.root));
   EXPECT_EQ(tree_digest(f.in.root), f.before);
 }
 

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <set>
 
 #include "overlay/error.hpp"
+#include "overlay/manifest.hpp"
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -80,8 +82,103 @@ TEST(BackupStore, RestoreDirReplacesWholeTree) {
   write_file(in.cache / "new-junk", "junk");
   s.restore_dir(tar.backup, tar.sha256, in.cache);
   EXPECT_EQ(tree_digest(in.cache), before);
+  // The replaced tree is litter, named for the record, then deleted in the background.
+  std::vector<std::string> litter = s.take_litter();
+  ASSERT_EQ(litter.size(), 1u);
+  EXPECT_TRUE(is_litter_path(litter[0])) << litter[0];
+  EXPECT_EQ(read_file(fs::path(litter[0]) / "new-junk"), "junk");
+  s.purge(litter);
+  EXPECT_TRUE(wait_until_gone(litter[0]));
   for (const auto& e : fs::directory_iterator(in.root))
     EXPECT_EQ(e.path().filename().string().find(".cache.overlay-"), std::string::npos) << e.path();
+}
+
+AsideDir aside_of(const fs::path& dir, const std::string& id) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(dir.c_str(), &st), 0);
+  return AsideDir{aside_path_of(dir, id).string(), st.st_dev, st.st_ino, st.st_uid};
+}
+
+TEST(BackupStore, AsideCopyGoesBackByRenameAndTheRebuiltTreeBecomesLitter) {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.cache);
+  ino_t ino = inode_of(in.cache);
+  BackupStore s(real_disk(), t / "ov");
+  AsideDir a = aside_of(in.cache, "n1-ab");
+  EXPECT_EQ(fs::path(a.path).filename(), ".cache.overlay-aside-n1-ab");
+  s.put_aside(in.cache, a);
+  EXPECT_FALSE(fs::exists(in.cache));
+  EXPECT_EQ(inode_of(a.path), ino);
+  write_file(in.cache / "rebuilt.so", "patched code");  // the candidate's JIT rebuilt it
+  EXPECT_TRUE(s.take_back_aside(a, in.cache));
+  EXPECT_EQ(inode_of(in.cache), ino);  // the very directory, every attribute kept
+  EXPECT_EQ(tree_digest(in.cache), before);
+  EXPECT_FALSE(fs::exists(a.path));
+  std::vector<std::string> litter = s.take_litter();
+  ASSERT_EQ(litter.size(), 1u);
+  EXPECT_EQ(read_file(fs::path(litter[0]) / "rebuilt.so"), "patched code");
+  EXPECT_FALSE(s.take_back_aside(a, in.cache));  // twice is harmless: the trash is found again
+  EXPECT_EQ(s.take_litter(), litter);
+  s.purge(litter);
+  EXPECT_TRUE(wait_until_gone(litter[0]));
+  EXPECT_FALSE(s.take_back_aside(a, in.cache));
+  EXPECT_TRUE(s.take_litter().empty());
+}
+
+TEST(BackupStore, AnInterruptedTakeBackIsFinishedFromEitherName) {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  BackupStore s(real_disk(), t / "ov");
+  AsideDir a = aside_of(in.cache, "n1-ab");
+  s.put_aside(in.cache, a);
+  // Killed between the exchange and the rename to trash: the original is back, the rebuilt
+  // cache sits under the aside name.
+  fs::create_directories(in.cache);
+  write_file(in.cache / "rebuilt.so", "patched code");
+  ASSERT_TRUE(real_disk().exchange(a.path, in.cache));
+  EXPECT_FALSE(s.take_back_aside(a, in.cache));
+  EXPECT_EQ(inode_of(in.cache), static_cast<ino_t>(a.ino));
+  EXPECT_FALSE(fs::exists(a.path));
+  std::vector<std::string> litter = s.take_litter();
+  ASSERT_EQ(litter.size(), 1u);
+  EXPECT_EQ(read_file(fs::path(litter[0]) / "rebuilt.so"), "patched code");
+}
+
+TEST(BackupStore, AReplacedOrPlantedAsideCopyIsRefusedAndNothingMoves) {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  BackupStore s(real_disk(), t / "ov");
+  AsideDir a = aside_of(in.cache, "n1-ab");
+  s.put_aside(in.cache, a);
+  write_file(in.cache / "rebuilt.so", "patched code");
+  auto refused = [&](const std::string& why) {
+    try {
+      s.take_back_aside(a, in.cache);
+      ADD_FAILURE() << "restored a " << why;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("refusing to restore it"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(read_file(in.cache / "rebuilt.so"), "patched code") << why;
+  };
+  // Another directory in its place (same name, another inode).
+  fs::rename(a.path, t / "real-original");
+  fs::create_directories(a.path);
+  write_file(fs::path(a.path) / "evil.so", "x");
+  refused("directory planted at the aside name");
+  // A symlink to the real original: still not the recorded directory.
+  fs::remove_all(a.path);
+  fs::create_directory_symlink(t / "real-original", a.path);
+  refused("symlink at the aside name");
+  // The original itself, but given to another owner.
+  fs::remove(a.path);
+  fs::rename(t / "real-original", a.path);
+  if (::geteuid() == 0) {  // only root can give it away
+    ASSERT_EQ(::chown(a.path.c_str(), 65534, 65534), 0);
+    refused("copy owned by someone else");
+    ASSERT_EQ(::chown(a.path.c_str(), static_cast<uid_t>(a.uid), 0), 0);
+  }
+  EXPECT_TRUE(s.take_back_aside(a, in.cache));
 }
 
 TEST(BackupStore, LargeReplacedFileFreedInTheBackground) {
@@ -94,7 +191,7 @@ TEST(BackupStore, LargeReplacedFileFreedInTheBackground) {
   EXPECT_TRUE(s.restore_file(saved.backup, saved.sha256, t / "inst/big", saved.mode, saved.stamp));
   EXPECT_EQ(file_sha256(t / "inst/big"), saved.sha256);
   EXPECT_EQ(std::distance(fs::directory_iterator(t / "ov/_trash"), fs::directory_iterator()), 1);  // parked, not freed
-  s.purge_trash();
+  s.purge();
   // The background purge removes _trash itself once it is done: gone counts as emptied.
   auto emptied = [&] {
     std::error_code ec;
