@@ -3,6 +3,14 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
 #include "overlay/error.hpp"
 
 namespace overlay {
@@ -52,6 +60,81 @@ std::string Sha256::finish_hex() {
     hex.push_back(digits[md[i] & 0xf]);
   }
   return hex;
+}
+
+struct ThreadedSha256::Impl {
+  static constexpr std::size_t kSlots = 4, kChunk = 1 << 20;
+  Sha256 hash;
+  std::array<std::unique_ptr<char[]>, kSlots> bufs;
+  std::array<std::size_t, kSlots> sizes{};
+  std::uint64_t filled = 0, hashed = 0;  // chunks handed over / hashed
+  std::size_t open_bytes = 0;            // bytes in the chunk being filled (slot filled % kSlots)
+  bool closing = false;
+  std::mutex m;
+  std::condition_variable cv;
+  std::thread worker;
+
+  Impl() {
+    for (auto& b : bufs) b.reset(new char[kChunk]);  // not zeroed: every byte is written first
+    worker = std::thread([this] { run(); });
+  }
+  void run() {
+    for (;;) {
+      std::unique_lock<std::mutex> l(m);
+      cv.wait(l, [&] { return hashed < filled || closing; });
+      if (hashed == filled) return;
+      const char* b = bufs[hashed % kSlots].get();
+      std::size_t n = sizes[hashed % kSlots];
+      l.unlock();
+      hash.update(b, n);
+      l.lock();
+      ++hashed;
+      cv.notify_all();
+    }
+  }
+  // Hands the chunk being filled to the worker.
+  void hand_over() {
+    std::lock_guard<std::mutex> l(m);
+    sizes[filled % kSlots] = open_bytes;
+    ++filled;
+    open_bytes = 0;
+    cv.notify_all();
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> l(m);
+      closing = true;
+      cv.notify_all();
+    }
+    if (worker.joinable()) worker.join();
+  }
+};
+
+ThreadedSha256::ThreadedSha256() : impl_(std::make_unique<Impl>()) {}
+
+ThreadedSha256::~ThreadedSha256() { impl_->stop(); }
+
+void ThreadedSha256::update(const void* data, std::size_t size) {
+  const char* p = static_cast<const char*>(data);
+  Impl& d = *impl_;
+  while (size > 0) {
+    if (d.open_bytes == 0) {  // a fresh chunk: wait until its slot has been hashed
+      std::unique_lock<std::mutex> l(d.m);
+      d.cv.wait(l, [&] { return d.filled - d.hashed < Impl::kSlots; });
+    }
+    std::size_t n = std::min(size, Impl::kChunk - d.open_bytes);
+    std::memcpy(d.bufs[d.filled % Impl::kSlots].get() + d.open_bytes, p, n);
+    d.open_bytes += n;
+    p += n;
+    size -= n;
+    if (d.open_bytes == Impl::kChunk) d.hand_over();
+  }
+}
+
+std::string ThreadedSha256::finish_hex() {
+  if (impl_->open_bytes > 0) impl_->hand_over();
+  impl_->stop();
+  return impl_->hash.finish_hex();
 }
 
 std::string sha256_hex(std::string_view data) {

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
+#include <unordered_set>
 #include <vector>
 
 #include "overlay/archive_api.hpp"
@@ -38,7 +40,7 @@ using EntryPtr = std::unique_ptr<archive_entry, EntryDeleter>;
 
 struct WriteSink {
   WriteHandle* out;
-  Sha256* hash;
+  ThreadedSha256* hash;  // on its own thread: reading the files and writing the tar go on beside it
   ProgressMeter* meter;
   std::string error;
 };
@@ -92,7 +94,7 @@ void write_member(archive* a, Disk& disk, const fs::path& abs, const std::string
 
 struct ReadSource {
   std::unique_ptr<ReadHandle> in;
-  Sha256* hash = nullptr;  // when set, every byte read is hashed
+  ThreadedSha256* hash = nullptr;  // when set, every byte read is hashed (on its own thread)
   ProgressMeter* meter = nullptr;
   std::vector<char> buf = std::vector<char>(kChunk);
   std::string error;
@@ -140,9 +142,18 @@ struct Member {
   std::string hardlink;
 };
 
+// Once the archive has been read: hashes what follows its end-of-archive blocks (those bytes
+// count too) and compares the whole file's digest with the recorded one.
+void prove(ReadSource& src, ThreadedSha256& hash, const fs::path& tar_path, const std::string& expected) {
+  std::vector<char> rest(kChunk);
+  while (std::size_t n = src.in->read(rest.data(), rest.size())) hash.update(rest.data(), n);
+  std::string got = hash.finish_hex();
+  if (got != expected) throw Error("backup " + tar_path.string() + " is corrupt: sha256 " + got + ", recorded " + expected);
+}
+
 // One pass over the archive: names checked, optional digest compared, members listed.
 std::vector<Member> scan_tar(Disk& disk, const fs::path& tar_path, const std::string& expected) {
-  Sha256 hash;
+  ThreadedSha256 hash;
   ReadSource src;
   src.in = disk.open_read(tar_path);
   src.hash = expected.empty() ? nullptr : &hash;
@@ -165,23 +176,17 @@ std::vector<Member> scan_tar(Disk& disk, const fs::path& tar_path, const std::st
     members.push_back(std::move(m));
   }
   if (rc != ARCHIVE_EOF) arch_fail(a.get(), "read tar " + tar_path.string() + (src.error.empty() ? "" : " (" + src.error + ")"));
-  if (!expected.empty()) {
-    std::vector<char> rest(kChunk);  // bytes after the end-of-archive blocks count too
-    while (std::size_t n = src.in->read(rest.data(), rest.size())) hash.update(rest.data(), n);
-    std::string got = hash.finish_hex();
-    if (got != expected)
-      throw Error("backup " + tar_path.string() + " is corrupt: sha256 " + got + ", recorded " + expected);
-  }
+  if (!expected.empty()) prove(src, hash, tar_path, expected);
   return members;
 }
 
-// The single top directory to strip (the layout overlay_setup.py writes: every member is `top`
-// or `top/...`, where `top` is the cache dir's own name), or "" for the "./" layout.
-std::string top_prefix(const std::vector<Member>& members, const std::string& top) {
-  if (members.empty() || members.front().name.empty() || top.empty()) return "";
-  for (const auto& m : members)
-    if (m.name != top && m.name.rfind(top + "/", 0) != 0) return "";
-  return top;
+// The single top directory to strip: overlay_setup.py's layout (and this tool's now), where the
+// first member is `top` itself, the cache dir's own name, and every member is `top` or `top/...`;
+// "" for the "./" layout of this tool's earlier versions. Decided by the first member, then held
+// to: a later member outside `top` is refused.
+std::string top_prefix_of(const std::string& first, const std::string& top) {
+  if (top.empty() || first.empty()) return "";
+  return first == top || first.rfind(top + "/", 0) == 0 ? top : "";
 }
 
 std::string strip_prefix(const std::string& name, const std::string& prefix) {
@@ -189,6 +194,9 @@ std::string strip_prefix(const std::string& name, const std::string& prefix) {
   return name.size() <= prefix.size() ? std::string() : name.substr(prefix.size() + 1);
 }
 
+// Extracts members into `dest`, an empty directory. It knows every name it made there (so no
+// member needs an lstat): a member may only go through directories it made, a hard link may only
+// name a file it extracted, and a repeated member replaces the earlier one (as tar does).
 class Extractor {
  public:
   Extractor(Disk& disk, fs::path dest) : disk_(disk), dest_(std::move(dest)) { dirs_.insert(""); }
@@ -202,31 +210,28 @@ class Extractor {
 
   Disk& disk_;
   fs::path dest_;
-  std::set<std::string> dirs_;   // directories we made: the only parents a member may use
-  std::set<std::string> files_;  // regular files extracted: the only hard-link targets
+  std::unordered_set<std::string> dirs_;   // directories made: the only parents a member may use
+  std::unordered_set<std::string> others_; // everything else made (files, links, symlinks)
+  std::unordered_set<std::string> files_;  // regular files extracted: the only hard-link targets
   struct DirMeta { std::string name; mode_t mode; timespec mtime; };
   std::vector<DirMeta> dir_meta_;
-  std::vector<char> buf_ = std::vector<char>(kChunk);
 };
 
 void Extractor::ensure_parents(const std::string& name) {
-  fs::path parent = fs::path(name).parent_path();
-  std::string acc;
-  for (const auto& part : parent) {
-    acc = acc.empty() ? part.string() : acc + "/" + part.string();
+  for (auto slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1)) {
+    std::string acc = name.substr(0, slash);
     if (dirs_.count(acc)) continue;
-    FileInfo fi = disk_.info(dest_ / acc, Follow::no);
-    if (fi.exists()) throw Error("tar member goes through a non-directory: " + name);
+    if (others_.count(acc)) throw Error("tar member goes through a non-directory: " + name);
     disk_.make_dir(dest_ / acc, 0755);
-    dirs_.insert(acc);
+    dirs_.insert(std::move(acc));
   }
 }
 
 void Extractor::clear_slot(const std::string& name, const fs::path& p) {
-  FileInfo fi = disk_.info(p, Follow::no);
-  if (!fi.exists()) return;
-  if (fi.type == FileType::directory) throw Error("tar member would replace a directory: " + name);
+  if (dirs_.count(name)) throw Error("tar member would replace a directory: " + name);
+  if (!others_.count(name)) return;
   disk_.remove(p);  // a repeated member: the later one wins, as tar does
+  others_.erase(name);
   files_.erase(name);
 }
 
@@ -263,13 +268,12 @@ void Extractor::member(archive* a, archive_entry* e, const std::string& name, co
     clear_slot(name, p);
     disk_.make_hardlink(dest_ / link, p);
     files_.insert(name);
+    others_.insert(name);
     return;
   }
   if (type == AE_IFDIR) {
-    FileInfo fi = disk_.info(p, Follow::no);
-    if (fi.exists() && fi.type != FileType::directory) throw Error("tar member replaces a non-directory: " + name);
-    if (!fi.exists()) disk_.make_dir(p, 0700);
-    dirs_.insert(name);
+    if (others_.count(name)) throw Error("tar member replaces a non-directory: " + name);
+    if (dirs_.insert(name).second) disk_.make_dir(p, 0700);
     dir_meta_.push_back({name, perm, mtime});
     return;
   }
@@ -281,6 +285,7 @@ void Extractor::member(archive* a, archive_entry* e, const std::string& name, co
     write_file(a, p, perm);
     files_.insert(name);
   }
+  others_.insert(name);
   disk_.set_mtime(p, mtime);
 }
 
@@ -299,11 +304,12 @@ void Extractor::finish() {
 
 std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path& tar_path) {
   auto out = disk.create(tar_path, 0600, CreateMode::exclusive);
-  Sha256 hash;
+  ThreadedSha256 hash;
   ProgressMeter meter("snapshot " + dir.string(), 0);
   WriteSink sink{out.get(), &hash, &meter, {}};
   ArchivePtr a(A().archive_write_new());
   A().archive_write_set_format_pax_restricted(a.get());
+  A().archive_write_set_bytes_per_block(a.get(), 1 << 20);  // one write(2) per MiB, not per 10 KiB
   A().archive_write_set_bytes_in_last_block(a.get(), 1);
   if (A().archive_write_open(a.get(), &sink, nullptr, sink_write, nullptr) != ARCHIVE_OK)
     arch_fail(a.get(), "create tar " + tar_path.string());
@@ -329,30 +335,39 @@ void check_tar(Disk& disk, const fs::path& tar_path, const std::string& expected
 
 void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest, const std::string& top_name,
                  const std::string& expected_sha256) {
-  std::string prefix = top_prefix(scan_tar(disk, tar_path, expected_sha256), top_name);
+  ThreadedSha256 hash;
   ReadSource src;
   src.in = disk.open_read(tar_path);
+  src.hash = expected_sha256.empty() ? nullptr : &hash;
   ProgressMeter meter("restore " + tar_path.filename().string(), disk.info(tar_path, Follow::no).size);
   src.meter = &meter;
   ArchivePtr a = open_tar(src, tar_path);
   Extractor x(disk, dest);
+  std::optional<std::string> prefix;
+  auto inside = [&](const std::string& name) { return prefix->empty() || name == *prefix || name.rfind(*prefix + "/", 0) == 0; };
   archive_entry* e = nullptr;
   int rc;
   while ((rc = A().archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
     const char* p = A().archive_entry_pathname(e);
     std::string raw = p ? p : "";
     std::string name = normalize_member(raw);
-    check_member_name(raw, name);  // again: the file may have changed since the scan
+    check_member_name(raw, name);
+    if (!prefix) prefix = top_prefix_of(name, top_name);
+    if (!inside(name)) throw Error("tar member outside its top directory " + *prefix + ": " + raw);
     std::string link;
     if (const char* h = A().archive_entry_hardlink(e)) {
       link = normalize_member(h);
       check_member_name(h, link);
-      link = strip_prefix(link, prefix);
+      if (!inside(link)) throw Error("tar hard link outside its top directory " + *prefix + ": " + h);
+      link = strip_prefix(link, *prefix);
     }
-    x.member(a.get(), e, strip_prefix(name, prefix), link);
+    mode_t t = A().archive_entry_filetype(e);
+    if (t != AE_IFREG && t != AE_IFDIR && t != AE_IFLNK && link.empty()) throw Error("tar member is a special file: " + raw);
+    x.member(a.get(), e, strip_prefix(name, *prefix), link);
   }
-  if (rc != ARCHIVE_EOF) arch_fail(a.get(), "read tar " + tar_path.string());
+  if (rc != ARCHIVE_EOF) arch_fail(a.get(), "read tar " + tar_path.string() + (src.error.empty() ? "" : " (" + src.error + ")"));
   x.finish();
+  if (!expected_sha256.empty()) prove(src, hash, tar_path, expected_sha256);
 }
 
 }  // namespace overlay

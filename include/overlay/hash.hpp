@@ -23,6 +23,25 @@ class Sha256 {
   std::unique_ptr<Impl> impl_;
 };
 
+// A Sha256 computed on a thread of its own, for a caller with work of its own to do beside the
+// hashing (reading an archive, creating files). update() copies the bytes into a ring of 1 MiB
+// chunks — a copy costs a tenth of hashing them — and returns at once unless the ring is full;
+// finish_hex() waits for the rest. One caller thread at a time.
+class ThreadedSha256 {
+ public:
+  ThreadedSha256();
+  ~ThreadedSha256();
+  ThreadedSha256(const ThreadedSha256&) = delete;
+  ThreadedSha256& operator=(const ThreadedSha256&) = delete;
+
+  void update(const void* data, std::size_t size);
+  std::string finish_hex();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // SHA-256 of a byte string, as lower-case hex.
 std::string sha256_hex(std::string_view data);
 

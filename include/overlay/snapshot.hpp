@@ -22,8 +22,10 @@ void check_tar(Disk& disk, const fs::path& tar_path, const std::string& expected
 // absolute names, "..", any path through a symlink, hard links to anything but an extracted
 // regular file, and special files. Accepts both "./x" members (this tool's earlier layout) and
 // members under a single top directory called `top_name` (overlay_setup.py's layout, and this
-// tool's now), whose own member gives dest its mode and mtime.
-// When expected_sha256 is not empty, the tar is proven intact before anything is written.
+// tool's now; told by the first member), whose own member gives dest its mode and mtime.
+// When expected_sha256 is not empty, the tar is hashed as it is read, in the same single pass,
+// and a mismatch throws once it has been read: dest may then hold members of a corrupt tar, so
+// it must be a directory nothing uses until this returns (the caller swaps it in only then).
 // Files are not fsynced one by one: the caller makes the whole tree durable (sync_filesystem).
 void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest, const std::string& top_name,
                  const std::string& expected_sha256);
