@@ -13,7 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-STYLE = {"overlay": "-o", "overlay (move)": "-o", "overlay (tar)": "-s", "overlay_setup.py": "--^", "floor": ":x"}
+STYLE = {"overlay": "-o", "overlay (move)": "-o", "overlay (aside)": "-D", "overlay (tar)": "-s", "overlay_setup.py": "--^",
+         "floor": ":x"}
 
 
 def series(rows, axis, step_filter):
@@ -73,7 +74,7 @@ def main():
         rows = list(csv.DictReader(f))
     for step in ("add-native", "revert", "verify-native"):
         plot(rows, "size", step, ("cp+sync", "sha256"), "artifact size (MiB)", os.path.join(out, "sweep-size-%s.png" % step))
-        plot(rows, "cache", step, ("tar+sync", "find"), "cache files", os.path.join(out, "sweep-cache-%s.png" % step))
+        plot(rows, "cache", step, ("tar+sync", "untar+sync", "find"), "cache files", os.path.join(out, "sweep-cache-%s.png" % step))
     plot_rss(rows, os.path.join(out, "sweep-peak-rss.png"))
 
 

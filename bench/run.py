@@ -3,7 +3,12 @@
 interleaved round by round, and prints medians, spread, ratios next to SPEC's targets, and the
 peak RSS of each step. It reports; it does not assert.
 
-  bench/run.py --overlay build/overlay [--rounds 5] [--work DIR] [--fs here|xfs|btrfs] [workload flags, see workload.py]
+  bench/run.py --overlay build/overlay [--rounds 5] [--work DIR] [--fs here|xfs|btrfs]
+               [--cache-sizes 20000,200000] [--cache-rounds 3] [workload flags, see workload.py]
+
+The cache targets are measured on caches of 1 KiB files beside the install: moved into an overlay
+on the same filesystem (the floor), renamed aside with the overlay on a tmpfs (auto's choice
+across filesystems), and tarred against GNU tar in the same allocator state.
 
 --fs xfs|btrfs makes a sparse image of that filesystem (XFS with reflink), loop-mounts it (root) and
 runs there. Where the work dir's filesystem clones (cp --reflink=always works), SPEC's add-native
@@ -149,6 +154,129 @@ def durable_ops_floor(d, counts):
     return dt
 
 
+def make_small_cache(d, n):
+    """n files of 1 KiB in directories of 500 (the sweep's cache shape), once per size."""
+    stamp = d + ".done"
+    if os.path.exists(stamp):
+        return
+    shutil.rmtree(d, ignore_errors=True)
+    payload = os.urandom(1024)
+    for i in range(n):
+        sub = os.path.join(d, "d%04d" % (i // 500))
+        if i % 500 == 0:
+            os.makedirs(sub, exist_ok=True)
+        with open(os.path.join(sub, "f%06d.o" % i), "wb") as f:
+            f.write(payload)
+    open(stamp, "w").close()
+
+
+def settle_litter(parent, ov=None):
+    """Waits (untimed) until the trees revert and add-native leave to their detached deleter are
+    gone: the next step's measurement must not share the disk with it."""
+    for _ in range(30000):
+        busy = [x for x in os.listdir(parent) if ".overlay-trash-" in x or ".overlay-restore-" in x]
+        trash = os.path.join(ov, "_trash") if ov else ""
+        if not busy and not (trash and os.path.isdir(trash) and os.listdir(trash)):
+            return
+        time.sleep(0.01)
+
+
+def other_filesystem_dir(work):
+    """A directory on another filesystem than `work` for the cross-filesystem overlay: a fresh
+    tmpfs (root), else /dev/shm when it is another filesystem; None, with the reason printed."""
+    d = os.path.join(os.path.dirname(os.path.abspath(work)), "overlay-bench-tmpfs")
+    os.makedirs(d, exist_ok=True)
+    if os.stat(d).st_dev != os.stat(work).st_dev:
+        return d  # mounted already
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", d], stderr=subprocess.DEVNULL).returncode == 0:
+        atexit.register(lambda: subprocess.run(["umount", "-l", d]))
+        return d
+    if os.path.isdir("/dev/shm") and os.stat("/dev/shm").st_dev != os.stat(work).st_dev:
+        d = tempfile_dir("/dev/shm")
+        atexit.register(lambda: shutil.rmtree(d, ignore_errors=True))
+        return d
+    print("bench: cross-filesystem caches not measured: cannot mount a tmpfs (needs root) and /dev/shm is "
+          "not another filesystem", file=sys.stderr)
+    return None
+
+
+def tempfile_dir(parent):
+    import tempfile
+    return tempfile.mkdtemp(prefix="overlay-bench-", dir=parent)
+
+
+def cache_rounds(ov_bin, env, work, sizes, rounds):
+    """SPEC's cache targets: for each cache size, add-native and revert of that cache alone (a
+    one-line source beside it) kept three ways, interleaved round by round: moved into an overlay
+    on its filesystem (the floor of the next), renamed aside with the overlay on another
+    filesystem (auto's choice there), and tarred against GNU tar (-cf + sync; -xf into a fresh
+    sibling of the cache + sync, so the same allocator state as revert's)."""
+    other = other_filesystem_dir(work)
+    root = os.path.join(work, "caches")
+    os.makedirs(root, exist_ok=True)
+    src, patched = os.path.join(root, "k.cu"), os.path.join(root, "k2.cu")
+    for path, text in ((src, b"orig\n"), (patched, b"cand\n")):
+        with open(path, "wb") as f:
+            f.write(text)
+    t = {}
+
+    def add(key, sample):
+        t.setdefault(key, []).append(sample[0])
+
+    for n in sizes:
+        cache = os.path.join(root, "c%d" % n)
+        make_small_cache(cache, n)
+        tar, floor_dir = os.path.join(work, "cache-floor.tar"), os.path.join(root, ".floor-untar")
+        ways = [("move", os.path.join(work, "ov-cache-move"), "move")]
+        if other:
+            ways.append(("aside", os.path.join(other, "ov-aside"), "auto"))
+        for _ in range(rounds):
+            for way, ov, snap in ways:
+                shutil.rmtree(ov, ignore_errors=True)
+                argv = ["add-native", "--overlay", ov, "--target", src, "--patched-file", patched,
+                        "--invalidate-cache", cache, "--cache-snapshot", snap]
+                subprocess.run(["sync"])
+                add((n, way, "add-native"), timed([ov_bin] + argv, env))
+                if way == "aside" and '"aside"' not in open(os.path.join(ov, "_overlay_manifest.json")).read():
+                    print("bench: auto did not put the cache aside across filesystems", file=sys.stderr)
+                subprocess.run(["sync"])
+                add((n, way, "revert"), timed([ov_bin, "revert", "--overlay", ov], env))
+                settle_litter(root, ov)
+            ov = os.path.join(work, "ov-cache-tar")
+            shutil.rmtree(ov, ignore_errors=True)
+            subprocess.run(["sync"])
+            add((n, "floor", "tar -cf + sync"), timed(["sh", "-c", 'tar -cf "$1" -C "$0" . && sync "$1"', cache, tar]))
+            subprocess.run(["sync"])
+            add((n, "tar", "add-native"), timed([ov_bin, "add-native", "--overlay", ov, "--target", src, "--patched-file",
+                                                 patched, "--invalidate-cache", cache, "--cache-snapshot", "tar"], env))
+            settle_litter(root, ov)
+            subprocess.run(["sync"])
+            add((n, "floor", "tar -xf + sync"), timed(["sh", "-c", 'mkdir "$1" && tar -xf "$0" -C "$1" && sync', tar, floor_dir]))
+            shutil.rmtree(floor_dir)
+            os.remove(tar)
+            subprocess.run(["sync"])
+            add((n, "tar", "revert"), timed([ov_bin, "revert", "--overlay", ov], env))
+            settle_litter(root, ov)
+    return {k: statistics.median(v) for k, v in t.items()}, bool(other)
+
+
+def print_cache_table(med, sizes, cross):
+    print("\ncaches (1 KiB files), medians; targets: aside <= 1.3 x moved, tar <= 2 x GNU tar")
+    print("%9s | %-34s | %-34s | %-34s | %-34s" % ("files", "add-native aside / moved", "revert aside / moved",
+                                                    "add-native tar / tar -cf+sync", "revert tar / tar -xf+sync"))
+    for n in sizes:
+        cells = []
+        for way, step, floor_key in (("aside", "add-native", (n, "move", "add-native")), ("aside", "revert", (n, "move", "revert")),
+                                     ("tar", "add-native", (n, "floor", "tar -cf + sync")),
+                                     ("tar", "revert", (n, "floor", "tar -xf + sync"))):
+            got = med.get((n, way, step))
+            if got is None:
+                cells.append("not measured (no other filesystem)" if way == "aside" and not cross else "-")
+                continue
+            cells.append("%.3f s / %.3f s = %.2f" % (got, med[floor_key], got / med[floor_key]))
+        print("%9d | %-34s | %-34s | %-34s | %-34s" % tuple([n] + cells))
+
+
 HELLO_SOURCE = b'#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n'
 
 
@@ -183,6 +311,9 @@ def main():
     p.add_argument("--cache-snapshot", default="auto")
     p.add_argument("--fs", choices=["here", "xfs", "btrfs"], default="here")
     p.add_argument("--image-gib", type=int, default=12)
+    p.add_argument("--cache-sizes", default="20000,200000",
+                   help="cache file counts (1 KiB files) for the cache targets; empty to skip")
+    p.add_argument("--cache-rounds", type=int, default=3)
     a, workload_flags = p.parse_known_args()
     ov_bin = os.path.abspath(a.overlay)
     if a.fs != "here":
@@ -248,6 +379,9 @@ def main():
         s.add("floor: build (cp)", timed(build.replace("/lib/k.so", "/scratch.so").split()))
         s.t.setdefault("floor: durable ops", []).append(durable_ops_floor(tiny, durable))
 
+    cache_sizes = [int(x) for x in a.cache_sizes.split(",") if x]
+    cache_med, cross = cache_rounds(ov_bin, env, a.work, cache_sizes, a.cache_rounds) if cache_sizes else ({}, False)
+
     hello = build_static_hello(a.work)
     start = startups(ov_bin, hello, max(200, 40 * a.rounds)) if hello else None
 
@@ -290,6 +424,8 @@ def main():
               " timed alone %.1f ms + three `overlay --version` %.1f ms): %.2f x (target <= 1.25)" %
               ("A/B cycle vs floor", beyond, floor + 3 * v, durable[0], durable[1], durable[2], floor, 3 * v,
                beyond / (floor + 3 * v)))
+    if cache_sizes:
+        print_cache_table(cache_med, cache_sizes, cross)
     print("peak RSS over all overlay steps: %.1f MiB (target <= 32 MiB)" %
           (max(v for k, v in s.rss.items() if not k.startswith("floor")) / 1024))
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How cost grows: times add-native, verify-native and revert of overlay — and of the tool it
 replaces, overlay_setup.py — against the floors measured in the same run, over artifact sizes and
-cache file counts; records overlay's peak RSS at each point. Writes a CSV; bench/plot.py draws it.
+cache file counts (the cache moved into the overlay, renamed aside beside itself, and tarred);
+records overlay's peak RSS at each point. Writes a CSV; bench/plot.py draws it.
 
   bench/sweep.py --overlay build/overlay [--reference ../shared/reference/overlay_setup.py]
                  [--sizes-mib 64,256,1024,4096] [--cache-files 1000,10000,50000,200000]
@@ -60,6 +61,17 @@ def make_cache(d, n):
             f.write(payload)
 
 
+def settle(ov, inst):
+    """Waits (untimed) for the detached deletions a revert or add-native leaves: the replaced
+    artifact in the overlay's _trash, the replaced cache trees beside the cache dir."""
+    trash = os.path.join(ov, "_trash")
+    for _ in range(6000):
+        litter = [n for n in os.listdir(inst) if ".overlay-trash-" in n or ".overlay-restore-" in n]
+        if not litter and (not os.path.isdir(trash) or not os.listdir(trash)):
+            return
+        time.sleep(0.01)
+
+
 class Sweep:
     def __init__(self, a):
         self.a, self.rows = a, []
@@ -89,16 +101,13 @@ class Sweep:
         name = tool
         t, rss = run_timed(add, self.env)
         self.record(axis, x, name, "add-native", t, rss if tool == "overlay" else 0)
+        settle(ov, inst)  # a tarred cache's detached deletion, untimed
         rebuild_artifact(inst + "/lib/_C.so")
         t, rss = run_timed(argv + ["verify-native", "--overlay", ov], self.env)
         self.record(axis, x, name, "verify-native", t, rss if tool == "overlay" else 0)
         t, rss = run_timed(argv + ["revert", "--overlay", ov], self.env)
         self.record(axis, x, name, "revert", t, rss if tool == "overlay" else 0)
-        trash = os.path.join(ov, "_trash")
-        for _ in range(2000):  # the detached deletion of a replaced artifact, untimed
-            if not os.path.isdir(trash) or not os.listdir(trash):
-                break
-            time.sleep(0.01)
+        settle(ov, inst)
 
     def new_install(self):
         inst = os.path.join(self.a.work, "install")
@@ -133,6 +142,18 @@ class Sweep:
                 self.cycle("size", mib, inst, tool, argv, ["--artifact", art], None)
             shutil.rmtree(inst)
 
+    def untar_floor(self, n, cache):
+        """GNU tar extracting the cache beside itself (the directory a revert extracts into, so
+        the same allocator state), then sync."""
+        tar = os.path.join(self.a.work, "floor.tar")
+        subprocess.check_call(["tar", "-cf", tar, "-C", cache, "."])
+        dest = os.path.join(os.path.dirname(cache), ".floor-untar")
+        subprocess.run(["sync"])
+        t, _ = run_timed(["sh", "-c", 'mkdir "$1" && tar -xf "$0" -C "$1" && sync', tar, dest])
+        self.record("cache", n, "floor", "untar+sync", t)
+        shutil.rmtree(dest)
+        os.remove(tar)
+
     def cache_counts(self):
         for n in self.a.cache_files:
             inst = self.new_install()
@@ -140,10 +161,11 @@ class Sweep:
             cache = inst + "/cache"
             make_cache(cache, n)
             self.floor("cache", n, "tar+sync", 'tar -cf "$1" -C "$0" . && sync "$1"', cache)
+            self.untar_floor(n, cache)
             t, _ = run_timed(["find", cache, "-name", "nothing"])
             self.record("cache", n, "floor", "find", t)
             extra = ["--artifact", inst + "/lib/_C.so", "--invalidate-cache", cache]
-            for snap in ("move", "tar"):
+            for snap in ("move", "aside", "tar"):
                 self.cycle("cache", n, inst, "overlay (%s)" % snap, [self.a.overlay], extra, snap)
             if self.a.reference and os.path.exists(self.a.reference):
                 self.cycle("cache", n, inst, "overlay_setup.py", [sys.executable, self.a.reference], extra, None)

@@ -45,13 +45,18 @@ void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& 
 std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes) {
   auto in = disk.open_read(p);
   std::string data;
-  std::vector<char> buf(64 * 1024);
-  while (std::size_t n = in->read(buf.data(), buf.size())) {
-    data.append(buf.data(), n);
-    if (data.size() > max_bytes)
-      throw Error(p.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
+  // Read in steps that grow with what came: a manifest of 2 KiB costs one small buffer, not a
+  // zeroed 64 KiB one (page faults and a memset per read, in every invocation).
+  std::size_t step = 4096;
+  for (;;) {
+    std::size_t have = data.size();
+    data.resize(have + step);
+    std::size_t n = in->read(data.data() + have, step);
+    data.resize(have + n);
+    if (data.size() > max_bytes) throw Error(p.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
+    if (n == 0) return data;
+    step = std::min<std::size_t>(step * 2, 1 << 20);
   }
-  return data;
 }
 
 void remove_file_durably(Disk& disk, const fs::path& p) {

@@ -51,13 +51,18 @@ std::vector<fs::path> HoldRegistry::overlays() {
   return out;
 }
 
+namespace {
+bool records_change_to(const Manifest& m, const fs::path& path) {
+  return std::any_of(m.natives.begin(), m.natives.end(), [&](const NativeEntry& e) {
+    return std::any_of(e.sources.begin(), e.sources.end(), [&](const SourceItem& s) { return s.install_path == path.string(); });
+  });
+}
+}  // namespace
+
 bool HoldRegistry::still_holds(const fs::path& ov, const fs::path& path) {
   try {
     auto m = load_manifest(disk_, ov);
-    if (!m) return false;
-    return std::any_of(m->natives.begin(), m->natives.end(), [&](const NativeEntry& e) {
-      return std::any_of(e.sources.begin(), e.sources.end(), [&](const SourceItem& s) { return s.install_path == path.string(); });
-    });
+    return m && records_change_to(*m, path);
   } catch (const Error&) {
     return true;  // cannot tell: refusing is the safe side
   }
@@ -87,12 +92,13 @@ void HoldRegistry::acquire(const std::vector<fs::path>& paths, const fs::path& o
   }
 }
 
-void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& overlay, double lock_timeout) {
+void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded,
+                           double lock_timeout) {
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
   OverlayLock lock(dir_, lock_timeout);
   for (const auto& p : paths) {
     auto h = holder(p);
-    if (h && *h == overlay && !still_holds(overlay, p)) disk_.remove(hold_file(p));
+    if (h && *h == overlay && !records_change_to(recorded, p)) disk_.remove(hold_file(p));
   }
 }
 

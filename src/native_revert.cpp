@@ -157,13 +157,13 @@ std::vector<std::string> litter_left(Disk& disk, const std::vector<std::string>&
 
 // Holds are a convenience for the next add-native; a failure to drop one never fails a revert
 // (a stale hold is ignored once no manifest records the change).
-void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overlay, const NativeEntry& e) {
+void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overlay, const NativeEntry& e, const Manifest& now) {
   std::vector<fs::path> paths;
   for (const auto& s : e.sources) paths.emplace_back(s.install_path);
   for (const auto& c : e.created) paths.emplace_back(c.path);
   try {
     HoldRegistry(disk, opts.state_dir.empty() ? HoldRegistry::default_state_dir() : opts.state_dir)
-        .release(paths, overlay, opts.lock_timeout);
+        .release(paths, overlay, now, opts.lock_timeout);
   } catch (const Error& err) {
     spdlog::warn("cannot release holds of {}: {}", overlay.string(), err.what());
   }
@@ -220,7 +220,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     save_manifest(disk, overlay, *m);  // the entry is gone from the record before its backups are
     rev.forget_backups(done);
     remove_module_files(disk, overlay, files, report);
-    release_holds(disk, opts, overlay, done);
+    release_holds(disk, opts, overlay, done, *m);
     ++report.entries_reverted;
   }
   // A patch of Python files only (or whose native entry went earlier): its entries go now.

@@ -118,7 +118,8 @@ fs::path BackupStore::resolve(const std::string& rel) const {
   fs::path parent = p.parent_path();
   if (!disk_.info(parent, Follow::yes).exists()) return p;  // missing: reported by the caller
   fs::path real_parent = disk_.real_path(parent);
-  fs::path real_overlay = disk_.real_path(overlay_);
+  if (real_overlay_.empty()) real_overlay_ = disk_.real_path(overlay_);  // once per store
+  const fs::path& real_overlay = real_overlay_;
   auto rel_to = real_parent.lexically_relative(real_overlay);
   if (rel_to.empty() || *rel_to.begin() == "..") throw Error("backup path escapes the overlay: " + rel);
   if (disk_.info(p, Follow::no).type == FileType::symlink) throw Error("backup is a symlink: " + rel);

@@ -11,6 +11,8 @@
 
 namespace overlay {
 
+struct Manifest;
+
 class HoldRegistry {
  public:
   HoldRegistry(Disk& disk, fs::path state_dir) : disk_(disk), dir_(std::move(state_dir) / "holds") {}
@@ -23,8 +25,9 @@ class HoldRegistry {
   // as the holder of each. With force, takes the holds over without checking.
   void acquire(const std::vector<fs::path>& paths, const fs::path& overlay, bool force, double lock_timeout);
 
-  // Drops the holds `overlay` has on `paths` (holds of other overlays stay).
-  void release(const std::vector<fs::path>& paths, const fs::path& overlay, double lock_timeout);
+  // Drops the holds `overlay` has on `paths` that `recorded` — its manifest as just saved — no
+  // longer records a change to (holds of other overlays stay).
+  void release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded, double lock_timeout);
 
   // The overlay recorded as holding `path`, whether or not that hold is still live.
   std::optional<fs::path> holder(const fs::path& path);

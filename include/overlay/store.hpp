@@ -118,6 +118,7 @@ class BackupStore {
   fs::path entry_dir(const std::string& id) const { return overlay_ / kBackupDirName / id; }
   Disk& disk_;
   fs::path overlay_;
+  mutable fs::path real_overlay_;  // the overlay's real path, resolved on first use
   bool backup_dir_created_ = false;
   std::vector<std::string> litter_;
   // Moves `p` (whose filesystem is the overlay's) into _trash/, or returns false.

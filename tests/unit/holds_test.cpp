@@ -47,9 +47,10 @@ TEST(HoldRegistry, ReleaseDropsOnlyOwnHoldsOnceNotRecorded) {
   fs::path a = t / "a", b = t / "b";
   reg.acquire({a, b}, t / "ov", false, 1);
   record_change(t / "ov", b);
-  reg.release({a, b}, t / "other", 1);  // not its holds
+  Manifest recorded = *load_manifest(real_disk(), t / "ov");
+  reg.release({a, b}, t / "other", recorded, 1);  // not its holds
   EXPECT_TRUE(reg.holder(a));
-  reg.release({a, b}, t / "ov", 1);
+  reg.release({a, b}, t / "ov", recorded, 1);
   EXPECT_FALSE(reg.holder(a));  // no longer recorded: dropped
   EXPECT_TRUE(reg.holder(b));   // still recorded by the overlay: kept
 }
