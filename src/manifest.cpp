@@ -109,6 +109,22 @@ std::uint64_t req_unsigned(const json& j, const char* key, const std::string& w)
   return v->get<std::uint64_t>();
 }
 
+std::optional<PinnedDir> opt_parent(const json& j, const std::string& w) {
+  const json* v = find(j, "parent");
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  if (!v->is_object()) bad(w + ".parent", "expected {path, dev, ino}");
+  PinnedDir pin{abs_path(*v, "path", w + ".parent"), req_unsigned(*v, "dev", w + ".parent"), req_unsigned(*v, "ino", w + ".parent"),
+                opt_string(*v, "below", w + ".parent").value_or("")};
+  if (!pin.below.empty() && !is_safe_relative(pin.below)) bad(w + ".parent.below", "not a relative path inside it: " + pin.below);
+  return pin;
+}
+
+void put_parent(json& j, const std::optional<PinnedDir>& p) {
+  if (!p) return;
+  j["parent"] = {{"path", p->path}, {"dev", p->dev}, {"ino", p->ino}};
+  if (!p->below.empty()) j["parent"]["below"] = p->below;
+}
+
 SourceItem parse_source(const json& j, const std::string& w) {
   SourceItem s;
   s.install_path = abs_path(j, "install_path", w);
@@ -118,6 +134,7 @@ SourceItem parse_source(const json& j, const std::string& w) {
   s.mode = opt_mode(j, w);
   s.stamp = opt_stamp(j, w);
   s.deleted = req_bool(j, "deleted", w, false);
+  s.parent = opt_parent(j, w);
   s.raw = j;
   return s;
 }
@@ -126,6 +143,7 @@ CreatedItem parse_created(const json& j, const std::string& w) {
   CreatedItem c;
   c.path = abs_path(j, "path", w);
   c.sha256 = sha(j, "sha256", w);
+  c.parent = opt_parent(j, w);
   c.raw = j;
   return c;
 }
@@ -141,6 +159,7 @@ ArtifactItem parse_artifact(const json& j, const std::string& w) {
   }
   a.mode = opt_mode(j, w);
   a.stamp = opt_stamp(j, w);
+  a.parent = opt_parent(j, w);
   a.raw = j;
   return a;
 }
@@ -174,6 +193,7 @@ CacheItem parse_cache(const json& j, const std::string& w) {
   if (c.existed && has_dir) c.backup_dir = backup_path(j, "backup_dir", w);
   if (c.existed && !has_dir && !has_aside) c.backup_tar = backup_path(j, "backup_tar", w);
   c.sha256 = opt_sha(j, "sha256", w);
+  c.parent = opt_parent(j, w);
   c.raw = j;
   return c;
 }
@@ -319,6 +339,7 @@ json to_json(const SourceItem& s) {
   if (s.mode) j["mode"] = *s.mode;
   put_stamp(j, s.stamp);
   if (s.deleted) j["deleted"] = true;
+  put_parent(j, s.parent);
   return j;
 }
 
@@ -330,6 +351,7 @@ json to_json(const ArtifactItem& a) {
   j["sha256"] = a.sha256 ? json(*a.sha256) : json(nullptr);
   if (a.mode) j["mode"] = *a.mode;
   put_stamp(j, a.stamp);
+  put_parent(j, a.parent);
   return j;
 }
 
@@ -341,6 +363,7 @@ json to_json(const CacheItem& c) {
   if (c.sha256) j["sha256"] = *c.sha256;
   if (c.backup_dir) j["backup_dir"] = *c.backup_dir;
   if (c.aside) j["aside"] = {{"path", c.aside->path}, {"dev", c.aside->dev}, {"ino", c.aside->ino}, {"uid", c.aside->uid}};
+  put_parent(j, c.parent);
   return j;
 }
 
@@ -355,6 +378,7 @@ json to_json(const NativeEntry& e) {
       json item = c.raw;
       item["path"] = c.path;
       item["sha256"] = c.sha256;
+      put_parent(item, c.parent);
       j["created_files"].push_back(std::move(item));
     }
   }

@@ -14,6 +14,7 @@
 #include "overlay/holds.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/pinned.hpp"
 #include "overlay/store.hpp"
 
 namespace overlay {
@@ -32,6 +33,16 @@ struct ClonedArtifact {
   SavedFile saved;
 };
 
+// The pin of a tracked path: its own directory, or — inside one of the entry's cache dirs, which
+// the build is expected to fill again — that cache dir's parent (pinned.hpp).
+std::optional<PinnedDir> pin_of(Disk& disk, const NativePlan& plan, const fs::path& p) {
+  for (const auto& c : plan.caches) {
+    auto rel = p.lexically_relative(c);
+    if (!rel.empty() && *rel.begin() != ".." && rel != ".") return pin_below(disk, c, p);
+  }
+  return pin_parent(disk, p);
+}
+
 // Durable backups of everything the entry will touch; the entry describing them is returned.
 NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, const std::string& id,
                     std::vector<ClonedArtifact>& cloned) {
@@ -39,7 +50,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
   e.id = id;
   for (const auto& swap : plan.swaps) {
     if (swap.kind == SwapKind::create) {
-      e.created.push_back(CreatedItem{swap.target.string(), swap.content_sha256, json::object()});
+      e.created.push_back(CreatedItem{swap.target.string(), swap.content_sha256, pin_of(disk, plan, swap.target), json::object()});
       continue;
     }
     SavedFile s = store.save_file(id, "src_" + std::to_string(e.sources.size()), swap.target);
@@ -52,12 +63,14 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     item.deleted = swap.kind == SwapKind::remove;
     item.mode = s.mode;
     item.stamp = s.stamp;
+    item.parent = pin_of(disk, plan, swap.target);
     e.sources.push_back(std::move(item));
   }
   for (std::size_t k = 0; k < plan.artifacts.size(); ++k) {
     ArtifactItem a;
     a.path = plan.artifacts[k].string();
     a.existed = disk.info(plan.artifacts[k], Follow::no).type == FileType::regular;
+    a.parent = pin_of(disk, plan, plan.artifacts[k]);
     if (a.existed) {
       SavedFile s = store.save_file(id, "art_" + std::to_string(k), plan.artifacts[k]);
       spdlog::info("backed up {} -> {}", a.path, s.backup);
@@ -78,6 +91,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     c.dir = plan.caches[k].string();
     FileInfo ci = disk.info(plan.caches[k], Follow::no);
     c.existed = ci.type == FileType::directory;
+    c.parent = pin_parent(disk, plan.caches[k]);
     if (c.existed && plan.cache_ways[k] == CacheWay::move) {
       c.backup_dir = store.moved_dir_name(id, "cache_" + std::to_string(k));  // moved after the record
     } else if (c.existed && plan.cache_ways[k] == CacheWay::aside) {

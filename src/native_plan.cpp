@@ -98,6 +98,10 @@ std::vector<NativePlan::Swap> tree_swaps(Disk& disk, const AddNativeRequest& req
   std::vector<NativePlan::Swap> swaps;
   for (const auto& c : plan.patched_tree->changes()) {
     NativePlan::Swap s = tree_swap(disk, c);
+    // A directory under the root that is a symlink must not carry the change elsewhere.
+    if (!inside(s.target, root))
+      throw Error("file the diff changes leads out of the patch root through a symlink: " + c.path.string() + " is " +
+                  s.target.string());
     if (inside(s.target, plan.overlay)) throw Error("file the diff changes lies inside the overlay: " + s.target.string());
     for (const auto& other : swaps)
       if (other.target == s.target) throw Error("diff reaches one file by two names: " + s.target.string());

@@ -9,6 +9,7 @@
 #include "overlay/holds.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/pinned.hpp"
 #include "overlay/store.hpp"
 
 namespace overlay {
@@ -19,17 +20,24 @@ class Reverter {
   Reverter(Disk& disk, const fs::path& overlay, const RevertOptions& opts, RevertReport& report)
       : disk_(disk), store_(disk, overlay), opts_(opts), report_(report) {}
 
-  // Restores one entry; true when every item is back at its original state.
+  // Restores one entry; true when every item is back at its original state. Each item is acted
+  // on under the directory add-native pinned for it, or refused when that no longer stands.
   bool revert_entry(const NativeEntry& e) {
     bool ok = true;
     for (auto it = e.caches.rbegin(); it != e.caches.rend(); ++it)
-      ok &= attempt(it->dir, [&] { return cache(*it); });
+      ok &= attempt(it->dir, [&] { return cache(pinned(*it)); });
     for (auto it = e.artifacts.rbegin(); it != e.artifacts.rend(); ++it)
-      ok &= attempt(it->path, [&] { return artifact(*it); });
+      ok &= attempt(it->path, [&] {
+        ArtifactItem a = *it;
+        a.path = at(a.path, a.parent);
+        return artifact(a);
+      });
     for (auto it = e.created.rbegin(); it != e.created.rend(); ++it)
-      ok &= attempt(it->path, [&] { return created(it->path); });
+      ok &= attempt(it->path, [&] { return created(at(it->path, it->parent)); });
     for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
-      ok &= attempt(it->install_path, [&] { return file(it->install_path, it->backup, it->sha256, it->mode, it->stamp); });
+      ok &= attempt(it->install_path, [&] {
+        return file(at(it->install_path, it->parent), it->backup, it->sha256, it->mode, it->stamp);
+      });
     return ok;
   }
 
@@ -63,6 +71,18 @@ class Reverter {
       report_.problems.push_back({path, err.what()});
       return false;
     }
+  }
+
+  std::string at(const std::string& path, const std::optional<PinnedDir>& parent) {
+    return pinned_path(disk_, path, parent).string();
+  }
+
+  // The cache item with its dir (and its aside copy, a sibling) under the pinned directory.
+  CacheItem pinned(const CacheItem& item) {
+    CacheItem c = item;
+    c.dir = at(c.dir, c.parent);
+    if (c.aside) c.aside->path = (fs::path(c.dir).parent_path() / fs::path(c.aside->path).filename()).string();
+    return c;
   }
 
   std::string file(const std::string& path, const std::string& rel, const std::string& sha,

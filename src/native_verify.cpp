@@ -5,6 +5,7 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/pinned.hpp"
 
 namespace overlay {
 
@@ -21,6 +22,7 @@ const char* to_string(ArtifactState s) {
     case ArtifactState::unchanged: return "unchanged";
     case ArtifactState::missing_after_build: return "missing-after-build";
     case ArtifactState::not_created: return "not-created";
+    case ArtifactState::redirected: return "redirected";
   }
   return "?";
 }
@@ -32,17 +34,24 @@ VerifyReport verify_native(Disk& disk, const fs::path& overlay_in) {
   VerifyReport r;
   for (const auto& e : m->natives) {
     for (const auto& a : e.artifacts) {
-      FileInfo fi = disk.info(a.path, Follow::no);
+      // An artifact whose directory was swapped since add-native is judged nowhere else.
+      std::string why = a.parent ? why_redirected(disk, *a.parent) : "";
+      if (!why.empty()) {
+        r.items.push_back({a.path, ArtifactState::redirected, why});
+        continue;
+      }
+      fs::path at = pinned_path(disk, a.path, a.parent);
+      FileInfo fi = disk.info(at, Follow::no);
       ArtifactState st;
       // A different size is a different file: no need to read it.
       bool same_size = !a.stamp || fi.size == a.stamp->size;
       if (a.existed)
         st = !fi.exists() ? ArtifactState::missing_after_build
-             : (fi.type == FileType::regular && same_size && hash_file(disk, a.path) == *a.sha256) ? ArtifactState::unchanged
+             : (fi.type == FileType::regular && same_size && hash_file(disk, at) == *a.sha256) ? ArtifactState::unchanged
                                                                                                      : ArtifactState::rebuilt;
       else
         st = fi.exists() ? ArtifactState::created : ArtifactState::not_created;
-      r.items.push_back({a.path, st});
+      r.items.push_back({a.path, st, ""});
     }
   }
   return r;

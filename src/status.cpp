@@ -8,6 +8,7 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/pinned.hpp"
 #include "overlay/python_overlay.hpp"
 #include "overlay/store.hpp"
 
@@ -96,6 +97,34 @@ std::uint64_t backup_bytes(Disk& disk, BackupStore& store, const std::optional<s
   return fi.type == FileType::regular ? fi.size : 0;
 }
 
+// A tracked path judged where it lives now (under the directory add-native pinned for it), or
+// `redirected`, with what changed, when that directory no longer stands there.
+template <typename Item, typename State>
+TrackedFile judge(Disk& disk, TrackedKind kind, const Item& item, std::string Item::*path, State state) {
+  TrackedFile t{kind, item.*path, FileState::original};
+  std::string why = item.parent ? why_redirected(disk, *item.parent) : "";
+  if (!why.empty()) {
+    t.state = FileState::redirected;
+    t.note = why;
+    return t;
+  }
+  Item here = item;
+  here.*path = pinned_path(disk, item.*path, item.parent).string();
+  t.state = state(disk, here);
+  return t;
+}
+
+TrackedFile judge_cache(Disk& disk, BackupStore& store, const CacheItem& c) {
+  std::string why = c.parent ? why_redirected(disk, *c.parent) : "";
+  if (!why.empty()) return TrackedFile{TrackedKind::cache, c.dir, FileState::redirected, "", why};
+  CacheItem here = c;
+  here.dir = pinned_path(disk, c.dir, c.parent).string();
+  if (here.aside) here.aside->path = (fs::path(here.dir).parent_path() / fs::path(c.aside->path).filename()).string();
+  TrackedFile t = here.aside ? aside_cache_state(disk, here) : TrackedFile{TrackedKind::cache, c.dir, cache_state(disk, store, here)};
+  t.path = c.dir;
+  return t;
+}
+
 NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overlay, const NativeEntry& e) {
   NativeStatus st;
   st.id = e.id;
@@ -105,16 +134,16 @@ NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overl
   st.created_at = e.created_at;
   if (e.build_log) st.build_log = (overlay / *e.build_log).string();
   for (const auto& s : e.sources) {
-    st.files.push_back({s.deleted ? TrackedKind::deleted : TrackedKind::source, s.install_path, source_state(disk, s)});
+    st.files.push_back(judge(disk, s.deleted ? TrackedKind::deleted : TrackedKind::source, s, &SourceItem::install_path, source_state));
     st.snapshot_bytes += backup_bytes(disk, store, s.backup);
   }
-  for (const auto& c : e.created) st.files.push_back({TrackedKind::created, c.path, created_state(disk, c)});
+  for (const auto& c : e.created) st.files.push_back(judge(disk, TrackedKind::created, c, &CreatedItem::path, created_state));
   for (const auto& a : e.artifacts) {
-    st.files.push_back({TrackedKind::artifact, a.path, artifact_state(disk, a)});
+    st.files.push_back(judge(disk, TrackedKind::artifact, a, &ArtifactItem::path, artifact_state));
     st.snapshot_bytes += backup_bytes(disk, store, a.backup);
   }
   for (const auto& c : e.caches) {
-    st.files.push_back(c.aside ? aside_cache_state(disk, c) : TrackedFile{TrackedKind::cache, c.dir, cache_state(disk, store, c), "", ""});
+    st.files.push_back(judge_cache(disk, store, c));
     st.snapshot_bytes += backup_bytes(disk, store, c.backup_tar) + backup_bytes(disk, store, c.backup_dir);
   }
   return st;
@@ -244,6 +273,7 @@ const char* to_string(FileState s) {
     case FileState::invalidated: return "invalidated";
     case FileState::drifted: return "drifted";
     case FileState::missing: return "missing";
+    case FileState::redirected: return "redirected";
   }
   return "?";
 }

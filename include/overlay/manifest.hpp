@@ -33,6 +33,20 @@ struct FileStamp {
 // The stamp of an existing file's current state.
 FileStamp stamp_of(const FileInfo& fi);
 
+// The directory a tracked path lived in when the entry was recorded (added key "parent"): its
+// real path (symlinks resolved once, then) and its device and inode. Every later operation on
+// the path happens under that very directory, reached without following a symlink, or not at
+// all: a directory swapped since (for a symlink, or another directory) never steers where a
+// restore writes (issue 24, pinned.hpp).
+struct PinnedDir {
+  std::string path;  // absolute, symlinks resolved at record time
+  std::uint64_t dev = 0, ino = 0;
+  // The item's path below `path` when it lies deeper, inside a directory the entry expects to be
+  // replaced (an artifact inside a cache dir the build fills again): those directories are held
+  // to no inode, only to never being a symlink. "" when the item sits right in `path`.
+  std::string below = {};
+};
+
 struct SourceItem {
   std::string install_path;                   // absolute
   std::string backup;                         // relative to the overlay
@@ -41,6 +55,7 @@ struct SourceItem {
   std::optional<mode_t> mode;                 // original mode (added key)
   std::optional<FileStamp> stamp;             // original size/inode/mtime (added keys)
   bool deleted = false;                       // the entry's diff deletes it (added key)
+  std::optional<PinnedDir> parent;            // its directory at record time (added key)
   json raw = json::object();                  // the item as read
 };
 
@@ -48,6 +63,7 @@ struct SourceItem {
 struct CreatedItem {
   std::string path;    // absolute
   std::string sha256;  // what the tool wrote
+  std::optional<PinnedDir> parent;  // its directory at record time, when it existed then
   json raw = json::object();
 };
 
@@ -58,6 +74,7 @@ struct ArtifactItem {
   std::optional<std::string> sha256;  // set when existed
   std::optional<mode_t> mode;
   std::optional<FileStamp> stamp;
+  std::optional<PinnedDir> parent;  // its directory at record time, when it existed then
   json raw = json::object();
 };
 
@@ -84,6 +101,7 @@ struct CacheItem {
   std::optional<std::string> sha256;      // SHA-256 of the tar (added key; absent in legacy)
   std::optional<std::string> backup_dir;  // the cache dir itself, moved into the overlay (added key)
   std::optional<AsideDir> aside;          // the cache dir itself, renamed aside beside it (added key)
+  std::optional<PinnedDir> parent;        // its parent at record time, when it existed then
   json raw = json::object();
 };
 

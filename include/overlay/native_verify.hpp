@@ -7,10 +7,13 @@
 
 namespace overlay {
 
-enum class ArtifactState { rebuilt, created, unchanged, missing_after_build, not_created };
+// redirected: a directory on the artifact's path was swapped since add-native (pinned.hpp); it
+// is judged nowhere else.
+enum class ArtifactState { rebuilt, created, unchanged, missing_after_build, not_created, redirected };
 struct VerifyItem {
   std::string path;
   ArtifactState state;
+  std::string why;  // redirected: what changed
 };
 struct VerifyReport {
   std::vector<VerifyItem> items;

@@ -16,8 +16,10 @@ namespace overlay {
 enum class TrackedKind { source, created, deleted, artifact, cache };
 // original: the bytes (or absence) from before the entry; patched: what the tool wrote (or
 // removed); rebuilt: a build output that changed, as intended; invalidated: a cache the tool
-// cleared, not yet rebuilt; drifted: neither original nor what the tool wrote; missing: gone.
-enum class FileState { original, patched, rebuilt, invalidated, drifted, missing };
+// cleared, not yet rebuilt; drifted: neither original nor what the tool wrote; missing: gone;
+// redirected: a directory on its path was swapped since add-native (pinned.hpp), so it is not
+// judged, and revert will not act on it.
+enum class FileState { original, patched, rebuilt, invalidated, drifted, missing, redirected };
 
 const char* to_string(TrackedKind k);
 const char* to_string(FileState s);

@@ -223,13 +223,16 @@ int run_verify(Disk& disk, const std::string& overlay) {
   VerifyReport r = verify_native(disk, overlay);
   for (const auto& i : r.items)
     if (i.state != ArtifactState::rebuilt && i.state != ArtifactState::created)
-      out_line(std::string("FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path);
+      out_line(std::string("FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path + (i.why.empty() ? "" : " (" + i.why + ")"));
   out_line(std::string(r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL") + " (checked " + std::to_string(r.items.size()) + ")");
   auto& j = result();
   j["overlay"] = absolute_normal(overlay).string();
   j["result"] = r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL";
   j["artifacts"] = nlohmann::json::array();
-  for (const auto& i : r.items) j["artifacts"].push_back({{"path", i.path}, {"state", to_string(i.state)}});
+  for (const auto& i : r.items) {
+    j["artifacts"].push_back({{"path", i.path}, {"state", to_string(i.state)}});
+    if (!i.why.empty()) j["artifacts"].back()["why"] = i.why;
+  }
   if (!r.ok()) j["error"] = "FRESH_BUILD_FAIL: an artifact was not rebuilt";
   return r.ok() ? kOk : kUsage;
 }
@@ -368,7 +371,9 @@ void print_status_table(const StatusReport& r) {
     for (const auto& f : e.files) {
       char line[64];
       std::snprintf(line, sizeof line, "  %-9s %-12s ", to_string(f.kind), to_string(f.state));
-      std::string more = f.aside.empty() ? "" : "  (original kept aside at " + f.aside + (f.note.empty() ? ")" : "; " + f.note + ")");
+      std::string more = !f.aside.empty() ? "  (original kept aside at " + f.aside + (f.note.empty() ? ")" : "; " + f.note + ")")
+                         : !f.note.empty()  ? "  (" + f.note + ")"
+                                            : "";
       out_line(line + f.path + more);
     }
     for (const auto& u : e.untracked)

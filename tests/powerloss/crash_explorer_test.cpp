@@ -190,10 +190,11 @@ std::vector<std::string> bad_backups(const Tree& state, const overlay::Manifest&
   return bad;
 }
 
-// A power cut keeps inode numbers; a materialised state cannot (its files are new). So the
-// identity a manifest records for an aside copy is carried over to the directory that is, in this
-// state, the same inode the record named when the trace started — wherever it now stands.
-void carry_aside_identity(const Explorer& x, const Tree& state) {
+// A power cut keeps inode numbers; a materialised state cannot (its files are new). So every
+// directory identity a manifest records — an aside copy's, each item's pinned parent (issue 24) —
+// is carried over to the directory that is, in this state, the same replayed inode as the one
+// the record named when the trace started, wherever it now stands.
+void carry_identities(const Explorer& x, const Tree& state) {
   fs::path mf = x.w / "ov/_overlay_manifest.json";
   if (!fs::exists(mf)) return;
   overlay::json doc;
@@ -204,18 +205,26 @@ void carry_aside_identity(const Explorer& x, const Tree& state) {
   }
   if (!doc.contains("natives") || !doc["natives"].is_array()) return;
   bool changed = false;
+  auto carry = [&](overlay::json& id) {
+    if (!id.is_object() || !id.contains("ino") || !id["ino"].is_number_unsigned()) return;
+    auto origin = x.origin_of_ino.find(id["ino"].get<std::uint64_t>());
+    if (origin == x.origin_of_ino.end()) return;
+    auto same = std::find_if(state.begin(), state.end(), [&](const auto& kv) { return kv.second.origin == origin->second; });
+    struct stat st {};
+    if (same == state.end() || ::lstat((x.w / same->first).c_str(), &st) != 0) return;
+    id["dev"] = static_cast<std::uint64_t>(st.st_dev);
+    id["ino"] = static_cast<std::uint64_t>(st.st_ino);
+    changed = true;
+  };
   for (auto& e : doc["natives"]) {
-    if (!e.is_object() || !e.contains("caches") || !e["caches"].is_array()) continue;
-    for (auto& c : e["caches"]) {
-      if (!c.is_object() || !c.contains("aside") || !c["aside"].is_object() || !c["aside"]["ino"].is_number_unsigned()) continue;
-      auto origin = x.origin_of_ino.find(c["aside"]["ino"].get<std::uint64_t>());
-      if (origin == x.origin_of_ino.end()) continue;
-      auto same = std::find_if(state.begin(), state.end(), [&](const auto& kv) { return kv.second.origin == origin->second; });
-      struct stat st {};
-      if (same == state.end() || ::lstat((x.w / same->first).c_str(), &st) != 0) continue;
-      c["aside"]["dev"] = static_cast<std::uint64_t>(st.st_dev);
-      c["aside"]["ino"] = static_cast<std::uint64_t>(st.st_ino);
-      changed = true;
+    if (!e.is_object()) continue;
+    for (const char* list : {"sources", "created_files", "artifacts", "caches"}) {
+      if (!e.contains(list) || !e[list].is_array()) continue;
+      for (auto& item : e[list]) {
+        if (!item.is_object()) continue;
+        if (item.contains("aside")) carry(item["aside"]);
+        if (item.contains("parent")) carry(item["parent"]);
+      }
     }
   }
   if (changed) write_file(mf, doc.dump(2) + "\n", 0644);
@@ -224,7 +233,7 @@ void carry_aside_identity(const Explorer& x, const Tree& state) {
 // Recovers one crash state with the real binary and checks it; "" when it holds.
 std::string check_state(Explorer& x, const Tree& state) {
   write_tree(x.w, state);
-  carry_aside_identity(x, state);
+  carry_identities(x, state);
   auto m = state.find("ov/_overlay_manifest.json");
   std::size_t entries = 0;
   std::vector<std::string> bad, litter;

@@ -14,7 +14,11 @@ namespace {
 void record_change(const fs::path& ov, const fs::path& path) {
   Manifest m;
   NativeEntry e;
-  e.sources.push_back({path.string(), "_native_backup/x", std::string(64, 'a'), std::nullopt, std::nullopt, std::nullopt, false, json::object()});
+  SourceItem s;
+  s.install_path = path.string();
+  s.backup = "_native_backup/x";
+  s.sha256 = std::string(64, 'a');
+  e.sources.push_back(s);
   m.natives.push_back(e);
   fs::create_directories(ov);
   save_manifest(real_disk(), ov, m);

@@ -1,0 +1,34 @@
+#pragma once
+// Restores that cannot be redirected (issue 24). add-native pins the directory of every path it
+// tracks (PinnedDir: its real path and identity, manifest.hpp); revert, gc-stale, verify-native
+// and status act on a tracked path only under that very directory, and refuse the item —
+// naming what changed — when a component of it has become a symlink or another directory
+// stands there. Whoever can swap one directory on the path cannot choose where a restore writes.
+#include <optional>
+#include <string>
+
+#include "overlay/disk.hpp"
+#include "overlay/manifest.hpp"
+
+namespace overlay {
+
+// The directory holding `p` as it is now: its real path (symlinks resolved, once) and identity.
+// Nothing when that directory does not exist.
+std::optional<PinnedDir> pin_parent(Disk& disk, const fs::path& p);
+// For `p` inside directory `dir`, which the entry expects to be replaced (a cache dir): the pin
+// of `dir`'s parent, with p's path below it.
+std::optional<PinnedDir> pin_below(Disk& disk, const fs::path& dir, const fs::path& p);
+
+// Why the pinned directory no longer stands where it was pinned — "its directory changed since
+// add-native (now a symlink to /x)", "(… is gone)", "(another directory stands at …)" — or ""
+// when every component of its path is still a real directory and the last one the same inode,
+// and no directory of `below` on the way to the item has become a symlink.
+std::string why_redirected(Disk& disk, const PinnedDir& pin);
+
+// Where the item at `path` lives now: under its pinned directory (a path that went through a
+// symlink at add-native is followed as it was resolved then, never again), or `path` itself when
+// nothing was pinned (manifests of overlay_setup.py and of earlier versions). Throws Error with
+// why_redirected's reason when the pinned directory no longer stands.
+fs::path pinned_path(Disk& disk, const std::string& path, const std::optional<PinnedDir>& parent);
+
+}  // namespace overlay
