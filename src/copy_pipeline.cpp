@@ -178,7 +178,7 @@ std::string hash_stream(ReadHandle& in, std::uint64_t size, const std::string& l
 // The kernel copies src into out (copy_file_range, on another thread) while this thread hashes
 // src: no byte of the copy passes through user space, and hashing — the one step that must see
 // every byte — sets the pace. False, with out still empty, where the kernel cannot copy.
-bool kernel_copy_while_hashing(ReadHandle& in, WriteHandle& out, const fs::path& src, std::uint64_t size, std::string& sha) {
+bool kernel_copy_while_hashing(ReadHandle& in, WriteHandle& out, const At& src, std::uint64_t size, std::string& sha) {
   bool copied = false;
   std::exception_ptr failed;
   std::thread copier([&] {
@@ -189,7 +189,7 @@ bool kernel_copy_while_hashing(ReadHandle& in, WriteHandle& out, const fs::path&
     }
   });
   try {
-    sha = hash_stream(in, size, "copy " + src.filename().string());
+    sha = hash_stream(in, size, "copy " + src.filename());
   } catch (...) {
     copier.join();
     throw;
@@ -207,7 +207,7 @@ Copied finish(WriteHandle& out, Durable durable, std::string sha, CopyWay way) {
 
 }  // namespace
 
-Copied copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode, Durable durable) {
+Copied copy_file_hashing(Disk& disk, const At& src, const At& dest, mode_t mode, Durable durable) {
   auto in = disk.open_read(src);
   auto out = disk.create(dest, mode, CreateMode::exclusive);
   FileInfo before = disk.info(src, Follow::yes);
@@ -218,12 +218,12 @@ Copied copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, 
   if (out->clone_from(src)) {
     // Copy-on-write: the blocks are shared at once; what is left is one read to hash them.
     way = CopyWay::cloned;
-    sha = hash_stream(*in, size, "hash " + src.filename().string());
+    sha = hash_stream(*in, size, "hash " + src.filename());
   } else if (!kernel_copy_while_hashing(*in, *out, src, size, sha)) {
     // Neither: every byte through here, read once, hashed and written on their own threads.
     Sha256 h;
     in = disk.open_read(src);
-    ProgressMeter meter(size >= kProgressMinBytes ? "copy " + src.filename().string() : std::string(), size);
+    ProgressMeter meter(size >= kProgressMinBytes ? "copy " + src.filename() : std::string(), size);
     stream_hashing(*in, h, out.get(), durable == Durable::yes, meter);
     return finish(*out, durable, h.finish_hex(), CopyWay::streamed);
   }
@@ -233,17 +233,17 @@ Copied copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, 
   return finish(*out, durable, std::move(sha), way);
 }
 
-std::string hash_file(Disk& disk, const fs::path& p) {
+std::string hash_file(Disk& disk, const At& p) {
   auto in = disk.open_read(p);
   Sha256 h;
-  std::uint64_t size = disk.info(p, Follow::yes).size;
+  std::uint64_t size = disk.info(p, p.dir() != nullptr ? Follow::no : Follow::yes).size;
   if (size <= kChunk) {
     std::size_t cap = static_cast<std::size_t>(size + 1);
     auto buf = uninitialized_buffer(cap);
     while (std::size_t n = in->read(buf.get(), cap)) h.update(buf.get(), n);
     return h.finish_hex();
   }
-  return hash_stream(*in, size, "hash " + p.filename().string());
+  return hash_stream(*in, size, "hash " + p.filename());
 }
 
 }  // namespace overlay

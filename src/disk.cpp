@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -18,7 +20,14 @@
 namespace overlay {
 namespace {
 
-[[noreturn]] void fail(const char* op, const fs::path& p) { throw DiskError(op, p.string(), errno); }
+[[noreturn]] void fail(const char* op, const At& at) { throw DiskError(op, at.full().string(), errno); }
+
+// The descriptor and path an *at() call takes for `at`.
+int fd_of(const At& at) { return at.dir() != nullptr ? at.dir()->fd() : AT_FDCWD; }
+// "." names a held directory itself; an empty path stays empty (ENOENT, as before).
+const char* rel_of(const At& at) { return at.dir() != nullptr && at.rel().empty() ? "." : at.rel().c_str(); }
+// Inside a DirHandle nothing at the final name is followed either.
+int nofollow_of(const At& at) { return at.dir() != nullptr ? O_NOFOLLOW : 0; }
 
 FileType type_of(mode_t m) {
   if (S_ISREG(m)) return FileType::regular;
@@ -65,8 +74,8 @@ class FdWriter : public WriteHandle {
     if (::fsync(fd_) != 0) fail("fsync", path_);
   }
   void start_writeback() override { ::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE); }
-  bool clone_from(const fs::path& src) override {
-    int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+  bool clone_from(const At& src) override {
+    int in = ::openat(fd_of(src), rel_of(src), O_RDONLY | O_CLOEXEC | nofollow_of(src));
     if (in < 0) fail("open", src);
     int rc = ::ioctl(fd_, FICLONE, in);
     int err = errno;
@@ -74,10 +83,10 @@ class FdWriter : public WriteHandle {
     if (rc == 0) return true;
     // The filesystem cannot share blocks (ext4, tmpfs), or not between these two files.
     if (err == EOPNOTSUPP || err == ENOTSUP || err == EXDEV || err == EINVAL || err == ENOTTY || err == ENOSYS) return false;
-    throw DiskError("clone", src.string() + " -> " + path_.string(), err);
+    throw DiskError("clone", src.full().string() + " -> " + path_.string(), err);
   }
-  bool copy_from(const fs::path& src) override {
-    int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+  bool copy_from(const At& src) override {
+    int in = ::openat(fd_of(src), rel_of(src), O_RDONLY | O_CLOEXEC | nofollow_of(src));
     if (in < 0) fail("open", src);
     constexpr std::size_t kStep = 8u << 20;  // then the disk is asked to start writing
     off64_t done = 0;
@@ -93,7 +102,7 @@ class FdWriter : public WriteHandle {
       int err = errno;
       ::close(in);
       if (done == 0 && (err == EXDEV || err == EOPNOTSUPP || err == ENOTSUP || err == EINVAL || err == ENOSYS)) return false;
-      throw DiskError("copy", src.string() + " -> " + path_.string(), err);
+      throw DiskError("copy", src.full().string() + " -> " + path_.string(), err);
     }
     ::close(in);
     return true;
@@ -111,9 +120,9 @@ class FdWriter : public WriteHandle {
 
 class PosixDisk : public Disk {
  public:
-  FileInfo info(const fs::path& p, Follow follow) override {
+  FileInfo info(const At& p, Follow follow) override {
     struct stat st {};
-    int rc = follow == Follow::yes ? ::stat(p.c_str(), &st) : ::lstat(p.c_str(), &st);
+    int rc = ::fstatat(fd_of(p), rel_of(p), &st, follow == Follow::yes ? 0 : AT_SYMLINK_NOFOLLOW);
     if (rc != 0) {
       if (errno == ENOENT || errno == ENOTDIR) return {};
       fail("stat", p);
@@ -132,43 +141,48 @@ class PosixDisk : public Disk {
     return fi;
   }
 
-  std::unique_ptr<ReadHandle> open_read(const fs::path& p) override {
-    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  std::unique_ptr<ReadHandle> open_read(const At& p) override {
+    int fd = ::openat(fd_of(p), rel_of(p), O_RDONLY | O_CLOEXEC | nofollow_of(p));
     if (fd < 0) fail("open", p);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    return std::make_unique<FdReader>(fd, p);
+    return std::make_unique<FdReader>(fd, p.full());
   }
 
-  std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t mode, CreateMode how) override {
+  std::unique_ptr<WriteHandle> create(const At& p, mode_t mode, CreateMode how) override {
     int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW;
     flags |= how == CreateMode::exclusive ? O_EXCL : O_TRUNC;
-    int fd = ::open(p.c_str(), flags, 0600);
+    int fd = ::openat(fd_of(p), rel_of(p), flags, 0600);
     if (fd < 0) fail("create", p);
     if (::fchmod(fd, mode & 07777) != 0) {
       int err = errno;
       ::close(fd);
-      throw DiskError("chmod", p.string(), err);
+      throw DiskError("chmod", p.full().string(), err);
     }
-    return std::make_unique<FdWriter>(fd, p);
+    return std::make_unique<FdWriter>(fd, p.full());
   }
 
-  void rename(const fs::path& from, const fs::path& to) override {
-    if (::rename(from.c_str(), to.c_str()) != 0) fail("rename", from.string() + " -> " + to.string());
+  void rename(const At& from, const At& to) override {
+    if (::renameat(fd_of(from), rel_of(from), fd_of(to), rel_of(to)) != 0)
+      fail("rename", from.full().string() + " -> " + to.full().string());
   }
 
-  bool exchange(const fs::path& a, const fs::path& b) override {
-    if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  bool exchange(const At& a, const At& b) override {
+    if (::renameat2(fd_of(a), rel_of(a), fd_of(b), rel_of(b), RENAME_EXCHANGE) == 0) return true;
     if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS) return false;
-    fail("exchange", a.string() + " <-> " + b.string());
+    fail("exchange", a.full().string() + " <-> " + b.full().string());
   }
 
-  void sync_dir(const fs::path& dir) override {
-    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  void sync_dir(const At& dir) override {
+    if (dir.dir() != nullptr && dir.rel().empty()) {  // the held directory itself
+      if (::fsync(dir.dir()->fd()) != 0) fail("fsync", dir);
+      return;
+    }
+    int fd = ::openat(fd_of(dir), rel_of(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC | nofollow_of(dir));
     if (fd < 0) fail("open directory", dir);
     int rc = ::fsync(fd);
     int err = errno;
     ::close(fd);
-    if (rc != 0) throw DiskError("fsync", dir.string(), err);
+    if (rc != 0) throw DiskError("fsync", dir.full().string(), err);
   }
 
   void sync_filesystem(const fs::path& p) override {
@@ -180,27 +194,33 @@ class PosixDisk : public Disk {
     if (rc != 0) throw DiskError("syncfs", p.string(), err);
   }
 
-  bool make_dir(const fs::path& p, mode_t mode) override {
-    if (::mkdir(p.c_str(), mode) == 0) return true;
+  bool make_dir(const At& p, mode_t mode) override {
+    if (::mkdirat(fd_of(p), rel_of(p), mode) == 0) return true;
     if (errno == EEXIST) {
       struct stat st {};
-      if (::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return false;
+      if (::fstatat(fd_of(p), rel_of(p), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) return false;
       errno = EEXIST;
     }
     fail("mkdir", p);
   }
 
-  void remove(const fs::path& p) override {
-    if (::unlink(p.c_str()) == 0) return;
+  void remove(const At& p) override {
+    if (::unlinkat(fd_of(p), rel_of(p), 0) == 0) return;
     if (errno == EISDIR || errno == EPERM) {
-      if (::rmdir(p.c_str()) == 0) return;
+      if (::unlinkat(fd_of(p), rel_of(p), AT_REMOVEDIR) == 0) return;
     }
     fail("remove", p);
   }
 
-  std::vector<DirEntry> list_dir(const fs::path& dir) override {
-    DIR* d = ::opendir(dir.c_str());
-    if (d == nullptr) fail("open directory", dir);
+  std::vector<DirEntry> list_dir(const At& dir) override {
+    int fd = ::openat(fd_of(dir), rel_of(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC | nofollow_of(dir));
+    if (fd < 0) fail("open directory", dir);
+    DIR* d = ::fdopendir(fd);
+    if (d == nullptr) {
+      int err = errno;
+      ::close(fd);
+      throw DiskError("open directory", dir.full().string(), err);
+    }
     std::vector<DirEntry> names;
     errno = 0;
     while (dirent* e = ::readdir(d)) {
@@ -215,7 +235,7 @@ class PosixDisk : public Disk {
     }
     int err = errno;
     ::closedir(d);
-    if (err != 0) throw DiskError("read directory", dir.string(), err);
+    if (err != 0) throw DiskError("read directory", dir.full().string(), err);
     return names;
   }
 
@@ -223,29 +243,29 @@ class PosixDisk : public Disk {
     if (::symlink(target.c_str(), link.c_str()) != 0) fail("symlink", link);
   }
 
-  std::string read_link(const fs::path& p) override {
+  std::string read_link(const At& p) override {
     std::string buf(PATH_MAX, '\0');
-    ssize_t n = ::readlink(p.c_str(), buf.data(), buf.size());
+    ssize_t n = ::readlinkat(fd_of(p), rel_of(p), buf.data(), buf.size());
     if (n < 0) fail("readlink", p);
     buf.resize(static_cast<std::size_t>(n));
     return buf;
   }
 
-  void make_hardlink(const fs::path& existing, const fs::path& link) override {
-    if (::link(existing.c_str(), link.c_str()) != 0) fail("link", link);
+  void make_hardlink(const At& existing, const fs::path& link) override {
+    if (::linkat(fd_of(existing), rel_of(existing), AT_FDCWD, link.c_str(), 0) != 0) fail("link", link);
   }
 
-  void set_mode(const fs::path& p, mode_t mode) override {
-    if (::chmod(p.c_str(), mode & 07777) != 0) fail("chmod", p);
+  void set_mode(const At& p, mode_t mode) override {
+    if (::fchmodat(fd_of(p), rel_of(p), mode & 07777, 0) != 0) fail("chmod", p);
   }
 
-  void set_mtime(const fs::path& p, timespec mtime) override {
+  void set_mtime(const At& p, timespec mtime) override {
     timespec times[2] = {mtime, mtime};
-    if (::utimensat(AT_FDCWD, p.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) fail("set time", p);
+    if (::utimensat(fd_of(p), rel_of(p), times, AT_SYMLINK_NOFOLLOW) != 0) fail("set time", p);
   }
 
-  void set_owner(const fs::path& p, uid_t uid, gid_t gid) override {
-    if (::lchown(p.c_str(), uid, gid) != 0 && errno != EPERM) fail("chown", p);
+  void set_owner(const At& p, uid_t uid, gid_t gid) override {
+    if (::fchownat(fd_of(p), rel_of(p), uid, gid, AT_SYMLINK_NOFOLLOW) != 0 && errno != EPERM) fail("chown", p);
   }
 
   bool can_write(const fs::path& dir) override {
@@ -266,9 +286,71 @@ class PosixDisk : public Disk {
     std::free(r);
     return out;
   }
+
+  std::unique_ptr<DirHandle> open_dir(const At& dir) override {
+    int fd = dir.dir() != nullptr ? ::openat(dir.dir()->fd(), rel_of(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
+                                  : open_no_symlinks(dir.rel());
+    if (fd < 0) fail("open directory", dir);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      throw DiskError("stat", dir.full().string(), err);
+    }
+    return std::make_unique<DirHandle>(fd, dir.full(), st.st_dev, st.st_ino);
+  }
+
+ private:
+  // A directory by a path none of whose components may be a symlink; -1 with errno on failure.
+  static int open_no_symlinks(const fs::path& p) {
+    open_how how{};
+    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+    how.resolve = RESOLVE_NO_SYMLINKS;
+    long got = ::syscall(SYS_openat2, AT_FDCWD, p.c_str(), &how, sizeof how);
+    if (got >= 0 || (errno != ENOSYS && errno != E2BIG && errno != EPERM)) return static_cast<int>(got);
+    // No openat2 (before Linux 5.6, or filtered by seccomp): walk, each step O_NOFOLLOW.
+    int at = ::open(p.is_absolute() ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    for (const auto& part : p.relative_path()) {
+      if (at < 0) return -1;
+      if (part.empty()) continue;
+      int next = ::openat(at, part.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+      int err = errno;
+      ::close(at);
+      errno = err;
+      at = next;
+    }
+    if (at < 0) return -1;
+    // The walk held O_PATH descriptors (no read permission needed on the way); the directory
+    // itself is reopened through its own descriptor, which no rename can redirect.
+    int fd = ::openat(at, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int err = errno;
+    ::close(at);
+    errno = err;
+    return fd;
+  }
 };
 
 }  // namespace
+
+DirHandle::~DirHandle() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+At::At(const DirHandle& dir, std::string name) : dir_(&dir), rel_(std::move(name)) {
+  const std::string& n = rel_.native();
+  if (n.find('/') != std::string::npos || n == "." || n == "..")
+    throw Error("internal: not one name inside " + dir.path().string() + ": " + n);
+}
+
+At At::parent() const {
+  if (dir_ != nullptr) return rel_.empty() ? At(dir_->path().parent_path()) : At(*dir_, "");
+  return At(rel_.parent_path());
+}
+
+At At::sibling(std::string name) const {
+  if (dir_ != nullptr && !rel_.empty()) return At(*dir_, std::move(name));
+  return At(full().parent_path() / name);
+}
 
 Disk& real_disk() {
   static PosixDisk disk;

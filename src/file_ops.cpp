@@ -9,9 +9,9 @@
 
 namespace overlay {
 
-std::string replace_file_atomically(Disk& disk, const fs::path& src, const fs::path& dest,
+std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& dest,
                                     mode_t mode) {
-  fs::path tmp = sibling_temp_path(dest, "overlay-new");
+  const At tmp = dest.sibling(sibling_temp_path(dest.full(), "overlay-new").filename().string());
   FileInfo old = disk.info(dest, Follow::no);
   std::string sha;
   try {
@@ -25,7 +25,7 @@ std::string replace_file_atomically(Disk& disk, const fs::path& src, const fs::p
     }
     throw;
   }
-  disk.sync_dir(dest.parent_path());
+  disk.sync_dir(dest.parent());
   return sha;
 }
 
@@ -59,20 +59,46 @@ std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes
   }
 }
 
-void remove_file_durably(Disk& disk, const fs::path& p) {
+void remove_file_durably(Disk& disk, const At& p) {
   disk.remove(p);
-  disk.sync_dir(p.parent_path());
+  disk.sync_dir(p.parent());
 }
 
-void remove_tree(Disk& disk, const fs::path& p) {
-  FileInfo fi = disk.info(p, Follow::no);
+namespace {
+
+// Removes `at` and, when a directory, everything below it, each directory entered through a
+// descriptor opened without following a symlink: a directory swapped for a symlink while the
+// tree is deleted makes the open fail, never the deletion go through the link (the rm -rf race).
+void remove_tree_at(Disk& disk, const At& at) try {
+  FileInfo fi = disk.info(at, Follow::no);
   if (!fi.exists()) return;
-  try {
-    if (fi.type == FileType::directory) {
-      if ((fi.mode & 0700) != 0700) disk.set_mode(p, fi.mode | 0700);
-      for (const auto& e : disk.list_dir(p)) remove_tree(disk, p / e.name);
+  if (fi.type == FileType::directory) {
+    std::unique_ptr<DirHandle> dir;
+    try {
+      dir = disk.open_dir(at);
+    } catch (const DiskError& e) {
+      if (e.code() != EACCES) throw;
+      disk.set_mode(at, fi.mode | 0700);  // ours but unreadable (a tree a build made 0500)
+      dir = disk.open_dir(at);
     }
-    disk.remove(p);
+    if ((fi.mode & 0700) != 0700) disk.set_mode(At(*dir, ""), fi.mode | 0700);
+    for (const auto& e : disk.list_dir(At(*dir, ""))) remove_tree_at(disk, At(*dir, e.name));
+  }
+  disk.remove(at);
+} catch (const DiskError& e) {
+  if (e.code() != ENOENT) throw;  // gone meanwhile (another purge deleting the same tree): done
+}
+
+}  // namespace
+
+void remove_tree(Disk& disk, const fs::path& p) {
+  try {
+    FileInfo fi = disk.info(p, Follow::no);
+    if (!fi.exists()) return;
+    if (fi.type != FileType::directory) return disk.remove(p);
+    // The tree's parent by its real path (a symlink above it is followed once, as given), held.
+    auto parent = disk.open_dir(disk.real_path(p.has_parent_path() ? p.parent_path() : fs::path(".")));
+    remove_tree_at(disk, At(*parent, p.filename().string()));
   } catch (const DiskError& e) {
     if (e.code() != ENOENT) throw;  // gone meanwhile (another purge deleting the same tree): done
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include <spdlog/spdlog.h>
 
@@ -33,27 +34,63 @@ struct ClonedArtifact {
   SavedFile saved;
 };
 
-// The pin of a tracked path: its own directory, or — inside one of the entry's cache dirs, which
-// the build is expected to fill again — that cache dir's parent (pinned.hpp).
-std::optional<PinnedDir> pin_of(Disk& disk, const NativePlan& plan, const fs::path& p) {
-  for (const auto& c : plan.caches) {
-    auto rel = p.lexically_relative(c);
-    if (!rel.empty() && *rel.begin() != ".." && rel != ".") return pin_below(disk, c, p);
+// The directories add-native acts in, each opened once without following a symlink (by the real
+// path its pin records) and held until the swaps are made: the directory pinned is the one
+// backed up from and changed, whatever is swapped on its path meanwhile (issue 24).
+class HeldDirs {
+ public:
+  HeldDirs(Disk& disk, const NativePlan& plan) : disk_(disk), plan_(plan) {}
+
+  // The pin of tracked path p, its directory held from now on. Inside one of the entry's cache
+  // dirs, which the build is expected to fill again: that cache dir's parent (pinned.hpp).
+  std::optional<PinnedDir> pin(const fs::path& p) {
+    for (const auto& c : plan_.caches) {
+      auto rel = p.lexically_relative(c);
+      if (!rel.empty() && *rel.begin() != ".." && rel != ".") return pin_below(disk_, c, p);
+    }
+    fs::path parent = p.parent_path();
+    if (auto it = held_.find(parent); it != held_.end()) return it->second.pin;
+    if (disk_.info(parent, Follow::yes).type != FileType::directory) return std::nullopt;
+    fs::path real = disk_.real_path(parent);
+    std::unique_ptr<DirHandle> dir;
+    try {
+      dir = disk_.open_dir(real);
+    } catch (const DiskError& err) {
+      throw Error("the directory of " + p.string() + " changed while add-native read it (" + err.what() + ")");
+    }
+    PinnedDir pin{real.string(), static_cast<std::uint64_t>(dir->dev()), static_cast<std::uint64_t>(dir->ino()), {}};
+    held_.emplace(parent, Held{pin, std::move(dir)});
+    return pin;
   }
-  return pin_parent(disk, p);
-}
+
+  // Where p is acted on: by its name inside its held directory, or by path when none is held.
+  At at(const fs::path& p) const {
+    auto it = held_.find(p.parent_path());
+    return it != held_.end() ? At(*it->second.dir, p.filename().string()) : At(p);
+  }
+
+ private:
+  struct Held {
+    PinnedDir pin;
+    std::unique_ptr<DirHandle> dir;
+  };
+  Disk& disk_;
+  const NativePlan& plan_;
+  std::map<fs::path, Held> held_;
+};
 
 // Durable backups of everything the entry will touch; the entry describing them is returned.
 NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, const std::string& id,
-                    std::vector<ClonedArtifact>& cloned) {
+                    std::vector<ClonedArtifact>& cloned, HeldDirs& held) {
   NativeEntry e;
   e.id = id;
   for (const auto& swap : plan.swaps) {
     if (swap.kind == SwapKind::create) {
-      e.created.push_back(CreatedItem{swap.target.string(), swap.content_sha256, pin_of(disk, plan, swap.target), json::object()});
+      e.created.push_back(CreatedItem{swap.target.string(), swap.content_sha256, held.pin(swap.target), json::object()});
       continue;
     }
-    SavedFile s = store.save_file(id, "src_" + std::to_string(e.sources.size()), swap.target);
+    auto pin = held.pin(swap.target);
+    SavedFile s = store.save_file(id, "src_" + std::to_string(e.sources.size()), held.at(swap.target));
     spdlog::info("backed up {} -> {}", swap.target.string(), s.backup);
     SourceItem item;
     item.install_path = swap.target.string();
@@ -63,16 +100,16 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     item.deleted = swap.kind == SwapKind::remove;
     item.mode = s.mode;
     item.stamp = s.stamp;
-    item.parent = pin_of(disk, plan, swap.target);
+    item.parent = std::move(pin);
     e.sources.push_back(std::move(item));
   }
   for (std::size_t k = 0; k < plan.artifacts.size(); ++k) {
     ArtifactItem a;
     a.path = plan.artifacts[k].string();
-    a.existed = disk.info(plan.artifacts[k], Follow::no).type == FileType::regular;
-    a.parent = pin_of(disk, plan, plan.artifacts[k]);
+    a.parent = held.pin(plan.artifacts[k]);
+    a.existed = disk.info(held.at(plan.artifacts[k]), Follow::no).type == FileType::regular;
     if (a.existed) {
-      SavedFile s = store.save_file(id, "art_" + std::to_string(k), plan.artifacts[k]);
+      SavedFile s = store.save_file(id, "art_" + std::to_string(k), held.at(plan.artifacts[k]));
       spdlog::info("backed up {} -> {}", a.path, s.backup);
       a.backup = s.backup;
       a.sha256 = s.sha256;
@@ -89,9 +126,9 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
   for (std::size_t k = 0; k < plan.caches.size(); ++k) {
     CacheItem c;
     c.dir = plan.caches[k].string();
-    FileInfo ci = disk.info(plan.caches[k], Follow::no);
+    c.parent = held.pin(plan.caches[k]);
+    FileInfo ci = disk.info(held.at(plan.caches[k]), Follow::no);
     c.existed = ci.type == FileType::directory;
-    c.parent = pin_parent(disk, plan.caches[k]);
     if (c.existed && plan.cache_ways[k] == CacheWay::move) {
       c.backup_dir = store.moved_dir_name(id, "cache_" + std::to_string(k));  // moved after the record
     } else if (c.existed && plan.cache_ways[k] == CacheWay::aside) {
@@ -181,8 +218,9 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   BackupStore store(disk, plan.overlay);
   std::string id = store.new_entry();
   std::vector<ClonedArtifact> cloned;
+  HeldDirs held(disk, plan);
   try {
-    m.natives.push_back(back_up(disk, store, plan, id, cloned));
+    m.natives.push_back(back_up(disk, store, plan, id, cloned, held));
     m.natives.back().patch_id = plan.patch_id;
     if (plan.record_with) plan.record_with(m);
     m.untracked = still_as_built(disk, m.untracked);  // a later build regenerated the rest
@@ -198,16 +236,16 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   spdlog::info("recorded entry {} in {}", id, (plan.overlay / kManifestName).string());
   const NativeEntry& e = m.natives.back();
   for (const auto& c : cloned)
-    if (store.trade_for_clone(c.saved, c.path)) spdlog::info("{} is now its clone; the backup is the original", c.path.string());
+    if (store.trade_for_clone(c.saved, held.at(c.path))) spdlog::info("{} is now its clone; the backup is the original", c.path.string());
   wait_past_artifact_second(disk, plan.artifacts);
   std::size_t src = 0;
   for (const auto& swap : plan.swaps) {
     if (swap.kind == SwapKind::create) {
-      replace_file_atomically(disk, swap.content, swap.target, swap.content_mode);
+      replace_file_atomically(disk, swap.content, held.at(swap.target), swap.content_mode);
     } else if (swap.kind == SwapKind::remove) {
-      remove_file_durably(disk, swap.target);
+      remove_file_durably(disk, held.at(swap.target));
     } else {
-      replace_file_atomically(disk, swap.content, swap.target, *e.sources[src].mode);
+      replace_file_atomically(disk, swap.content, held.at(swap.target), *e.sources[src].mode);
     }
     if (swap.kind != SwapKind::create) ++src;
     spdlog::info("{} {}", to_string(swap.kind), swap.target.string());
@@ -215,15 +253,15 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   for (std::size_t k = 0; k < plan.caches.size(); ++k) {
     const CacheItem& c = e.caches[k];
     if (c.backup_dir) {
-      store.move_dir_in(plan.caches[k], *c.backup_dir);  // the move is the invalidation
+      store.move_dir_in(held.at(plan.caches[k]), *c.backup_dir);  // the move is the invalidation
       spdlog::info("moved cache {} -> {}", c.dir, *c.backup_dir);
     } else if (c.aside) {
-      store.put_aside(plan.caches[k], *c.aside);  // so is the rename aside
+      store.put_aside(held.at(plan.caches[k]), *c.aside);  // so is the rename aside
       spdlog::info("renamed cache {} aside -> {}", c.dir, c.aside->path);
     } else {
       // Renamed to a trash sibling first, so the build never sees a half-deleted cache; the tree
       // is deleted by a detached process (revert sweeps what a killed one leaves, as the entry's).
-      store.discard_dir(plan.caches[k]);
+      store.discard_dir(held.at(plan.caches[k]));
       spdlog::info("invalidated cache {}", c.dir);
     }
   }

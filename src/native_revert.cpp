@@ -25,18 +25,14 @@ class Reverter {
   bool revert_entry(const NativeEntry& e) {
     bool ok = true;
     for (auto it = e.caches.rbegin(); it != e.caches.rend(); ++it)
-      ok &= attempt(it->dir, [&] { return cache(pinned(*it)); });
+      ok &= attempt(it->dir, [&] { return cache(*it, place(it->dir, it->parent)); });
     for (auto it = e.artifacts.rbegin(); it != e.artifacts.rend(); ++it)
-      ok &= attempt(it->path, [&] {
-        ArtifactItem a = *it;
-        a.path = at(a.path, a.parent);
-        return artifact(a);
-      });
+      ok &= attempt(it->path, [&] { return artifact(*it, place(it->path, it->parent)); });
     for (auto it = e.created.rbegin(); it != e.created.rend(); ++it)
-      ok &= attempt(it->path, [&] { return created(at(it->path, it->parent)); });
+      ok &= attempt(it->path, [&] { return created(place(it->path, it->parent)); });
     for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
       ok &= attempt(it->install_path, [&] {
-        return file(at(it->install_path, it->parent), it->backup, it->sha256, it->mode, it->stamp);
+        return file(place(it->install_path, it->parent), it->backup, it->sha256, it->mode, it->stamp);
       });
     return ok;
   }
@@ -73,22 +69,18 @@ class Reverter {
     }
   }
 
-  std::string at(const std::string& path, const std::optional<PinnedDir>& parent) {
-    return pinned_path(disk_, path, parent).string();
+  // Where a file item is written: through its pinned directory, held open (a dry run only
+  // reads, by path, after the same check).
+  PinnedPlace place(const std::string& path, const std::optional<PinnedDir>& parent) {
+    if (opts_.dry_run) return PinnedPlace{nullptr, pinned_path(disk_, path, parent)};
+    return open_pinned(disk_, path, parent);
   }
 
-  // The cache item with its dir (and its aside copy, a sibling) under the pinned directory.
-  CacheItem pinned(const CacheItem& item) {
-    CacheItem c = item;
-    c.dir = at(c.dir, c.parent);
-    if (c.aside) c.aside->path = (fs::path(c.dir).parent_path() / fs::path(c.aside->path).filename()).string();
-    return c;
-  }
 
-  std::string file(const std::string& path, const std::string& rel, const std::string& sha,
+  std::string file(const PinnedPlace& p, const std::string& rel, const std::string& sha,
                    std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when = RestoredTime::now) {
-    if (opts_.dry_run) return dry_file(path, rel, sha);
-    return store_.restore_file(rel, sha, path, mode, stamp, when) ? "restore" : "unchanged";
+    if (opts_.dry_run) return dry_file(p.path, rel, sha);
+    return store_.restore_file(rel, sha, p.at(), mode, stamp, when) ? "restore" : "unchanged";
   }
 
   std::string dry_file(const std::string& path, const std::string& rel, const std::string& sha) {
@@ -98,16 +90,17 @@ class Reverter {
     return "restore";
   }
 
-  std::string artifact(const ArtifactItem& a) {
+  std::string artifact(const ArtifactItem& a, const PinnedPlace& p) {
     // A build output goes back a second older than now: the sources restored after it (now)
     // are strictly newer even in whole seconds, and an add-native right after this revert finds
     // no artifact of the current second to wait out (design.md, "No stall between cycles").
-    if (a.existed) return file(a.path, *a.backup, *a.sha256, a.mode, a.stamp, RestoredTime::previous_second);
-    return created(a.path);
+    if (a.existed) return file(p, *a.backup, *a.sha256, a.mode, a.stamp, RestoredTime::previous_second);
+    return created(p);
   }
 
   // A file that did not exist before the entry: removed, whatever it holds now.
-  std::string created(const std::string& path) {
+  std::string created(const PinnedPlace& p) {
+    const At path = p.at();
     // A crash while the entry was creating it leaves its hidden temp sibling; nothing else would
     // ever remove that from the install.
     if (!opts_.dry_run) store_.tidy(path);
@@ -118,14 +111,20 @@ class Reverter {
     return "remove";
   }
 
-  std::string cache(const CacheItem& c) {
+  // A cache dir: its renames made through its pinned parent, held open (a tar is still
+  // extracted by path; only its final swap is made through the held directory when renamable).
+  std::string cache(const CacheItem& item, const PinnedPlace& p) {
+    CacheItem c = item;  // with its dir (and its aside copy, a sibling) where they are now
+    c.dir = p.path.string();
+    if (c.aside) c.aside->path = (p.path.parent_path() / fs::path(c.aside->path).filename()).string();
+    const At at = p.at();
     if (!c.existed) {
-      bool present = disk_.info(c.dir, Follow::no).exists();
-      if (!opts_.dry_run) store_.discard_dir(c.dir);
+      bool present = disk_.info(at, Follow::no).exists();
+      if (!opts_.dry_run) store_.discard_dir(at);
       return present ? "remove" : "unchanged";
     }
-    if (c.backup_dir) return moved_cache(c);
-    if (c.aside) return aside_cache(c);
+    if (c.backup_dir) return moved_cache(c, at);
+    if (c.aside) return aside_cache(c, at);
     if (opts_.dry_run) {
       if (!disk_.info(store_.resolve(*c.backup_tar), Follow::no).exists()) throw Error("backup missing: " + *c.backup_tar);
       return "restore";
@@ -136,7 +135,7 @@ class Reverter {
 
   // A cache moved into the overlay goes back by rename. No moved dir: it was never moved (a crash
   // before the move) or was moved back already; either way the cache dir must be in place.
-  std::string moved_cache(const CacheItem& c) {
+  std::string moved_cache(const CacheItem& c, const At& at) {
     bool present = disk_.info(store_.resolve(*c.backup_dir), Follow::no).exists();
     if (!present) {
       if (disk_.info(c.dir, Follow::no).type != FileType::directory)
@@ -144,14 +143,14 @@ class Reverter {
       if (!opts_.dry_run) store_.tidy_dir(c.dir);  // the trash of an interrupted move back
       return "unchanged";
     }
-    if (!opts_.dry_run) store_.move_dir_back(*c.backup_dir, c.dir);
+    if (!opts_.dry_run) store_.move_dir_back(*c.backup_dir, at);
     return "restore";
   }
 
   // A cache renamed aside beside itself goes back by rename, once proven to be the very directory
   // recorded (device, inode, owner); refused otherwise, the entry kept.
-  std::string aside_cache(const CacheItem& c) {
-    if (!opts_.dry_run) return store_.take_back_aside(*c.aside, c.dir) ? "restore" : "unchanged";
+  std::string aside_cache(const CacheItem& c, const At& at) {
+    if (!opts_.dry_run) return store_.take_back_aside(*c.aside, at) ? "restore" : "unchanged";
     FileInfo di = disk_.info(c.dir, Follow::no);
     if (di.type == FileType::directory && di.ino == c.aside->ino && di.dev == c.aside->dev) return "unchanged";
     if (!disk_.info(c.aside->path, Follow::no).exists()) throw Error("aside copy missing: " + c.aside->path);

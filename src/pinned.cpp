@@ -19,6 +19,23 @@ std::optional<PinnedDir> pin_below(Disk& disk, const fs::path& dir, const fs::pa
   return pin;
 }
 
+namespace {
+
+// Where symlink `p` leads; it may be swapped back already (a directory flipped in a loop).
+std::string link_target(Disk& disk, const fs::path& p) {
+  try {
+    return disk.read_link(p);
+  } catch (const DiskError&) {
+    return "(no longer readable)";
+  }
+}
+
+fs::path place_of(const std::string& path, const PinnedDir& pin) {
+  return fs::path(pin.path) / (pin.below.empty() ? fs::path(path).filename() : fs::path(pin.below));
+}
+
+}  // namespace
+
 std::string why_redirected(Disk& disk, const PinnedDir& pin) {
   const std::string changed = "its directory changed since add-native (";
   fs::path at;
@@ -28,7 +45,7 @@ std::string why_redirected(Disk& disk, const PinnedDir& pin) {
     at /= part;
     fi = disk.info(at, Follow::no);
     if (fi.type == FileType::symlink)
-      return changed + "now " + (at == fs::path(pin.path) ? "" : at.string() + " is ") + "a symlink to " + disk.read_link(at) + ")";
+      return changed + "now " + (at == fs::path(pin.path) ? "" : at.string() + " is ") + "a symlink to " + link_target(disk, at) + ")";
     if (!fi.exists()) return changed + at.string() + " is gone)";
     if (fi.type != FileType::directory) return changed + at.string() + " is no longer a directory)";
   }
@@ -40,7 +57,7 @@ std::string why_redirected(Disk& disk, const PinnedDir& pin) {
   for (auto it = below.begin(); !pin.below.empty() && std::next(it) != below.end(); ++it) {
     here /= *it;
     FileInfo bi = disk.info(here, Follow::no);
-    if (bi.type == FileType::symlink) return changed + "now " + here.string() + " is a symlink to " + disk.read_link(here) + ")";
+    if (bi.type == FileType::symlink) return changed + "now " + here.string() + " is a symlink to " + link_target(disk, here) + ")";
     if (bi.type != FileType::directory) break;  // not there (yet): nothing below it to redirect
   }
   return "";
@@ -50,7 +67,39 @@ fs::path pinned_path(Disk& disk, const std::string& path, const std::optional<Pi
   if (!parent) return path;
   std::string why = why_redirected(disk, *parent);
   if (!why.empty()) throw Error(why);
-  return fs::path(parent->path) / (parent->below.empty() ? fs::path(path).filename() : fs::path(parent->below));
+  return place_of(path, *parent);
+}
+
+PinnedPlace open_pinned(Disk& disk, const std::string& path, const std::optional<PinnedDir>& parent) {
+  PinnedPlace place;
+  if (!parent) {
+    place.path = path;
+    return place;
+  }
+  // One check that is also the hold: the open itself refuses a symlink on the way (a check by
+  // path first would only add a moment a flipping directory could be caught in).
+  place.path = place_of(path, *parent);
+  auto refused = [&](const std::string& how) {
+    std::string why = why_redirected(disk, *parent);
+    return Error(!why.empty() ? why : "its directory changed since add-native (" + how + ")");
+  };
+  try {
+    place.dir = disk.open_dir(fs::path(parent->path));
+  } catch (const DiskError& e) {
+    throw refused(std::string("it cannot be opened without following a symlink: ") + e.what());
+  }
+  if (place.dir->dev() != parent->dev || place.dir->ino() != parent->ino) throw refused("another directory now stands there");
+  fs::path below = parent->below;
+  for (auto it = below.begin(); !parent->below.empty() && std::next(it) != below.end(); ++it) {
+    At next(*place.dir, it->string());
+    disk.make_dir(next, 0755);
+    try {
+      place.dir = disk.open_dir(next);
+    } catch (const DiskError& e) {
+      throw refused(std::string("below it: ") + e.what());
+    }
+  }
+  return place;
 }
 
 }  // namespace overlay

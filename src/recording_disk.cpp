@@ -4,7 +4,7 @@
 
 namespace overlay {
 namespace {
-std::string read_all(Disk& disk, const fs::path& p) {
+std::string read_all(Disk& disk, const At& p) {
   auto in = disk.open_read(p);
   std::string out;
   char buf[65536];
@@ -30,8 +30,8 @@ class RecordingWriter : public WriteHandle {
     d_.record({"fsync", path_, {}, 0, 0, {}, 0});
   }
   void start_writeback() override { w_->start_writeback(); }
-  bool clone_from(const fs::path& src) override { return w_->clone_from(src) && filled_from("clone", src); }
-  bool copy_from(const fs::path& src) override { return w_->copy_from(src) && filled_from("copy", src); }
+  bool clone_from(const At& src) override { return w_->clone_from(src) && filled_from("clone", src); }
+  bool copy_from(const At& src) override { return w_->copy_from(src) && filled_from("copy", src); }
   void close() override {
     w_->close();
     d_.record({"close", path_, {}, 0, 0, {}, 0});
@@ -39,8 +39,8 @@ class RecordingWriter : public WriteHandle {
 
  private:
   // Recorded as the bytes the file now holds: to a replay, a clone or a kernel copy is a write.
-  bool filled_from(const char* how, const fs::path& src) {
-    DiskOp op{how, path_, src.string(), 0, d_.inner_.info(src, Follow::yes).size, {}, 0};
+  bool filled_from(const char* how, const At& src) {
+    DiskOp op{how, path_, src.full().string(), 0, d_.inner_.info(src, Follow::yes).size, {}, 0};
     if (d_.data_ == RecordData::bytes) op.data = read_all(d_.inner_, src);
     offset_ = op.size;
     d_.record(std::move(op));
@@ -84,26 +84,26 @@ void RecordingDisk::record(DiskOp op) {
 }
 
 // Each call is recorded once it returned: a failed call changed nothing to replay.
-std::unique_ptr<WriteHandle> RecordingDisk::create(const fs::path& p, mode_t mode, CreateMode how) {
+std::unique_ptr<WriteHandle> RecordingDisk::create(const At& p, mode_t mode, CreateMode how) {
   auto w = inner_.create(p, mode, how);
-  record({"create", p.string(), how == CreateMode::truncate ? "truncate" : "exclusive", 0, 0, {}, mode});
-  return std::make_unique<RecordingWriter>(*this, std::move(w), p.string());
+  record({"create", p.full().string(), how == CreateMode::truncate ? "truncate" : "exclusive", 0, 0, {}, mode});
+  return std::make_unique<RecordingWriter>(*this, std::move(w), p.full().string());
 }
 
-void RecordingDisk::rename(const fs::path& from, const fs::path& to) {
+void RecordingDisk::rename(const At& from, const At& to) {
   inner_.rename(from, to);
-  record({"rename", from.string(), to.string(), 0, 0, {}, 0});
+  record({"rename", from.full().string(), to.full().string(), 0, 0, {}, 0});
 }
 
-bool RecordingDisk::exchange(const fs::path& a, const fs::path& b) {
+bool RecordingDisk::exchange(const At& a, const At& b) {
   if (!inner_.exchange(a, b)) return false;
-  record({"exchange", a.string(), b.string(), 0, 0, {}, 0});
+  record({"exchange", a.full().string(), b.full().string(), 0, 0, {}, 0});
   return true;
 }
 
-void RecordingDisk::sync_dir(const fs::path& dir) {
+void RecordingDisk::sync_dir(const At& dir) {
   inner_.sync_dir(dir);
-  record({"fsync", dir.string(), "dir", 0, 0, {}, 0});
+  record({"fsync", dir.full().string(), "dir", 0, 0, {}, 0});
 }
 
 void RecordingDisk::sync_filesystem(const fs::path& p) {
@@ -111,15 +111,15 @@ void RecordingDisk::sync_filesystem(const fs::path& p) {
   record({"syncfs", p.string(), {}, 0, 0, {}, 0});
 }
 
-bool RecordingDisk::make_dir(const fs::path& p, mode_t mode) {
+bool RecordingDisk::make_dir(const At& p, mode_t mode) {
   bool made = inner_.make_dir(p, mode);
-  if (made) record({"mkdir", p.string(), {}, 0, 0, {}, mode});
+  if (made) record({"mkdir", p.full().string(), {}, 0, 0, {}, mode});
   return made;
 }
 
-void RecordingDisk::remove(const fs::path& p) {
+void RecordingDisk::remove(const At& p) {
   inner_.remove(p);
-  record({"remove", p.string(), {}, 0, 0, {}, 0});
+  record({"remove", p.full().string(), {}, 0, 0, {}, 0});
 }
 
 void RecordingDisk::make_symlink(const std::string& target, const fs::path& link) {
@@ -127,24 +127,24 @@ void RecordingDisk::make_symlink(const std::string& target, const fs::path& link
   record({"symlink", link.string(), target, 0, 0, {}, 0});
 }
 
-void RecordingDisk::make_hardlink(const fs::path& existing, const fs::path& link) {
+void RecordingDisk::make_hardlink(const At& existing, const fs::path& link) {
   inner_.make_hardlink(existing, link);
-  record({"link", link.string(), existing.string(), 0, 0, {}, 0});
+  record({"link", link.string(), existing.full().string(), 0, 0, {}, 0});
 }
 
-void RecordingDisk::set_mode(const fs::path& p, mode_t mode) {
+void RecordingDisk::set_mode(const At& p, mode_t mode) {
   inner_.set_mode(p, mode);
-  record({"chmod", p.string(), {}, 0, 0, {}, mode});
+  record({"chmod", p.full().string(), {}, 0, 0, {}, mode});
 }
 
-void RecordingDisk::set_mtime(const fs::path& p, timespec mtime) {
+void RecordingDisk::set_mtime(const At& p, timespec mtime) {
   inner_.set_mtime(p, mtime);
-  record({"utime", p.string(), {}, static_cast<std::uint64_t>(mtime.tv_sec), static_cast<std::uint64_t>(mtime.tv_nsec), {}, 0});
+  record({"utime", p.full().string(), {}, static_cast<std::uint64_t>(mtime.tv_sec), static_cast<std::uint64_t>(mtime.tv_nsec), {}, 0});
 }
 
-void RecordingDisk::set_owner(const fs::path& p, uid_t uid, gid_t gid) {
+void RecordingDisk::set_owner(const At& p, uid_t uid, gid_t gid) {
   inner_.set_owner(p, uid, gid);
-  record({"chown", p.string(), std::to_string(uid) + ":" + std::to_string(gid), 0, 0, {}, 0});
+  record({"chown", p.full().string(), std::to_string(uid) + ":" + std::to_string(gid), 0, 0, {}, 0});
 }
 
 }  // namespace overlay

@@ -28,9 +28,24 @@ std::vector<fs::path> leftovers_of(Disk& disk, const fs::path& p) {
   return out;
 }
 
-// Leftovers of an interrupted restore of file `p` are removed, durably.
-void sweep_leftovers(Disk& disk, const fs::path& p) {
-  for (const auto& l : leftovers_of(disk, p)) remove_tree_durably(disk, l);
+// Leftovers of an interrupted restore of file `p` are removed, durably. A leftover is a file
+// (a temp) of ours; inside a held directory it is removed through it, and a directory found
+// under such a name (never made by a file's restore) is left alone.
+void sweep_leftovers(Disk& disk, const At& p) {
+  if (p.dir() == nullptr) {
+    for (const auto& l : leftovers_of(disk, p.rel())) remove_tree_durably(disk, l);
+    return;
+  }
+  std::string prefix = "." + p.filename() + ".overlay-";
+  bool removed = false;
+  for (const auto& e : disk.list_dir(p.parent())) {
+    if (e.name.rfind(prefix, 0) != 0 || is_aside_name(e.name)) continue;
+    At l = p.sibling(e.name);
+    if (disk.info(l, Follow::no).type == FileType::directory) continue;
+    disk.remove(l);
+    removed = true;
+  }
+  if (removed) disk.sync_dir(p.parent());
 }
 
 // Whether fi is the directory an aside record names (same device, inode and owner).
@@ -57,9 +72,9 @@ std::string BackupStore::new_entry() {
   throw Error("cannot create a unique backup directory in " + (overlay_ / kBackupDirName).string());
 }
 
-SavedFile BackupStore::save_file(const std::string& id, const std::string& label, const fs::path& file) {
-  FileInfo fi = disk_.info(file, Follow::yes);
-  std::string rel = std::string(kBackupDirName) + "/" + id + "/" + label + "_" + file.filename().string();
+SavedFile BackupStore::save_file(const std::string& id, const std::string& label, const At& file) {
+  FileInfo fi = disk_.info(file, file.dir() != nullptr ? Follow::no : Follow::yes);
+  std::string rel = std::string(kBackupDirName) + "/" + id + "/" + label + "_" + file.filename();
   SavedFile s;
   s.backup = rel;
   s.mode = fi.mode;
@@ -79,11 +94,11 @@ SavedFile BackupStore::save_dir_tar(const std::string& id, const std::string& la
   return s;
 }
 
-bool BackupStore::trade_for_clone(const SavedFile& saved, const fs::path& path) {
+bool BackupStore::trade_for_clone(const SavedFile& saved, const At& path) {
   if (!saved.cloned) return false;
   fs::path clone = resolve(saved.backup);
   FileInfo cur = disk_.info(path, Follow::no);
-  if (cur.type != FileType::regular || stamp_of(cur) != saved.stamp || cur.nlink != 1 || disk_.has_xattrs(path))
+  if (cur.type != FileType::regular || stamp_of(cur) != saved.stamp || cur.nlink != 1 || disk_.has_xattrs(path.full()))
     return false;
   disk_.set_owner(clone, cur.uid, cur.gid);
   disk_.set_mtime(clone, cur.mtime);  // what incremental builds compare: unchanged for them
@@ -91,7 +106,7 @@ bool BackupStore::trade_for_clone(const SavedFile& saved, const fs::path& path) 
   if (ci.uid != cur.uid || ci.gid != cur.gid || ci.mode != cur.mode || ci.size != cur.size) return false;
   if (!disk_.exchange(clone, path)) return false;
   // Either state is one revert restores: both names hold the original bytes throughout.
-  disk_.sync_dir(path.parent_path());
+  disk_.sync_dir(path.parent());
   disk_.sync_dir(clone.parent_path());
   return true;
 }
@@ -148,11 +163,11 @@ timespec restored_mtime(RestoredTime when) {
 
 }  // namespace
 
-bool BackupStore::restore_file(const std::string& rel, const std::string& sha256, const fs::path& path,
+bool BackupStore::restore_file(const std::string& rel, const std::string& sha256, const At& path,
                                std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when) {
   sweep_leftovers(disk_, path);  // a temp of an interrupted swap or restore
   FileInfo cur = disk_.info(path, Follow::no);
-  if (cur.type == FileType::directory) throw Error("a directory now stands at " + path.string());
+  if (cur.type == FileType::directory) throw Error("a directory now stands at " + path.full().string());
   bool maybe_original = cur.type == FileType::regular && (!stamp || stamp_of(cur) == *stamp);
   if (maybe_original && hash_file(disk_, path) == sha256) return false;
   fs::path backup = resolve(rel);
@@ -163,8 +178,9 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
     throw Error("backup missing: " + rel);
   }
   if (bi.type != FileType::regular) throw Error("backup is not a regular file: " + rel);
-  make_dirs(disk_, path.parent_path());
-  if (bi.dev == disk_.info(path.parent_path(), Follow::yes).dev) {
+  const At dir = path.parent();
+  if (path.dir() == nullptr) make_dirs(disk_, path.rel().parent_path());  // a held one exists
+  if (bi.dev == disk_.info(dir, Follow::yes).dev) {
     std::string got = hash_file(disk_, backup);  // the one read: proves the backup
     if (got != sha256) throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
     if (mode && *mode != bi.mode) disk_.set_mode(backup, *mode);
@@ -175,11 +191,11 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
     disk_.set_mtime(backup, restored_mtime(when));
     if (cur.type == FileType::regular && cur.size >= kParkBytes) park(path, true);  // freed later, elsewhere
     disk_.rename(backup, path);  // the verified inode itself goes back: nothing to re-check
-    disk_.sync_dir(path.parent_path());
+    disk_.sync_dir(dir);
     disk_.sync_dir(backup.parent_path());
     return true;
   }
-  fs::path tmp = sibling_temp_path(path, "overlay-restore");
+  const At tmp = path.sibling(sibling_temp_path(path.full(), "overlay-restore").filename().string());
   // One read proves the backup and produces the restored bytes: the copy is hashed as written.
   std::string got = copy_file_hashing(disk_, backup, tmp, mode.value_or(bi.mode), Durable::yes).sha256;
   if (got != sha256) {
@@ -189,7 +205,7 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
   if (cur.exists()) disk_.set_owner(tmp, cur.uid, cur.gid);
   if (when == RestoredTime::previous_second) disk_.set_mtime(tmp, restored_mtime(when));
   disk_.rename(tmp, path);
-  disk_.sync_dir(path.parent_path());
+  disk_.sync_dir(dir);
   return true;
 }
 
@@ -197,76 +213,77 @@ std::string BackupStore::moved_dir_name(const std::string& id, const std::string
   return std::string(kBackupDirName) + "/" + id + "/" + label + ".dir";
 }
 
-void BackupStore::move_dir_in(const fs::path& dir, const std::string& rel) {
+void BackupStore::move_dir_in(const At& dir, const std::string& rel) {
   fs::path dest = resolve(rel);
   disk_.rename(dir, dest);
-  disk_.sync_dir(dir.parent_path());
+  disk_.sync_dir(dir.parent());
   disk_.sync_dir(dest.parent_path());
 }
 
-bool BackupStore::move_dir_back(const std::string& rel, const fs::path& dir) {
+bool BackupStore::move_dir_back(const std::string& rel, const At& dir) {
   fs::path moved = resolve(rel);
   FileInfo mi = disk_.info(moved, Follow::no);
   if (!mi.exists()) return false;
   if (mi.type != FileType::directory) throw Error("moved cache is not a directory: " + rel);
   FileInfo cur = disk_.info(dir, Follow::no);
-  if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
-  tidy_dir(dir);
-  make_dirs(disk_, dir.parent_path());
-  fs::path trash = sibling_temp_path(dir, "overlay-trash");
+  if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.full().string());
+  tidy_dir(dir.full());
+  if (dir.dir() == nullptr) make_dirs(disk_, dir.rel().parent_path());  // a held one exists
+  const At trash = dir.sibling(sibling_temp_path(dir.full(), "overlay-trash").filename().string());
   bool parked = cur.exists() && park(dir, false);
   if (cur.exists() && !parked) disk_.rename(dir, trash);
   disk_.rename(moved, dir);
-  disk_.sync_dir(dir.parent_path());
+  disk_.sync_dir(dir.parent());
   disk_.sync_dir(moved.parent_path());
-  if (cur.exists() && !parked) litter_.push_back(trash.string());
+  if (cur.exists() && !parked) litter_.push_back(trash.full().string());
   return true;
 }
 
-void BackupStore::put_aside(const fs::path& dir, const AsideDir& aside) {
-  disk_.rename(dir, aside.path);
-  disk_.sync_dir(dir.parent_path());
+void BackupStore::put_aside(const At& dir, const AsideDir& aside) {
+  disk_.rename(dir, dir.sibling(fs::path(aside.path).filename().string()));  // a sibling: aside_path_of
+  disk_.sync_dir(dir.parent());
 }
 
-bool BackupStore::take_back_aside(const AsideDir& aside, const fs::path& dir) {
-  const fs::path copy = aside.path;
+bool BackupStore::take_back_aside(const AsideDir& aside, const At& dir) {
+  // The copy is the cache's sibling (aside_path_of), so it is reached through the same directory.
+  const At copy = dir.sibling(fs::path(aside.path).filename().string());
+  const std::string dir_path = dir.full().string(), copy_path = copy.full().string();
   FileInfo cur = disk_.info(dir, Follow::no);
   FileInfo ai = disk_.info(copy, Follow::no);
+  const At trash = dir.sibling(sibling_temp_path(dir.full(), "overlay-trash").filename().string());
   if (is_recorded_dir(cur, aside)) {
     // Back already. What stands at the aside name now is the rebuilt cache an interrupted
     // take-back exchanged out (or a stranger's tree): it is not ours to keep there.
-    tidy_dir(dir);
+    tidy_dir(dir_path);
     if (ai.exists()) {
-      fs::path trash = sibling_temp_path(dir, "overlay-trash");
       disk_.rename(copy, trash);
-      disk_.sync_dir(dir.parent_path());
-      litter_.push_back(trash.string());
+      disk_.sync_dir(dir.parent());
+      litter_.push_back(trash.full().string());
     }
     return false;
   }
   if (!ai.exists()) {
-    throw Error("aside copy missing: " + copy.string() +
-                (cur.exists() ? " (and " + dir.string() + " is not the original cache: " + identity_of(cur) + ")" : ""));
+    throw Error("aside copy missing: " + copy_path +
+                (cur.exists() ? " (and " + dir_path + " is not the original cache: " + identity_of(cur) + ")" : ""));
   }
   if (!is_recorded_dir(ai, aside))
-    throw Error("aside copy " + copy.string() + " was replaced since add-native (now " + identity_of(ai) + "; recorded inode " +
+    throw Error("aside copy " + copy_path + " was replaced since add-native (now " + identity_of(ai) + "; recorded inode " +
                 std::to_string(aside.ino) + " on device " + std::to_string(aside.dev) + ", owner uid " +
                 std::to_string(aside.uid) + "): refusing to restore it");
-  if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
-  tidy_dir(dir);
+  if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir_path);
+  tidy_dir(dir_path);
   if (!cur.exists()) {
     disk_.rename(copy, dir);
   } else {
-    fs::path trash = sibling_temp_path(dir, "overlay-trash");
     if (disk_.exchange(copy, dir)) {
       disk_.rename(copy, trash);  // the copy's name now holds the rebuilt cache
     } else {
       disk_.rename(dir, trash);
       disk_.rename(copy, dir);
     }
-    litter_.push_back(trash.string());
+    litter_.push_back(trash.full().string());
   }
-  disk_.sync_dir(dir.parent_path());
+  disk_.sync_dir(dir.parent());
   return true;
 }
 
@@ -311,19 +328,20 @@ void BackupStore::restore_dir_in_place(const fs::path& tar, const std::optional<
   disk_.sync_filesystem(dir);
 }
 
-void BackupStore::discard_dir(const fs::path& dir) {
-  FileInfo cur = disk_.info(dir, Follow::no);
+void BackupStore::discard_dir(const At& at) {
+  const fs::path dir = at.full();
+  FileInfo cur = disk_.info(at, Follow::no);
   if (cur.exists() && cur.type == FileType::directory && !renamable(dir, cur)) return empty_dir(dir);
   tidy_dir(dir);
   if (!cur.exists()) return;
   if (cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
-  fs::path trash = sibling_temp_path(dir, "overlay-trash");
-  disk_.rename(dir, trash);
-  disk_.sync_dir(dir.parent_path());
-  litter_.push_back(trash.string());
+  const At trash = at.sibling(sibling_temp_path(dir, "overlay-trash").filename().string());
+  disk_.rename(at, trash);
+  disk_.sync_dir(at.parent());
+  litter_.push_back(trash.full().string());
 }
 
-void BackupStore::tidy(const fs::path& p) { sweep_leftovers(disk_, p); }
+void BackupStore::tidy(const At& p) { sweep_leftovers(disk_, p); }
 
 void BackupStore::tidy_dir(const fs::path& dir) {
   for (const auto& l : leftovers_of(disk_, dir)) {
@@ -335,7 +353,7 @@ void BackupStore::tidy_dir(const fs::path& dir) {
   }
 }
 
-bool BackupStore::park(const fs::path& p, bool hard_link) {
+bool BackupStore::park(const At& p, bool hard_link) {
   fs::path trash = overlay_ / "_trash";
   make_dirs(disk_, trash, 0700);
   if (disk_.info(trash, Follow::no).dev != disk_.info(p, Follow::no).dev) return false;

@@ -23,9 +23,9 @@ struct Copied {
 // XFS with reflink, btrfs), else copied by the kernel (copy_file_range) while this process hashes
 // the source, else streamed through here (read once, hashed and written); the source's hash is
 // used only if it provably did not change meanwhile. With Durable::yes, dest is fsynced.
-Copied copy_file_hashing(Disk& disk, const fs::path& src, const fs::path& dest, mode_t mode, Durable durable);
+Copied copy_file_hashing(Disk& disk, const At& src, const At& dest, mode_t mode, Durable durable);
 
 // SHA-256 (hex) of a file's contents, streamed.
-std::string hash_file(Disk& disk, const fs::path& p);
+std::string hash_file(Disk& disk, const At& p);
 
 }  // namespace overlay

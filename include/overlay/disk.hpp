@@ -4,6 +4,7 @@
 // Every method throws DiskError (op, path, errno) on failure; nothing is swallowed.
 #include <sys/types.h>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
@@ -32,6 +33,50 @@ struct FileInfo {
   bool exists() const { return type != FileType::none; }
 };
 
+// A directory held open, reached without following a symlink anywhere on its path (issue 24):
+// what is done through it (At) happens in that very directory, whatever is renamed or swapped
+// for a symlink on its path afterwards. Move-only; closes its descriptor.
+class DirHandle {
+ public:
+  DirHandle(int fd, fs::path path, dev_t dev, ino_t ino) : fd_(fd), path_(std::move(path)), dev_(dev), ino_(ino) {}
+  DirHandle(const DirHandle&) = delete;
+  DirHandle& operator=(const DirHandle&) = delete;
+  ~DirHandle();
+  int fd() const { return fd_; }
+  const fs::path& path() const { return path_; }  // the path it was opened by (messages, traces)
+  dev_t dev() const { return dev_; }
+  ino_t ino() const { return ino_; }
+
+ private:
+  int fd_;
+  fs::path path_;
+  dev_t dev_;
+  ino_t ino_;
+};
+
+// Where an operation acts: a path, resolved by the kernel as usual, or one name inside a
+// DirHandle's directory (the *at() system calls), which no rename on the directory's path can
+// redirect. Every path converts to an At, so path-based callers are unchanged.
+class At {
+ public:
+  template <typename P>
+    requires std::constructible_from<fs::path, const P&>
+  At(const P& p) : rel_(p) {}  // NOLINT(google-explicit-constructor): a path is a place
+  // `name` is one component ("" for the directory itself): a longer relative path could meet a
+  // symlink on the way.
+  At(const DirHandle& dir, std::string name);
+  const DirHandle* dir() const { return dir_; }
+  const fs::path& rel() const { return rel_; }  // the path, or the name inside dir()
+  fs::path full() const { return dir_ != nullptr ? (rel_.empty() ? dir_->path() : dir_->path() / rel_) : rel_; }
+  At parent() const;                    // the directory holding it
+  At sibling(std::string name) const;   // another name in that directory
+  std::string filename() const { return full().filename().string(); }
+
+ private:
+  const DirHandle* dir_ = nullptr;
+  fs::path rel_;
+};
+
 class ReadHandle {
  public:
   virtual ~ReadHandle() = default;
@@ -53,7 +98,7 @@ class WriteHandle {
   // copy-on-write filesystems (XFS with reflink, btrfs). Returns false, with nothing changed,
   // where the filesystem cannot (EOPNOTSUPP, EXDEV, EINVAL, ENOTTY); other failures throw. Like
   // written bytes, the shared blocks are durable only after sync().
-  virtual bool clone_from(const fs::path& src) {
+  virtual bool clone_from(const At& src) {
     (void)src;
     return false;
   }
@@ -61,7 +106,7 @@ class WriteHandle {
   // bytes through user space), asking the disk to start writing as it goes. Returns false, with
   // nothing changed, where the kernel cannot (EXDEV, EOPNOTSUPP, EINVAL, ENOSYS); other failures
   // throw. Durable only after sync().
-  virtual bool copy_from(const fs::path& src) {
+  virtual bool copy_from(const At& src) {
     (void)src;
     return false;
   }
@@ -81,36 +126,40 @@ class Disk {
  public:
   virtual ~Disk() = default;
   // lstat (Follow::no) or stat (Follow::yes); a missing path gives type none, not an error.
-  virtual FileInfo info(const fs::path& p, Follow follow) = 0;
-  virtual std::unique_ptr<ReadHandle> open_read(const fs::path& p) = 0;
+  virtual FileInfo info(const At& p, Follow follow) = 0;
+  virtual std::unique_ptr<ReadHandle> open_read(const At& p) = 0;
   // Creates a regular file with exactly `mode` (umask ignored); never follows a final symlink.
-  virtual std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t mode, CreateMode how) = 0;
-  virtual void rename(const fs::path& from, const fs::path& to) = 0;
+  virtual std::unique_ptr<WriteHandle> create(const At& p, mode_t mode, CreateMode how) = 0;
+  virtual void rename(const At& from, const At& to) = 0;
   // Atomically swaps what the two names refer to (renameat2 RENAME_EXCHANGE): after a crash,
   // either both names are swapped or neither. Returns false, with nothing changed, where the
   // filesystem cannot (EINVAL, EOPNOTSUPP, ENOSYS); other failures throw.
-  virtual bool exchange(const fs::path& a, const fs::path& b) = 0;
+  virtual bool exchange(const At& a, const At& b) = 0;
   // fsync of a directory, making renames and creations inside it durable.
-  virtual void sync_dir(const fs::path& dir) = 0;
+  virtual void sync_dir(const At& dir) = 0;
   // syncfs: everything written so far on the filesystem holding p is durable. One call instead
   // of an fsync per file when many files were written (a restored cache dir).
   virtual void sync_filesystem(const fs::path& p) = 0;
   // Returns false when the directory already existed.
-  virtual bool make_dir(const fs::path& p, mode_t mode) = 0;
+  virtual bool make_dir(const At& p, mode_t mode) = 0;
   // Removes a file, a symlink or an empty directory.
-  virtual void remove(const fs::path& p) = 0;
+  virtual void remove(const At& p) = 0;
   // The entries of a directory ("." and ".." left out), typed from readdir's d_type: walking a
   // tree needs no stat per entry, as find does not.
-  virtual std::vector<DirEntry> list_dir(const fs::path& dir) = 0;
+  virtual std::vector<DirEntry> list_dir(const At& dir) = 0;
   virtual void make_symlink(const std::string& target, const fs::path& link) = 0;
-  virtual std::string read_link(const fs::path& p) = 0;
-  virtual void make_hardlink(const fs::path& existing, const fs::path& link) = 0;
-  virtual void set_mode(const fs::path& p, mode_t mode) = 0;
+  virtual std::string read_link(const At& p) = 0;
+  virtual void make_hardlink(const At& existing, const fs::path& link) = 0;
+  virtual void set_mode(const At& p, mode_t mode) = 0;
   // Sets modification (and access) time without following a final symlink.
-  virtual void set_mtime(const fs::path& p, timespec mtime) = 0;
+  virtual void set_mtime(const At& p, timespec mtime) = 0;
   // Best effort chown (lchown); fails only when permitted and it still fails.
-  virtual void set_owner(const fs::path& p, uid_t uid, gid_t gid) = 0;
+  virtual void set_owner(const At& p, uid_t uid, gid_t gid) = 0;
   virtual fs::path real_path(const fs::path& p) = 0;
+  // Opens directory `dir` following no symlink anywhere on its path (openat2 RESOLVE_NO_SYMLINKS,
+  // or an O_NOFOLLOW walk from "/" where the kernel lacks it): a symlink on the way fails with
+  // ELOOP or ENOTDIR. An At inside a DirHandle opens that one name, never a symlink.
+  virtual std::unique_ptr<DirHandle> open_dir(const At& dir) = 0;
   // Whether this process may create and rename entries in directory `dir` (faccessat W_OK with
   // the effective ids): false for a read-only mount, or a directory the user cannot write.
   virtual bool can_write(const fs::path& dir) = 0;

@@ -11,7 +11,7 @@ namespace overlay {
 // Replaces dest by a copy of src atomically: writes a temporary file beside dest, fsyncs it,
 // gives it `mode` (and dest's owner when dest exists), renames it over dest, fsyncs the directory.
 // A reader sees the old or the new file, never a torn one. Returns the SHA-256 of the new file.
-std::string replace_file_atomically(Disk& disk, const fs::path& src, const fs::path& dest,
+std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& dest,
                                     mode_t mode);
 
 // Writes `data` to dest with git's lockfile shape: dest.lock, fsync, rename over dest, fsync dir.
@@ -22,7 +22,7 @@ std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes
 
 // Removes a file (or symlink) and fsyncs its directory: once this returns, the removal
 // survives a crash.
-void remove_file_durably(Disk& disk, const fs::path& p);
+void remove_file_durably(Disk& disk, const At& p);
 
 // Removes a file, symlink or whole directory tree without following symlinks.
 // A missing path is not an error, nor a part of it that vanishes meanwhile (another deleter).

@@ -31,4 +31,17 @@ std::string why_redirected(Disk& disk, const PinnedDir& pin);
 // why_redirected's reason when the pinned directory no longer stands.
 fs::path pinned_path(Disk& disk, const std::string& path, const std::optional<PinnedDir>& parent);
 
+// A tracked item's place for a write that nothing can redirect: its pinned directory opened
+// without following any symlink (Disk::open_dir) and proven to be the inode add-native saw, so
+// what is done through at() lands in that directory even if its path is swapped a moment later.
+// Directories of `below` are opened one name at a time (never through a symlink), created when
+// missing. Without a pin (older manifests): the path as it is. Throws Error with
+// why_redirected's reason when the directory no longer stands.
+struct PinnedPlace {
+  std::unique_ptr<DirHandle> dir;
+  fs::path path;  // where it is, for messages
+  At at() const { return dir != nullptr ? At(*dir, path.filename().string()) : At(path); }
+};
+PinnedPlace open_pinned(Disk& disk, const std::string& path, const std::optional<PinnedDir>& parent);
+
 }  // namespace overlay

@@ -38,25 +38,26 @@ class RecordingDisk : public Disk {
   RecordingDisk(Disk& inner, RecordData data, std::function<void(const DiskOp&)> sink = {});
   std::vector<DiskOp> ops() const;
 
-  FileInfo info(const fs::path& p, Follow f) override { return inner_.info(p, f); }
-  std::unique_ptr<ReadHandle> open_read(const fs::path& p) override { return inner_.open_read(p); }
-  std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t mode, CreateMode how) override;
-  void rename(const fs::path& from, const fs::path& to) override;
-  bool exchange(const fs::path& a, const fs::path& b) override;
-  void sync_dir(const fs::path& dir) override;
+  FileInfo info(const At& p, Follow f) override { return inner_.info(p, f); }
+  std::unique_ptr<ReadHandle> open_read(const At& p) override { return inner_.open_read(p); }
+  std::unique_ptr<WriteHandle> create(const At& p, mode_t mode, CreateMode how) override;
+  void rename(const At& from, const At& to) override;
+  bool exchange(const At& a, const At& b) override;
+  void sync_dir(const At& dir) override;
   void sync_filesystem(const fs::path& p) override;
-  bool make_dir(const fs::path& p, mode_t mode) override;
-  void remove(const fs::path& p) override;
-  std::vector<DirEntry> list_dir(const fs::path& dir) override { return inner_.list_dir(dir); }
+  bool make_dir(const At& p, mode_t mode) override;
+  void remove(const At& p) override;
+  std::vector<DirEntry> list_dir(const At& dir) override { return inner_.list_dir(dir); }
   void make_symlink(const std::string& target, const fs::path& link) override;
-  std::string read_link(const fs::path& p) override { return inner_.read_link(p); }
-  void make_hardlink(const fs::path& existing, const fs::path& link) override;
-  void set_mode(const fs::path& p, mode_t mode) override;
-  void set_mtime(const fs::path& p, timespec mtime) override;
-  void set_owner(const fs::path& p, uid_t uid, gid_t gid) override;
+  std::string read_link(const At& p) override { return inner_.read_link(p); }
+  void make_hardlink(const At& existing, const fs::path& link) override;
+  void set_mode(const At& p, mode_t mode) override;
+  void set_mtime(const At& p, timespec mtime) override;
+  void set_owner(const At& p, uid_t uid, gid_t gid) override;
   fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
   bool has_xattrs(const fs::path& p) override { return inner_.has_xattrs(p); }
   bool can_write(const fs::path& dir) override { return inner_.can_write(dir); }
+  std::unique_ptr<DirHandle> open_dir(const At& dir) override { return inner_.open_dir(dir); }
 
   void record(DiskOp op);  // for the write handles
 

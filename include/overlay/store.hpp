@@ -31,7 +31,7 @@ class BackupStore {
   // Creates _native_backup/<id>/ with a new id (exclusive mkdir) and returns the id.
   std::string new_entry();
   // Durable copy of `file` into the entry, named "<label>_<basename>".
-  SavedFile save_file(const std::string& id, const std::string& label, const fs::path& file);
+  SavedFile save_file(const std::string& id, const std::string& label, const At& file);
   // Durable tar snapshot of `dir` into the entry, named "<label>.tar"; returns {path, sha256}.
   SavedFile save_dir_tar(const std::string& id, const std::string& label, const fs::path& dir);
   // For a backup that is a clone of `path` (saved.cloned), once the record names it: the clone and
@@ -41,7 +41,7 @@ class BackupStore {
   // inode. Only where nothing but the inode would differ: the file unchanged since it was saved,
   // one name, no extended attributes (a clone has none) and an owner this process can give the
   // clone. Returns false, nothing changed, otherwise or where the filesystem cannot exchange.
-  bool trade_for_clone(const SavedFile& saved, const fs::path& path);
+  bool trade_for_clone(const SavedFile& saved, const At& path);
   // Creates the entry's guard against overlay_setup.py's revert (see PythonToolGuard).
   PythonToolGuard make_python_guard(const std::string& id);
   // fsync the entry directory and its parents, so every backup name in it is durable.
@@ -59,26 +59,28 @@ class BackupStore {
   // The restored file's mtime: `now` (a source: newer than anything the candidate's build made
   // of the patched one), or `previous_second` (a build output: older, in whole seconds, than a
   // source swapped in right after, so the next add-native need not wait out the second).
-  bool restore_file(const std::string& rel, const std::string& sha256, const fs::path& path,
+  // `path` may be a name inside a directory held open (At): every step in the install is then
+  // made through that directory, which no swap on its path can redirect (issue 24).
+  bool restore_file(const std::string& rel, const std::string& sha256, const At& path,
                     std::optional<mode_t> mode, const std::optional<FileStamp>& stamp,
                     RestoredTime when = RestoredTime::now);
   // Moves directory `dir` into the entry as "<label>.dir" (same filesystem: one rename, every
   // inode attribute kept). Returns the backup's relative path; nothing is moved yet.
   std::string moved_dir_name(const std::string& id, const std::string& label) const;
-  void move_dir_in(const fs::path& dir, const std::string& rel);
+  void move_dir_in(const At& dir, const std::string& rel);
   // Renames a moved-in directory back over `dir` (whatever stands there is parked). Returns
   // false when there is nothing to move back (never moved, or moved back already).
-  bool move_dir_back(const std::string& rel, const fs::path& dir);
+  bool move_dir_back(const std::string& rel, const At& dir);
   // Renames cache dir `dir` to its aside sibling `aside.path` (same parent, so the same
   // filesystem: O(1) at any file count), then fsyncs the parent. The rename is the invalidation.
-  void put_aside(const fs::path& dir, const AsideDir& aside);
+  void put_aside(const At& dir, const AsideDir& aside);
   // Puts an aside copy back at `dir`; returns false when `dir` already is the recorded directory
   // (never put aside, or back already: whatever an interrupted take-back left at the aside name
   // becomes litter). Refuses, changing nothing, an aside copy whose type, device, inode or owner
   // differ from the record: a planted or replaced tree is never restored into the install. A tree
   // standing at `dir` (the rebuilt cache) is swapped out in one atomic exchange, so `dir` never
   // goes missing, and renamed to a trash sibling that becomes litter.
-  bool take_back_aside(const AsideDir& aside, const fs::path& dir);
+  bool take_back_aside(const AsideDir& aside, const At& dir);
   // Replaces directory `dir` by the contents of tar backup `rel` (proven against sha256 when
   // recorded): extracted beside, then swapped in by rename. Where `dir` cannot be renamed (its
   // parent is not writable, or it is a mount point) it is emptied and extracted in place instead.
@@ -86,7 +88,7 @@ class BackupStore {
   // Renames `dir` (a cache the entry created, or one invalidated) to a trash sibling that becomes
   // litter, and fsyncs the parent: once this returns the name is gone; the tree goes later.
   // Where `dir` cannot be renamed, its contents are deleted in place, durably.
-  void discard_dir(const fs::path& dir);
+  void discard_dir(const At& dir);
 
   // Trees renamed aside inside the install by the calls above (trash and half-restored siblings
   // of cache dirs, ours or left by an interrupted run), to be deleted by purge() instead of on
@@ -102,7 +104,7 @@ class BackupStore {
   void purge(const std::vector<std::string>& litter = {});
 
   // Removes our hidden siblings of file `p` (".<name>.overlay-*") left by an interrupted operation.
-  void tidy(const fs::path& p);
+  void tidy(const At& p);
   // The same for directory `dir`, whose siblings may be whole trees: they become litter.
   void tidy_dir(const fs::path& dir);
 
@@ -122,7 +124,7 @@ class BackupStore {
   bool backup_dir_created_ = false;
   std::vector<std::string> litter_;
   // Moves `p` (whose filesystem is the overlay's) into _trash/, or returns false.
-  bool park(const fs::path& p, bool hard_link);
+  bool park(const At& p, bool hard_link);
   // Whether directory `dir` (as `di`) can be renamed within its parent: a writable parent on the
   // same filesystem (a mount point cannot be renamed).
   bool renamable(const fs::path& dir, const FileInfo& di);

@@ -10,6 +10,7 @@
 
 #include "overlay/disk.hpp"
 #include "overlay/engagement.hpp"
+#include "overlay/native_verify.hpp"
 #include "overlay/status.hpp"
 
 namespace overlay::cli {
@@ -55,6 +56,9 @@ void add_discover_command(CLI::App& app, std::function<int()>& run, const Wanted
 void add_engaged_command(CLI::App& app, std::function<int()>& run, const Wanted& want);
 // Registers exec (one A/B step: apply, run CMD, always revert, check clean).
 void add_exec_command(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want);
+// Prints verify-native's line for each artifact not rebuilt (FRESH_BUILD_FAIL STATE P (WHY)) and
+// returns the closing token, FRESH_BUILD_OK|FAIL (checked N), for the caller to print or record.
+std::string print_verify_items(const VerifyReport& r);
 // What status, revert and engaged print of one process's mapping, and the JSON of them all.
 std::string process_line(const ArtifactUse& u);
 nlohmann::json processes_json(const EngagementReport& r);

@@ -214,10 +214,7 @@ bool Exec::apply() {
       }
     }
     VerifyReport v = verify_native(disk_, overlay_);
-    for (const auto& i : v.items)
-      if (i.state != ArtifactState::rebuilt && i.state != ArtifactState::created)
-        out_line(std::string("FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path);
-    std::string token = std::string(v.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL") + " (checked " + std::to_string(v.items.size()) + ")";
+    std::string token = print_verify_items(v);
     out_line(token);
     j["verify"] = token;
     if (!v.ok()) j["error"] = "FRESH_BUILD_FAIL: an artifact was not rebuilt; the candidate did not run";

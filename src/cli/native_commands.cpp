@@ -219,12 +219,20 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
   return rc;
 }
 
-int run_verify(Disk& disk, const std::string& overlay) {
-  VerifyReport r = verify_native(disk, overlay);
+}  // namespace
+
+std::string print_verify_items(const VerifyReport& r) {
   for (const auto& i : r.items)
     if (i.state != ArtifactState::rebuilt && i.state != ArtifactState::created)
       out_line(std::string("FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path + (i.why.empty() ? "" : " (" + i.why + ")"));
-  out_line(std::string(r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL") + " (checked " + std::to_string(r.items.size()) + ")");
+  return std::string(r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL") + " (checked " + std::to_string(r.items.size()) + ")";
+}
+
+namespace {
+
+int run_verify(Disk& disk, const std::string& overlay) {
+  VerifyReport r = verify_native(disk, overlay);
+  out_line(print_verify_items(r));
   auto& j = result();
   j["overlay"] = absolute_normal(overlay).string();
   j["result"] = r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL";

@@ -16,31 +16,32 @@ class FaultyDisk : public Disk {
   long count() const { return count_; }
   bool fired() const { return fired_; }
 
-  FileInfo info(const fs::path& p, Follow f) override { return inner_.info(p, f); }
-  std::unique_ptr<ReadHandle> open_read(const fs::path& p) override { return inner_.open_read(p); }
-  std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t m, CreateMode how) override {
+  FileInfo info(const At& p, Follow f) override { return inner_.info(p, f); }
+  std::unique_ptr<ReadHandle> open_read(const At& p) override { return inner_.open_read(p); }
+  std::unique_ptr<WriteHandle> create(const At& p, mode_t m, CreateMode how) override {
     tick("create", p);
-    return std::make_unique<Writer>(*this, inner_.create(p, m, how), p);
+    return std::make_unique<Writer>(*this, inner_.create(p, m, how), p.full());
   }
-  void rename(const fs::path& a, const fs::path& b) override { tick("rename", a); inner_.rename(a, b); }
-  bool exchange(const fs::path& a, const fs::path& b) override {
+  void rename(const At& a, const At& b) override { tick("rename", a); inner_.rename(a, b); }
+  bool exchange(const At& a, const At& b) override {
     tick("exchange", a);
     return inner_.exchange(a, b);
   }
-  void sync_dir(const fs::path& d) override { tick("fsync", d); inner_.sync_dir(d); }
+  void sync_dir(const At& d) override { tick("fsync", d); inner_.sync_dir(d); }
   void sync_filesystem(const fs::path& p) override { tick("syncfs", p); inner_.sync_filesystem(p); }
-  bool make_dir(const fs::path& p, mode_t m) override { tick("mkdir", p); return inner_.make_dir(p, m); }
-  void remove(const fs::path& p) override { tick("remove", p); inner_.remove(p); }
-  std::vector<DirEntry> list_dir(const fs::path& d) override { return inner_.list_dir(d); }
+  bool make_dir(const At& p, mode_t m) override { tick("mkdir", p); return inner_.make_dir(p, m); }
+  void remove(const At& p) override { tick("remove", p); inner_.remove(p); }
+  std::vector<DirEntry> list_dir(const At& d) override { return inner_.list_dir(d); }
   void make_symlink(const std::string& t, const fs::path& l) override { tick("symlink", l); inner_.make_symlink(t, l); }
-  std::string read_link(const fs::path& p) override { return inner_.read_link(p); }
-  void make_hardlink(const fs::path& e, const fs::path& l) override { tick("link", l); inner_.make_hardlink(e, l); }
-  void set_mode(const fs::path& p, mode_t m) override { tick("chmod", p); inner_.set_mode(p, m); }
-  void set_mtime(const fs::path& p, timespec t) override { tick("utime", p); inner_.set_mtime(p, t); }
-  void set_owner(const fs::path& p, uid_t u, gid_t g) override { tick("chown", p); inner_.set_owner(p, u, g); }
+  std::string read_link(const At& p) override { return inner_.read_link(p); }
+  void make_hardlink(const At& e, const fs::path& l) override { tick("link", l); inner_.make_hardlink(e, l); }
+  void set_mode(const At& p, mode_t m) override { tick("chmod", p); inner_.set_mode(p, m); }
+  void set_mtime(const At& p, timespec t) override { tick("utime", p); inner_.set_mtime(p, t); }
+  void set_owner(const At& p, uid_t u, gid_t g) override { tick("chown", p); inner_.set_owner(p, u, g); }
   fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
   bool has_xattrs(const fs::path& p) override { return inner_.has_xattrs(p); }
   bool can_write(const fs::path& dir) override { return inner_.can_write(dir); }
+  std::unique_ptr<DirHandle> open_dir(const At& dir) override { return inner_.open_dir(dir); }
 
  private:
   class Writer : public WriteHandle {
@@ -48,11 +49,11 @@ class FaultyDisk : public Disk {
     Writer(FaultyDisk& d, std::unique_ptr<WriteHandle> w, fs::path p) : d_(d), w_(std::move(w)), p_(std::move(p)) {}
     void write(const char* b, std::size_t n) override { d_.tick("write", p_); w_->write(b, n); }
     void sync() override { d_.tick("fsync", p_); w_->sync(); }
-    bool clone_from(const fs::path& src) override {
+    bool clone_from(const At& src) override {
       d_.tick("clone", p_);
       return w_->clone_from(src);
     }
-    bool copy_from(const fs::path& src) override {
+    bool copy_from(const At& src) override {
       d_.tick("copy", p_);
       return w_->copy_from(src);
     }
@@ -64,10 +65,10 @@ class FaultyDisk : public Disk {
     fs::path p_;
   };
 
-  void tick(const char* op, const fs::path& p) {
+  void tick(const char* op, const At& p) {
     if (fail_at_ > 0 && ++count_ == fail_at_) {
       fired_ = true;
-      throw DiskError(op, p.string(), err_);
+      throw DiskError(op, p.full().string(), err_);
     }
     if (fail_at_ == 0) ++count_;
   }

@@ -53,7 +53,7 @@ enum class Fill { clone, kernel_copy };
 class FillThenChangeSourceDisk : public RecordingDisk {
  public:
   explicit FillThenChangeSourceDisk(Fill how) : RecordingDisk(real_disk(), RecordData::sizes), how_(how) {}
-  std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t mode, CreateMode how) override {
+  std::unique_ptr<WriteHandle> create(const At& p, mode_t mode, CreateMode how) override {
     return std::make_unique<Writer>(RecordingDisk::create(p, mode, how), how_);
   }
 
@@ -64,8 +64,8 @@ class FillThenChangeSourceDisk : public RecordingDisk {
     void write(const char* b, std::size_t n) override { w_->write(b, n); }
     void sync() override { w_->sync(); }
     void close() override { w_->close(); }
-    bool clone_from(const fs::path& src) override { return how_ == Fill::clone && fill(src); }
-    bool copy_from(const fs::path& src) override { return how_ == Fill::kernel_copy && fill(src); }
+    bool clone_from(const At& src) override { return how_ == Fill::clone && fill(src.full()); }
+    bool copy_from(const At& src) override { return how_ == Fill::kernel_copy && fill(src.full()); }
 
    private:
     bool fill(const fs::path& src) {
@@ -104,7 +104,7 @@ TEST(CopyFileHashing, FallsBackToStreamingWhenTheKernelCannotCopy) {
   write_file(t / "src", data);
   struct Refusing : RecordingDisk {
     Refusing() : RecordingDisk(real_disk(), RecordData::sizes) {}
-    std::unique_ptr<WriteHandle> create(const fs::path& p, mode_t m, CreateMode how) override {
+    std::unique_ptr<WriteHandle> create(const At& p, mode_t m, CreateMode how) override {
       struct W : WriteHandle {
         std::unique_ptr<WriteHandle> w;
         void write(const char* b, std::size_t n) override { w->write(b, n); }
@@ -172,6 +172,36 @@ TEST(RemoveTree, DoesNotFollowSymlinks) {
   EXPECT_FALSE(fs::exists(t / "tree"));
   EXPECT_EQ(read_file(t / "outside/keep"), "k");
   remove_tree(real_disk(), t / "missing");  // not an error
+}
+
+// The rm -rf race: a directory of the tree is swapped for a symlink to an outside directory in
+// the instant after it was seen to be a directory. Nothing outside may be deleted: each
+// directory is entered through a descriptor opened without following a symlink.
+TEST(RemoveTree, ADirectorySwappedForASymlinkMidwayIsNeverFollowed) {
+  TempDir t;
+  write_file(t / "outside/keep", "k");
+  write_file(t / "tree/sub/x", "x");
+  struct SwapAfterStat : RecordingDisk {
+    fs::path victim, outside;
+    bool swapped = false;
+    SwapAfterStat(fs::path v, fs::path o) : RecordingDisk(real_disk(), RecordData::sizes), victim(std::move(v)), outside(std::move(o)) {}
+    FileInfo info(const At& p, Follow f) override {
+      FileInfo fi = RecordingDisk::info(p, f);
+      if (!swapped && p.full() == victim && fi.type == FileType::directory) {
+        swapped = true;
+        fs::rename(victim, victim.string() + ".moved");
+        fs::create_directory_symlink(outside, victim);
+      }
+      return fi;
+    }
+  } disk(t / "tree/sub", t / "outside");
+  try {
+    remove_tree(disk, t / "tree");
+  } catch (const DiskError&) {
+    // Refusing to go on (ELOOP, or the moved directory left behind) is fine; following is not.
+  }
+  EXPECT_TRUE(disk.swapped);
+  EXPECT_EQ(read_file(t / "outside/keep"), "k");
 }
 
 TEST(WalkTree, PreOrderSortedNoFollowAndPrune) {
