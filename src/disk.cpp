@@ -185,13 +185,13 @@ class PosixDisk : public Disk {
     if (rc != 0) throw DiskError("fsync", dir.full().string(), err);
   }
 
-  void sync_filesystem(const fs::path& p) override {
-    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  void sync_filesystem(const At& p) override {
+    int fd = ::openat(fd_of(p), rel_of(p), O_RDONLY | O_CLOEXEC | nofollow_of(p));
     if (fd < 0) fail("open", p);
     int rc = ::syncfs(fd);
     int err = errno;
     ::close(fd);
-    if (rc != 0) throw DiskError("syncfs", p.string(), err);
+    if (rc != 0) throw DiskError("syncfs", p.full().string(), err);
   }
 
   bool make_dir(const At& p, mode_t mode) override {
@@ -239,8 +239,8 @@ class PosixDisk : public Disk {
     return names;
   }
 
-  void make_symlink(const std::string& target, const fs::path& link) override {
-    if (::symlink(target.c_str(), link.c_str()) != 0) fail("symlink", link);
+  void make_symlink(const std::string& target, const At& link) override {
+    if (::symlinkat(target.c_str(), fd_of(link), rel_of(link)) != 0) fail("symlink", link);
   }
 
   std::string read_link(const At& p) override {
@@ -251,8 +251,8 @@ class PosixDisk : public Disk {
     return buf;
   }
 
-  void make_hardlink(const At& existing, const fs::path& link) override {
-    if (::linkat(fd_of(existing), rel_of(existing), AT_FDCWD, link.c_str(), 0) != 0) fail("link", link);
+  void make_hardlink(const At& existing, const At& link) override {
+    if (::linkat(fd_of(existing), rel_of(existing), fd_of(link), rel_of(link), 0) != 0) fail("link", link);
   }
 
   void set_mode(const At& p, mode_t mode) override {

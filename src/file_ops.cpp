@@ -91,14 +91,21 @@ void remove_tree_at(Disk& disk, const At& at) try {
 
 }  // namespace
 
-void remove_tree(Disk& disk, const fs::path& p) {
+std::unique_ptr<DirHandle> hold_dir(Disk& disk, const At& at) {
+  if (at.dir() != nullptr) return disk.open_dir(at);
+  return disk.open_dir(disk.real_path(at.rel().empty() ? fs::path(".") : at.rel()));
+}
+
+void remove_tree(Disk& disk, const At& p) {
+  if (p.dir() != nullptr) return remove_tree_at(disk, p);
   try {
     FileInfo fi = disk.info(p, Follow::no);
     if (!fi.exists()) return;
     if (fi.type != FileType::directory) return disk.remove(p);
     // The tree's parent by its real path (a symlink above it is followed once, as given), held.
-    auto parent = disk.open_dir(disk.real_path(p.has_parent_path() ? p.parent_path() : fs::path(".")));
-    remove_tree_at(disk, At(*parent, p.filename().string()));
+    const fs::path& path = p.rel();
+    auto parent = hold_dir(disk, path.has_parent_path() ? path.parent_path() : fs::path("."));
+    remove_tree_at(disk, At(*parent, path.filename().string()));
   } catch (const DiskError& e) {
     if (e.code() != ENOENT) throw;  // gone meanwhile (another purge deleting the same tree): done
   }

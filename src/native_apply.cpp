@@ -136,7 +136,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
       c.aside = AsideDir{aside_path_of(plan.caches[k], id).string(), static_cast<std::uint64_t>(ci.dev),
                          static_cast<std::uint64_t>(ci.ino), static_cast<std::uint64_t>(ci.uid)};
     } else if (c.existed) {
-      SavedFile s = store.save_dir_tar(id, "cache_" + std::to_string(k), plan.caches[k]);
+      SavedFile s = store.save_dir_tar(id, "cache_" + std::to_string(k), held.at(plan.caches[k]));
       spdlog::info("snapshot {} -> {}", c.dir, s.backup);
       c.backup_tar = s.backup;
       c.sha256 = s.sha256;

@@ -129,7 +129,7 @@ class Reverter {
       if (!disk_.info(store_.resolve(*c.backup_tar), Follow::no).exists()) throw Error("backup missing: " + *c.backup_tar);
       return "restore";
     }
-    store_.restore_dir(*c.backup_tar, c.sha256, c.dir);
+    store_.restore_dir(*c.backup_tar, c.sha256, at);
     return "restore";
   }
 

@@ -106,9 +106,9 @@ void RecordingDisk::sync_dir(const At& dir) {
   record({"fsync", dir.full().string(), "dir", 0, 0, {}, 0});
 }
 
-void RecordingDisk::sync_filesystem(const fs::path& p) {
+void RecordingDisk::sync_filesystem(const At& p) {
   inner_.sync_filesystem(p);
-  record({"syncfs", p.string(), {}, 0, 0, {}, 0});
+  record({"syncfs", p.full().string(), {}, 0, 0, {}, 0});
 }
 
 bool RecordingDisk::make_dir(const At& p, mode_t mode) {
@@ -122,14 +122,14 @@ void RecordingDisk::remove(const At& p) {
   record({"remove", p.full().string(), {}, 0, 0, {}, 0});
 }
 
-void RecordingDisk::make_symlink(const std::string& target, const fs::path& link) {
+void RecordingDisk::make_symlink(const std::string& target, const At& link) {
   inner_.make_symlink(target, link);
-  record({"symlink", link.string(), target, 0, 0, {}, 0});
+  record({"symlink", link.full().string(), target, 0, 0, {}, 0});
 }
 
-void RecordingDisk::make_hardlink(const At& existing, const fs::path& link) {
+void RecordingDisk::make_hardlink(const At& existing, const At& link) {
   inner_.make_hardlink(existing, link);
-  record({"link", link.string(), existing.full().string(), 0, 0, {}, 0});
+  record({"link", link.full().string(), existing.full().string(), 0, 0, {}, 0});
 }
 
 void RecordingDisk::set_mode(const At& p, mode_t mode) {

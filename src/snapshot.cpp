@@ -66,27 +66,42 @@ mode_t type_bits(FileType t) {
   }
 }
 
-void write_member(archive* a, Disk& disk, const fs::path& abs, const std::string& name,
+void write_member(archive* a, Disk& disk, const At& at, const std::string& name,
                   const FileInfo& fi, std::vector<char>& buf) {
-  if (fi.type == FileType::other) throw Error("cannot snapshot special file " + abs.string());
+  const std::string abs = at.full().string();
+  if (fi.type == FileType::other) throw Error("cannot snapshot special file " + abs);
   EntryPtr e(A().archive_entry_new());
   A().archive_entry_set_pathname(e.get(), name.c_str());
   A().archive_entry_set_mode(e.get(), type_bits(fi.type) | fi.mode);
   A().archive_entry_set_mtime(e.get(), fi.mtime.tv_sec, fi.mtime.tv_nsec);
   A().archive_entry_set_uid(e.get(), fi.uid);
   A().archive_entry_set_gid(e.get(), fi.gid);
-  if (fi.type == FileType::symlink) A().archive_entry_set_symlink(e.get(), disk.read_link(abs).c_str());
+  if (fi.type == FileType::symlink) A().archive_entry_set_symlink(e.get(), disk.read_link(at).c_str());
   A().archive_entry_set_size(e.get(), fi.type == FileType::regular ? static_cast<la_int64_t>(fi.size) : 0);
-  if (A().archive_write_header(a, e.get()) != ARCHIVE_OK) arch_fail(a, "tar header for " + abs.string());
+  if (A().archive_write_header(a, e.get()) != ARCHIVE_OK) arch_fail(a, "tar header for " + abs);
   if (fi.type != FileType::regular) return;
-  auto in = disk.open_read(abs);
+  auto in = disk.open_read(at);
   std::uint64_t left = fi.size;  // a file that grows while read is cut at the size in its header
   while (left > 0) {
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
     std::size_t n = in->read(buf.data(), want);
     if (n == 0) break;  // shrank: libarchive pads the member with zeros
-    if (A().archive_write_data(a, buf.data(), n) < 0) arch_fail(a, "tar data for " + abs.string());
+    if (A().archive_write_data(a, buf.data(), n) < 0) arch_fail(a, "tar data for " + abs);
     left -= n;
+  }
+}
+
+// Every entry below `dir` (held), sorted by name at each level, each directory before its
+// contents; subdirectories entered by descriptor, never through a symlink.
+void write_tree(archive* a, Disk& disk, const DirHandle& dir, const std::string& name, std::vector<char>& buf) {
+  auto entries = disk.list_dir(At(dir, ""));
+  std::sort(entries.begin(), entries.end(), [](const DirEntry& x, const DirEntry& y) { return x.name < y.name; });
+  for (const auto& e : entries) {
+    const At at(dir, e.name);
+    FileInfo fi = disk.info(at, Follow::no);
+    if (!fi.exists()) continue;  // vanished while read
+    write_member(a, disk, at, name + "/" + e.name, fi, buf);
+    if (fi.type == FileType::directory) write_tree(a, disk, *disk.open_dir(at), name + "/" + e.name, buf);
   }
 }
 
@@ -199,17 +214,24 @@ std::string strip_prefix(const std::string& name, const std::string& prefix) {
 // name a file it extracted, and a repeated member replaces the earlier one (as tar does).
 class Extractor {
  public:
-  Extractor(Disk& disk, fs::path dest) : disk_(disk), dest_(std::move(dest)) { dirs_.insert(""); }
+  Extractor(Disk& disk, std::unique_ptr<DirHandle> dest) : disk_(disk), dest_(std::move(dest)) { dirs_.insert(""); }
   void member(archive* a, archive_entry* e, const std::string& name, const std::string& link);
   void finish();
 
  private:
   void ensure_parents(const std::string& name);
-  void clear_slot(const std::string& name, const fs::path& p);
-  void write_file(archive* a, const fs::path& p, mode_t mode);
+  void clear_slot(const std::string& name, const At& p);
+  void write_file(archive* a, const At& p, mode_t mode);
+  // Member `name` as a name inside its directory, held open: the directories from dest down are
+  // kept as a chain (a tar lists a directory's members together), re-opened by name from the
+  // deepest common one when a member is elsewhere. Valid until the next call.
+  At at(const std::string& name);
+  // The same for a second member while the first's At is in use (a hard link's target).
+  std::unique_ptr<DirHandle> open_parent_of(const std::string& name);
 
   Disk& disk_;
-  fs::path dest_;
+  std::unique_ptr<DirHandle> dest_;
+  std::vector<std::pair<std::string, std::unique_ptr<DirHandle>>> chain_;  // dest's subdirectories, top down
   std::unordered_set<std::string> dirs_;   // directories made: the only parents a member may use
   std::unordered_set<std::string> others_; // everything else made (files, links, symlinks)
   std::unordered_set<std::string> files_;  // regular files extracted: the only hard-link targets
@@ -217,17 +239,39 @@ class Extractor {
   std::vector<DirMeta> dir_meta_;
 };
 
+At Extractor::at(const std::string& name) {
+  std::vector<std::string> parts;
+  for (const auto& part : fs::path(name)) parts.push_back(part.string());
+  const std::string leaf = parts.back();
+  parts.pop_back();
+  std::size_t keep = 0;
+  while (keep < chain_.size() && keep < parts.size() && chain_[keep].first == parts[keep]) ++keep;
+  chain_.resize(keep);
+  for (std::size_t i = keep; i < parts.size(); ++i) {
+    const DirHandle& up = chain_.empty() ? *dest_ : *chain_.back().second;
+    chain_.emplace_back(parts[i], disk_.open_dir(At(up, parts[i])));
+  }
+  return At(chain_.empty() ? *dest_ : *chain_.back().second, leaf);
+}
+
+std::unique_ptr<DirHandle> Extractor::open_parent_of(const std::string& name) {
+  std::unique_ptr<DirHandle> dir = disk_.open_dir(At(*dest_, ""));
+  fs::path parent = fs::path(name).parent_path();
+  for (const auto& part : parent) dir = disk_.open_dir(At(*dir, part.string()));
+  return dir;
+}
+
 void Extractor::ensure_parents(const std::string& name) {
   for (auto slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1)) {
     std::string acc = name.substr(0, slash);
     if (dirs_.count(acc)) continue;
     if (others_.count(acc)) throw Error("tar member goes through a non-directory: " + name);
-    disk_.make_dir(dest_ / acc, 0755);
+    disk_.make_dir(at(acc), 0755);
     dirs_.insert(std::move(acc));
   }
 }
 
-void Extractor::clear_slot(const std::string& name, const fs::path& p) {
+void Extractor::clear_slot(const std::string& name, const At& p) {
   if (dirs_.count(name)) throw Error("tar member would replace a directory: " + name);
   if (!others_.count(name)) return;
   disk_.remove(p);  // a repeated member: the later one wins, as tar does
@@ -235,7 +279,7 @@ void Extractor::clear_slot(const std::string& name, const fs::path& p) {
   files_.erase(name);
 }
 
-void Extractor::write_file(archive* a, const fs::path& p, mode_t mode) {
+void Extractor::write_file(archive* a, const At& p, mode_t mode) {
   auto out = disk_.create(p, mode, CreateMode::exclusive);
   const void* block = nullptr;
   size_t size = 0;
@@ -249,7 +293,7 @@ void Extractor::write_file(archive* a, const fs::path& p, mode_t mode) {
     out->write(static_cast<const char*>(block), size);
     written = offset + static_cast<la_int64_t>(size);
   }
-  if (rc != ARCHIVE_EOF) arch_fail(a, "read tar data for " + p.string());
+  if (rc != ARCHIVE_EOF) arch_fail(a, "read tar data for " + p.full().string());
   out->close();  // made durable all at once by the caller (sync_filesystem), not file by file
 }
 
@@ -262,11 +306,12 @@ void Extractor::member(archive* a, archive_entry* e, const std::string& name, co
     return;
   }
   ensure_parents(name);
-  fs::path p = dest_ / name;
+  const At p = at(name);
   if (!link.empty()) {
     if (!files_.count(link)) throw Error("tar hard link to something not extracted as a file: " + name + " -> " + link);
     clear_slot(name, p);
-    disk_.make_hardlink(dest_ / link, p);
+    auto link_dir = open_parent_of(link);
+    disk_.make_hardlink(At(*link_dir, fs::path(link).filename().string()), p);
     files_.insert(name);
     others_.insert(name);
     return;
@@ -294,7 +339,7 @@ void Extractor::finish() {
   std::sort(dir_meta_.begin(), dir_meta_.end(),
             [](const DirMeta& x, const DirMeta& y) { return x.name.size() > y.name.size(); });
   for (const auto& d : dir_meta_) {
-    fs::path p = d.name.empty() ? dest_ : dest_ / d.name;
+    const At p = d.name.empty() ? At(*dest_, "") : at(d.name);
     disk_.set_mode(p, d.mode);
     disk_.set_mtime(p, d.mtime);
   }
@@ -302,7 +347,9 @@ void Extractor::finish() {
 
 }  // namespace
 
-std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path& tar_path) {
+std::string snapshot_dir_to_tar(Disk& disk, const At& dir_at, const fs::path& tar_path) {
+  const fs::path dir = dir_at.full();
+  auto root = hold_dir(disk, dir_at);
   auto out = disk.create(tar_path, 0600, CreateMode::exclusive);
   ThreadedSha256 hash;
   ProgressMeter meter("snapshot " + dir.string(), 0);
@@ -317,11 +364,8 @@ std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path&
   // overlay_setup.py's layout: it extracts into dirname(dir), so members must carry dir's name.
   const std::string top = dir.filename().string();
   if (top.empty() || top == "." || top == "..") throw Error("cannot snapshot a directory without a name: " + dir.string());
-  write_member(a.get(), disk, dir, top, disk.info(dir, Follow::no), buf);
-  walk_tree(disk, dir, [&](const fs::path& rel, FileType) {
-    write_member(a.get(), disk, dir / rel, top + "/" + rel.string(), disk.info(dir / rel, Follow::no), buf);
-    return WalkStep::descend;
-  });
+  write_member(a.get(), disk, At(*root, ""), top, disk.info(At(*root, ""), Follow::no), buf);
+  write_tree(a.get(), disk, *root, top, buf);
   if (A().archive_write_close(a.get()) != ARCHIVE_OK)
     arch_fail(a.get(), "finish tar " + tar_path.string() + (sink.error.empty() ? "" : " (" + sink.error + ")"));
   out->sync();
@@ -333,7 +377,7 @@ void check_tar(Disk& disk, const fs::path& tar_path, const std::string& expected
   scan_tar(disk, tar_path, expected_sha256);
 }
 
-void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest, const std::string& top_name,
+void extract_tar(Disk& disk, const fs::path& tar_path, const At& dest, const std::string& top_name,
                  const std::string& expected_sha256) {
   ThreadedSha256 hash;
   ReadSource src;
@@ -342,7 +386,7 @@ void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest, con
   ProgressMeter meter("restore " + tar_path.filename().string(), disk.info(tar_path, Follow::no).size);
   src.meter = &meter;
   ArchivePtr a = open_tar(src, tar_path);
-  Extractor x(disk, dest);
+  Extractor x(disk, hold_dir(disk, dest));
   std::optional<std::string> prefix;
   auto inside = [&](const std::string& name) { return prefix->empty() || name == *prefix || name.rfind(*prefix + "/", 0) == 0; };
   archive_entry* e = nullptr;

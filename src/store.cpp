@@ -85,7 +85,7 @@ SavedFile BackupStore::save_file(const std::string& id, const std::string& label
   return s;
 }
 
-SavedFile BackupStore::save_dir_tar(const std::string& id, const std::string& label, const fs::path& dir) {
+SavedFile BackupStore::save_dir_tar(const std::string& id, const std::string& label, const At& dir) {
   std::string rel = std::string(kBackupDirName) + "/" + id + "/" + label + ".tar";
   SavedFile s;
   s.backup = rel;
@@ -288,50 +288,52 @@ bool BackupStore::take_back_aside(const AsideDir& aside, const At& dir) {
 }
 
 void BackupStore::restore_dir(const std::string& rel, const std::optional<std::string>& sha256,
-                              const fs::path& dir) {
+                              const At& dir) {
   fs::path tar = resolve(rel);
   FileInfo ti = disk_.info(tar, Follow::no);
   if (!ti.exists()) throw Error("backup missing: " + rel);
   if (ti.type != FileType::regular) throw Error("backup is not a regular file: " + rel);
+  const fs::path path = dir.full();
   FileInfo cur = disk_.info(dir, Follow::no);
-  if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());
-  if (cur.exists() && !renamable(dir, cur)) return restore_dir_in_place(tar, sha256, dir);
-  tidy_dir(dir);
-  make_dirs(disk_, dir.parent_path());
-  fs::path fresh = sibling_temp_path(dir, "overlay-restore");
+  if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + path.string());
+  if (cur.exists() && !renamable(path, cur)) return restore_dir_in_place(tar, sha256, dir);
+  tidy_dir(path);
+  if (dir.dir() == nullptr) make_dirs(disk_, path.parent_path());  // a held one exists
+  const At fresh = dir.sibling(sibling_temp_path(path, "overlay-restore").filename().string());
   disk_.make_dir(fresh, 0700);
   try {
-    extract_tar(disk_, tar, fresh, dir.filename().string(), sha256.value_or(""));
+    extract_tar(disk_, tar, fresh, path.filename().string(), sha256.value_or(""));
   } catch (...) {
-    litter_.push_back(fresh.string());  // never swapped in; deleted with the rest
+    litter_.push_back(fresh.full().string());  // never swapped in; deleted with the rest
     throw;
   }
   disk_.sync_filesystem(fresh);  // every extracted file and directory durable before it is swapped in
-  fs::path trash = sibling_temp_path(dir, "overlay-trash");
+  const At trash = dir.sibling(sibling_temp_path(path, "overlay-trash").filename().string());
   if (cur.exists()) disk_.rename(dir, trash);
   disk_.rename(fresh, dir);
-  disk_.sync_dir(dir.parent_path());
-  if (cur.exists()) litter_.push_back(trash.string());
+  disk_.sync_dir(dir.parent());
+  if (cur.exists()) litter_.push_back(trash.full().string());
 }
 
 bool BackupStore::renamable(const fs::path& dir, const FileInfo& di) { return why_not_renamable(disk_, dir, di).empty(); }
 
-void BackupStore::empty_dir(const fs::path& dir) {
-  for (const auto& e : disk_.list_dir(dir)) remove_tree(disk_, dir / e.name);
-  disk_.sync_dir(dir);
+void BackupStore::empty_dir(const At& dir) {
+  auto held = hold_dir(disk_, dir);
+  for (const auto& e : disk_.list_dir(At(*held, ""))) remove_tree(disk_, At(*held, e.name));
+  disk_.sync_dir(At(*held, ""));
 }
 
-void BackupStore::restore_dir_in_place(const fs::path& tar, const std::optional<std::string>& sha256, const fs::path& dir) {
+void BackupStore::restore_dir_in_place(const fs::path& tar, const std::optional<std::string>& sha256, const At& dir) {
   check_tar(disk_, tar, sha256.value_or(""));  // proven before anything of the cache goes
   empty_dir(dir);
-  extract_tar(disk_, tar, dir, dir.filename().string(), "");
+  extract_tar(disk_, tar, dir, dir.filename(), "");
   disk_.sync_filesystem(dir);
 }
 
 void BackupStore::discard_dir(const At& at) {
   const fs::path dir = at.full();
   FileInfo cur = disk_.info(at, Follow::no);
-  if (cur.exists() && cur.type == FileType::directory && !renamable(dir, cur)) return empty_dir(dir);
+  if (cur.exists() && cur.type == FileType::directory && !renamable(dir, cur)) return empty_dir(at);
   tidy_dir(dir);
   if (!cur.exists()) return;
   if (cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.string());

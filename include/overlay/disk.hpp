@@ -139,7 +139,7 @@ class Disk {
   virtual void sync_dir(const At& dir) = 0;
   // syncfs: everything written so far on the filesystem holding p is durable. One call instead
   // of an fsync per file when many files were written (a restored cache dir).
-  virtual void sync_filesystem(const fs::path& p) = 0;
+  virtual void sync_filesystem(const At& p) = 0;
   // Returns false when the directory already existed.
   virtual bool make_dir(const At& p, mode_t mode) = 0;
   // Removes a file, a symlink or an empty directory.
@@ -147,9 +147,9 @@ class Disk {
   // The entries of a directory ("." and ".." left out), typed from readdir's d_type: walking a
   // tree needs no stat per entry, as find does not.
   virtual std::vector<DirEntry> list_dir(const At& dir) = 0;
-  virtual void make_symlink(const std::string& target, const fs::path& link) = 0;
+  virtual void make_symlink(const std::string& target, const At& link) = 0;
   virtual std::string read_link(const At& p) = 0;
-  virtual void make_hardlink(const At& existing, const fs::path& link) = 0;
+  virtual void make_hardlink(const At& existing, const At& link) = 0;
   virtual void set_mode(const At& p, mode_t mode) = 0;
   // Sets modification (and access) time without following a final symlink.
   virtual void set_mtime(const At& p, timespec mtime) = 0;

@@ -26,7 +26,14 @@ void remove_file_durably(Disk& disk, const At& p);
 
 // Removes a file, symlink or whole directory tree without following symlinks.
 // A missing path is not an error, nor a part of it that vanishes meanwhile (another deleter).
-void remove_tree(Disk& disk, const fs::path& p);
+// Each directory is entered through a descriptor opened with O_NOFOLLOW, so one swapped for a
+// symlink while the tree is deleted fails the open: nothing outside the tree is ever deleted.
+void remove_tree(Disk& disk, const At& p);
+
+// Directory `at` held open for acting inside it: opened through its handle when `at` is a name
+// inside one (never a symlink), otherwise by its real path (a symlink above it followed once, as
+// given) with no symlink followed after that.
+std::unique_ptr<DirHandle> hold_dir(Disk& disk, const At& at);
 
 // remove_tree, then an fsync of the parent when something was removed: once this returns, the
 // tree's name is gone for good. For trees renamed aside inside an install, which nothing would

@@ -44,13 +44,13 @@ class RecordingDisk : public Disk {
   void rename(const At& from, const At& to) override;
   bool exchange(const At& a, const At& b) override;
   void sync_dir(const At& dir) override;
-  void sync_filesystem(const fs::path& p) override;
+  void sync_filesystem(const At& p) override;
   bool make_dir(const At& p, mode_t mode) override;
   void remove(const At& p) override;
   std::vector<DirEntry> list_dir(const At& dir) override { return inner_.list_dir(dir); }
-  void make_symlink(const std::string& target, const fs::path& link) override;
+  void make_symlink(const std::string& target, const At& link) override;
   std::string read_link(const At& p) override { return inner_.read_link(p); }
-  void make_hardlink(const At& existing, const fs::path& link) override;
+  void make_hardlink(const At& existing, const At& link) override;
   void set_mode(const At& p, mode_t mode) override;
   void set_mtime(const At& p, timespec mtime) override;
   void set_owner(const At& p, uid_t uid, gid_t gid) override;

@@ -11,7 +11,9 @@ namespace overlay {
 // writes them, so that tool's revert (which extracts into dirname(dir)) puts dir back. Keeps types, permission
 // bits, mtimes, empty directories and symlink targets (never followed). Special files are
 // refused. Returns the SHA-256 of the tar file.
-std::string snapshot_dir_to_tar(Disk& disk, const fs::path& dir, const fs::path& tar_path);
+// The tree is read one directory descriptor at a time (O_NOFOLLOW), so a directory of it swapped
+// for a symlink while it is read fails the snapshot instead of archiving what the link points at.
+std::string snapshot_dir_to_tar(Disk& disk, const At& dir, const fs::path& tar_path);
 
 // Reads the whole tar once, checking every member name and (when expected_sha256 is not empty)
 // the SHA-256 of the file; throws Error naming the first problem. Nothing is written.
@@ -27,7 +29,9 @@ void check_tar(Disk& disk, const fs::path& tar_path, const std::string& expected
 // and a mismatch throws once it has been read: dest may then hold members of a corrupt tar, so
 // it must be a directory nothing uses until this returns (the caller swaps it in only then).
 // Files are not fsynced one by one: the caller makes the whole tree durable (sync_filesystem).
-void extract_tar(Disk& disk, const fs::path& tar_path, const fs::path& dest, const std::string& top_name,
+// Every member is made through a descriptor of the directory it goes in, reached from dest's
+// without following anything: no swap on dest's path redirects the extraction.
+void extract_tar(Disk& disk, const fs::path& tar_path, const At& dest, const std::string& top_name,
                  const std::string& expected_sha256);
 
 }  // namespace overlay

@@ -33,7 +33,7 @@ class BackupStore {
   // Durable copy of `file` into the entry, named "<label>_<basename>".
   SavedFile save_file(const std::string& id, const std::string& label, const At& file);
   // Durable tar snapshot of `dir` into the entry, named "<label>.tar"; returns {path, sha256}.
-  SavedFile save_dir_tar(const std::string& id, const std::string& label, const fs::path& dir);
+  SavedFile save_dir_tar(const std::string& id, const std::string& label, const At& dir);
   // For a backup that is a clone of `path` (saved.cloned), once the record names it: the clone and
   // the original change places in one atomic exchange, so the install holds the clone (same bytes,
   // mode, owner, times) and the backup is the original inode itself. Its pages are then the ones
@@ -84,7 +84,7 @@ class BackupStore {
   // Replaces directory `dir` by the contents of tar backup `rel` (proven against sha256 when
   // recorded): extracted beside, then swapped in by rename. Where `dir` cannot be renamed (its
   // parent is not writable, or it is a mount point) it is emptied and extracted in place instead.
-  void restore_dir(const std::string& rel, const std::optional<std::string>& sha256, const fs::path& dir);
+  void restore_dir(const std::string& rel, const std::optional<std::string>& sha256, const At& dir);
   // Renames `dir` (a cache the entry created, or one invalidated) to a trash sibling that becomes
   // litter, and fsyncs the parent: once this returns the name is gone; the tree goes later.
   // Where `dir` cannot be renamed, its contents are deleted in place, durably.
@@ -128,8 +128,8 @@ class BackupStore {
   // Whether directory `dir` (as `di`) can be renamed within its parent: a writable parent on the
   // same filesystem (a mount point cannot be renamed).
   bool renamable(const fs::path& dir, const FileInfo& di);
-  void empty_dir(const fs::path& dir);
-  void restore_dir_in_place(const fs::path& tar, const std::optional<std::string>& sha256, const fs::path& dir);
+  void empty_dir(const At& dir);
+  void restore_dir_in_place(const fs::path& tar, const std::optional<std::string>& sha256, const At& dir);
 };
 
 }  // namespace overlay

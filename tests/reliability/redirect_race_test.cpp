@@ -103,9 +103,11 @@ struct RedirectRace : ::testing::Test {
     // The decoy holds files of the same names, so a write through the symlink would replace them.
     write_file(decoy / "a.cu", "decoy source\n");
     write_file(decoy / "a.so", "decoy library\n");
+    write_file(decoy / "cache/jit.o", "decoy jit\n");
     fs::permissions(t.path(), fs::perms(0755));
     // The other account owns inst (so it may rename inst/k) and the decoy; root owns the files.
-    for (const fs::path& p : {inst, decoy, decoy / "a.cu", decoy / "a.so"}) ASSERT_EQ(::lchown(p.c_str(), kNobody, kNobody), 0);
+    for (const fs::path& p : {inst, decoy, decoy / "a.cu", decoy / "a.so", decoy / "cache", decoy / "cache/jit.o"})
+      ASSERT_EQ(::lchown(p.c_str(), kNobody, kNobody), 0);
     fs::create_directory_symlink(decoy, inst / ".flip");
     ASSERT_EQ(::lchown((inst / ".flip").c_str(), kNobody, kNobody), 0);
   }
@@ -115,8 +117,8 @@ struct RedirectRace : ::testing::Test {
     args.insert(args.end(), more.begin(), more.end());
     return run_overlay(args);
   }
-  // With the cache dir inside the flipping directory, moved into the overlay or renamed aside
-  // (both renames through the held directory), rebuilt by the build.
+  // With the cache dir inside the flipping directory — moved into the overlay, renamed aside, or
+  // tarred (its tree read, and extracted back, through descriptors) — rebuilt by the build.
   Cmd add_with_cache(const char* way) {
     return add("sh -c 'cp " + (t / "patched.so").string() + " " + (k / "a.so").string() + " && mkdir " + (k / "cache").string() +
                    " && echo jit of 7 > " + (k / "cache/jit.o").string() + "'",
@@ -137,7 +139,8 @@ TEST_F(RedirectRace, AFlippingDirectoryNeverSteersRevertOrGcStale) {
   int restored = 0, refused = 0, done = 0;
   for (int i = 0; i < rounds && std::chrono::steady_clock::now() < deadline; ++i, ++done) {
     flipper.pause();
-    Cmd a = add_with_cache(i % 4 < 2 ? "move" : "aside");
+    const char* ways[] = {"move", "aside", "tar"};
+    Cmd a = add_with_cache(ways[(i / 2) % 3]);
     ASSERT_EQ(a.rc, 0) << "round " << i << "\n" << a.err;
     flipper.resume();
     ::usleep(200);  // let it flip a while before the first check
@@ -164,17 +167,19 @@ TEST_F(RedirectRace, AFlippingDirectoryNeverSteersRevertOrGcStale) {
   }
   EXPECT_GT(flipper.flips(), 0);
   EXPECT_EQ(tree_digest(decoy), decoy_digest);
-  std::printf("RACE | %d runs (revert and gc-stale alternately; a cache moved or renamed aside), %ld flips: %d restored at once, "
+  std::printf("RACE | %d runs (revert and gc-stale alternately; a cache moved, renamed aside or tarred), %ld flips: %d restored at once, "
               "%d refused (the entry kept)\n",
               done, flipper.flips(), restored, refused);
 }
 
-// add-native while the directory flips: the path it was given may lead into the decoy at the
+// add-native while the directory flips: a path it was given may lead into the decoy at the
 // instant it resolves it (a symlink on a tracked path is followed once, at add-native, and
-// recorded), but whichever directory that is, its backups are read from and its swaps made in
-// that one directory, held open — never the original read from one and the patch written into
-// the other. After each round's revert (flipping stopped) both trees are as they were.
-TEST_F(RedirectRace, AddNativeActsInOneDirectoryWhateverFlips) {
+// recorded), but whichever directory that is, the item's backup is read from and its swap made
+// in that one directory, held open — never the original read from one and the patch written into
+// the other. (The source and the cache are two paths, resolved each once: they may land in
+// different directories, each item consistent.) After each round's revert (flipping stopped)
+// both trees are as they were.
+TEST_F(RedirectRace, AddNativeActsInOneDirectoryPerItemWhateverFlips) {
   const std::string original = tree_digest(k), decoy_digest = tree_digest(decoy);
   const std::string decoy_real = fs::canonical(decoy).string();
   const int rounds = env_int("OVERLAY_RACE_ROUNDS", 40);
@@ -184,19 +189,26 @@ TEST_F(RedirectRace, AddNativeActsInOneDirectoryWhateverFlips) {
   for (int i = 0; i < rounds && std::chrono::steady_clock::now() < deadline; ++i, ++done) {
     flipper.resume();
     ::usleep(200);
-    Cmd a = add("true");  // the build is the user's: it would follow the flipping path too
+    // A tarred cache beside the source (its tree read through descriptors). The build is the
+    // user's: it would follow the flipping path too, so it changes nothing here.
+    Cmd a = add("true", {"--invalidate-cache", (k / "cache").string(), "--cache-snapshot", "tar"});
     flipper.pause();
     if (a.rc != 0) {
       ++refused;
       EXPECT_NE(a.err.find("changed while add-native read it"), std::string::npos) << "round " << i << "\n" << a.err;
     } else {
       json m = json::parse(read_file(t / "ov/_overlay_manifest.json"));
-      std::string pinned = m["natives"][0]["sources"][0]["parent"]["path"];
-      (pinned == decoy_real ? in_decoy : in_install)++;
-      // The directory pinned holds the patch; the other one is untouched.
-      fs::path patched_dir = pinned == decoy_real ? decoy : k, other = pinned == decoy_real ? k : decoy;
-      EXPECT_EQ(read_file(patched_dir / "a.cu"), "int a() { return 7; }\n") << "round " << i;
-      EXPECT_EQ(tree_digest(other), other == k ? original : decoy_digest) << "round " << i;
+      auto in_decoy_of = [&](const char* kind) { return m["natives"][0][kind][0]["parent"]["path"] == decoy_real; };
+      bool src_in_decoy = in_decoy_of("sources"), cache_in_decoy = in_decoy_of("caches");
+      (src_in_decoy ? in_decoy : in_install)++;
+      // Where each item was pinned it was changed, and only there: the source patched, the
+      // cache invalidated (its backup the tar of that directory's cache).
+      fs::path src_dir = src_in_decoy ? decoy : k, src_other = src_in_decoy ? k : decoy;
+      fs::path cache_dir = cache_in_decoy ? decoy : k, cache_other = cache_in_decoy ? k : decoy;
+      EXPECT_EQ(read_file(src_dir / "a.cu"), "int a() { return 7; }\n") << "round " << i;
+      EXPECT_NE(read_file(src_other / "a.cu"), "int a() { return 7; }\n") << "round " << i;
+      EXPECT_FALSE(fs::exists(cache_dir / "cache")) << "round " << i;
+      EXPECT_TRUE(fs::exists(cache_other / "cache/jit.o")) << "round " << i;
       Cmd r = run_overlay({"revert", "--overlay", ov});
       EXPECT_EQ(r.rc, 0) << r.err;
     }

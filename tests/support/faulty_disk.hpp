@@ -28,13 +28,13 @@ class FaultyDisk : public Disk {
     return inner_.exchange(a, b);
   }
   void sync_dir(const At& d) override { tick("fsync", d); inner_.sync_dir(d); }
-  void sync_filesystem(const fs::path& p) override { tick("syncfs", p); inner_.sync_filesystem(p); }
+  void sync_filesystem(const At& p) override { tick("syncfs", p); inner_.sync_filesystem(p); }
   bool make_dir(const At& p, mode_t m) override { tick("mkdir", p); return inner_.make_dir(p, m); }
   void remove(const At& p) override { tick("remove", p); inner_.remove(p); }
   std::vector<DirEntry> list_dir(const At& d) override { return inner_.list_dir(d); }
-  void make_symlink(const std::string& t, const fs::path& l) override { tick("symlink", l); inner_.make_symlink(t, l); }
+  void make_symlink(const std::string& t, const At& l) override { tick("symlink", l); inner_.make_symlink(t, l); }
   std::string read_link(const At& p) override { return inner_.read_link(p); }
-  void make_hardlink(const At& e, const fs::path& l) override { tick("link", l); inner_.make_hardlink(e, l); }
+  void make_hardlink(const At& e, const At& l) override { tick("link", l); inner_.make_hardlink(e, l); }
   void set_mode(const At& p, mode_t m) override { tick("chmod", p); inner_.set_mode(p, m); }
   void set_mtime(const At& p, timespec t) override { tick("utime", p); inner_.set_mtime(p, t); }
   void set_owner(const At& p, uid_t u, gid_t g) override { tick("chown", p); inner_.set_owner(p, u, g); }
