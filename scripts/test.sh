@@ -22,7 +22,7 @@ ctest --test-dir build-test --output-on-failure -j2 -LE long | tee "$LOGS/releas
 echo "== bench smoke (a small workload: keeps bench/ working; it reports, it does not assert)"
 BENCH_WORK=$(mktemp -d)
 python3 bench/run.py --overlay build-test/overlay --rounds 1 --work "$BENCH_WORK" \
-  --artifact-mib 8 --cache-files 50 --tree-files 500
+  --artifact-mib 8 --cache-files 50 --tree-files 500 --cache-sizes 300 --cache-rounds 1
 rm -rf "$BENCH_WORK"
 echo "== sweep smoke (bench/sweep.py and bench/plot.py on two tiny points; the real sweep is not run in CI)"
 python3 bench/sweep.py --overlay build-test/overlay --sizes-mib 2,4 --cache-files 50,100 \
