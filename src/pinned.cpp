@@ -6,12 +6,18 @@
 
 namespace overlay {
 
+namespace {
+
+// The directory holding `p` as it is now: its real path (symlinks resolved, once) and identity.
+// Nothing when that directory does not exist.
 std::optional<PinnedDir> pin_parent(Disk& disk, const fs::path& p) {
   fs::path parent = p.parent_path();
   FileInfo fi = disk.info(parent, Follow::yes);
   if (fi.type != FileType::directory) return std::nullopt;
   return PinnedDir{disk.real_path(parent).string(), static_cast<std::uint64_t>(fi.dev), static_cast<std::uint64_t>(fi.ino)};
 }
+
+}  // namespace
 
 std::optional<PinnedDir> pin_below(Disk& disk, const fs::path& dir, const fs::path& p) {
   auto pin = pin_parent(disk, dir);

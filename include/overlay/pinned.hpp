@@ -12,10 +12,8 @@
 
 namespace overlay {
 
-// The directory holding `p` as it is now: its real path (symlinks resolved, once) and identity.
-// Nothing when that directory does not exist.
-std::optional<PinnedDir> pin_parent(Disk& disk, const fs::path& p);
-// For `p` inside directory `dir`, which the entry expects to be replaced (a cache dir): the pin
+// (add-native pins the directory of a plain tracked path through the descriptor it holds open,
+// native_apply.cpp's HeldDirs.) For `p` inside directory `dir`, which the entry expects to be replaced (a cache dir): the pin
 // of `dir`'s parent, with p's path below it.
 std::optional<PinnedDir> pin_below(Disk& disk, const fs::path& dir, const fs::path& p);
 
