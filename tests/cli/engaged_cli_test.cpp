@@ -58,8 +58,7 @@ struct Engaged : ::testing::Test {
   }
   void stop(pid_t pid) {
     if (kill(pid, 0) != 0) return;
-    kill(-pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
+    EXPECT_TRUE(kill_group_and_wait(pid)) << "process group " << pid << " outlived SIGKILL";
   }
   Cmd engaged(pid_t pid) { return run_overlay({"engaged", "--overlay", ov, "--pid", std::to_string(pid)}); }
 };

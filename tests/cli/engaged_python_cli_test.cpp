@@ -148,8 +148,7 @@ TEST_F(EngagedPython, ALiveServerIsJudgedByWhatAppliedInIt) {
   EXPECT_EQ(p["running_processes"], 1) << p;
   EXPECT_EQ(p["calls"], 3) << p;
   // Killed with -9: no final record, but it did apply; counted, not running.
-  kill(-parent, SIGKILL);
-  waitpid(parent, nullptr, 0);
+  EXPECT_TRUE(kill_group_and_wait(parent));
   p = python_entry(0);
   EXPECT_EQ(p["applied_processes"], 2) << p;
   EXPECT_EQ(p["running_processes"], 0) << p;

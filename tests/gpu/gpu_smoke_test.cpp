@@ -69,10 +69,7 @@ pid_t start_held(const HipInstall& in, const fs::path& ready, std::string& value
   return pid;
 }
 
-void stop(pid_t pid) {
-  kill(-pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-}
+void stop(pid_t pid) { EXPECT_TRUE(kill_group_and_wait(pid)) << "the driver outlived SIGKILL"; }
 
 }  // namespace
 

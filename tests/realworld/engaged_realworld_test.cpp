@@ -48,8 +48,7 @@ TEST(EngagedRealWorld, TorchJitExtensionLoadedByAForkedWorker) {
   Cmd e = run_overlay({"engaged", "--overlay", ov, "--pid", std::to_string(server)});
   Cmd r = run_overlay({"--json", "revert", "--overlay", ov});
   Cmd c = run_overlay({"status", "--overlay", ov, "--check-clean"});
-  kill(-server, SIGKILL);
-  waitpid(server, nullptr, 0);
+  ASSERT_TRUE(kill_group_and_wait(server));
   EXPECT_EQ(e.rc, 0) << e.out << e.err;
   EXPECT_NE(e.out.find("(a descendant) maps the patched " + so), std::string::npos) << e.out;
   EXPECT_EQ(e.out.find("process " + std::to_string(server) + " (python3"), std::string::npos) << "the server maps no kernel: " << e.out;

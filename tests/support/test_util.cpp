@@ -1,6 +1,7 @@
 #include "test_util.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
@@ -75,6 +76,37 @@ bool wait_until_gone(const fs::path& p) {
   std::error_code ec;
   for (int i = 0; i < 1000; ++i) {
     if (!fs::exists(fs::symlink_status(p, ec))) return true;
+    ::usleep(10000);
+  }
+  return false;
+}
+
+namespace {
+
+// Whether a member of process group `pgid` other than a zombie is listed in /proc.
+bool group_runs(pid_t pgid) {
+  const std::string want = std::to_string(pgid);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    std::ifstream in(e.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;  // not a process, or gone meanwhile
+    auto close = stat.rfind(')');           // the command name may hold spaces and parentheses
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state, ppid, pgrp;
+    if (rest >> state >> ppid >> pgrp && pgrp == want && state != "Z") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool kill_group_and_wait(pid_t pgid) {
+  ::kill(-pgid, SIGKILL);
+  ::waitpid(pgid, nullptr, 0);
+  for (int i = 0; i < 1000; ++i) {
+    if (!group_runs(pgid)) return true;
     ::usleep(10000);
   }
   return false;

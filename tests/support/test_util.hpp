@@ -66,6 +66,12 @@ bool wait_until_gone(const fs::path& p);
 // true if so. What a test compares after a command is the state once that deleter is done.
 bool settle_litter(const fs::path& root);
 
+// Sends SIGKILL to process group `pgid` (led by a child of ours), reaps the leader and waits (up
+// to 10 s) until no member runs any more (a zombie does not): SIGKILL reaches each member when it
+// is delivered, so a grandchild can still be tearing down, mapping its files, after the leader is
+// reaped. True once the whole group is gone.
+bool kill_group_and_wait(pid_t pgid);
+
 struct Cmd {
   int rc = -1;
   std::string out, err;
