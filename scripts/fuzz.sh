@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-20}
 bash scripts/deps.sh clang libclang-rt-14-dev
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
-CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOVERLAY_FUZZ=ON -DOVERLAY_BUILD_TESTS=OFF >/dev/null
+CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DOVERLAY_FUZZ=ON -DOVERLAY_BUILD_TESTS=OFF >/dev/null
 cmake --build "$BUILD" --target manifest_fuzz words_fuzz tar_fuzz
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

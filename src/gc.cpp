@@ -1,5 +1,6 @@
 #include "overlay/gc.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,29 @@ std::string distrust(const FileInfo& manifest, const FileInfo& dir) {
   return "";
 }
 
+// Why another user could swap a directory on the way to `overlay`, so that the manifest and
+// backups we judge are not the ones we then read and restore from; "" when nobody can: every
+// directory from "/" to the overlay's parent is a real directory (no symlink), owned by root or
+// us, and writable by no one else — or sticky, where others cannot rename what is not theirs
+// (the next directory down must then be ours or root's, which its own check asks). With that,
+// each path below stays the one checked for as long as we act on it (ssh's StrictModes rule).
+std::string swappable_ancestor(Disk& disk, const fs::path& overlay) {
+  uid_t me = ::geteuid();
+  fs::path dir = overlay.root_path();
+  for (auto it = overlay.begin(); it != overlay.end(); ++it) {
+    if (it != overlay.begin()) dir /= *it;
+    if (dir == overlay) break;
+    FileInfo fi = disk.info(dir, Follow::no);
+    if (fi.type == FileType::symlink) return "directory " + dir.string() + " above it is a symlink";
+    if (fi.type != FileType::directory) return "directory " + dir.string() + " above it is not a directory";
+    if (fi.uid != me && fi.uid != 0)
+      return "directory " + dir.string() + " above it is owned by another user (uid " + std::to_string(fi.uid) + ")";
+    if ((fi.mode & 022) && !(fi.mode & S_ISVTX))
+      return "directory " + dir.string() + " above it is group- or world-writable (another user could swap it)";
+  }
+  return "";
+}
+
 std::optional<std::string> live_owner(const Manifest& m) {
   for (const auto& e : m.natives) {
     if (e.owner && owner_alive(*e.owner)) return "owner pid " + std::to_string(e.owner->pid) + " is still running";
@@ -41,7 +65,8 @@ double age_seconds(const FileInfo& fi) {
 
 GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const GcOptions& opts, bool& relevant) {
   relevant = true;
-  std::string why = distrust(mfi, disk.info(overlay, Follow::no));
+  std::string why = swappable_ancestor(disk, overlay);
+  if (why.empty()) why = distrust(mfi, disk.info(overlay, Follow::no));
   if (!why.empty()) return {overlay, GcOutcome::skipped, why};
   std::optional<Manifest> m;
   try {
@@ -95,6 +120,9 @@ GcReport gc_stale(Disk& disk, const fs::path& root_in, const GcOptions& opts) {
   FileInfo ri = disk.info(root, Follow::yes);
   if (!ri.exists()) throw Error("root does not exist: " + root.string());
   if (ri.type != FileType::directory) throw Error("root is not a directory: " + root.string());
+  // Walked from its real path, so that an overlay below has no symlink above it unless one was
+  // swapped in meanwhile (which swappable_ancestor then refuses).
+  root = disk.real_path(root);
   std::vector<std::pair<fs::path, FileInfo>> found;
   auto visit = [&](const fs::path& rel, FileType type) {
     if (type == FileType::directory && (rel.filename() == kBackupDirName || rel.filename() == "_trash")) return WalkStep::skip;

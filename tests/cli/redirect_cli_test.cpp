@@ -3,6 +3,7 @@
 // the issue through the real binary: add-native on inst/k/a.cu (artifact inst/k/a.so), then
 // inst/k renamed to inst/k.real and replaced by a symlink to a decoy.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -27,8 +28,8 @@ struct Redirect : ::testing::Test {
     fs::create_directories(decoy);
     original = tree_digest(inst);
   }
-  Cmd add() {
-    return run_overlay({"add-native", "--overlay", ov, "--target", (k / "a.cu").string(), "--patched-file",
+  Cmd add(const std::string& overlay = "") {
+    return run_overlay({"add-native", "--overlay", overlay.empty() ? ov : overlay, "--target", (k / "a.cu").string(), "--patched-file",
                         (t / "patched.cu").string(), "--artifact", (k / "a.so").string(), "--invalidate-cache",
                         (k / "cache").string(), "--build-cwd", k.string(), "--build-cmd",
                         "sh -c 'echo built from 7 > a.so && mkdir cache && echo jit of 7 > cache/jit.o'"});
@@ -145,4 +146,41 @@ TEST_F(Redirect, APatchRootDiffIsNotCarriedOutOfTheRootThroughASymlink) {
                        " is " + (decoy / "b.cu").string() + "\n");
   EXPECT_EQ(tree_digest(decoy), before);
   EXPECT_FALSE(fs::exists(t / "ov/_overlay_manifest.json"));
+}
+
+// gc-stale (CI runs it as root over shared roots) acts on an overlay only when no other user can
+// swap a directory above it: otherwise the manifest it judged trusted could be traded, between
+// the check and the revert, for one it would not trust. A world-writable directory above the
+// overlay, or one another user owns, leaves the overlay applied and named; a sticky one (others
+// cannot rename what is ours) does not; a root given through a symlink is walked as its real path.
+TEST_F(Redirect, GcStaleLeavesAnOverlayWhosePathAnotherUserCouldSwap) {
+  fs::path shared = t / "runs/shared";
+  std::string ov2 = (shared / "ov").string();
+  ASSERT_EQ(add(ov2).rc, 0);
+  std::string patched = tree_digest(inst);
+  auto gc = [&](const fs::path& root) { return run_overlay({"gc-stale", "--root", root.string()}); };
+
+  fs::permissions(shared, fs::perms(0777));
+  Cmd g = gc(t / "runs");
+  EXPECT_EQ(g.rc, 0) << g.err;
+  EXPECT_EQ(g.err, "gc-stale: skipped " + ov2 + ": directory " + shared.string() +
+                       " above it is group- or world-writable (another user could swap it)\n");
+  EXPECT_EQ(tree_digest(inst), patched);
+
+  if (::geteuid() == 0) {
+    fs::permissions(shared, fs::perms(0755));
+    ASSERT_EQ(::chown(shared.c_str(), 65534, 65534), 0);
+    g = gc(t / "runs");
+    EXPECT_EQ(g.err, "gc-stale: skipped " + ov2 + ": directory " + shared.string() + " above it is owned by another user (uid 65534)\n");
+    EXPECT_EQ(tree_digest(inst), patched);
+    ASSERT_EQ(::chown(shared.c_str(), 0, 0), 0);
+  }
+
+  fs::permissions(shared, fs::perms(01777));
+  fs::create_directory_symlink(t / "runs", t / "runs-link");
+  g = gc(t / "runs-link");
+  EXPECT_EQ(g.rc, 0) << g.err;
+  EXPECT_NE(g.out.find("gc-stale: reverted " + ov2 + "\n"), std::string::npos) << g.out << g.err;
+  EXPECT_TRUE(settle_litter(inst));
+  EXPECT_EQ(tree_digest(inst), original);
 }

@@ -58,3 +58,21 @@ TEST(GcStale, MinAgeSkipsRecent) {
   EXPECT_EQ(r.count(GcOutcome::skipped), 1u);
   EXPECT_EQ(read_file(t / "inst/a"), "patched\n");
 }
+
+// A directory above an overlay that others may write (so could swap for another) leaves that
+// overlay alone, named; a sticky one, where others cannot rename what is ours, does not.
+TEST(GcStale, AnOverlayBelowADirectoryOthersCanWriteIsSkipped) {
+  TempDir t;
+  write_file(t / "inst/a", "orig\n");
+  apply(t / "runs/open/ov", t / "inst/a");
+  fs::permissions(t / "runs/open", fs::perms(0775));
+  GcReport r = gc_stale(real_disk(), t / "runs", {false, std::nullopt, 5});
+  ASSERT_EQ(r.items.size(), 1u);
+  EXPECT_EQ(r.items[0].outcome, GcOutcome::skipped);
+  EXPECT_EQ(r.items[0].reason, "directory " + (t / "runs/open").string() + " above it is group- or world-writable (another user could swap it)");
+  EXPECT_EQ(read_file(t / "inst/a"), "patched\n");
+  fs::permissions(t / "runs/open", fs::perms(01777));
+  r = gc_stale(real_disk(), t / "runs", {false, std::nullopt, 5});
+  EXPECT_EQ(r.count(GcOutcome::reverted), 1u);
+  EXPECT_EQ(read_file(t / "inst/a"), "orig\n");
+}
