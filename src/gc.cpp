@@ -34,10 +34,9 @@ std::string distrust(const FileInfo& manifest, const FileInfo& dir) {
 // each path below stays the one checked for as long as we act on it (ssh's StrictModes rule).
 std::string swappable_ancestor(Disk& disk, const fs::path& overlay) {
   uid_t me = ::geteuid();
-  fs::path dir = overlay.root_path();
-  for (auto it = overlay.begin(); it != overlay.end(); ++it) {
-    if (it != overlay.begin()) dir /= *it;
-    if (dir == overlay) break;
+  fs::path dir;
+  for (const auto& part : overlay.parent_path()) {
+    dir /= part;
     FileInfo fi = disk.info(dir, Follow::no);
     if (fi.type == FileType::symlink) return "directory " + dir.string() + " above it is a symlink";
     if (fi.type != FileType::directory) return "directory " + dir.string() + " above it is not a directory";
