@@ -10,8 +10,8 @@
 #include "overlay/file_ops.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
-#include "overlay/python_overlay.hpp"
-#include "overlay/sitecustomize.hpp"
+#include "overlay/python/verbs.hpp"
+#include "overlay/python/sitecustomize.hpp"
 
 namespace overlay {
 namespace {

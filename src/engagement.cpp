@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "overlay/file_ops.hpp"
+#include "overlay/python/entries.hpp"
 
 namespace overlay {
 namespace {
@@ -164,21 +165,7 @@ std::vector<PythonUse> live_python_uses(Disk& disk, const fs::path& overlay, std
 
 std::vector<std::string> python_entry_keys(const Manifest& m) {
   std::vector<std::string> keys;
-  auto each = [&](const char* list, auto&& key_of) {
-    auto it = m.doc.find(list);
-    if (it == m.doc.end() || !it->is_array()) return;
-    for (const auto& e : *it)
-      if (e.is_object()) keys.push_back(key_of(e));
-  };
-  auto text = [](const nlohmann::json& e, const char* k) {
-    auto it = e.find(k);
-    return it != e.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
-  each("modules", [&](const nlohmann::json& e) { return "module:" + text(e, "module"); });
-  each("rebinds", [&](const nlohmann::json& e) {
-    return "rebind:" + text(e, "target") + "->" + text(e, "impl_module") + "." + text(e, "impl_attr");
-  });
-  each("captures", [&](const nlohmann::json& e) { return "capture:" + text(e, "target"); });
+  for (const auto& e : python_entries(m.doc)) keys.push_back(e.key);
   return keys;
 }
 

@@ -431,6 +431,14 @@ void check_python_entries(const json& doc) {
     req_string(captures[i], "out", w);
     if (const json* mx = find(captures[i], "max"); mx != nullptr && !mx->is_number_integer()) bad(w + ".max", "expected an integer");
   }
+  const json& markers = array_of_objects(doc, "markers", "");
+  for (std::size_t i = 0; i < markers.size(); ++i) req_string(markers[i], "target", "markers[" + std::to_string(i) + "]");
+  const json& hooks = array_of_objects(doc, "hooks", "");
+  for (std::size_t i = 0; i < hooks.size(); ++i)
+    for (const char* k : {"module", "impl_module"}) req_string(hooks[i], k, "hooks[" + std::to_string(i) + "]");
+  const json& installers = array_of_objects(doc, "installers", "");
+  for (std::size_t i = 0; i < installers.size(); ++i)
+    for (const char* k : {"id", "module"}) req_string(installers[i], k, "installers[" + std::to_string(i) + "]");
 }
 
 }  // namespace

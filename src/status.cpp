@@ -9,7 +9,9 @@
 #include "overlay/file_ops.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"
-#include "overlay/python_overlay.hpp"
+#include "overlay/python/entries.hpp"
+#include "overlay/python/sitecustomize.hpp"
+#include "overlay/python/verbs.hpp"
 #include "overlay/store.hpp"
 
 namespace overlay {
@@ -149,11 +151,6 @@ NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overl
   return st;
 }
 
-std::string text_of(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 // Per entry key ("module:M", "rebind:T->IM.IA", "capture:T"): processes applied, calls counted.
 struct Usage {
   std::size_t processes = 0, running = 0;
@@ -219,37 +216,21 @@ std::map<std::string, Usage> python_usage(Disk& disk, const fs::path& overlay) {
 }  // namespace
 
 std::vector<PythonStatus> python_entries_status(Disk& disk, const fs::path& overlay, const Manifest& manifest) {
-  const json& doc = manifest.doc;
   std::vector<PythonStatus> out;
-  auto list = [&](const char* key) -> const json& {
-    static const json empty = json::array();
-    auto it = doc.find(key);
-    return it != doc.end() && it->is_array() ? *it : empty;
-  };
-  for (const auto& m : list("modules")) {
-    std::string file = text_of(m, "file");
-    bool present = is_safe_relative(file) && disk.info(overlay / file, Follow::no).type == FileType::regular;
-    out.push_back({"module", text_of(m, "module"), (overlay / file).string(), present, 0, 0, std::nullopt, std::nullopt});
-    if (std::string id = text_of(m, "patch_id"); !id.empty()) out.back().patch_id = id;
-  }
-  for (const auto& b : list("rebinds")) {
-    PythonStatus p{"rebind", text_of(b, "target"), text_of(b, "impl_module") + ":" + text_of(b, "impl_attr"), true, 0, 0, std::nullopt, std::nullopt};
-    auto it = b.find("count_calls");
-    if (it != b.end() && it->is_boolean() && it->get<bool>()) p.calls = 0;
-    out.push_back(std::move(p));
-  }
-  for (const auto& c : list("captures"))
-    out.push_back({"capture", text_of(c, "target"), text_of(c, "out"), true, 0, 0, std::nullopt, std::nullopt});
   auto usage = python_usage(disk, overlay);
-  // The manifest holds arrays of objects only (load_manifest checks), so the keys line up with `out`.
-  std::vector<std::string> keys = python_entry_keys(manifest);
-  for (std::size_t i = 0; i < out.size() && i < keys.size(); ++i) {
-    PythonStatus& p = out[i];
-    auto it = usage.find(keys[i]);
-    if (it == usage.end()) continue;
-    p.applied_processes = it->second.processes;
-    p.running_processes = it->second.running;
-    if (p.calls && it->second.calls) p.calls = *it->second.calls;
+  for (const PyEntry& e : python_entries(manifest.doc)) {
+    PythonStatus p{e.kind, e.name, e.detail, true, 0, 0, std::nullopt, e.patch_id};
+    if (e.file) {
+      p.detail = (overlay / *e.file).string();
+      p.present = is_safe_relative(*e.file) && disk.info(overlay / *e.file, Follow::no).type == FileType::regular;
+    }
+    if (e.count_calls) p.calls = 0;
+    if (auto it = usage.find(e.key); it != usage.end()) {
+      p.applied_processes = it->second.processes;
+      p.running_processes = it->second.running;
+      if (p.calls && it->second.calls) p.calls = *it->second.calls;
+    }
+    out.push_back(std::move(p));
   }
   return out;
 }
@@ -316,6 +297,12 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
   r.engagement = judge_engagement(disk, *m, scan_for_artifacts(disk, *m));
   r.engagement.python = live_python_uses(disk, r.overlay);
   r.pythons = python_entries_status(disk, r.overlay, *m);
+  r.unapplied_sections = unapplied_sections(m->doc);
+  if (!r.pythons.empty()) {
+    r.sitecustomize = classify_sitecustomize(disk, r.overlay);
+    if (r.sitecustomize == SitecustomizeKind::generated)
+      r.sitecustomize_by = sitecustomize_generator(read_small_file(disk, r.overlay / "sitecustomize.py", 1 << 20));
+  }
   return r;
 }
 

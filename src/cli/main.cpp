@@ -49,7 +49,8 @@ Wanted wanted_from(int argc, char** argv) {
   // Every name and alias registered; a name missing here only costs speed (all are registered).
   static constexpr std::string_view kNames[] = {"add-native", "apply",        "verify-native", "revert",    "status",
                                                 "list",       "gc-stale",     "add-module",    "copy-subtree", "add-rebind",
-                                                "monkeypatch", "add-capture", "check",         "discover",     "engaged",      "which",        "exec"};
+                                                "monkeypatch", "add-capture", "check",         "discover",     "engaged",      "which",        "exec",
+                                                "add-marker",  "add-hook",    "add-installer", "merge",        "ensure-overlay", "sitecustomize-text"};
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--lock-timeout") {

@@ -6,14 +6,17 @@
 #include "commands.hpp"
 #include "output.hpp"
 #include "overlay/error.hpp"
-#include "overlay/python_overlay.hpp"
+#include "overlay/python/check.hpp"
+#include "overlay/python/merge.hpp"
+#include "overlay/python/sitecustomize.hpp"
+#include "overlay/python/verbs.hpp"
 
 namespace overlay::cli {
 namespace {
 
-// The default capture hook: beside the binary's prefix, then the install prefix, then the
-// source tree (a build tree run without installing).
-fs::path default_capture_file() {
+// A default hook module (capture_shapes.py, seam_trace.py): beside the binary's prefix, then the
+// install prefix, then the source tree (a build tree run without installing).
+fs::path default_hook_file(const std::string& name, const char* flag) {
   std::vector<fs::path> candidates;
   char exe[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -21,28 +24,32 @@ fs::path default_capture_file() {
   candidates.push_back(OVERLAY_INSTALL_SHARE_DIR);
   candidates.push_back(OVERLAY_SOURCE_SHARE_DIR);
   for (const auto& dir : candidates)
-    if (fs::is_regular_file(dir / "capture_shapes.py")) return dir / "capture_shapes.py";
-  throw Error("cannot find the default capture hook (share/overlay/capture_shapes.py); pass --capture-file");
+    if (fs::is_regular_file(dir / name)) return dir / name;
+  throw Error("cannot find the default hook share/overlay/" + name + "; pass " + flag);
 }
 
-void print_added(const PyAddResult& r) {
+void print_added(const std::string& verb, const PyAddResult& r) {
   out_line("OVERLAY_DIR=" + r.overlay.string());
-  out_line(r.summary);
-  out_line("launch with: PYTHONPATH=" + r.overlay.string() + ":$PYTHONPATH");
+  if (!r.summary.empty()) out_line(r.summary);
+  if (r.launch_line) out_line("launch with: PYTHONPATH=" + r.overlay.string() + ":$PYTHONPATH");
+  if (r.sitecustomize.kept_foreign()) err_line(verb, kept_foreign_note(r.overlay));
   auto& j = result();
   j["overlay"] = r.overlay.string();
   j["summary"] = r.summary;
   j["sitecustomize"] = (r.overlay / "sitecustomize.py").string();
+  j["sitecustomize_kept"] = r.sitecustomize.kept_foreign();
   j["pythonpath"] = r.overlay.string();
 }
 
 struct Shared {
   std::string overlay, from;
+  bool force = false;
   PyCommon common(const Globals& g) const {
     PyCommon c;
     c.overlay = overlay;
     if (!from.empty()) c.from = fs::path(from);
     c.lock_timeout = g.lock_timeout;
+    c.replace = force ? Replace::always : Replace::generated_only;
     return c;
   }
 };
@@ -50,6 +57,18 @@ struct Shared {
 void add_shared(CLI::App* sub, Shared& s) {
   sub->add_option("--overlay", s.overlay, "Overlay directory (created if missing)")->required();
   sub->add_option("--from", s.from, "Seed a new overlay with BASE's Python entries (natives are not copied)");
+  sub->add_flag("--force", s.force, "Replace a sitecustomize.py this tool did not generate (kept otherwise)");
+}
+
+// Registers `verb` whose flags live in a shared_ptr<Flags>; `body` runs the library call.
+template <typename Flags, typename Body>
+void python_verb(CLI::App& app, std::function<int()>& run, const Globals& g, const char* verb, const char* help,
+                 std::shared_ptr<Flags> f, CLI::App*& sub, Body body) {
+  sub = app.add_subcommand(verb, help);
+  add_shared(sub, *f);
+  sub->callback([&run, f, &g, verb, body] {
+    run = [f, &g, verb, body] { return guarded(verb, [&] { print_added(verb, body(*f, g)); return int{kOk}; }); };
+  });
 }
 
 
@@ -67,7 +86,7 @@ int run_add_module(const ModuleFlags& f, const Globals& g) {
   if (!f.patch.empty()) r.patch = fs::path(f.patch);
   if (!f.src.empty()) r.src_file = fs::path(f.src);
   r.python = f.python.empty() ? default_python() : f.python;
-  print_added(add_module(cli_disk(), r));
+  print_added("add-module", add_module(cli_disk(), r));
   return kOk;
 }
 
@@ -80,6 +99,36 @@ struct CaptureFlags : Shared {
   std::string target, out, capture_file;
   long max = 5;
 };
+
+struct MarkerFlags : Shared {
+  std::string target, marker_file;
+};
+
+struct HookFlags : Shared {
+  std::string module, impl_module, impl_attr = "install", impl_file;
+};
+
+struct InstallerFlags : Shared {
+  std::string id, module, callable = "install";
+  std::vector<std::string> targets, kernels;
+};
+
+struct MergeFlags {
+  std::string overlay, from, with;
+};
+
+int run_merge(const MergeFlags& f) {
+  MergeRequest q;
+  q.output = f.overlay;
+  if (!f.from.empty()) q.base = fs::path(f.from);
+  q.incoming = f.with;
+  MergeResult r = merge_overlays(cli_disk(), q);
+  for (const auto& n : r.notes) err_line("merge", n);
+  out_line("OVERLAY_DIR=" + r.output.string());
+  result()["overlay"] = r.output.string();
+  result()["notes"] = r.notes;
+  return kOk;
+}
 
 struct CheckFlags {
   std::string module, python;
@@ -94,14 +143,13 @@ int run_check(const CheckFlags& f) {
   j["source"] = r.source == ModuleSource::injected         ? "injected"
                 : r.source == ModuleSource::overlay_active ? "overlay_active"
                                                            : "install";
+  j["token"] = check_token(r.source);
   if (f.path_only) {
     out_line(r.file);
     return kOk;
   }
   out_line(r.module + " -> " + r.file);
-  out_line(r.source == ModuleSource::injected         ? "INJECTED"
-           : r.source == ModuleSource::overlay_active ? "OVERLAY_ACTIVE"
-                                                      : "INSTALL (overlay not shadowing this module)");
+  out_line(check_token(r.source));
   return kOk;
 }
 
@@ -139,7 +187,7 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
           AddRebindRequest q{r->common(g), r->target, r->impl_module, r->impl_attr, std::nullopt};
           if (!r->impl_file.empty()) q.impl_file = fs::path(r->impl_file);
           q.count_calls = r->count_calls;
-          print_added(add_rebind(cli_disk(), q));
+          print_added("add-rebind", add_rebind(cli_disk(), q));
           return int{kOk};
         });
       };
@@ -158,11 +206,91 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
       run = [c, &g] {
         return guarded("add-capture", [&] {
           AddCaptureRequest q{c->common(g), c->target, c->out, c->max, {}};
-          q.capture_file = c->capture_file.empty() ? default_capture_file() : fs::path(c->capture_file);
-          print_added(add_capture(cli_disk(), q));
+          q.capture_file = c->capture_file.empty() ? default_hook_file("capture_shapes.py", "--capture-file") : fs::path(c->capture_file);
+          print_added("add-capture", add_capture(cli_disk(), q));
           result()["capture_file"] = q.capture_file.string();
           return int{kOk};
         });
+      };
+    });
+  }
+
+  if (want("add-marker")) {
+    CLI::App* sub = nullptr;
+    auto f = std::make_shared<MarkerFlags>();
+    python_verb(app, run, g, "add-marker", "Wrap module:attr in a GEAK_TARGET::<target> profiler range (seam_trace.py)", f, sub,
+                [](const MarkerFlags& m, const Globals& gl) {
+                  AddMarkerRequest q{m.common(gl), m.target, {}};
+                  q.marker_file = m.marker_file.empty() ? default_hook_file("seam_trace.py", "--marker-file") : fs::path(m.marker_file);
+                  return add_marker(cli_disk(), q);
+                });
+    sub->add_option("--target", f->target, "module:attr to mark (attr may be dotted)")->required();
+    sub->add_option("--marker-file", f->marker_file, "Marker hook module, install(target) (default: share/overlay/seam_trace.py)");
+  }
+
+  if (want("add-hook")) {
+    CLI::App* sub = nullptr;
+    auto f = std::make_shared<HookFlags>();
+    python_verb(app, run, g, "add-hook", "Call impl_module.impl_attr() right after a module finishes importing", f, sub,
+                [](const HookFlags& h, const Globals& gl) {
+                  AddHookRequest q{h.common(gl), h.module, h.impl_module, h.impl_attr, std::nullopt};
+                  if (!h.impl_file.empty()) q.impl_file = fs::path(h.impl_file);
+                  return add_hook(cli_disk(), q);
+                });
+    sub->add_option("--module", f->module, "Module whose import triggers the call")->required();
+    sub->add_option("--impl-module", f->impl_module, "Module holding the callable")->required();
+    sub->add_option("--impl-attr", f->impl_attr, "Callable of --impl-module, called with no arguments (default install)");
+    sub->add_option("--impl-file", f->impl_file, "File copied into the overlay to provide --impl-module");
+  }
+
+  if (want("add-installer")) {
+    CLI::App* sub = nullptr;
+    auto f = std::make_shared<InstallerFlags>();
+    python_verb(app, run, g, "add-installer", "Register a package's deferred installer (its files already in the overlay)", f, sub,
+                [](const InstallerFlags& i, const Globals& gl) {
+                  AddInstallerRequest q{i.common(gl), i.id, i.module, i.callable, i.targets, i.kernels};
+                  return add_installer(cli_disk(), q);
+                });
+    sub->add_option("--id", f->id, "Installer name (one definition per id)")->required();
+    sub->add_option("--module", f->module, "Package whose callable installs the hooks")->required();
+    sub->add_option("--callable", f->callable, "Callable of --module (default install)");
+    sub->add_option("--target", f->targets, "A serving site it owns, module or module:attr (repeatable)");
+    sub->add_option("--kernel", f->kernels, "A kernel it provides (repeatable)");
+  }
+
+  if (want("merge")) {
+    auto f = std::make_shared<MergeFlags>();
+    auto* sub = app.add_subcommand("merge", "Compose two overlays into a fresh one; conflicting entries or files refuse");
+    sub->add_option("--overlay", f->overlay, "The new overlay (absent or empty)")->required();
+    sub->add_option("--from", f->from, "The base overlay");
+    sub->add_option("--with", f->with, "The incoming overlay")->required();
+    sub->callback([&run, f] { run = [f] { return guarded("merge", [&] { return run_merge(*f); }); }; });
+  }
+
+  // For the overlay_setup.py shim: _ensure_overlay(dir, base) and its SITECUSTOMIZE text.
+  if (want("ensure-overlay")) {
+    auto f = std::make_shared<Shared>();
+    auto* sub = app.add_subcommand("ensure-overlay", "Create the overlay (manifest, sitecustomize.py) if missing; add nothing");
+    sub->group("");  // the shim's, not a user's
+    add_shared(sub, *f);
+    sub->callback([&run, f, &g] {
+      run = [f, &g] {
+        return guarded("ensure-overlay", [&] {
+          PyAddResult r = ensure_overlay(cli_disk(), f->common(g));
+          print_added("ensure-overlay", r);
+          result()["manifest"] = (r.overlay / "_overlay_manifest.json").string();
+          return int{kOk};
+        });
+      };
+    });
+  }
+  if (want("sitecustomize-text")) {
+    auto* sub = app.add_subcommand("sitecustomize-text", "Print the sitecustomize.py this version writes");
+    sub->group("");
+    sub->callback([&run] {
+      run = [] {
+        std::fwrite(sitecustomize_text().data(), 1, sitecustomize_text().size(), stdout);
+        return int{kOk};
       };
     });
   }

@@ -153,7 +153,7 @@ TEST_F(EngagedPython, ALiveServerIsJudgedByWhatAppliedInIt) {
   EXPECT_EQ(p["applied_processes"], 2) << p;
   EXPECT_EQ(p["running_processes"], 0) << p;
   Cmd s = run_overlay({"status", "--overlay", ov});
-  EXPECT_NE(s.out.find("rebind pkg.ops:add -> fast_ops:fast_add  applied in 2 process(es), 3 call(s)\n"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("rebind pkg.ops:add -> fast_ops.fast_add  applied in 2 process(es), 3 call(s)\n"), std::string::npos) << s.out;
 }
 
 // An entry that fails where it applies makes the process NOT_ENGAGED, naming the entry.

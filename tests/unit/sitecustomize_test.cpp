@@ -1,4 +1,4 @@
-#include "overlay/sitecustomize.hpp"
+#include "overlay/python/sitecustomize.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,12 +14,42 @@ TEST(Sitecustomize, EmbeddedTextIsTheShippedSource) {
 TEST(Sitecustomize, WrittenOnlyWhenDifferent) {
   TempDir t;
   write_file(t / "_overlay_manifest.json", "{\"modules\": []}");
-  EXPECT_TRUE(ensure_sitecustomize(real_disk(), t.path()));
-  EXPECT_FALSE(ensure_sitecustomize(real_disk(), t.path()));
-  write_file(t / "sitecustomize.py", "# stale\n");
-  EXPECT_TRUE(ensure_sitecustomize(real_disk(), t.path()));
-  EXPECT_EQ(read_file(t / "sitecustomize.py"), sitecustomize_text());
+  EXPECT_TRUE(ensure_sitecustomize(real_disk(), t.path()).written);
+  EXPECT_FALSE(ensure_sitecustomize(real_disk(), t.path()).written);
+  EXPECT_EQ(classify_sitecustomize(real_disk(), t.path()), SitecustomizeKind::current);
   EXPECT_EQ(read_file(t / "_overlay_manifest.json"), "{\"modules\": []}");
+}
+
+TEST(Sitecustomize, OneSomeoneWroteIsKeptUnlessForced) {
+  TempDir t;
+  write_file(t / "sitecustomize.py", "# mine\n");
+  SitecustomizeOutcome o = ensure_sitecustomize(real_disk(), t.path());
+  EXPECT_EQ(o.before, SitecustomizeKind::foreign);
+  EXPECT_TRUE(o.kept_foreign());
+  EXPECT_EQ(read_file(t / "sitecustomize.py"), "# mine\n");
+  // Our text with one byte edited is someone's edit, not ours.
+  write_file(t / "sitecustomize.py", sitecustomize_text() + "\n");
+  EXPECT_TRUE(ensure_sitecustomize(real_disk(), t.path()).kept_foreign());
+  EXPECT_TRUE(ensure_sitecustomize(real_disk(), t.path(), Replace::always).written);
+  EXPECT_EQ(read_file(t / "sitecustomize.py"), sitecustomize_text());
+}
+
+TEST(Sitecustomize, EveryKnownGeneratorsTextIsRegenerated) {
+  // Each upstream version writes its text into a fresh overlay; that text is recognised as theirs.
+  fs::path up = source_dir().parent_path() / "shared/reference";
+  if (!fs::exists(up / "upstream")) GTEST_SKIP() << "no " << up << " (the upstream reference copies)";
+  for (fs::path tool : {up / "overlay_setup.py", up / "upstream/overlay_setup.v2.py", up / "upstream/overlay_setup.v3.py",
+                        up / "upstream/overlay_setup.v7.py", up / "upstream/overlay_setup.v8-fork.py"}) {
+    SCOPED_TRACE(tool.string());
+    TempDir t;
+    Cmd c = run({"python3", tool.string(), "add-rebind", "--overlay", (t / "ov").string(), "--target", "a:b", "--impl-module", "c",
+                 "--impl-attr", "d"});
+    ASSERT_EQ(c.rc, 0) << c.err;
+    EXPECT_NE(sitecustomize_generator(read_file(t / "ov/sitecustomize.py")), "");
+    EXPECT_EQ(classify_sitecustomize(real_disk(), t / "ov"), SitecustomizeKind::generated);
+    EXPECT_TRUE(ensure_sitecustomize(real_disk(), t / "ov").written);
+    EXPECT_EQ(read_file(t / "ov/sitecustomize.py"), sitecustomize_text());
+  }
 }
 
 TEST(Sitecustomize, CompilesUnderPython) {

@@ -1,4 +1,4 @@
-#include "overlay/python_overlay.hpp"
+#include "overlay/python/verbs.hpp"
 
 #include <gtest/gtest.h>
 

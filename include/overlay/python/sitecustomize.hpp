@@ -1,0 +1,40 @@
+#pragma once
+// The generated sitecustomize.py: the project's own Python text (share/overlay/sitecustomize.py,
+// embedded at build time), written into each overlay — but only over a file some version of this
+// tool or of overlay_setup.py generated: a sitecustomize.py someone wrote belongs to them.
+#include <string>
+
+#include "overlay/disk.hpp"
+
+namespace overlay {
+
+// The exact text the binary writes.
+const std::string& sitecustomize_text();
+
+// What stands at <overlay>/sitecustomize.py.
+enum class SitecustomizeKind {
+  absent,
+  current,   // exactly our text
+  generated, // a text an earlier version of overlay or a known overlay_setup.py version wrote
+  foreign,   // anything else: hand-written or edited; never replaced without --force
+};
+SitecustomizeKind classify_sitecustomize(Disk& disk, const fs::path& overlay);
+// Which generator wrote `text` ("overlay", "overlay_setup.py v3", ...), or "" when none did.
+std::string sitecustomize_generator(const std::string& text);
+
+enum class Replace { generated_only, always };
+
+struct SitecustomizeOutcome {
+  SitecustomizeKind before = SitecustomizeKind::absent;
+  bool written = false;  // false: it already held our text, or it is foreign and was kept
+  bool kept_foreign() const { return before == SitecustomizeKind::foreign && !written; }
+};
+
+// Writes <overlay>/sitecustomize.py atomically unless it already holds exactly our text, or it is
+// foreign and `replace` is generated_only. Never touches the manifest.
+SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, Replace replace = Replace::generated_only);
+
+// The one line an add-* prints on stderr when it kept a foreign sitecustomize.py.
+std::string kept_foreign_note(const fs::path& overlay);
+
+}  // namespace overlay

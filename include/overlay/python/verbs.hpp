@@ -1,0 +1,114 @@
+#pragma once
+// Python overlays: add-module / add-rebind / add-capture / add-marker / add-hook / add-installer
+// write files into the overlay and an entry into its manifest, plus the generated
+// sitecustomize.py that applies them when the overlay is first on PYTHONPATH (unless the overlay
+// holds a sitecustomize.py someone wrote: that one is kept). Nothing here touches the install.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "overlay/disk.hpp"
+#include "overlay/python/sitecustomize.hpp"
+
+namespace overlay {
+
+// Where the generated sitecustomize.py leaves one record per process at exit: the entries that
+// applied in it and the calls counted (read by `status`; never copied by --from).
+inline constexpr const char* kStatsDirName = "_stats";
+// Where patched modules live in an overlay: _patched/<dotted>.py.
+inline constexpr const char* kPatchedDir = "_patched";
+
+struct PyCommon {
+  fs::path overlay;
+  std::optional<fs::path> from;  // seed a new overlay with BASE's Python entries and files
+  double lock_timeout = 120;
+  Replace replace = Replace::generated_only;  // --force: replace a foreign sitecustomize.py too
+};
+
+struct AddModuleRequest {
+  PyCommon common;
+  std::string module;  // dotted name
+  std::optional<fs::path> patched_file;
+  std::optional<fs::path> patch;     // unified diff applied to the installed (or --src-file) source
+  std::optional<fs::path> src_file;  // the source --patch applies to; default: ask the interpreter
+  std::string python = "python3";
+};
+
+struct AddRebindRequest {
+  PyCommon common;
+  std::string target;  // module:attr (attr may be dotted: Class.method)
+  std::string impl_module, impl_attr;
+  std::optional<fs::path> impl_file;
+  // Wrap the bound callable and count its calls per process (manifest key "count_calls").
+  bool count_calls = false;
+};
+
+struct AddCaptureRequest {
+  PyCommon common;
+  std::string target;  // module:attr
+  fs::path out;
+  long max = 5;
+  fs::path capture_file;  // the hook module copied to <overlay>/capture_shapes.py
+};
+
+struct AddMarkerRequest {
+  PyCommon common;
+  std::string target;    // module:attr (attr may be dotted)
+  fs::path marker_file;  // the marker hook module copied to <overlay>/seam_trace.py
+};
+
+// A callable run right after a module finishes importing (manifest hooks[]).
+struct AddHookRequest {
+  PyCommon common;
+  std::string module;  // the module whose import triggers it
+  std::string impl_module, impl_attr = "install";
+  std::optional<fs::path> impl_file;
+};
+
+// A package's deferred installer, run at start-up before the rebinds (manifest installers[]).
+struct AddInstallerRequest {
+  PyCommon common;
+  std::string id, module, callable = "install";
+  std::vector<std::string> targets;  // serving sites it owns (module or module:attr)
+  std::vector<std::string> kernels;
+};
+
+struct PyAddResult {
+  fs::path overlay;     // absolute
+  std::string summary;  // the one-line summary printed after OVERLAY_DIR= ("" for none)
+  bool launch_line = true;  // whether upstream prints "launch with: ..." for this verb
+  SitecustomizeOutcome sitecustomize;
+};
+
+PyAddResult add_module(Disk& disk, const AddModuleRequest& req);
+PyAddResult add_rebind(Disk& disk, const AddRebindRequest& req);
+PyAddResult add_capture(Disk& disk, const AddCaptureRequest& req);
+PyAddResult add_marker(Disk& disk, const AddMarkerRequest& req);
+PyAddResult add_hook(Disk& disk, const AddHookRequest& req);
+PyAddResult add_installer(Disk& disk, const AddInstallerRequest& req);
+// overlay_setup.py's _ensure_overlay(dir, base): the overlay exists with a manifest (seeded from
+// BASE when it had none) and a sitecustomize.py; no entry is added.
+PyAddResult ensure_overlay(Disk& disk, const PyCommon& c);
+
+// Where python finds `module` (its spec's origin), overlays disabled in it when asked.
+std::string find_module_origin(const std::string& module, const std::string& python, bool disable_overlays);
+// The installed source file of `module`, asking python with overlays disabled.
+fs::path locate_installed_module(const std::string& module, const std::string& python);
+
+// True for a.b.c made of Python identifiers.
+bool valid_dotted_name(std::string_view name);
+// "module:attr" with both parts dotted names (attr optional when allow_bare_module); returns
+// the module part, or throws Error naming the problem.
+std::string check_target(const std::string& target, bool allow_bare_module = false);
+// The Python-side JSON helpers every verb shares: runs python -c SCRIPT ARG, returns its last line
+// as JSON (overlays disabled in that interpreter when disable_overlays).
+nlohmann::json ask_python(const std::string& python, const std::string& script, const std::string& arg, bool disable_overlays);
+// The module a legacy --package P --subpath x/y.py names ("P.x.y"; __init__.py names the package).
+std::string legacy_module_name(const std::string& package, const std::string& subpath);
+// The interpreter to ask: --python when given, else $OVERLAY_PYTHON, else python3.
+std::string default_python();
+
+}  // namespace overlay

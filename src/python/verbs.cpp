@@ -1,0 +1,349 @@
+#include "overlay/python/verbs.hpp"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/lock.hpp"
+#include "overlay/manifest.hpp"
+#include "overlay/patch.hpp"
+#include "overlay/process.hpp"
+#include "overlay/python/sitecustomize.hpp"
+#include "overlay/store.hpp"
+
+namespace overlay {
+
+json ask_python(const std::string& python, const std::string& script, const std::string& arg, bool disable_overlays) {
+  RunOptions o;
+  o.output = Output::capture;
+  if (disable_overlays) o.env_set.push_back("OVERLAY_DISABLE=1");
+  RunResult r = run_process({python, "-c", script, arg}, o);
+  if (!r.exec_error.empty()) throw Error("cannot run the Python interpreter: " + r.exec_error);
+  std::istringstream lines(r.out);
+  std::string line, last;
+  while (std::getline(lines, line))
+    if (!line.empty()) last = line;
+  if (!r.ok() || last.empty()) throw Error(python + " failed (" + describe(r) + "): " + r.err.substr(0, 300));
+  try {
+    return json::parse(last);
+  } catch (const json::exception&) {
+    throw Error(python + " printed something unexpected: " + last);
+  }
+}
+
+namespace {
+
+bool is_identifier(std::string_view s) {
+  if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+              static_cast<unsigned char>(c) >= 0x80;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+fs::path existing_file(Disk& disk, const fs::path& p, const std::string& what) {
+  fs::path abs = absolute_normal(p);
+  FileInfo fi = disk.info(abs, Follow::yes);
+  if (!fi.exists()) throw Error(what + " does not exist: " + abs.string());
+  if (fi.type == FileType::directory) throw Error(what + " is a directory: " + abs.string());
+  if (fi.type != FileType::regular) throw Error(what + " is not a regular file: " + abs.string());
+  disk.open_read(abs);  // readable, or a DiskError naming it
+  return abs;
+}
+
+const char* kFindSpecScript = R"PY(
+import importlib.util, json, sys
+name = sys.argv[1]
+try:
+    m = sys.modules.get(name)
+    if m is not None and getattr(m, "__file__", None):
+        print(json.dumps({"origin": m.__file__}))
+    else:
+        s = importlib.util.find_spec(name)
+        print(json.dumps({"origin": s.origin if s is not None else None, "found": s is not None}))
+except Exception as e:
+    print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}))
+)PY";
+
+}  // namespace
+
+std::string find_module_origin(const std::string& module, const std::string& python, bool disable_overlays) {
+  json j = ask_python(python, kFindSpecScript, module, disable_overlays);
+  if (j.contains("error")) throw Error("module " + module + " cannot be located by " + python + ": " + j["error"].get<std::string>());
+  if (!j.contains("origin") || !j["origin"].is_string())
+    throw Error("module " + module + " not found by " + python + " (PYTHONPATH=" +
+                (std::getenv("PYTHONPATH") ? std::getenv("PYTHONPATH") : "") + ")");
+  return j["origin"].get<std::string>();
+}
+
+namespace {
+
+void check_overlay_target(Disk& disk, const PyCommon& c) {
+  fs::path ov = absolute_normal(c.overlay);
+  FileInfo fi = disk.info(ov, Follow::yes);
+  if (fi.exists() && fi.type != FileType::directory) throw Error("overlay is not a directory: " + ov.string());
+  if (fi.exists()) load_manifest(disk, ov);  // malformed: refused before anything changes
+  if (!c.from) return;
+  fs::path base = absolute_normal(*c.from);
+  if (base == ov) throw Error("--from names the overlay itself: " + base.string());
+  if (disk.info(base, Follow::yes).type != FileType::directory) throw Error("--from overlay does not exist: " + base.string());
+  if (!load_manifest(disk, base)) throw Error("--from overlay has no manifest: " + base.string());
+  if (fi.exists() && load_manifest(disk, ov)) throw Error("--from seeds a new overlay, but " + ov.string() + " already has a manifest");
+}
+
+// Copies BASE's Python files (not its native backups, logs, records or manifest; its
+// sitecustomize.py only when someone wrote it by hand) into ov and returns BASE's manifest
+// without native entries.
+Manifest seed_from(Disk& disk, const fs::path& base, const fs::path& ov) {
+  Manifest m = *load_manifest(disk, base);
+  m.natives.clear();
+  walk_tree(disk, base, [&](const fs::path& rel, FileType type) {
+    std::string top = rel.begin()->string();
+    bool own_runtime = top == "sitecustomize.py" && classify_sitecustomize(disk, base) != SitecustomizeKind::foreign;
+    if (top == kBackupDirName || top == "_trash" || top == "_logs" || top == kStatsDirName || top == kManifestName || own_runtime ||
+        top == "__pycache__" || rel.filename().string().rfind('.', 0) == 0)
+      return WalkStep::skip;
+    if (type == FileType::directory) make_dirs(disk, ov / rel);
+    if (type == FileType::regular) replace_file_atomically(disk, base / rel, ov / rel, disk.info(base / rel, Follow::no).mode);
+    return WalkStep::descend;
+  });
+  return m;
+}
+
+// An entry's identity within its array: the fields an entry for the same thing shares.
+using Identity = std::vector<const char*>;
+
+bool same_identity(const json& a, const json& b, const Identity& keys) {
+  for (const char* k : keys)
+    if (!a.contains(k) || !b.contains(k) || a[k] != b[k]) return false;
+  return true;
+}
+
+// Replaces the entry of `array` with the same identity as `entry`, or appends.
+void upsert(json& doc, const char* array, const Identity& identity, const json& entry) {
+  if (!doc.contains(array) || !doc[array].is_array()) doc[array] = json::array();
+  for (auto& e : doc[array]) {
+    if (e.is_object() && same_identity(e, entry, identity)) {
+      e = entry;
+      return;
+    }
+  }
+  doc[array].push_back(entry);
+}
+
+// Loads the overlay's manifest, or seeds it from --from, or starts an empty one.
+Manifest load_or_seed(Disk& disk, const PyCommon& c, const fs::path& ov) {
+  std::optional<Manifest> m = load_manifest(disk, ov);
+  if (m) return *m;
+  Manifest fresh = c.from ? seed_from(disk, absolute_normal(*c.from), ov) : Manifest{};
+  // The sections upstream's _ensure_overlay starts a manifest with, so either tool reads it.
+  for (const char* k : {"modules", "rebinds", "markers", "captures"})
+    if (!fresh.doc.contains(k)) fresh.doc[k] = json::array();
+  return fresh;
+}
+
+// The shared tail of every add-*: lock, load (or seed), check, put files, record, write
+// sitecustomize. `edit` changes the manifest's document (and may refuse, before any file moves).
+template <typename Edit, typename PutFiles>
+PyAddResult record_with(Disk& disk, const PyCommon& c, Edit&& edit, PutFiles&& put) {
+  PyAddResult r;
+  r.overlay = absolute_normal(c.overlay);
+  make_dirs(disk, r.overlay);
+  OverlayLock lock(r.overlay, c.lock_timeout);
+  Manifest m = load_or_seed(disk, c, r.overlay);
+  edit(m.doc);
+  put(r.overlay);
+  save_manifest(disk, r.overlay, m);
+  r.sitecustomize = ensure_sitecustomize(disk, r.overlay, c.replace);
+  return r;
+}
+
+template <typename PutFiles>
+PyAddResult record(Disk& disk, const PyCommon& c, const char* array, const Identity& identity, const json& entry, PutFiles&& put) {
+  return record_with(disk, c, [&](json& doc) { upsert(doc, array, identity, entry); }, put);
+}
+
+// The impl file an add-* copies into the overlay under its own name.
+std::optional<fs::path> impl_file_of(Disk& disk, const std::optional<fs::path>& given) {
+  if (!given) return std::nullopt;
+  fs::path impl = existing_file(disk, *given, "impl file");
+  if (impl.filename() == "sitecustomize.py" || impl.filename() == kManifestName)
+    throw Error("impl file would overwrite the overlay's own " + impl.filename().string());
+  return impl;
+}
+
+}  // namespace
+
+std::string check_target(const std::string& target, bool allow_bare_module) {
+  auto colon = target.find(':');
+  if (colon == std::string::npos && allow_bare_module && valid_dotted_name(target)) return target;
+  if (colon == std::string::npos || !valid_dotted_name(target.substr(0, colon)) ||
+      !valid_dotted_name(target.substr(colon + 1)))
+    throw Error("target must be module:attr (e.g. pkg.ops:fused_add), got: " + target);
+  return target.substr(0, colon);
+}
+
+bool valid_dotted_name(std::string_view name) {
+  if (name.empty()) return false;
+  std::size_t start = 0;
+  for (;;) {
+    auto dot = name.find('.', start);
+    if (!is_identifier(name.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start))) return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+std::string legacy_module_name(const std::string& package, const std::string& subpath) {
+  fs::path sub(subpath);
+  if (sub.extension() == ".py") sub.replace_extension();
+  std::string name = package;
+  for (const auto& part : sub) {
+    std::string p = part.string();
+    if (p.empty() || p == "." || p == "__init__") continue;
+    name += "." + p;
+  }
+  return name;
+}
+
+std::string default_python() {
+  const char* env = std::getenv("OVERLAY_PYTHON");
+  return env && *env ? env : "python3";
+}
+
+fs::path locate_installed_module(const std::string& module, const std::string& python) {
+  std::string origin = find_module_origin(module, python, true);
+  fs::path p(origin);
+  if (!p.is_absolute() || p.extension() != ".py")
+    throw Error("module " + module + " is not a Python source file (" + origin + ")");
+  return p;
+}
+
+PyAddResult add_module(Disk& disk, const AddModuleRequest& req) {
+  if (!valid_dotted_name(req.module)) throw Error("invalid module name: '" + req.module + "'");
+  if (req.patched_file.has_value() == req.patch.has_value()) throw Error("give exactly one of --patched-file and --patch");
+  if (req.src_file && !req.patch) throw Error("--src-file goes with --patch");
+  check_overlay_target(disk, req.common);
+  std::shared_ptr<PatchedCopy> patched;
+  fs::path content;
+  if (req.patched_file) {
+    content = existing_file(disk, *req.patched_file, "patched file");
+  } else {
+    fs::path diff = existing_file(disk, *req.patch, "patch file");
+    fs::path src = req.src_file ? existing_file(disk, *req.src_file, "source file") : locate_installed_module(req.module, req.python);
+    patched = std::make_shared<PatchedCopy>(disk, src, diff);  // never applied to the install
+    content = patched->file();
+  }
+  std::string rel = std::string(kPatchedDir) + "/" + req.module + ".py";
+  json entry = {{"module", req.module}, {"file", rel}};
+  PyAddResult r = record(disk, req.common, "modules", {"module"}, entry, [&](const fs::path& o) {
+    make_dirs(disk, o / kPatchedDir);
+    replace_file_atomically(disk, content, o / rel, 0644);
+  });
+  r.summary = "add-module " + req.module + " -> " + (r.overlay / rel).string();
+  return r;
+}
+
+PyAddResult add_rebind(Disk& disk, const AddRebindRequest& req) {
+  check_target(req.target);
+  if (!valid_dotted_name(req.impl_module)) throw Error("invalid --impl-module: '" + req.impl_module + "'");
+  if (!is_identifier(req.impl_attr)) throw Error("invalid --impl-attr: '" + req.impl_attr + "'");
+  check_overlay_target(disk, req.common);
+  std::optional<fs::path> impl = impl_file_of(disk, req.impl_file);
+  json entry = {{"target", req.target}, {"impl_module", req.impl_module}, {"impl_attr", req.impl_attr}};
+  if (req.count_calls) entry["count_calls"] = true;
+  PyAddResult r = record(disk, req.common, "rebinds", {"target"}, entry, [&](const fs::path& o) {
+    if (impl) replace_file_atomically(disk, *impl, o / impl->filename(), 0644);
+  });
+  r.summary = "add-rebind " + req.target + " -> " + req.impl_module + "." + req.impl_attr;
+  return r;
+}
+
+PyAddResult add_capture(Disk& disk, const AddCaptureRequest& req) {
+  check_target(req.target);
+  if (req.max <= 0) throw Error("--max must be a positive number, got " + std::to_string(req.max));
+  if (req.out.empty()) throw Error("--out is empty");
+  fs::path out = absolute_normal(req.out);
+  FileInfo oi = disk.info(out, Follow::yes);
+  if (oi.exists() && oi.type != FileType::directory) throw Error("--out is not a directory: " + out.string());
+  fs::path hook = existing_file(disk, req.capture_file, "capture file");
+  check_overlay_target(disk, req.common);
+  json entry = {{"target", req.target}, {"out", out.string()}, {"max", req.max}};
+  PyAddResult r = record(disk, req.common, "captures", {"target"}, entry, [&](const fs::path& o) {
+    replace_file_atomically(disk, hook, o / "capture_shapes.py", 0644);
+  });
+  r.summary = "add-capture " + req.target + " -> " + out.string();
+  return r;
+}
+
+PyAddResult add_marker(Disk& disk, const AddMarkerRequest& req) {
+  check_target(req.target);
+  fs::path hook = existing_file(disk, req.marker_file, "marker file");
+  check_overlay_target(disk, req.common);
+  PyAddResult r = record(disk, req.common, "markers", {"target"}, json{{"target", req.target}}, [&](const fs::path& o) {
+    replace_file_atomically(disk, hook, o / "seam_trace.py", 0644);
+  });
+  r.summary = "add-marker " + req.target;
+  return r;
+}
+
+PyAddResult add_hook(Disk& disk, const AddHookRequest& req) {
+  if (!valid_dotted_name(req.module)) throw Error("invalid --module: '" + req.module + "'");
+  if (!valid_dotted_name(req.impl_module)) throw Error("invalid --impl-module: '" + req.impl_module + "'");
+  if (!is_identifier(req.impl_attr)) throw Error("invalid --impl-attr: '" + req.impl_attr + "'");
+  check_overlay_target(disk, req.common);
+  std::optional<fs::path> impl = impl_file_of(disk, req.impl_file);
+  json entry = {{"module", req.module}, {"impl_module", req.impl_module}, {"impl_attr", req.impl_attr}};
+  // One hook per (module, impl module), as the fork that introduced hooks[] keys them.
+  PyAddResult r = record(disk, req.common, "hooks", {"module", "impl_module"}, entry, [&](const fs::path& o) {
+    if (impl) replace_file_atomically(disk, *impl, o / impl->filename(), 0644);
+  });
+  r.summary = "add-hook after import " + req.module + " -> " + req.impl_module + "." + req.impl_attr + "()";
+  return r;
+}
+
+PyAddResult add_installer(Disk& disk, const AddInstallerRequest& req) {
+  if (req.id.empty() || req.id.find_first_of("\n\r") != std::string::npos) throw Error("invalid --id: '" + req.id + "'");
+  if (!valid_dotted_name(req.module)) throw Error("invalid --module: '" + req.module + "'");
+  if (!is_identifier(req.callable)) throw Error("invalid --callable: '" + req.callable + "'");
+  for (const auto& t : req.targets) check_target(t, true);
+  for (const auto& k : req.kernels)
+    if (k.empty()) throw Error("--kernel is empty");
+  check_overlay_target(disk, req.common);
+  json entry = {{"id", req.id}, {"module", req.module}, {"callable", req.callable},
+                {"required", true}, {"targets", req.targets}, {"kernels", req.kernels}};
+  PyAddResult r = record_with(
+      disk, req.common,
+      [&](json& doc) {
+        if (!doc.contains("installers") || !doc["installers"].is_array()) doc["installers"] = json::array();
+        for (const auto& e : doc["installers"]) {
+          if (!e.is_object() || !e.contains("id") || e["id"] != req.id) continue;
+          if (e != entry) throw Error("installer id already has a different definition: " + req.id);
+          return;  // the same definition again: nothing to add
+        }
+        doc["installers"].push_back(entry);
+      },
+      [](const fs::path&) {});
+  r.launch_line = false;  // upstream prints OVERLAY_DIR= alone for add-installer
+  return r;
+}
+
+PyAddResult ensure_overlay(Disk& disk, const PyCommon& c) {
+  fs::path ov = absolute_normal(c.overlay);
+  FileInfo fi = disk.info(ov, Follow::yes);
+  if (fi.exists() && fi.type != FileType::directory) throw Error("overlay is not a directory: " + ov.string());
+  PyCommon seeded = c;
+  // _ensure_overlay seeds only an overlay without a manifest, from a base that exists.
+  if (c.from && (disk.info(absolute_normal(*c.from), Follow::yes).type != FileType::directory ||
+                 (fi.exists() && load_manifest(disk, ov))))
+    seeded.from.reset();
+  check_overlay_target(disk, seeded);
+  PyAddResult r = record_with(disk, seeded, [](json&) {}, [](const fs::path&) {});
+  r.launch_line = false;
+  return r;
+}
+
+}  // namespace overlay
