@@ -30,6 +30,8 @@ TEST_F(Installed, LaysOutBinaryHookManPageAndCompletion) {
   ASSERT_EQ(install.rc, 0) << install.out << install.err;
   EXPECT_TRUE(fs::is_regular_file(prefix() / "bin/overlay"));
   EXPECT_TRUE(fs::is_regular_file(prefix() / "share/overlay/capture_shapes.py"));
+  EXPECT_TRUE(fs::is_regular_file(prefix() / "share/overlay/seam_trace.py"));
+  EXPECT_TRUE(fs::is_regular_file(prefix() / "share/overlay/overlay_setup.py"));
   EXPECT_TRUE(fs::is_regular_file(prefix() / "share/bash-completion/completions/overlay"));
 #if OVERLAY_HAVE_MAN
   std::string man = read_file(prefix() / "share/man/man1/overlay.1");
@@ -61,6 +63,25 @@ TEST_F(Installed, InstalledBinaryRunsEndToEnd) {
   Cmd c = run({bin(), "add-capture", "--overlay", (w / "py").string(), "--target", "json:dumps", "--out", (w / "cap").string(), "--json"});
   ASSERT_EQ(c.rc, 0) << c.err;
   EXPECT_EQ(json::parse(c.out)["capture_file"], (prefix() / "share/overlay/capture_shapes.py").string());
+  Cmd m = run({bin(), "add-marker", "--overlay", (w / "py").string(), "--target", "json:dumps"});
+  ASSERT_EQ(m.rc, 0) << m.err;
+  EXPECT_EQ(read_file(w / "py/seam_trace.py"), read_file(prefix() / "share/overlay/seam_trace.py"));
+}
+
+TEST_F(Installed, ShimRunsTheBinaryOfItsPrefix) {
+  ASSERT_EQ(install.rc, 0) << install.err;
+  TempDir w;
+  // No OVERLAY_BIN and no overlay on PATH: the shim finds PREFIX/bin/overlay from PREFIX/share/overlay/.
+  std::string path = "PATH=/usr/bin:/bin";
+  Cmd v = run({"/usr/bin/python3", (prefix() / "share/overlay/overlay_setup.py").string(), "--version"}, {}, {path, "OVERLAY_BIN="});
+  EXPECT_EQ(v.rc, 0) << v.err;
+  EXPECT_EQ(v.out, run({bin(), "--version"}).out);
+  Cmd a = run({"/usr/bin/python3", (prefix() / "share/overlay/overlay_setup.py").string(), "add-rebind", "--overlay", (w / "ov").string(),
+               "--target", "json:dumps", "--impl-module", "json", "--impl-attr", "loads"},
+              {}, {path, "OVERLAY_BIN="});
+  EXPECT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(a.out, "OVERLAY_DIR=" + (w / "ov").string() + "\nadd-rebind json:dumps -> json.loads\nlaunch with: PYTHONPATH=" + (w / "ov").string() +
+                       ":$PYTHONPATH\n");
 }
 
 TEST_F(Installed, CompletionOffersSubcommandsAndTheirFlags) {
