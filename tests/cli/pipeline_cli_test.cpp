@@ -445,3 +445,40 @@ TEST_F(Pipeline, ShimRunByPathImportedAndCopied) {
   EXPECT_NE(none.rc, 0);
   EXPECT_EQ(count_of(none.err, "\n"), 1) << none.err;
 }
+
+TEST_F(Pipeline, ThePipelinesCommandLinesThroughTheShim) {
+  // As the role documents and the harness run them: the shim copied into the task folder, run by
+  // path; upstream's capture hook from the skill's scripts; a marker; _ensure_overlay by import;
+  // then N workers, counted by the start-up line.
+  fs::path task = t / "task", skill = t / "skill/scripts";
+  fs::create_directories(task);
+  fs::create_directories(skill);
+  fs::copy_file(source_dir() / "share/overlay/overlay_setup.py", task / "overlay_setup.py");
+  fs::copy_file(upstream("capture_shapes.py"), skill / "capture_shapes.py");
+  fs::copy_file(upstream("seam_trace.py"), skill / "seam_trace.py");
+  write_file(t / "harness.sh",
+             "set -eu\n"
+             "python3 \"$TASK/overlay_setup.py\" add-module --overlay \"$OV\" --module pkg.sub --patched-file \"$TASK/../sub_patched.py\"\n"
+             "python3 \"$TASK/overlay_setup.py\" add-rebind --overlay \"$OV\" --target pkg.ops:add --impl-module fast_ops "
+             "--impl-attr fast_add --impl-file \"$TASK/../fast_ops.py\"\n"
+             "python3 \"$TASK/overlay_setup.py\" add-capture --overlay \"$OV\" --target pkg.ops:scale --out \"$TASK/cap\" --max 5 "
+             "--capture-file \"$SKILL_DIR/scripts/capture_shapes.py\"\n"
+             "python3 \"$TASK/overlay_setup.py\" add-marker --overlay \"$OV\" --target pkg.ops:add --marker-file \"$SKILL_DIR/scripts/seam_trace.py\"\n"
+             "cd \"$TASK\" && python3 -c \"import overlay_setup as o; o._ensure_overlay('$OV')\"\n"
+             "for w in 1 2 3; do PYTHONPATH=\"$OV:$SITE\" python3 -c 'import pkg.sub, pkg.ops; pkg.ops.add(1, 2)' 2>>\"$TASK/workers.log\"; done\n"
+             "grep -c '\\[overlay\\] injected module' \"$TASK/workers.log\"\n");
+  Cmd h = run({"bash", (t / "harness.sh").string()}, t.path(),
+              {"TASK=" + task.string(), "OV=" + ov, "SITE=" + site, "SKILL_DIR=" + (t / "skill").string(), "PYTHONPATH=" + site,
+               std::string("OVERLAY_BIN=") + overlay_binary()});
+  ASSERT_EQ(h.rc, 0) << h.err;
+  EXPECT_EQ(h.out.substr(h.out.rfind("OVERLAY_DIR=")), "OVERLAY_DIR=" + ov + "\nadd-marker pkg.ops:add\nlaunch with: PYTHONPATH=" + ov +
+                                                             ":$PYTHONPATH\n3\n");
+  std::string log = read_file(task / "workers.log");
+  EXPECT_EQ(count_of(log, "[overlay] injected module pkg.sub <- "), 3) << log;
+  EXPECT_EQ(count_of(log, "[overlay] rebound pkg.ops:add -> fast_ops.fast_add"), 3) << log;
+  EXPECT_EQ(count_of(log, "[seam_trace] marked pkg.ops:add"), 3) << log;
+  EXPECT_EQ(log.find("FAILED"), std::string::npos) << log;
+  json m = manifest(ov);
+  EXPECT_EQ(m["captures"][0]["out"], (task / "cap").string());
+  EXPECT_EQ(read_file(t / "ov/capture_shapes.py"), read_file(upstream("capture_shapes.py")));
+}
