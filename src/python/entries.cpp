@@ -64,8 +64,9 @@ std::vector<PyEntry> python_entries(const json& doc) {
 std::vector<std::string> unapplied_sections(const json& doc) {
   std::vector<std::string> out;
   if (!doc.is_object()) return out;
-  for (const auto& [key, value] : doc.items()) {
-    if (!value.is_array() || value.empty()) continue;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string& key = it.key();  // a structured binding cannot be captured before C++20's clang 16
+    if (!it->is_array() || it->empty()) continue;
     bool known = std::any_of(python_sections().begin(), python_sections().end(), [&](const PySection& s) { return key == s.array; }) ||
                  std::find(std::begin(kOwnKeys), std::end(kOwnKeys), key) != std::end(kOwnKeys);
     if (!known) out.push_back(key);
