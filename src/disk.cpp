@@ -7,6 +7,8 @@
 #include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -121,23 +123,26 @@ class FdWriter : public WriteHandle {
 class PosixDisk : public Disk {
  public:
   FileInfo info(const At& p, Follow follow) override {
-    struct stat st {};
-    int rc = ::fstatat(fd_of(p), rel_of(p), &st, follow == Follow::yes ? 0 : AT_SYMLINK_NOFOLLOW);
+    // statx, not stat: it also says which mount the path is reached through (STATX_MNT_ID).
+    struct statx st {};
+    int flags = follow == Follow::yes ? 0 : AT_SYMLINK_NOFOLLOW;
+    int rc = ::statx(fd_of(p), rel_of(p), flags | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS | STATX_MNT_ID, &st);
     if (rc != 0) {
       if (errno == ENOENT || errno == ENOTDIR) return {};
       fail("stat", p);
     }
     FileInfo fi;
-    fi.type = type_of(st.st_mode);
-    fi.mode = st.st_mode & 07777;
-    fi.size = static_cast<std::uint64_t>(st.st_size);
-    fi.uid = st.st_uid;
-    fi.gid = st.st_gid;
-    fi.dev = st.st_dev;
-    fi.ino = st.st_ino;
-    fi.nlink = static_cast<std::uint64_t>(st.st_nlink);
-    fi.mtime = st.st_mtim;
-    fi.ctime = st.st_ctim;
+    fi.type = type_of(st.stx_mode);
+    fi.mode = st.stx_mode & 07777;
+    fi.size = st.stx_size;
+    fi.uid = st.stx_uid;
+    fi.gid = st.stx_gid;
+    fi.dev = makedev(st.stx_dev_major, st.stx_dev_minor);
+    fi.ino = st.stx_ino;
+    fi.nlink = st.stx_nlink;
+    fi.mtime = timespec{st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec};
+    fi.ctime = timespec{st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec};
+    if ((st.stx_mask & STATX_MNT_ID) != 0) fi.mnt_id = st.stx_mnt_id;
     return fi;
   }
 
@@ -168,7 +173,7 @@ class PosixDisk : public Disk {
 
   bool exchange(const At& a, const At& b) override {
     if (::renameat2(fd_of(a), rel_of(a), fd_of(b), rel_of(b), RENAME_EXCHANGE) == 0) return true;
-    if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS) return false;
+    if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS || errno == EXDEV) return false;
     fail("exchange", a.full().string() + " <-> " + b.full().string());
   }
 
@@ -270,6 +275,12 @@ class PosixDisk : public Disk {
 
   bool can_write(const fs::path& dir) override {
     return ::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) == 0;
+  }
+
+  std::uint64_t fs_type(const fs::path& p) override {
+    struct statfs sf {};
+    if (::statfs(p.c_str(), &sf) != 0) fail("statfs", p);
+    return static_cast<std::uint64_t>(sf.f_type);
   }
 
   bool has_xattrs(const fs::path& p) override {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "overlay/error.hpp"
+#include "overlay/hash.hpp"
 
 namespace overlay {
 
@@ -180,13 +181,22 @@ std::string random_hex(std::size_t bytes) {
 std::string why_not_renamable(Disk& disk, const fs::path& dir, const FileInfo& di) {
   fs::path parent = dir.parent_path();
   if (!disk.can_write(parent)) return "its parent " + parent.string() + " is not writable";
-  if (disk.info(parent, Follow::no).dev != di.dev) return "it is a mount point";
+  if (!same_mount(disk.info(parent, Follow::no), di)) return "it is a mount point";
+  if (disk.fs_type(dir) == kOverlayfsMagic) return "it is on overlayfs, which cannot rename a directory of a lower layer";
   return "";
 }
 
+std::string fit_name(const std::string& name, std::size_t room) {
+  if (name.size() <= room) return name;
+  std::string digest = sha256_hex(name).substr(0, 16);
+  return name.substr(0, room - digest.size() - 1) + "~" + digest;
+}
+
+std::string hidden_stem(const std::string& name) { return "." + fit_name(name, kStemRoom); }
+
 fs::path sibling_temp_path(const fs::path& p, const std::string& tag) {
-  std::string name = ".";
-  name.append(p.filename().string()).append(".").append(tag).append("-").append(random_hex(6));
+  std::string name = hidden_stem(p.filename().string());
+  name.append(".").append(tag).append("-").append(random_hex(6));
   return p.parent_path() / name;
 }
 

@@ -68,27 +68,59 @@ bool HoldRegistry::still_holds(const fs::path& ov, const fs::path& path) {
   }
 }
 
-void HoldRegistry::acquire(const std::vector<fs::path>& paths, const fs::path& overlay, bool force, double lock_timeout) {
-  make_dirs(disk_, dir_, 0700);
-  OverlayLock lock(dir_, lock_timeout);
-  if (!force) {
-    for (const auto& p : paths) {
-      auto h = holder(p);
-      if (h && *h != overlay && still_holds(*h, p))
-        throw Error(p.string() + " is held by overlay " + h->string() + " (revert it first, or pass --force)");
-    }
+void HoldRegistry::write_hold(const fs::path& p, const fs::path& overlay) {
+  // Written atomically but not fsynced: a hold lost to a power cut only loses a convenience
+  // check, and two fsyncs per add-native are a measurable share of a small A/B cycle.
+  json j = {{"path", p.string()}, {"overlay", overlay.string()}};
+  fs::path tmp = hold_file(p);
+  tmp += ".tmp";
+  auto out = disk_.create(tmp, 0644, CreateMode::truncate);
+  std::string text = j.dump() + "\n";
+  out->write(text.data(), text.size());
+  out->close();
+  disk_.rename(tmp, hold_file(p));
+}
+
+std::vector<std::unique_ptr<OverlayLock>> HoldRegistry::lock_paths(const std::vector<fs::path>& paths, double lock_timeout) {
+  std::vector<std::string> names;
+  for (const auto& p : paths) names.push_back(p.string());
+  std::sort(names.begin(), names.end());  // one order for every claim: no deadlock
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  fs::path dir = dir_.parent_path() / "hold-locks";
+  make_dirs(disk_, dir, 0700);
+  std::vector<std::unique_ptr<OverlayLock>> held;
+  for (const auto& p : names) {
+    fs::path lock = dir / sha256_hex(p);
+    disk_.make_dir(lock, 0700);
+    held.push_back(std::make_unique<OverlayLock>(lock, lock_timeout, p + " (another add-native taking it)"));
   }
+  return held;
+}
+
+HoldClaim HoldRegistry::acquire(const std::vector<fs::path>& paths, const fs::path& overlay, bool force, double lock_timeout) {
+  make_dirs(disk_, dir_, 0700);
+  HoldClaim claim;
+  claim.locks = lock_paths(paths, lock_timeout);
+  OverlayLock lock(dir_, lock_timeout);
   for (const auto& p : paths) {
-    // Written atomically but not fsynced: a hold lost to a power cut only loses a convenience
-    // check, and two fsyncs per add-native are a measurable share of a small A/B cycle.
-    json j = {{"path", p.string()}, {"overlay", overlay.string()}};
-    fs::path tmp = hold_file(p);
-    tmp += ".tmp";
-    auto out = disk_.create(tmp, 0644, CreateMode::truncate);
-    std::string text = j.dump() + "\n";
-    out->write(text.data(), text.size());
-    out->close();
-    disk_.rename(tmp, hold_file(p));
+    auto h = holder(p);
+    if (!force && h && *h != overlay && still_holds(*h, p))
+      throw Error(p.string() + " is held by overlay " + h->string() + " (revert it first, or pass --force)");
+    claim.previous.emplace_back(p, h);
+  }
+  for (const auto& p : paths) write_hold(p, overlay);
+  return claim;
+}
+
+void HoldRegistry::give_back(const HoldClaim& claim, const fs::path& overlay, double lock_timeout) {
+  OverlayLock lock(dir_, lock_timeout);
+  for (const auto& [p, before] : claim.previous) {
+    auto h = holder(p);
+    if (!h || *h != overlay || (before && *before == overlay)) continue;
+    if (before)
+      write_hold(p, *before);
+    else
+      disk_.remove(hold_file(p));
   }
 }
 

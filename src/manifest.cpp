@@ -96,6 +96,22 @@ std::optional<FileStamp> opt_stamp(const json& j, const std::string& w) {
   return FileStamp{size->get<std::uint64_t>(), ino->get<std::uint64_t>(), mtime->get<std::int64_t>()};
 }
 
+std::optional<FileOwner> opt_owner(const json& j, const std::string& w) {
+  const json* uid = find(j, "uid");
+  const json* gid = find(j, "gid");
+  if (uid == nullptr || gid == nullptr || uid->is_null() || gid->is_null()) return std::nullopt;
+  if (!uid->is_number_unsigned() || !gid->is_number_unsigned() || uid->get<std::uint64_t>() > 0xfffffffeu ||
+      gid->get<std::uint64_t>() > 0xfffffffeu)
+    bad(w, "uid and gid must be integers below 2^32 - 1");
+  return FileOwner{uid->get<std::uint64_t>(), gid->get<std::uint64_t>()};
+}
+
+void put_owner(json& j, const std::optional<FileOwner>& o) {
+  if (!o) return;
+  j["uid"] = o->uid;
+  j["gid"] = o->gid;
+}
+
 void put_stamp(json& j, const std::optional<FileStamp>& st) {
   if (!st) return;
   j["size"] = st->size;
@@ -133,6 +149,7 @@ SourceItem parse_source(const json& j, const std::string& w) {
   s.patched_sha256 = opt_sha(j, "patched_sha256", w);
   s.mode = opt_mode(j, w);
   s.stamp = opt_stamp(j, w);
+  s.owner = opt_owner(j, w);
   s.deleted = req_bool(j, "deleted", w, false);
   s.parent = opt_parent(j, w);
   s.raw = j;
@@ -159,6 +176,7 @@ ArtifactItem parse_artifact(const json& j, const std::string& w) {
   }
   a.mode = opt_mode(j, w);
   a.stamp = opt_stamp(j, w);
+  a.owner = opt_owner(j, w);
   a.parent = opt_parent(j, w);
   a.raw = j;
   return a;
@@ -170,7 +188,7 @@ AsideDir parse_aside(const json& j, const std::string& dir, const std::string& w
   AsideDir a;
   a.path = abs_path(j, "path", w);
   fs::path p(a.path), d(dir);
-  std::string prefix = "." + d.filename().string() + ".overlay-aside-";
+  std::string prefix = hidden_stem(d.filename().string()) + ".overlay-aside-";
   std::string name = p.filename().string();
   if (p.parent_path() != d.parent_path() || name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0)
     bad(w + ".path", "not the aside sibling of " + dir + ": " + a.path);
@@ -338,6 +356,7 @@ json to_json(const SourceItem& s) {
   if (s.patched_sha256) j["patched_sha256"] = *s.patched_sha256;
   if (s.mode) j["mode"] = *s.mode;
   put_stamp(j, s.stamp);
+  put_owner(j, s.owner);
   if (s.deleted) j["deleted"] = true;
   put_parent(j, s.parent);
   return j;
@@ -351,6 +370,7 @@ json to_json(const ArtifactItem& a) {
   j["sha256"] = a.sha256 ? json(*a.sha256) : json(nullptr);
   if (a.mode) j["mode"] = *a.mode;
   put_stamp(j, a.stamp);
+  put_owner(j, a.owner);
   put_parent(j, a.parent);
   return j;
 }
@@ -475,7 +495,7 @@ bool has_patch(const Manifest& m, const std::string& patch_id) {
 }
 
 fs::path aside_path_of(const fs::path& dir, const std::string& entry_id) {
-  return dir.parent_path() / ("." + dir.filename().string() + ".overlay-aside-" + entry_id);
+  return dir.parent_path() / (hidden_stem(dir.filename().string()) + ".overlay-aside-" + entry_id);
 }
 
 bool is_aside_name(const std::string& name) {

@@ -100,6 +100,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     item.deleted = swap.kind == SwapKind::remove;
     item.mode = s.mode;
     item.stamp = s.stamp;
+    item.owner = s.owner;
     item.parent = std::move(pin);
     e.sources.push_back(std::move(item));
   }
@@ -115,6 +116,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
       a.sha256 = s.sha256;
       a.mode = s.mode;
       a.stamp = s.stamp;
+      a.owner = s.owner;
       if (s.cloned) cloned.push_back({plan.artifacts[k], s});
       if (!e.verify_artifact) {
         e.verify_artifact = a.path;
@@ -195,6 +197,16 @@ BuildWatch watch_build(Disk& disk, const NativePlan& plan) {
   return BuildWatch::start(disk, dirs, tracked, skipped);
 }
 
+// A failed add-native's holds go back to what they were; a failure doing so is reported, never
+// put in place of the error that made the add-native fail.
+void give_back_claim(HoldRegistry& holds, const HoldClaim& claim, const NativePlan& plan) {
+  try {
+    holds.give_back(claim, plan.overlay, plan.lock_timeout);
+  } catch (const Error& e) {
+    spdlog::warn("could not give back the holds of the failed add-native: {}", e.what());
+  }
+}
+
 // The entry's untracked outputs, recorded in one more manifest write (only when there are some).
 void record_untracked(Disk& disk, const NativePlan& plan, const std::string& id, const std::vector<UntrackedOutput>& outputs) {
   OverlayLock lock(plan.overlay, plan.lock_timeout);
@@ -210,16 +222,21 @@ void record_untracked(Disk& disk, const NativePlan& plan, const std::string& id,
 AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   std::vector<fs::path> targets;
   for (const auto& s : plan.swaps) targets.push_back(s.target);
-  // Refused here (nothing touched yet) when another overlay still holds a target.
-  HoldRegistry(disk, plan.state_dir).acquire(targets, plan.overlay, plan.force, plan.lock_timeout);
-  make_dirs(disk, plan.overlay);
-  OverlayLock lock(plan.overlay, plan.lock_timeout);
-  Manifest m = load_manifest(disk, plan.overlay).value_or(Manifest{});
+  // Refused here (nothing touched yet) when another overlay still holds a target; from here to
+  // the end of the swap no other add-native can take one of them (the claim's locks).
+  HoldRegistry holds(disk, plan.state_dir);
+  HoldClaim claim = holds.acquire(targets, plan.overlay, plan.force, plan.lock_timeout);
+  std::optional<OverlayLock> lock;
   BackupStore store(disk, plan.overlay);
-  std::string id = store.new_entry();
-  std::vector<ClonedArtifact> cloned;
   HeldDirs held(disk, plan);
+  std::vector<ClonedArtifact> cloned;
+  Manifest m;
+  std::string id;
   try {
+    make_dirs(disk, plan.overlay);
+    lock.emplace(plan.overlay, plan.lock_timeout);
+    m = load_manifest(disk, plan.overlay).value_or(Manifest{});
+    id = store.new_entry();
     m.natives.push_back(back_up(disk, store, plan, id, cloned, held));
     m.natives.back().patch_id = plan.patch_id;
     if (plan.record_with) plan.record_with(m);
@@ -228,9 +245,13 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     make_dirs(disk, plan.overlay / kLogDirName);
     save_manifest(disk, plan.overlay, m);  // from here on, revert can undo everything below
   } catch (...) {
-    // The install is untouched. Leave no half-made backups behind, unless the manifest rename
-    // went through (only the directory fsync after it failed): then the record needs them.
-    if (!manifest_names(disk, plan.overlay, id)) store.drop_entry(id);
+    // The install is untouched. Leave no half-made backups and no hold behind, unless the
+    // manifest rename went through (only the directory fsync after it failed): then the record
+    // needs them.
+    if (id.empty() || !manifest_names(disk, plan.overlay, id)) {
+      if (!id.empty()) store.drop_entry(id);
+      give_back_claim(holds, claim, plan);
+    }
     throw;
   }
   spdlog::info("recorded entry {} in {}", id, (plan.overlay / kManifestName).string());

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
@@ -150,27 +152,27 @@ std::vector<std::vector<std::string>> checked_build(Disk& disk, const AddNativeR
 }
 
 // The filesystem an overlay will live on: its own, or that of its nearest existing ancestor.
-dev_t overlay_device(Disk& disk, fs::path p) {
+FileInfo overlay_device(Disk& disk, fs::path p) {
   for (;;) {
     FileInfo fi = disk.info(p, Follow::yes);
-    if (fi.exists() || p == p.root_path() || p.empty()) return fi.dev;
+    if (fi.exists() || p == p.root_path() || p.empty()) return fi;
     p = p.parent_path();
   }
 }
 
 std::vector<CacheWay> cache_decisions(Disk& disk, const std::vector<fs::path>& caches, const fs::path& overlay, CacheSnapshot how) {
   std::vector<CacheWay> out;
-  dev_t ov = overlay_device(disk, overlay);
+  FileInfo ov = overlay_device(disk, overlay);
   for (const auto& c : caches) {
     FileInfo ci = disk.info(c, Follow::no);
     if (!ci.exists() || how == CacheSnapshot::tar) {
       out.push_back(how == CacheSnapshot::tar ? CacheWay::tar : CacheWay::move);  // nothing to keep when absent
       continue;
     }
-    bool same_fs = ci.dev == ov;
+    bool same_fs = same_mount(ci, ov);  // a bind mount of the same filesystem is not: EXDEV
     std::string why = why_not_renamable(disk, c, ci);
     if (how == CacheSnapshot::move && !same_fs)
-      throw Error("--cache-snapshot move: cache dir and overlay are on different filesystems: " + c.string());
+      throw Error("--cache-snapshot move: cache dir and overlay are on different filesystems or mounts: " + c.string());
     if ((how == CacheSnapshot::move || how == CacheSnapshot::aside) && !why.empty())
       throw Error(std::string("--cache-snapshot ") + (how == CacheSnapshot::move ? "move" : "aside") + ": cannot rename " +
                   c.string() + ": " + why);
@@ -180,6 +182,24 @@ std::vector<CacheWay> cache_decisions(Disk& disk, const std::vector<fs::path>& c
     else out.push_back(same_fs ? CacheWay::move : CacheWay::aside);
   }
   return out;
+}
+
+// Every directory the swap, the build's artifacts or a cache's invalidation will write in is
+// writable now (a read-only mount, a directory of another user): refused before any hold or
+// entry exists, instead of failing half-way through the swap.
+void check_writable(Disk& disk, const NativePlan& plan) {
+  std::vector<std::pair<fs::path, std::string>> dirs;
+  for (const auto& s : plan.swaps) dirs.emplace_back(s.target.parent_path(), "the directory of " + s.target.string());
+  for (const auto& a : plan.artifacts) dirs.emplace_back(a.parent_path(), "the directory of artifact " + a.string());
+  // A cache is emptied in place where its parent cannot be written (CacheWay::tar): the cache
+  // itself must be writable, its parent need not.
+  for (const auto& c : plan.caches) dirs.emplace_back(c, "cache dir " + c.string());
+  for (const auto& [dir, what] : dirs) {
+    if (!disk.info(dir, Follow::yes).exists()) continue;  // made by the build, or reported elsewhere
+    if (!disk.can_write(dir))
+      throw Error("cannot write the install: " + what + " is read-only or not writable by this user (uid " +
+                  std::to_string(::geteuid()) + ")");
+  }
 }
 }  // namespace
 
@@ -202,6 +222,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
     plan.owner = Owner{*req.owner_pid, *ticks};
   }
   plan.swaps = checked_swaps(disk, req, plan);
+  check_writable(disk, plan);
   return plan;
 }
 const char* to_string(SwapKind k) {

@@ -32,7 +32,8 @@ class Reverter {
       ok &= attempt(it->path, [&] { return created(place(it->path, it->parent)); });
     for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
       ok &= attempt(it->install_path, [&] {
-        return file(place(it->install_path, it->parent), it->backup, it->sha256, it->mode, it->stamp);
+        return file(place(it->install_path, it->parent), it->backup, it->sha256, it->mode, it->stamp, RestoredTime::now,
+                    it->owner);
       });
     return ok;
   }
@@ -78,9 +79,10 @@ class Reverter {
 
 
   std::string file(const PinnedPlace& p, const std::string& rel, const std::string& sha,
-                   std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when = RestoredTime::now) {
+                   std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when = RestoredTime::now,
+                   const std::optional<FileOwner>& owner = std::nullopt) {
     if (opts_.dry_run) return dry_file(p.path, rel, sha);
-    return store_.restore_file(rel, sha, p.at(), mode, stamp, when) ? "restore" : "unchanged";
+    return store_.restore_file(rel, sha, p.at(), mode, stamp, when, owner) ? "restore" : "unchanged";
   }
 
   std::string dry_file(const std::string& path, const std::string& rel, const std::string& sha) {
@@ -94,7 +96,7 @@ class Reverter {
     // A build output goes back a second older than now: the sources restored after it (now)
     // are strictly newer even in whole seconds, and an add-native right after this revert finds
     // no artifact of the current second to wait out (design.md, "No stall between cycles").
-    if (a.existed) return file(p, *a.backup, *a.sha256, a.mode, a.stamp, RestoredTime::previous_second);
+    if (a.existed) return file(p, *a.backup, *a.sha256, a.mode, a.stamp, RestoredTime::previous_second, a.owner);
     return created(p);
   }
 

@@ -1,6 +1,7 @@
 #include "overlay/store.hpp"
 
 #include <sys/wait.h>
+#include <errno.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,7 +23,7 @@ std::vector<fs::path> leftovers_of(Disk& disk, const fs::path& p) {
   std::vector<fs::path> out;
   fs::path parent = p.parent_path();
   if (!disk.info(parent, Follow::no).exists()) return out;
-  std::string prefix = "." + p.filename().string() + ".overlay-";
+  std::string prefix = hidden_stem(p.filename().string()) + ".overlay-";
   for (const auto& e : disk.list_dir(parent))
     if (e.name.rfind(prefix, 0) == 0 && !is_aside_name(e.name)) out.push_back(parent / e.name);
   return out;
@@ -36,7 +37,7 @@ void sweep_leftovers(Disk& disk, const At& p) {
     for (const auto& l : leftovers_of(disk, p.rel())) remove_tree_durably(disk, l);
     return;
   }
-  std::string prefix = "." + p.filename() + ".overlay-";
+  std::string prefix = hidden_stem(p.filename()) + ".overlay-";
   bool removed = false;
   for (const auto& e : disk.list_dir(p.parent())) {
     if (e.name.rfind(prefix, 0) != 0 || is_aside_name(e.name)) continue;
@@ -74,11 +75,12 @@ std::string BackupStore::new_entry() {
 
 SavedFile BackupStore::save_file(const std::string& id, const std::string& label, const At& file) {
   FileInfo fi = disk_.info(file, file.dir() != nullptr ? Follow::no : Follow::yes);
-  std::string rel = std::string(kBackupDirName) + "/" + id + "/" + label + "_" + file.filename();
+  std::string rel = std::string(kBackupDirName) + "/" + id + "/" + fit_name(label + "_" + file.filename(), 240);
   SavedFile s;
   s.backup = rel;
   s.mode = fi.mode;
   s.stamp = stamp_of(fi);
+  s.owner = FileOwner{fi.uid, fi.gid};
   Copied c = copy_file_hashing(disk_, file, overlay_ / rel, fi.mode, Durable::yes);
   s.sha256 = std::move(c.sha256);
   s.cloned = c.way == CopyWay::cloned;
@@ -86,7 +88,7 @@ SavedFile BackupStore::save_file(const std::string& id, const std::string& label
 }
 
 SavedFile BackupStore::save_dir_tar(const std::string& id, const std::string& label, const At& dir) {
-  std::string rel = std::string(kBackupDirName) + "/" + id + "/" + label + ".tar";
+  std::string rel = std::string(kBackupDirName) + "/" + id + "/" + fit_name(label, 240) + ".tar";
   SavedFile s;
   s.backup = rel;
   s.mode = 0600;
@@ -163,8 +165,34 @@ timespec restored_mtime(RestoredTime when) {
 
 }  // namespace
 
+bool BackupStore::restore_by_rename(const std::string& rel, const std::string& sha256, const fs::path& backup, const At& path,
+                                    const FileInfo& cur, std::optional<FileOwner> owner, mode_t mode, RestoredTime when) {
+  std::string got = hash_file(disk_, backup);  // the one read: proves the backup
+  if (got != sha256) throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
+  if (owner) disk_.set_owner(backup, static_cast<uid_t>(owner->uid), static_cast<gid_t>(owner->gid));
+  // After the owner: chown clears setuid and setgid bits, so the mode goes on last.
+  disk_.set_mode(backup, mode);
+  // A fresh mtime, as a copy would have: the restored file must look newer than anything the
+  // candidate's build produced from the patched one, so the next incremental build redoes it
+  // (a build output goes a second back: see RestoredTime).
+  disk_.set_mtime(backup, restored_mtime(when));
+  if (cur.type == FileType::regular && cur.size >= kParkBytes) park(path, true);  // freed later, elsewhere
+  try {
+    disk_.rename(backup, path);  // the verified inode itself goes back: nothing to re-check
+  } catch (const DiskError& e) {
+    // One filesystem, two mounts (a bind mount, a container's volume): st_dev is the same, yet
+    // rename refuses. The caller copies instead, as across filesystems.
+    if (e.code() == EXDEV) return false;
+    throw;
+  }
+  disk_.sync_dir(path.parent());
+  disk_.sync_dir(backup.parent_path());
+  return true;
+}
+
 bool BackupStore::restore_file(const std::string& rel, const std::string& sha256, const At& path,
-                               std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when) {
+                               std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when,
+                               const std::optional<FileOwner>& recorded_owner) {
   sweep_leftovers(disk_, path);  // a temp of an interrupted swap or restore
   FileInfo cur = disk_.info(path, Follow::no);
   if (cur.type == FileType::directory) throw Error("a directory now stands at " + path.full().string());
@@ -180,21 +208,11 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
   if (bi.type != FileType::regular) throw Error("backup is not a regular file: " + rel);
   const At dir = path.parent();
   if (path.dir() == nullptr) make_dirs(disk_, path.rel().parent_path());  // a held one exists
-  if (bi.dev == disk_.info(dir, Follow::yes).dev) {
-    std::string got = hash_file(disk_, backup);  // the one read: proves the backup
-    if (got != sha256) throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
-    if (mode && *mode != bi.mode) disk_.set_mode(backup, *mode);
-    if (cur.exists()) disk_.set_owner(backup, cur.uid, cur.gid);
-    // A fresh mtime, as a copy would have: the restored file must look newer than anything the
-    // candidate's build produced from the patched one, so the next incremental build redoes it
-    // (a build output goes a second back: see RestoredTime).
-    disk_.set_mtime(backup, restored_mtime(when));
-    if (cur.type == FileType::regular && cur.size >= kParkBytes) park(path, true);  // freed later, elsewhere
-    disk_.rename(backup, path);  // the verified inode itself goes back: nothing to re-check
-    disk_.sync_dir(dir);
-    disk_.sync_dir(backup.parent_path());
+  // The recorded owner (a build may have recreated the file as its own user), else the current.
+  std::optional<FileOwner> owner = recorded_owner;
+  if (!owner && cur.exists()) owner = FileOwner{cur.uid, cur.gid};
+  if (same_mount(bi, disk_.info(dir, Follow::yes)) && restore_by_rename(rel, sha256, backup, path, cur, owner, mode.value_or(bi.mode), when))
     return true;
-  }
   const At tmp = path.sibling(sibling_temp_path(path.full(), "overlay-restore").filename().string());
   // One read proves the backup and produces the restored bytes: the copy is hashed as written.
   std::string got = copy_file_hashing(disk_, backup, tmp, mode.value_or(bi.mode), Durable::yes).sha256;
@@ -202,7 +220,8 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
     disk_.remove(tmp);
     throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
   }
-  if (cur.exists()) disk_.set_owner(tmp, cur.uid, cur.gid);
+  if (owner) disk_.set_owner(tmp, static_cast<uid_t>(owner->uid), static_cast<gid_t>(owner->gid));
+  disk_.set_mode(tmp, mode.value_or(bi.mode));  // again: chown clears setuid and setgid bits
   if (when == RestoredTime::previous_second) disk_.set_mtime(tmp, restored_mtime(when));
   disk_.rename(tmp, path);
   disk_.sync_dir(dir);
@@ -232,11 +251,28 @@ bool BackupStore::move_dir_back(const std::string& rel, const At& dir) {
   const At trash = dir.sibling(sibling_temp_path(dir.full(), "overlay-trash").filename().string());
   bool parked = cur.exists() && park(dir, false);
   if (cur.exists() && !parked) disk_.rename(dir, trash);
-  disk_.rename(moved, dir);
+  try {
+    disk_.rename(moved, dir);
+  } catch (const DiskError& e) {
+    if (e.code() != EXDEV) throw;
+    copy_dir_back(moved, dir);  // the overlay is now reached through another mount
+  }
   disk_.sync_dir(dir.parent());
   disk_.sync_dir(moved.parent_path());
   if (cur.exists() && !parked) litter_.push_back(trash.full().string());
   return true;
+}
+
+void BackupStore::copy_dir_back(const fs::path& moved, const At& dir) {
+  fs::path tar = moved.parent_path() / (moved.filename().string() + ".xdev.tar");
+  snapshot_dir_to_tar(disk_, moved, tar);
+  const At fresh = dir.sibling(sibling_temp_path(dir.full(), "overlay-restore").filename().string());
+  disk_.make_dir(fresh, 0700);
+  extract_tar(disk_, tar, fresh, moved.filename().string(), "");
+  disk_.sync_filesystem(fresh);  // every copied file durable before it is swapped in
+  disk_.rename(fresh, dir);
+  remove_tree(disk_, tar);
+  remove_tree(disk_, moved);  // the record's next save no longer names it
 }
 
 void BackupStore::put_aside(const At& dir, const AsideDir& aside) {
@@ -358,12 +394,17 @@ void BackupStore::tidy_dir(const fs::path& dir) {
 bool BackupStore::park(const At& p, bool hard_link) {
   fs::path trash = overlay_ / "_trash";
   make_dirs(disk_, trash, 0700);
-  if (disk_.info(trash, Follow::no).dev != disk_.info(p, Follow::no).dev) return false;
+  if (!same_mount(disk_.info(trash, Follow::no), disk_.info(p, Follow::no))) return false;
   fs::path dest = trash / random_hex(8);
-  if (hard_link)
-    disk_.make_hardlink(p, dest);
-  else
-    disk_.rename(p, dest);
+  try {
+    if (hard_link)
+      disk_.make_hardlink(p, dest);
+    else
+      disk_.rename(p, dest);
+  } catch (const DiskError& e) {
+    if (e.code() == EXDEV) return false;  // one filesystem reached through two mounts
+    throw;
+  }
   return true;
 }
 

@@ -30,8 +30,16 @@ struct FileInfo {
   std::uint64_t nlink = 1;  // names the inode has
   timespec mtime{};
   timespec ctime{};
+  std::uint64_t mnt_id = 0;  // the mount it was reached through (statx); 0 where unknown
   bool exists() const { return type != FileType::none; }
 };
+
+// Whether a rename can go from one to the other: one filesystem reached through one mount. A
+// bind mount or a container volume shares st_dev with its source, yet rename across it fails
+// with EXDEV.
+inline bool same_mount(const FileInfo& a, const FileInfo& b) {
+  return a.dev == b.dev && (a.mnt_id == 0 || b.mnt_id == 0 || a.mnt_id == b.mnt_id);
+}
 
 // A directory held open, reached without following a symlink anywhere on its path (issue 24):
 // what is done through it (At) happens in that very directory, whatever is renamed or swapped
@@ -133,7 +141,8 @@ class Disk {
   virtual void rename(const At& from, const At& to) = 0;
   // Atomically swaps what the two names refer to (renameat2 RENAME_EXCHANGE): after a crash,
   // either both names are swapped or neither. Returns false, with nothing changed, where the
-  // filesystem cannot (EINVAL, EOPNOTSUPP, ENOSYS); other failures throw.
+  // filesystem cannot (EINVAL, EOPNOTSUPP, ENOSYS) or the names are on two mounts (EXDEV); other
+  // failures throw.
   virtual bool exchange(const At& a, const At& b) = 0;
   // fsync of a directory, making renames and creations inside it durable.
   virtual void sync_dir(const At& dir) = 0;
@@ -166,7 +175,13 @@ class Disk {
   // Whether the file carries extended attributes (SELinux label, ACL, capabilities...), which a
   // copy or clone of its bytes would not; false where the filesystem has none.
   virtual bool has_xattrs(const fs::path& p) = 0;
+  // The filesystem type of the one holding p (statfs f_type: kOverlayfsMagic, ...).
+  virtual std::uint64_t fs_type(const fs::path& p) = 0;
 };
+
+// statfs's f_type of overlayfs (a container's root): rename(2) of a directory that comes from a
+// lower layer fails there with EXDEV, whatever the mounts.
+inline constexpr std::uint64_t kOverlayfsMagic = 0x794c7630;
 
 // The process-wide disk backed by POSIX system calls.
 Disk& real_disk();

@@ -58,7 +58,20 @@ void walk_tree(Disk& disk, const fs::path& root,
 // needs a writable parent on the dir's own filesystem (a mount point cannot be renamed).
 std::string why_not_renamable(Disk& disk, const fs::path& dir, const FileInfo& di);
 
-// A fresh name beside p for a temporary: "<dir>/.<name>.<tag>-<random>".
+// `name` when it is at most `room` bytes, else its first bytes, "~" and 16 hex digits of its
+// SHA-256, `room` bytes in all: distinct names stay distinct, and a name derived from a legal
+// one (a backup, a temp) stays within NAME_MAX whatever the original's length.
+std::string fit_name(const std::string& name, std::size_t room);
+
+// The longest stem a hidden sibling name starts with: what is left of NAME_MAX (255) after
+// the longest suffix of ours (".overlay-aside-<entry id>", ".overlay-restore-<hex>").
+inline constexpr std::size_t kStemRoom = 190;
+
+// The start of every hidden sibling name of ours for a file called `name`: "." + fit_name(name,
+// kStemRoom). Temps, trash and aside copies all begin with it, then ".overlay-".
+std::string hidden_stem(const std::string& name);
+
+// A fresh name beside p for a temporary: "<dir>/<hidden_stem>.<tag>-<random>", within NAME_MAX.
 fs::path sibling_temp_path(const fs::path& p, const std::string& tag);
 
 // Random lower-case hex of `bytes` bytes (from the OS).

@@ -8,10 +8,19 @@
 #include <vector>
 
 #include "overlay/disk.hpp"
+#include "overlay/lock.hpp"
 
 namespace overlay {
 
 struct Manifest;
+
+// What HoldRegistry::acquire took: a lock per path, held until this is destroyed (across the
+// caller's record and swap, so no other add-native can judge the path free meanwhile), and the
+// holder each path had before, to put back if the caller fails before recording anything.
+struct HoldClaim {
+  std::vector<std::unique_ptr<OverlayLock>> locks;
+  std::vector<std::pair<fs::path, std::optional<fs::path>>> previous;
+};
 
 class HoldRegistry {
  public:
@@ -20,10 +29,16 @@ class HoldRegistry {
   // The registry of this user (see above).
   static fs::path default_state_dir();
 
-  // Under the registry's lock: refuses (Error naming the holder) when another overlay whose
+  // Takes the per-path locks of `paths` (waiting for another add-native's claim to end), then,
+  // under the registry's lock, refuses (Error naming the holder) when another overlay whose
   // manifest still records a native change to one of `paths` holds it; then records `overlay`
-  // as the holder of each. With force, takes the holds over without checking.
-  void acquire(const std::vector<fs::path>& paths, const fs::path& overlay, bool force, double lock_timeout);
+  // as the holder of each. With force, takes the holds over without checking. The check and
+  // the hold are one step for every other caller of acquire while the claim lives.
+  [[nodiscard]] HoldClaim acquire(const std::vector<fs::path>& paths, const fs::path& overlay, bool force, double lock_timeout);
+
+  // Undoes a claim whose add-native failed before its manifest named the entry: each path
+  // `overlay` still holds goes back to its previous holder, or is free again.
+  void give_back(const HoldClaim& claim, const fs::path& overlay, double lock_timeout);
 
   // Drops the holds `overlay` has on `paths` that `recorded` — its manifest as just saved — no
   // longer records a change to (holds of other overlays stay).
@@ -38,6 +53,12 @@ class HoldRegistry {
 
  private:
   fs::path hold_file(const fs::path& path) const;
+  void write_hold(const fs::path& path, const fs::path& overlay);
+  // A lock per path (a directory under <state>/hold-locks named by the path's SHA-256), taken
+  // in sorted order. Before the registry's lock, which is only ever held for a moment: a second
+  // claim on a path waits here until the first add-native has recorded and swapped (or failed
+  // and given back).
+  std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
   bool still_holds(const fs::path& holder, const fs::path& path);
 
   Disk& disk_;

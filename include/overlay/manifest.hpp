@@ -33,6 +33,13 @@ struct FileStamp {
 // The stamp of an existing file's current state.
 FileStamp stamp_of(const FileInfo& fi);
 
+// Who owned a backed-up file (added keys "uid", "gid"): restored as recorded, whoever the build
+// ran as (a build that recreates the artifact leaves it owned by the builder).
+struct FileOwner {
+  std::uint64_t uid = 0, gid = 0;
+  bool operator==(const FileOwner&) const = default;
+};
+
 // The directory a tracked path lived in when the entry was recorded (added key "parent"): its
 // real path (symlinks resolved once, then) and its device and inode. Every later operation on
 // the path happens under that very directory, reached without following a symlink, or not at
@@ -54,6 +61,7 @@ struct SourceItem {
   std::optional<std::string> patched_sha256;  // what the tool wrote (added key)
   std::optional<mode_t> mode;                 // original mode (added key)
   std::optional<FileStamp> stamp;             // original size/inode/mtime (added keys)
+  std::optional<FileOwner> owner;             // original uid/gid (added keys)
   bool deleted = false;                       // the entry's diff deletes it (added key)
   std::optional<PinnedDir> parent;            // its directory at record time (added key)
   json raw = json::object();                  // the item as read
@@ -74,6 +82,7 @@ struct ArtifactItem {
   std::optional<std::string> sha256;  // set when existed
   std::optional<mode_t> mode;
   std::optional<FileStamp> stamp;
+  std::optional<FileOwner> owner;   // original uid/gid (added keys)
   std::optional<PinnedDir> parent;  // its directory at record time, when it existed then
   json raw = json::object();
 };

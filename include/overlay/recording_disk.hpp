@@ -57,6 +57,7 @@ class RecordingDisk : public Disk {
   fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
   bool has_xattrs(const fs::path& p) override { return inner_.has_xattrs(p); }
   bool can_write(const fs::path& dir) override { return inner_.can_write(dir); }
+  std::uint64_t fs_type(const fs::path& p) override { return inner_.fs_type(p); }
   std::unique_ptr<DirHandle> open_dir(const At& dir) override { return inner_.open_dir(dir); }
 
   void record(DiskOp op);  // for the write handles

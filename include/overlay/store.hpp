@@ -19,6 +19,7 @@ struct SavedFile {
   std::string sha256;  // of the original bytes (the copy was hashed as it was written)
   mode_t mode = 0;
   FileStamp stamp;     // the original's size, inode and mtime
+  FileOwner owner;     // the original's uid and gid
   bool cloned = false; // the backup shares the original's blocks (copy-on-write)
 };
 
@@ -63,7 +64,7 @@ class BackupStore {
   // made through that directory, which no swap on its path can redirect (issue 24).
   bool restore_file(const std::string& rel, const std::string& sha256, const At& path,
                     std::optional<mode_t> mode, const std::optional<FileStamp>& stamp,
-                    RestoredTime when = RestoredTime::now);
+                    RestoredTime when = RestoredTime::now, const std::optional<FileOwner>& owner = std::nullopt);
   // Moves directory `dir` into the entry as "<label>.dir" (same filesystem: one rename, every
   // inode attribute kept). Returns the backup's relative path; nothing is moved yet.
   std::string moved_dir_name(const std::string& id, const std::string& label) const;
@@ -125,6 +126,14 @@ class BackupStore {
   std::vector<std::string> litter_;
   // Moves `p` (whose filesystem is the overlay's) into _trash/, or returns false.
   bool park(const At& p, bool hard_link);
+  // The owner a restored file gets: the recorded one, else that of what stands there now.
+  // restore_file's fast way: the verified backup inode renamed over `path`. False, with the
+  // install unchanged, where rename says EXDEV (one filesystem seen through two mounts).
+  bool restore_by_rename(const std::string& rel, const std::string& sha256, const fs::path& backup, const At& path,
+                         const FileInfo& cur, std::optional<FileOwner> owner, mode_t mode, RestoredTime when);
+  // move_dir_back where rename says EXDEV: `moved` copied (through a tar in the overlay) into a
+  // fresh sibling of `dir`, made durable, renamed into place; then `moved` is deleted.
+  void copy_dir_back(const fs::path& moved, const At& dir);
   // Whether directory `dir` (as `di`) can be renamed within its parent: a writable parent on the
   // same filesystem (a mount point cannot be renamed).
   bool renamable(const fs::path& dir, const FileInfo& di);

@@ -15,6 +15,7 @@
 #include "overlay/native.hpp"
 #include "overlay/python/verbs.hpp"
 #include "overlay/status.hpp"
+#include "overlay/trust.hpp"
 #include "overlay/words.hpp"
 
 namespace overlay::cli {
@@ -243,6 +244,20 @@ int run_verify(Disk& disk, const std::string& overlay) {
   }
   if (!r.ok()) j["error"] = "FRESH_BUILD_FAIL: an artifact was not rebuilt";
   return r.ok() ? kOk : kUsage;
+}
+
+// revert, status and verify-native act on an overlay's word: refused, naming why, when another
+// user owns or can write it, unless the caller says it trusts it (--trust-owner, or a root of
+// $OVERLAY_TRUSTED_ROOTS above it).
+void check_trusted(Disk& disk, const std::string& overlay, bool trust_owner) {
+  if (trust_owner || under_trusted_root(overlay)) return;
+  std::string why = why_untrusted(disk, absolute_normal(overlay));
+  if (!why.empty()) throw Error("refusing to act on overlay " + overlay + ": " + why + " (pass --trust-owner if you trust it)");
+}
+
+void add_trust_flag(CLI::App* sub, bool& flag) {
+  sub->add_flag("--trust-owner", flag,
+                "Act on the overlay even if another user owns or can write it (also: $OVERLAY_TRUSTED_ROOTS, ':'-separated)");
 }
 
 int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::string& patch_id, const Globals& g) {
@@ -624,8 +639,17 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
   if (want("verify-native")) {
     auto overlay_v = std::make_shared<std::string>();
     auto* ver = app.add_subcommand("verify-native", "Check that every tracked artifact was rebuilt");
+    auto trust_v = std::make_shared<bool>(false);
     ver->add_option("--overlay", *overlay_v, "Overlay directory")->required();
-    ver->callback([&run, &disk, overlay_v] { run = [&disk, overlay_v] { return guarded("verify-native", [&] { return run_verify(disk, *overlay_v); }); }; });
+    add_trust_flag(ver, *trust_v);
+    ver->callback([&run, &disk, overlay_v, trust_v] {
+      run = [&disk, overlay_v, trust_v] {
+        return guarded("verify-native", [&] {
+          check_trusted(disk, *overlay_v, *trust_v);
+          return run_verify(disk, *overlay_v);
+        });
+      };
+    });
   }
 
   if (want("revert")) {
@@ -636,9 +660,14 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
     rev->add_option("--overlay", *overlay_r, "Overlay directory")->required();
     rev->add_flag("--dry-run", *dry_r, "Say what would be restored; change nothing");
     rev->add_option("--patch-id", *patch_r, "Undo only the entries of this patch (from `apply`), its Python entries included");
-    rev->callback([&run, &disk, overlay_r, dry_r, patch_r, &g] {
-      run = [&disk, overlay_r, dry_r, patch_r, &g] {
-        return guarded("revert", [&] { return run_revert(disk, *overlay_r, *dry_r, *patch_r, g); });
+    auto trust_r = std::make_shared<bool>(false);
+    add_trust_flag(rev, *trust_r);
+    rev->callback([&run, &disk, overlay_r, dry_r, patch_r, trust_r, &g] {
+      run = [&disk, overlay_r, dry_r, patch_r, trust_r, &g] {
+        return guarded("revert", [&] {
+          check_trusted(disk, *overlay_r, *trust_r);
+          return run_revert(disk, *overlay_r, *dry_r, *patch_r, g);
+        });
       };
     });
   }
@@ -653,11 +682,14 @@ void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& 
     auto* all_opt = st->add_flag("--all", *all_s, "One line for every overlay the holds registry knows on this machine");
     ov_opt->excludes(all_opt);
     st->add_flag("--check-clean", *clean_s, "Exit 1 unless every tracked file is at its original bytes");
-    st->callback([&run, &disk, overlay_s, clean_s, all_s] {
-      run = [&disk, overlay_s, clean_s, all_s] {
+    auto trust_s = std::make_shared<bool>(false);
+    add_trust_flag(st, *trust_s);
+    st->callback([&run, &disk, overlay_s, clean_s, all_s, trust_s] {
+      run = [&disk, overlay_s, clean_s, all_s, trust_s] {
         return guarded("status", [&] {
           if (*all_s) return run_status_all(disk, *clean_s);
           if (overlay_s->empty()) throw Error("pass --overlay O, or --all");
+          check_trusted(disk, *overlay_s, *trust_s);
           return run_status(disk, *overlay_s, *clean_s);
         });
       };

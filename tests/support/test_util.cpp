@@ -137,6 +137,26 @@ std::unique_ptr<ScopedMount> ScopedMount::read_only(const fs::path& at) {
   return m;
 }
 
+std::unique_ptr<ScopedMount> ScopedMount::bind(const fs::path& src, const fs::path& at) {
+  auto m = std::unique_ptr<ScopedMount>(new ScopedMount());
+  m->at_ = at;
+  Cmd c = run({"mount", "--bind", src.string(), at.string()});
+  m->ok_ = c.rc == 0;
+  m->why_ = m->ok_ ? "" : "cannot bind-mount (needs root): " + c.err;
+  return m;
+}
+
+std::unique_ptr<ScopedMount> ScopedMount::overlayfs(const fs::path& lower, const fs::path& upper, const fs::path& work,
+                                                    const fs::path& at) {
+  auto m = std::unique_ptr<ScopedMount>(new ScopedMount());
+  m->at_ = at;
+  std::string opts = "lowerdir=" + lower.string() + ",upperdir=" + upper.string() + ",workdir=" + work.string();
+  Cmd c = run({"mount", "-t", "overlay", "overlay", "-o", opts, at.string()});
+  m->ok_ = c.rc == 0;
+  m->why_ = m->ok_ ? "" : "cannot mount an overlayfs (needs root and the overlay module): " + c.err;
+  return m;
+}
+
 ScopedMount::~ScopedMount() {
   if (ok_ && run({"umount", at_.string()}).rc != 0) run({"umount", "-l", at_.string()});
 }

@@ -34,6 +34,11 @@ class ScopedMount {
  public:
   static std::unique_ptr<ScopedMount> tmpfs(const fs::path& at);
   static std::unique_ptr<ScopedMount> read_only(const fs::path& at);
+  // `src` bound onto `at` (mount --bind): one filesystem, another mount (a container's volume).
+  static std::unique_ptr<ScopedMount> bind(const fs::path& src, const fs::path& at);
+  // An overlayfs of `lower` with `upper` (and `work`, on upper's filesystem) mounted on `at`.
+  static std::unique_ptr<ScopedMount> overlayfs(const fs::path& lower, const fs::path& upper, const fs::path& work,
+                                                const fs::path& at);
   ~ScopedMount();
   bool ok() const { return ok_; }
   const std::string& why() const { return why_; }

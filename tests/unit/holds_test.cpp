@@ -29,19 +29,19 @@ TEST(HoldRegistry, LiveHoldRefusesOthersStaleHoldDoesNot) {
   TempDir t;
   HoldRegistry reg(real_disk(), t / "state");
   fs::path file = t / "inst/k.cu";
-  reg.acquire({file}, t / "ov1", false, 1);
+  (void)reg.acquire({file}, t / "ov1", false, 1);
   EXPECT_EQ(*reg.holder(file), t / "ov1");
   // ov1 records nothing yet: the hold is stale and another overlay may take it.
-  reg.acquire({file}, t / "ov2", false, 1);
+  (void)reg.acquire({file}, t / "ov2", false, 1);
   record_change(t / "ov2", file);
   try {
-    reg.acquire({file}, t / "ov1", false, 1);
+    (void)reg.acquire({file}, t / "ov1", false, 1);
     FAIL() << "a live hold was taken";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("held by overlay " + (t / "ov2").string()), std::string::npos) << e.what();
   }
-  reg.acquire({file}, t / "ov2", false, 1);  // the holder itself may stack
-  reg.acquire({file}, t / "ov1", true, 1);   // --force
+  (void)reg.acquire({file}, t / "ov2", false, 1);  // the holder itself may stack
+  (void)reg.acquire({file}, t / "ov1", true, 1);   // --force
   EXPECT_EQ(*reg.holder(file), t / "ov1");
 }
 
@@ -49,7 +49,7 @@ TEST(HoldRegistry, ReleaseDropsOnlyOwnHoldsOnceNotRecorded) {
   TempDir t;
   HoldRegistry reg(real_disk(), t / "state");
   fs::path a = t / "a", b = t / "b";
-  reg.acquire({a, b}, t / "ov", false, 1);
+  (void)reg.acquire({a, b}, t / "ov", false, 1);
   record_change(t / "ov", b);
   Manifest recorded = *load_manifest(real_disk(), t / "ov");
   reg.release({a, b}, t / "other", recorded, 1);  // not its holds
@@ -57,4 +57,23 @@ TEST(HoldRegistry, ReleaseDropsOnlyOwnHoldsOnceNotRecorded) {
   reg.release({a, b}, t / "ov", recorded, 1);
   EXPECT_FALSE(reg.holder(a));  // no longer recorded: dropped
   EXPECT_TRUE(reg.holder(b));   // still recorded by the overlay: kept
+}
+
+TEST(HoldRegistry, AClaimInProgressMakesAnotherWaitThenGiveBackRestoresThePreviousHolder) {
+  TempDir t;
+  HoldRegistry reg(real_disk(), t / "state");
+  fs::path file = t / "inst/k.cu";
+  record_change(t / "ov0", file);
+  (void)reg.acquire({file}, t / "ov0", false, 1);
+  {
+    HoldClaim forced = reg.acquire({file}, t / "ov1", true, 1);  // ov1 records nothing yet
+    // Its hold looks stale (ov1's manifest names no change), yet while the claim lives no
+    // other acquire may judge the path: it waits, here past its timeout.
+    EXPECT_THROW((void)reg.acquire({file}, t / "ov2", false, 0.2), LockTimeout);
+    reg.give_back(forced, t / "ov1", 1);  // ov1's add-native failed before recording
+  }
+  EXPECT_EQ(*reg.holder(file), t / "ov0");
+  HoldClaim fresh = reg.acquire({t / "free"}, t / "ov3", false, 1);
+  reg.give_back(fresh, t / "ov3", 1);
+  EXPECT_FALSE(reg.holder(t / "free"));
 }

@@ -1,0 +1,266 @@
+// Issue 31: the shapes real servers have, through the real binary. A container's install reached
+// through a bind mount or on overlayfs, several agents racing for one target, a read-only
+// install, names as long as NAME_MAX allows, setuid artifacts. Each mounts what it needs (root;
+// skipped, saying why, where mounting is refused).
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+using json = nlohmann::json;
+
+namespace {
+
+// An install whose build (`cp src/kernel.cpp lib/libk.so`, a fresh cache) makes the artifact of
+// whatever source is in place: candidate bytes are visible in both.
+struct Field : ::testing::Test {
+  TempDir t;
+  std::vector<std::string> state{"OVERLAY_STATE_DIR=" + (t / "state").string()};
+
+  Cmd add(const Install& in, const fs::path& ov, const std::string& body, std::vector<std::string> extra = {}) {
+    write_file(t / "patched.cpp", body);
+    std::vector<std::string> a{"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file",
+                               (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
+                               in.cache.string(), "--build-cwd", in.root.string(), "--build-cmd",
+                               "sh -c 'cp src/kernel.cpp lib/libk.so && mkdir -p cache && echo new > cache/f'"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_overlay(a, {}, state);
+  }
+  Cmd revert(const fs::path& ov) { return run_overlay({"revert", "--overlay", ov.string()}, {}, state); }
+};
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+// docker run -v: the install is reached through a bind mount of a directory on the overlay's own
+// filesystem (same st_dev, another mount), where rename says EXDEV.
+TEST_F(Field, ABindMountedInstallIsAppliedAndRevertedByteExact) {
+  fs::create_directories(t / "real");
+  fs::create_directories(t / "mnt");
+  auto m = ScopedMount::bind(t / "real", t / "mnt");
+  if (!m->ok()) GTEST_SKIP() << m->why();
+  Install in = make_install(t / "mnt/inst");
+  std::string before = tree_digest(in.root);
+  Cmd a = add(in, t / "ov", "int kernel() { return 7; }\n");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(read_file(in.artifact), "int kernel() { return 7; }\n");
+  EXPECT_EQ(run_overlay({"verify-native", "--overlay", (t / "ov").string()}, {}, state).out, "FRESH_BUILD_OK (checked 1)\n");
+  Cmd r = revert(t / "ov");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+  EXPECT_EQ(run_overlay({"status", "--overlay", (t / "ov").string(), "--check-clean"}, {}, state).rc, 0);
+  // Asked to move the cache into the overlay, which no rename can: refused before anything.
+  Cmd mv = add(in, t / "ov", "int kernel() { return 8; }\n", {"--cache-snapshot", "move"});
+  EXPECT_NE(mv.rc, 0);
+  EXPECT_NE(mv.err.find("different filesystems or mounts"), std::string::npos) << mv.err;
+  EXPECT_EQ(tree_digest(in.root), before);
+}
+
+// The overlay reached through another mount at revert than at add-native (a container that binds
+// the host's overlay dir): the cache moved into it and the files backed up in it go back by copy.
+TEST_F(Field, AnOverlayReachedThroughABindMountAtRevertRestoresItsMovedCache) {
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  Cmd a = add(in, t / "ov", "int kernel() { return 7; }\n");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  json mj = json::parse(read_file(t / "ov/_overlay_manifest.json"));
+  ASSERT_TRUE(mj["natives"][0]["caches"].back().contains("backup_dir")) << mj.dump();  // moved in, by rename
+  fs::create_directories(t / "ovmnt");
+  auto m = ScopedMount::bind(t / "ov", t / "ovmnt");
+  if (!m->ok()) GTEST_SKIP() << m->why();
+  Cmd r = run_overlay({"revert", "--overlay", (t / "ovmnt").string()}, {}, state);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+}
+
+// A container's root: the install in an image's lower layer, seen through overlayfs, with the
+// overlay dir inside the container too. A directory of the lower layer cannot be renamed there
+// (EXDEV), so the cache is kept as a tar and emptied in place; files rename (copy-up) as usual.
+TEST_F(Field, AnInstallOnOverlayfsIsAppliedAndRevertedByteExact) {
+  for (const char* d : {"lower", "upper", "work", "merged"}) fs::create_directories(t / d);
+  make_install(t / "lower/inst");
+  auto m = ScopedMount::overlayfs(t / "lower", t / "upper", t / "work", t / "merged");
+  if (!m->ok()) GTEST_SKIP() << m->why();
+  Install in{t / "merged/inst", t / "merged/inst/src/kernel.cpp", t / "merged/inst/lib/libk.so", t / "merged/inst/cache"};
+  std::string before = tree_digest(in.root);
+  Cmd a = add(in, t / "merged/ov", "int kernel() { return 7; }\n");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(read_file(in.artifact), "int kernel() { return 7; }\n");
+  EXPECT_EQ(read_file(in.cache / "f"), "new\n");
+  Cmd r = revert(t / "merged/ov");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+  Cmd aside = add(in, t / "merged/ov", "int kernel() { return 8; }\n", {"--cache-snapshot", "aside"});
+  EXPECT_NE(aside.rc, 0);
+  EXPECT_NE(aside.err.find("overlayfs"), std::string::npos) << aside.err;
+  EXPECT_EQ(tree_digest(in.root), before);
+}
+
+// Two, four and eight agents start add-native on one target at once, each with its own overlay
+// and candidate: exactly one wins each round, whatever the timing; while it is applied no check
+// says clean; after it is reverted the install is the original and every check says clean.
+TEST_F(Field, AgentsRacingForOneTargetExactlyOneWinsEachRound) {
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  const int rounds = env_int("OVERLAY_FIELD_ROUNDS", 8);
+  int total = 0;
+  for (int agents : {2, 4, 8}) {
+    for (int round = 0; round < rounds; ++round, ++total) {
+      std::vector<pid_t> pids;
+      for (int k = 0; k < agents; ++k) {
+        fs::path patched = t / ("cand" + std::to_string(k) + ".cpp");
+        write_file(patched, "int kernel() { return " + std::to_string(100 + k) + "; }\n");
+        pids.push_back(spawn_overlay({"add-native", "--overlay", (t / ("ov" + std::to_string(k))).string(), "--target",
+                                      in.source.string(), "--patched-file", patched.string(), "--artifact",
+                                      in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd",
+                                      in.root.string(), "--build-cmd",
+                                      "sh -c 'cp src/kernel.cpp lib/libk.so && mkdir -p cache && echo new > cache/f'"},
+                                     state));
+      }
+      std::vector<int> winners;
+      for (int k = 0; k < agents; ++k)
+        if (wait_rc(pids[k]) == 0) winners.push_back(k);
+      ASSERT_EQ(winners.size(), 1u) << agents << " agents, round " << round;
+      std::string won = (t / ("ov" + std::to_string(winners[0]))).string();
+      EXPECT_EQ(read_file(in.source), "int kernel() { return " + std::to_string(100 + winners[0]) + "; }\n");
+      EXPECT_EQ(run_overlay({"status", "--all", "--check-clean"}, {}, state).rc, 1);
+      Cmd all = run_overlay({"status", "--all"}, {}, state);
+      EXPECT_NE(all.out.find("status: 1 overlay(s) known to the holds registry"), std::string::npos) << all.out;
+      ASSERT_EQ(revert(won).rc, 0);
+      ASSERT_TRUE(settle_litter(in.root));
+      ASSERT_EQ(tree_digest(in.root), before) << agents << " agents, round " << round;
+      for (int k = 0; k < agents; ++k) {
+        fs::path ov = t / ("ov" + std::to_string(k));
+        if (!fs::exists(ov)) continue;  // a loser refused before it made anything
+        EXPECT_EQ(run_overlay({"status", "--overlay", ov.string(), "--check-clean"}, {}, state).rc, 0) << ov;
+        EXPECT_TRUE(!fs::exists(ov / "_native_backup") || fs::is_empty(ov / "_native_backup")) << ov;
+      }
+      EXPECT_EQ(run_overlay({"status", "--all", "--check-clean"}, {}, state).rc, 0);
+    }
+  }
+  std::printf("field race: %d rounds (2, 4 and 8 agents, %d each): exactly one winner in every round\n", total, rounds);
+}
+
+// A read-only install (a read-only bind mount, as images mount them): refused before any entry or
+// hold exists, so the next add-native, once the install is writable, is not refused as held.
+TEST_F(Field, AReadOnlyInstallIsRefusedBeforeAnythingIsRecorded) {
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  {
+    auto ro = ScopedMount::read_only(in.root);
+    if (!ro->ok()) GTEST_SKIP() << ro->why();
+    Cmd a = add(in, t / "ov", "int kernel() { return 7; }\n");
+    EXPECT_NE(a.rc, 0);
+    EXPECT_NE(a.err.find("cannot write the install: the directory of " + in.source.string() + " is read-only"),
+              std::string::npos)
+        << a.err;
+    EXPECT_EQ(std::count(a.err.begin(), a.err.end(), '\n'), 1) << a.err;
+    EXPECT_FALSE(fs::exists(t / "ov/_overlay_manifest.json"));
+    Cmd all = run_overlay({"status", "--all"}, {}, state);
+    EXPECT_NE(all.out.find("status: 0 overlay(s) known to the holds registry"), std::string::npos) << all.out;
+  }
+  EXPECT_EQ(tree_digest(in.root), before);
+  Cmd b = add(in, t / "ov2", "int kernel() { return 8; }\n");
+  ASSERT_EQ(b.rc, 0) << b.err;
+  ASSERT_EQ(revert(t / "ov2").rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+}
+
+// Names of 255 bytes (NAME_MAX) for the source, the artifact and the cache dir: the tool's own
+// temp, backup and aside names stay within NAME_MAX.
+TEST_F(Field, NamesOfNameMaxBytesArePatchedAndRestored) {
+  std::string stem(251, 'k');
+  Install in{t / "inst", t / "inst/src" / (stem + ".cpp"), t / "inst/lib" / (stem + ".so"), t / "inst" / std::string(255, 'c')};
+  write_file(in.source, "int kernel() { return 4; }\n");
+  write_file(in.artifact, "original library\n", 0755);
+  fs::last_write_time(in.artifact, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  write_file(in.cache / "entry", "cached\n");
+  std::string before = tree_digest(in.root);
+  std::string so = "lib/" + in.artifact.filename().string(), cache = in.cache.filename().string();
+  for (const char* way : {"move", "aside", "tar"}) {
+    write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+    Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                         (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
+                         in.cache.string(), "--cache-snapshot", way, "--build-cwd", in.root.string(), "--build-cmd",
+                         "sh -c 'cp src/" + in.source.filename().string() + " " + so + " && mkdir -p " + cache + "'"},
+                        {}, state);
+    ASSERT_EQ(a.rc, 0) << way << ": " << a.err;
+    EXPECT_EQ(read_file(in.artifact), "int kernel() { return 7; }\n");
+    Cmd r = revert(t / "ov");
+    ASSERT_EQ(r.rc, 0) << way << ": " << r.err;
+    ASSERT_TRUE(settle_litter(in.root));
+    EXPECT_EQ(tree_digest(in.root), before) << way;
+  }
+}
+
+// A setuid, setgid artifact of another user, which the build (as root) recreates: the restore
+// gives back the recorded owner, not the builder, and the bits chown clears (owner set last
+// would hand back 0755 for 06755).
+TEST_F(Field, ASetuidArtifactComesBackWithItsSetuidBits) {
+  Install in = make_install(t / "inst");
+  ASSERT_EQ(::chown(in.artifact.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chmod(in.artifact.c_str(), 06755), 0);  // after chown, which clears the bits
+  std::string before = tree_digest(in.root);
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(),
+                       "--build-cmd", "sh -c 'rm lib/libk.so && cp src/kernel.cpp lib/libk.so'"},
+                      {}, state);
+  ASSERT_EQ(a.rc, 0) << a.err;
+  struct stat built {};
+  ASSERT_EQ(::stat(in.artifact.c_str(), &built), 0);
+  EXPECT_EQ(built.st_uid, ::geteuid());  // the builder's now
+  ASSERT_EQ(revert(t / "ov").rc, 0);
+  struct stat st {};
+  ASSERT_EQ(::stat(in.artifact.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 06755u);
+  EXPECT_EQ(st.st_uid, 65534u);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+}
+
+// Root asked to revert an overlay another user owns (its manifest decides what is written where):
+// refused in one line naming the owner, nothing changed; status and verify-native the same;
+// --trust-owner (or $OVERLAY_TRUSTED_ROOTS) says it is trusted, and then it is reverted.
+TEST_F(Field, AnOverlayAnotherUserOwnsIsActedOnOnlyWhenTrusted) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (to hand the overlay to nobody)";
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  ASSERT_EQ(add(in, t / "ov", "int kernel() { return 7; }\n").rc, 0);
+  ASSERT_EQ(run({"chown", "-R", "65534:65534", (t / "ov").string()}).rc, 0);
+  std::string patched = tree_digest(in.root);
+  const std::string ov = (t / "ov").string();
+  for (std::vector<std::string> cmd : {std::vector<std::string>{"revert", "--overlay", ov},
+                                       {"status", "--overlay", ov}, {"verify-native", "--overlay", ov}}) {
+    Cmd c = run_overlay(cmd, {}, state);
+    EXPECT_NE(c.rc, 0) << cmd[0];
+    EXPECT_NE(c.err.find("overlay directory " + ov + " is owned by another user (uid 65534)"), std::string::npos) << c.err;
+    EXPECT_EQ(std::count(c.err.begin(), c.err.end(), '\n'), 1) << c.err;
+    EXPECT_EQ(tree_digest(in.root), patched) << cmd[0];
+  }
+  std::vector<std::string> trusted = state;
+  trusted.push_back("OVERLAY_TRUSTED_ROOTS=/nonexistent:" + t.path().string());
+  EXPECT_EQ(run_overlay({"status", "--overlay", ov}, {}, trusted).rc, 0);
+  Cmd r = run_overlay({"revert", "--overlay", ov, "--trust-owner"}, {}, state);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+}
