@@ -1,4 +1,5 @@
 #include "overlay/engagement.hpp"
+#include "overlay/json_bytes.hpp"
 
 #include <algorithm>
 #include <set>
@@ -119,7 +120,12 @@ std::vector<RunningPatched> still_running(const std::vector<RunningPatched>& rec
 }
 
 std::optional<PythonUse> parse_live_record(const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  nlohmann::json j;
+  try {
+    j = parse_json_bytes(text);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // a torn or foreign record names no use
+  }
   if (!j.is_object()) return std::nullopt;
   auto pid = j.find("pid"), ticks = j.find("start_ticks");
   if (pid == j.end() || !pid->is_number_unsigned() || ticks == j.end() || !ticks->is_number_unsigned()) return std::nullopt;

@@ -1,4 +1,5 @@
 #include "overlay/holds.hpp"
+#include "overlay/json_bytes.hpp"
 
 #include <unistd.h>
 
@@ -26,7 +27,7 @@ std::optional<fs::path> HoldRegistry::holder(const fs::path& path) {
   fs::path f = hold_file(path);
   if (disk_.info(f, Follow::no).type != FileType::regular) return std::nullopt;
   try {
-    json j = json::parse(read_small_file(disk_, f, 1 << 16));
+    json j = parse_json_bytes(read_small_file(disk_, f, 1 << 16));
     if (j.value("path", "") != path.string() || !j.contains("overlay") || !j["overlay"].is_string()) return std::nullopt;
     return fs::path(j["overlay"].get<std::string>());
   } catch (const std::exception&) {
@@ -40,7 +41,7 @@ std::vector<fs::path> HoldRegistry::overlays() {
   for (const auto& e : disk_.list_dir(dir_)) {
     if (e.name.size() < 5 || e.name.compare(e.name.size() - 5, 5, ".json") != 0) continue;
     try {
-      json j = json::parse(read_small_file(disk_, dir_ / e.name, 1 << 16));
+      json j = parse_json_bytes(read_small_file(disk_, dir_ / e.name, 1 << 16));
       if (j.contains("overlay") && j["overlay"].is_string()) out.emplace_back(j["overlay"].get<std::string>());
     } catch (const std::exception&) {
       // an unreadable hold names nothing
@@ -75,7 +76,7 @@ void HoldRegistry::write_hold(const fs::path& p, const fs::path& overlay) {
   fs::path tmp = hold_file(p);
   tmp += ".tmp";
   auto out = disk_.create(tmp, 0644, CreateMode::truncate);
-  std::string text = j.dump() + "\n";
+  std::string text = dump_json_bytes(j) + "\n";
   out->write(text.data(), text.size());
   out->close();
   disk_.rename(tmp, hold_file(p));

@@ -1,4 +1,5 @@
 #include "overlay/manifest.hpp"
+#include "overlay/json_bytes.hpp"
 
 #include <algorithm>
 
@@ -529,7 +530,7 @@ bool is_safe_relative(const std::string& rel) {
 Manifest parse_manifest(const std::string& text) {
   Manifest m;
   try {
-    m.doc = json::parse(text);
+    m.doc = parse_json_bytes(text);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers that overflow
     throw ManifestError(std::string("manifest: not valid JSON (") + e.what() + ")");
   }
@@ -572,7 +573,7 @@ std::string serialize_manifest(const Manifest& m) {
   doc.erase("litter");
   if (!m.litter.empty()) doc["litter"] = m.litter;
   if (!doc.contains("overlay_format")) doc["overlay_format"] = kManifestFormat;
-  return doc.dump(2) + "\n";
+  return dump_json_bytes(doc, 2) + "\n";
 }
 
 std::optional<Manifest> load_manifest(Disk& disk, const fs::path& overlay) {

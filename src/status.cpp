@@ -1,4 +1,5 @@
 #include "overlay/status.hpp"
+#include "overlay/json_bytes.hpp"
 
 #include <algorithm>
 #include <map>
@@ -194,7 +195,7 @@ std::map<std::string, Usage> python_usage(Disk& disk, const fs::path& overlay) {
     finals.insert(e.name);
     json rec;
     try {
-      rec = json::parse(read_small_file(disk, dir / e.name, 1 << 20));
+      rec = parse_json_bytes(read_small_file(disk, dir / e.name, 1 << 20));
     } catch (const std::exception&) {
       continue;
     }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "overlay/json_bytes.hpp"
 #include "overlay/error.hpp"
 #include "overlay/progress.hpp"
 #include "overlay/recording_disk.hpp"
@@ -68,8 +69,9 @@ void emit_json(const std::string& subcommand, int rc, const std::string& error) 
   for (auto& [k, v] : result().items())
     if (!doc.contains(k)) doc[k] = v;
   if (rc != kOk && !doc.contains("error")) doc["error"] = "exit status " + std::to_string(rc);
-  // Paths are bytes on Linux: never let an odd one abort the one document an agent waits for.
-  std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Paths are bytes on Linux: a byte that is not UTF-8 is written as Python writes it ("\udcXX"),
+  // so an agent's json.loads gives back a str that os.fsencode turns into the very path.
+  std::string text = dump_json_bytes(doc, 2);
   std::fputs(text.c_str(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);

@@ -264,3 +264,61 @@ TEST_F(Field, AnOverlayAnotherUserOwnsIsActedOnOnlyWhenTrusted) {
   ASSERT_TRUE(settle_litter(in.root));
   EXPECT_EQ(tree_digest(in.root), before);
 }
+
+// File names that are not UTF-8 (legal on Linux) for the target, the artifact and a file the
+// build writes that nothing tracks: the manifest keeps them as the bytes they are (Python's
+// "\udcXX" escapes), so the untracked output is recorded and check-clean does not say clean
+// while it holds the build's bytes; overlay_setup.py reverts what it reads of ours, and we
+// revert what it wrote.
+TEST_F(Field, NamesThatAreNotUtf8AreBytesEndToEnd) {
+  const std::string k = std::string("k") + '\xfe' + "rn", so = std::string("lib") + '\xff' + ".so";
+  const std::string stale = std::string("stale") + '\xfe' + ".o";
+  Install in{t / "inst", t / "inst/src" / (k + ".cpp"), t / "inst/lib" / so, t / "inst/cache"};
+  write_file(in.source, "int kernel() { return 4; }\n");
+  write_file(in.artifact, "original library\n", 0755);
+  fs::last_write_time(in.artifact, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  std::string before = tree_digest(in.root);
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  const std::string build = "sh -c 'cp src/" + k + ".cpp lib/" + so + " && cp src/" + k + ".cpp " + stale + "'";
+  Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(),
+                       "--build-cmd", build},
+                      {}, state);
+  ASSERT_EQ(a.rc, 0) << a.err;
+  std::string text = read_file(t / "ov/_overlay_manifest.json");
+  EXPECT_NE(text.find("k\\udcfern.cpp"), std::string::npos) << text;
+  EXPECT_NE(text.find("stale\\udcfe.o"), std::string::npos) << text;  // the build's output, recorded
+  EXPECT_EQ(run_overlay({"verify-native", "--overlay", (t / "ov").string()}, {}, state).out, "FRESH_BUILD_OK (checked 1)\n");
+  Cmd r = revert(t / "ov");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(read_file(in.source), "int kernel() { return 4; }\n");
+  EXPECT_EQ(read_file(in.artifact), "original library\n");
+  // stale\376.o still holds the candidate's bytes: never called clean.
+  Cmd dirty = run_overlay({"status", "--overlay", (t / "ov").string(), "--check-clean"}, {}, state);
+  EXPECT_EQ(dirty.rc, 1) << dirty.out << dirty.err;
+  EXPECT_NE(dirty.out.find(stale), std::string::npos) << dirty.out;
+  fs::remove(in.root / stale);
+  EXPECT_EQ(tree_digest(in.root), before);
+
+  // overlay_setup.py reverts ours (it reads the names back as the bytes they are)...
+  fs::path py = source_dir().parent_path() / "shared/reference/overlay_setup.py";
+  if (!fs::is_regular_file(py)) GTEST_SKIP() << "overlay_setup.py not found at " << py;
+  ASSERT_EQ(run_overlay({"add-native", "--overlay", (t / "ov2").string(), "--target", in.source.string(),
+                         "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string(),
+                         "--build-cwd", in.root.string(), "--build-cmd", build},
+                        {}, state).rc, 0);
+  fs::remove(in.root / stale);
+  Cmd pr = run({"python3", py.string(), "revert", "--overlay", (t / "ov2").string()});
+  ASSERT_EQ(pr.rc, 0) << pr.out << pr.err;
+  EXPECT_EQ(tree_digest(in.root), before);
+  // ...and we revert what it wrote for the same names.
+  Cmd pa = run({"python3", py.string(), "add-native", "--overlay", (t / "ov3").string(), "--target", in.source.string(),
+                "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd",
+                in.root.string(), "--build-cmd", build});
+  ASSERT_EQ(pa.rc, 0) << pa.out << pa.err;
+  EXPECT_EQ(read_file(in.artifact), "int kernel() { return 7; }\n");
+  fs::remove(in.root / stale);
+  Cmd our = revert(t / "ov3");
+  ASSERT_EQ(our.rc, 0) << our.err;
+  EXPECT_EQ(tree_digest(in.root), before);
+}
