@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
@@ -75,8 +76,10 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
   }
   if (!m || m->natives.empty()) {
     relevant = false;
-    // Only litter left (a revert's detached deleter was killed): deleted, nothing to report.
-    if (m && !m->litter.empty() && !opts.dry_run && !live_owner(*m))
+    // Only litter left (a revert's detached deleter was killed), or backups no record names (an
+    // add-native killed before its record): deleted, nothing to report.
+    bool backups = disk.info(overlay / kBackupDirName, Follow::no).type == FileType::directory;
+    if ((backups || (m && !m->litter.empty())) && !opts.dry_run && !(m && live_owner(*m)))
       revert_natives(disk, overlay, RevertOptions{false, opts.lock_timeout, {}, std::nullopt, std::nullopt});
     return {overlay, GcOutcome::skipped, "no native entries"};
   }
@@ -123,7 +126,9 @@ GcReport gc_stale(Disk& disk, const fs::path& root_in, const GcOptions& opts) {
   // swapped in meanwhile (which swappable_ancestor then refuses).
   root = disk.real_path(root);
   std::vector<std::pair<fs::path, FileInfo>> found;
+  std::set<fs::path> with_backups;  // overlays by their backup dir: a first add-native killed early has no manifest
   auto visit = [&](const fs::path& rel, FileType type) {
+    if (type == FileType::directory && rel.filename() == kBackupDirName) with_backups.insert(root / rel.parent_path());
     if (type == FileType::directory && (rel.filename() == kBackupDirName || rel.filename() == "_trash")) return WalkStep::skip;
     if (type == FileType::regular && rel.filename() == kManifestName)
       found.emplace_back(root / rel, disk.info(root / rel, Follow::no));
@@ -133,6 +138,8 @@ GcReport gc_stale(Disk& disk, const fs::path& root_in, const GcOptions& opts) {
   walk_tree(disk, root, visit, [&](const fs::path& dir, const std::string& why) {
     report.items.push_back({dir, GcOutcome::skipped, "cannot search: " + why});
   });
+  for (const auto& [path, fi] : found) with_backups.erase(path.parent_path());
+  for (const auto& ov : with_backups) found.emplace_back(ov / kManifestName, disk.info(ov / kBackupDirName, Follow::no));
   for (const auto& [path, fi] : found) {
     bool relevant = false;
     GcItem item = consider(disk, path.parent_path(), fi, opts, relevant);

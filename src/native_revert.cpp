@@ -203,13 +203,29 @@ void remove_module_files(Disk& disk, const fs::path& overlay, const std::vector<
   }
 }
 
+// Backups no record names (an add-native killed before it saved its record, a revert killed
+// after it forgot an entry) go, the overlay lock held, so no add-native is between the two.
+void sweep_partial_backups(Disk& disk, const fs::path& overlay, const Manifest& m, RevertReport& report) {
+  for (const auto& id : BackupStore(disk, overlay).sweep_unnamed_entries(m)) {
+    spdlog::warn("removed {}: the backups of an add-native interrupted before its record", (overlay / kBackupDirName / id).string());
+    report.partial_backups_swept.push_back(id);
+  }
+}
+
 }  // namespace
 
 RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const RevertOptions& opts) {
   fs::path overlay = absolute_normal(overlay_in);
   RevertReport report;
   FileInfo fi = disk.info(overlay / kManifestName, Follow::no);
-  if (!fi.exists()) return report;
+  if (!fi.exists()) {
+    // An add-native killed before its first record leaves backups and no manifest.
+    if (!opts.dry_run && disk.info(overlay / kBackupDirName, Follow::no).type == FileType::directory) {
+      OverlayLock lock(overlay, opts.lock_timeout);
+      if (!disk.info(overlay / kManifestName, Follow::no).exists()) sweep_partial_backups(disk, overlay, Manifest{}, report);
+    }
+    return report;
+  }
   std::optional<OverlayLock> lock;
   if (!opts.dry_run) lock.emplace(overlay, opts.lock_timeout);
   auto m = load_manifest(disk, overlay);
@@ -253,6 +269,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     }
   }
   if (!opts.dry_run) {
+    sweep_partial_backups(disk, overlay, *m, report);
     // Litter that went since it was recorded leaves the record (when nothing else rewrote it).
     if (report.entries_reverted == 0 && m->litter.size() != litter_recorded) save_manifest(disk, overlay, *m);
     // A kept entry's trash is not on the record, but it lies beside the entry's cache dir, where

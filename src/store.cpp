@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <set>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
@@ -153,6 +154,54 @@ void BackupStore::forget(const std::string& rel) {
 }
 
 void BackupStore::drop_entry(const std::string& id) { remove_tree(disk_, entry_dir(id)); }
+
+namespace {
+
+// Whether `name` is an entry id new_entry() makes: "n", decimal seconds, "-", 8 hex digits.
+bool is_entry_id(const std::string& name) {
+  std::size_t dash = name.find('-');
+  if (name.size() < 3 || name[0] != 'n' || dash == std::string::npos || dash < 2 || name.size() - dash - 1 != 8) return false;
+  auto all = [&](std::size_t from, std::size_t to, const char* set) {
+    return name.find_first_not_of(set, from) >= to;
+  };
+  return all(1, dash, "0123456789") && name.find_first_not_of("0123456789abcdef", dash + 1) == std::string::npos;
+}
+
+// The entry directory names a record uses: its id, and the first component below the backup
+// dir of every backup it names (an entry written with ids of another form keeps its own).
+std::set<std::string> named_entries(const Manifest& m) {
+  std::set<std::string> out;
+  const std::string prefix = std::string(kBackupDirName) + "/";
+  auto add = [&](const std::optional<std::string>& rel) {
+    if (!rel || rel->compare(0, prefix.size(), prefix) != 0) return;
+    out.insert(rel->substr(prefix.size(), rel->find('/', prefix.size()) - prefix.size()));
+  };
+  for (const auto& e : m.natives) {
+    out.insert(e.id);
+    for (const auto& s : e.sources) add(s.backup);
+    for (const auto& a : e.artifacts) add(a.backup);
+    for (const auto& c : e.caches) add(c.backup_tar), add(c.backup_dir);
+    if (e.python_guard) add(e.python_guard->stop);
+    add(e.build_log);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> BackupStore::sweep_unnamed_entries(const Manifest& m) {
+  std::vector<std::string> swept;
+  fs::path dir = overlay_ / kBackupDirName;
+  if (disk_.info(dir, Follow::no).type != FileType::directory) return swept;
+  std::set<std::string> named = named_entries(m);
+  for (const auto& e : disk_.list_dir(dir)) {
+    if (!is_entry_id(e.name) || named.count(e.name) != 0) continue;
+    if (disk_.info(dir / e.name, Follow::no).type != FileType::directory) continue;
+    remove_tree_durably(disk_, dir / e.name);
+    swept.push_back(e.name);
+  }
+  return swept;
+}
 
 namespace {
 

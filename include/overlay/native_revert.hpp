@@ -42,6 +42,8 @@ struct RevertReport {
   // Processes whose maps revert read to find those; 0 when the kernel said no other process had a
   // tracked artifact open (no scan needed) or on a dry run.
   std::size_t processes_examined = 0;
+  // Entry directories of backups no record named (an interrupted add-native's), deleted.
+  std::vector<std::string> partial_backups_swept;
   bool ok() const { return problems.empty(); }
 };
 

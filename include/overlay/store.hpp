@@ -114,6 +114,12 @@ class BackupStore {
   void forget(const std::string& rel);
   // Deletes the whole entry directory (after a failed add-native, before the manifest named it).
   void drop_entry(const std::string& id);
+  // Deletes every entry directory of ours ("n<seconds>-<hex>") that no entry of `m` names: what
+  // an add-native killed before its record was saved, or a revert killed after forgetting an
+  // entry, left. Only with the overlay lock held (an add-native holds it from new_entry() until its
+  // record names the entry). overlay_setup.py's backups (plain files) are never touched. Returns
+  // the names deleted.
+  std::vector<std::string> sweep_unnamed_entries(const Manifest& m);
 
   const fs::path& overlay() const { return overlay_; }
 

@@ -2,6 +2,7 @@
 // through a bind mount or on overlayfs, several agents racing for one target, a read-only
 // install, names as long as NAME_MAX allows, setuid artifacts. Each mounts what it needs (root;
 // skipped, saying why, where mounting is refused).
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -321,4 +322,59 @@ TEST_F(Field, NamesThatAreNotUtf8AreBytesEndToEnd) {
   Cmd our = revert(t / "ov3");
   ASSERT_EQ(our.rc, 0) << our.err;
   EXPECT_EQ(tree_digest(in.root), before);
+}
+
+// A real SIGKILL while add-native copies its backups (before its record exists) leaves an entry
+// directory no manifest names; the next revert or gc-stale removes it, and the install is as it was.
+TEST_F(Field, BackupsOfAnAddNativeKilledBeforeItsRecordAreSwept) {
+  Install in = make_install(t / "inst");
+  std::string big(128u << 20, '\0');
+  for (std::size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>(i >> 12);
+  write_file(in.artifact, big, 0755);
+  big.clear();
+  std::string before = tree_digest(in.root);
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  auto partial = [&](const fs::path& ov) {
+    std::vector<fs::path> out;
+    if (fs::is_directory(ov / "_native_backup"))
+      for (const auto& e : fs::directory_iterator(ov / "_native_backup"))
+        if (e.is_directory()) out.push_back(e.path());
+    return out;
+  };
+  for (const char* sweeper : {"revert", "gc-stale"}) {
+    fs::path ov = t / (std::string("ov-") + sweeper);
+    bool killed_before_record = false;
+    for (int attempt = 0; attempt < 5 && !killed_before_record; ++attempt) {
+      fs::remove_all(ov);
+      pid_t pid = spawn_overlay({"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file",
+                                 (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd",
+                                 in.root.string(), "--build-cmd", "true"},
+                                state);
+      // Killed once the artifact's backup is being written: its record comes only after.
+      for (int i = 0; i < 20000; ++i) {
+        bool copying = false;
+        for (const auto& d : partial(ov))
+          for (const auto& f : fs::directory_iterator(d)) copying |= f.path().filename().string().find("libk.so") != std::string::npos;
+        if (copying) break;
+        ::usleep(200);
+      }
+      ::kill(pid, SIGKILL);
+      wait_rc(pid);
+      killed_before_record = !fs::exists(ov / "_overlay_manifest.json") && !partial(ov).empty();
+      if (!killed_before_record) {
+        ASSERT_EQ(revert(ov).rc, 0);
+      }
+    }
+    ASSERT_TRUE(killed_before_record) << "the kill never landed during the backup";
+    EXPECT_EQ(tree_digest(in.root), before);
+    Cmd r = std::string(sweeper) == "revert" ? revert(ov) : run_overlay({"gc-stale", "--root", ov.string()}, {}, state);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_TRUE(partial(ov).empty()) << sweeper;
+    EXPECT_NE(r.err.find("the backups of an add-native interrupted before its record"), std::string::npos) << r.err;
+    EXPECT_EQ(tree_digest(in.root), before);
+    // The next add-native on the target is not refused: the killed one left no hold.
+    Cmd again = add(in, ov, "int kernel() { return 8; }\n");
+    EXPECT_EQ(again.rc, 0) << again.err;
+    ASSERT_EQ(revert(ov).rc, 0);
+  }
 }

@@ -201,3 +201,22 @@ TEST(BackupStore, LargeReplacedFileFreedInTheBackground) {
   for (int i = 0; i < 500 && !emptied(); ++i) ::usleep(10000);
   EXPECT_TRUE(emptied());
 }
+
+TEST(BackupStore, SweepTakesOnlyEntryDirectoriesNoRecordNames) {
+  TempDir t;
+  fs::create_directories(t / "ov");
+  BackupStore s(real_disk(), t / "ov");
+  std::string named = s.new_entry(), by_backup = s.new_entry(), orphan = s.new_entry();
+  write_file(t / "ov/_native_backup" / orphan / "art_0_libk.so", "partial");
+  write_file(t / "ov/_native_backup/src_0_kernel.cpp", "overlay_setup.py's backup");  // a file, its layout
+  fs::create_directories(t / "ov/_native_backup/not-an-id");
+  Manifest m;
+  m.natives.push_back(NativeEntry{});
+  m.natives.back().id = named;
+  m.natives.push_back(NativeEntry{});  // a legacy entry: no id, its backups name the dir
+  m.natives.back().sources.push_back(SourceItem{"/x", "_native_backup/" + by_backup + "/src_0_x", "0", {}, {}, {}, {}, false, {}, {}});
+  EXPECT_EQ(s.sweep_unnamed_entries(m), std::vector<std::string>{orphan});
+  EXPECT_FALSE(fs::exists(t / "ov/_native_backup" / orphan));
+  for (const auto& kept : {named, by_backup, std::string("src_0_kernel.cpp"), std::string("not-an-id")})
+    EXPECT_TRUE(fs::exists(t / "ov/_native_backup" / kept)) << kept;
+}
