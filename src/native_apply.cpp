@@ -300,13 +300,19 @@ BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedE
     opts.log = log.get();
     opts.timeout_s = plan.build_timeout;
     out.result = run_process(argv, opts);
+    if (!out.result.log_error.empty() && out.log_error.empty()) out.log_error = out.result.log_error;
+    if (!out.log_error.empty()) opts.log = nullptr;  // once torn, the log takes nothing more
     if (!out.result.ok()) {
       out.ok = false;
       out.failed_cmd = argv;
       break;
     }
   }
-  log->close();
+  try {
+    log->close();  // the last bytes may fail here (a full disk found at writeback)
+  } catch (const Error& e) {
+    if (out.log_error.empty()) out.log_error = e.what();
+  }
   out.untracked = watch.finish(disk);
   std::vector<fs::path> changed = plan.artifacts, patched;
   for (const auto& s : plan.swaps) changed.push_back(s.target), patched.push_back(s.target);

@@ -239,8 +239,9 @@ void Runner::pump(int fd, std::string* sink, bool* open, int copy_fd, int echo_f
   if (log_ != nullptr) {
     try {
       log_->write(buf, len);
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       log_ = nullptr;  // a full disk ends the log, not the build: its output still reaches stderr
+      res_.log_error = e.what();
     }
   }
 }

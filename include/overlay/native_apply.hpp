@@ -27,6 +27,7 @@ struct BuildOutcome {
   RunResult result;
   std::vector<UntrackedOutput> untracked;  // created or changed by the build, tracked by no item
   std::string watch_off;                   // why the build's dirs were not watched ("" when they were)
+  std::string log_error;                   // why the build log is incomplete ("" when it is whole)
 };
 
 // Runs the plan's build commands in order (stopping at the first failure), streaming output

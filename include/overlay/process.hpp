@@ -44,6 +44,9 @@ struct RunResult {
   double wall_s = 0;         // from start to exit
   std::string exec_error;  // non-empty when the program could not be started
   std::string out, err;    // capture mode only
+  // Stream mode with a log: why writing it stopped (a full disk: it ends the log, not the
+  // run; the output still reached stderr); "" when every byte went in.
+  std::string log_error;
   // The status the Python original reports: the exit code, or minus the signal number.
   int rc() const { return term_signal != 0 ? -term_signal : exit_code; }
   bool ok() const { return exec_error.empty() && term_signal == 0 && exit_code == 0; }

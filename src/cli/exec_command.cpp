@@ -207,6 +207,7 @@ bool Exec::apply() {
       BuildOutcome b = run_native_build(disk_, plan, entry);
       j["build"] = {{"ok", b.ok}, {"log", entry.log_path.string()}, {"rc", b.result.rc()}};
       if (b.result.forwarded_signal) signal_ = b.result.forwarded_signal;
+      if (!b.log_error.empty()) err_line("exec", "warning: build log " + entry.log_path.string() + " is incomplete (" + b.log_error + ")");
       if (!b.ok) {
         j["error"] = "build failed (" + join_words(b.failed_cmd) + ") rc=" + std::to_string(b.result.rc()) + "; log: " + entry.log_path.string();
         err_line("exec", j["error"]);

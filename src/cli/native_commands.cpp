@@ -45,9 +45,10 @@ nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs) {
   return a;
 }
 
-// The files a build created or changed that no entry tracks: a warning naming them, for they
-// keep what the build made of the patched source after revert.
-void warn_untracked(const std::string& cmd, const BuildOutcome& b) {
+// A build log that is incomplete; the files a build created or changed that no entry tracks (a
+// warning naming them, for they keep what the build made of the patched source after revert).
+void warn_about_build(const std::string& cmd, const BuildOutcome& b, const AppliedEntry& entry) {
+  if (!b.log_error.empty()) err_line(cmd, "warning: build log " + entry.log_path.string() + " is incomplete (" + b.log_error + "); the build's whole output went to stderr");
   if (!b.watch_off.empty()) err_line(cmd, "build outputs not watched: " + b.watch_off);
   std::vector<std::string> holding, clear;
   for (const auto& u : b.untracked) (u.clear_reason.empty() ? holding : clear).push_back(u.path);
@@ -70,6 +71,7 @@ nlohmann::json build_json(const BuildOutcome& b, const AppliedEntry& entry) {
   nlohmann::json j = {{"ran", true}, {"ok", b.ok}, {"log", entry.log_path.string()}};
   j["untracked_outputs"] = untracked_json(b.untracked);
   if (!b.watch_off.empty()) j["watch_off"] = b.watch_off;
+  if (!b.log_error.empty()) j["log_error"] = b.log_error;
   if (!b.ok) {
     j["failed_cmd"] = b.failed_cmd;
     j["rc"] = b.result.rc();
@@ -138,7 +140,7 @@ int build_and_report(Disk& disk, const std::string& cmd, const NativePlan& plan,
   BuildOutcome b = run_native_build(disk, plan, entry);
   j["build"] = build_json(b, entry);
   j["untracked_outputs"] = j["build"]["untracked_outputs"];
-  warn_untracked(cmd, b);
+  warn_about_build(cmd, b, entry);
   if (b.ok) {
     if (!json_mode()) err_line(cmd, "build log: " + entry.log_path.string());
     return kOk;

@@ -84,3 +84,38 @@ TEST(FullFilesystem, RestoreOnFullDiskReportedThenCompleted) {
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(tree_digest(in.root), before);
 }
+
+// The overlay's filesystem fills while the build's output goes into its log: the build still
+// runs to the end (its output reaches stderr), and add-native says the log is incomplete and why,
+// on stderr and in --json; the entry reverts exactly once there is room.
+TEST(FullFilesystem, ABuildLogCutShortByAFullDiskIsReported) {
+  TempDir t;
+  SmallTmpfs fs_(t / "small", "1m");
+  if (!fs_.error().empty()) GTEST_SKIP() << "cannot mount a tmpfs here: " << fs_.error();
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  std::vector<std::string> state{"OVERLAY_STATE_DIR=" + (t / "state").string()};
+  for (const char* mode : {"text", "json"}) {
+    std::vector<std::string> args{"add-native", "--overlay", (t / "small/ov").string(), "--target", in.source.string(),
+                                  "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string(),
+                                  "--build-cwd", in.root.string(), "--build-cmd",
+                                  "sh -c 'head -c 3000000 /dev/zero | tr \"\\0\" x; echo; echo build-done; cp src/kernel.cpp lib/libk.so'"};
+    if (std::string(mode) == "json") args.insert(args.begin(), "--json");
+    Cmd a = run_overlay(args, {}, state);
+    ASSERT_EQ(a.rc, 0) << mode << ": " << a.err.substr(a.err.size() > 2000 ? a.err.size() - 2000 : 0);
+    EXPECT_NE(a.err.find("build-done"), std::string::npos) << mode;  // the whole output reached stderr
+    EXPECT_NE(a.err.find("is incomplete (") , std::string::npos) << mode;
+    EXPECT_NE(a.err.find("No space left on device"), std::string::npos) << mode;
+    EXPECT_EQ(read_file(in.artifact), "int kernel() { return 7; }\n");
+    if (std::string(mode) == "json") {
+      json j = json::parse(a.out);
+      EXPECT_NE(j["build"].value("log_error", "").find("No space left on device"), std::string::npos) << a.out;
+    }
+    for (const auto& e : fs::recursive_directory_iterator(t / "small/ov/_logs"))
+      if (e.is_regular_file()) fs::resize_file(e.path(), 0);  // room for revert's manifest write
+    Cmd r = run_overlay({"revert", "--overlay", (t / "small/ov").string()}, {}, state);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(tree_digest(in.root), before);
+  }
+}
