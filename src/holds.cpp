@@ -23,16 +23,36 @@ fs::path HoldRegistry::default_state_dir() {
 
 fs::path HoldRegistry::hold_file(const fs::path& path) const { return dir_ / (sha256_hex(path.string()) + ".json"); }
 
-std::optional<fs::path> HoldRegistry::holder(const fs::path& path) {
+namespace {
+
+// The overlays a hold record names: the holder first, then those under it.
+std::vector<fs::path> named_overlays(const json& j) {
+  std::vector<fs::path> out;
+  if (j.contains("overlay") && j["overlay"].is_string()) out.emplace_back(j["overlay"].get<std::string>());
+  if (j.contains("under") && j["under"].is_array())
+    for (const auto& u : j["under"])
+      if (u.is_string()) out.emplace_back(u.get<std::string>());
+  return out;
+}
+
+}  // namespace
+
+std::optional<Hold> HoldRegistry::hold_of(const fs::path& path) {
   fs::path f = hold_file(path);
   if (disk_.info(f, Follow::no).type != FileType::regular) return std::nullopt;
   try {
     json j = parse_json_bytes(read_small_file(disk_, f, 1 << 16));
     if (j.value("path", "") != path.string() || !j.contains("overlay") || !j["overlay"].is_string()) return std::nullopt;
-    return fs::path(j["overlay"].get<std::string>());
+    std::vector<fs::path> all = named_overlays(j);
+    return Hold{all.front(), std::vector<fs::path>(all.begin() + 1, all.end())};
   } catch (const std::exception&) {
     return std::nullopt;  // an unreadable hold holds nothing
   }
+}
+
+std::optional<fs::path> HoldRegistry::holder(const fs::path& path) {
+  auto h = hold_of(path);
+  return h ? std::optional<fs::path>(h->overlay) : std::nullopt;
 }
 
 std::vector<fs::path> HoldRegistry::overlays() {
@@ -42,7 +62,7 @@ std::vector<fs::path> HoldRegistry::overlays() {
     if (e.name.size() < 5 || e.name.compare(e.name.size() - 5, 5, ".json") != 0) continue;
     try {
       json j = parse_json_bytes(read_small_file(disk_, dir_ / e.name, 1 << 16));
-      if (j.contains("overlay") && j["overlay"].is_string()) out.emplace_back(j["overlay"].get<std::string>());
+      for (auto& o : named_overlays(j)) out.push_back(std::move(o));
     } catch (const std::exception&) {
       // an unreadable hold names nothing
     }
@@ -69,10 +89,14 @@ bool HoldRegistry::still_holds(const fs::path& ov, const fs::path& path) {
   }
 }
 
-void HoldRegistry::write_hold(const fs::path& p, const fs::path& overlay) {
+void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   // Written atomically but not fsynced: a hold lost to a power cut only loses a convenience
   // check, and two fsyncs per add-native are a measurable share of a small A/B cycle.
-  json j = {{"path", p.string()}, {"overlay", overlay.string()}};
+  json j = {{"path", p.string()}, {"overlay", hold.overlay.string()}};
+  if (!hold.under.empty()) {
+    j["under"] = json::array();
+    for (const auto& u : hold.under) j["under"].push_back(u.string());
+  }
   fs::path tmp = hold_file(p);
   tmp += ".tmp";
   auto out = disk_.create(tmp, 0644, CreateMode::truncate);
@@ -104,12 +128,22 @@ HoldClaim HoldRegistry::acquire(const std::vector<fs::path>& paths, const fs::pa
   claim.locks = lock_paths(paths, lock_timeout);
   OverlayLock lock(dir_, lock_timeout);
   for (const auto& p : paths) {
-    auto h = holder(p);
-    if (!force && h && *h != overlay && still_holds(*h, p))
-      throw Error(p.string() + " is held by overlay " + h->string() + " (revert it first, or pass --force)");
+    auto h = hold_of(p);
+    if (!force && h && h->overlay != overlay && still_holds(h->overlay, p))
+      throw Error(p.string() + " is held by overlay " + h->overlay.string() + " (revert it first, or pass --force)");
     claim.previous.emplace_back(p, h);
   }
-  for (const auto& p : paths) write_hold(p, overlay);
+  for (const auto& [p, before] : claim.previous) {
+    // Taken over with --force: the overlays whose changes this one stacks on stay named under it.
+    Hold now{overlay, {}};
+    if (before && before->overlay != overlay) {
+      now.under.push_back(before->overlay);
+      now.under.insert(now.under.end(), before->under.begin(), before->under.end());
+    } else if (before) {
+      now.under = before->under;
+    }
+    write_hold(p, now);
+  }
   return claim;
 }
 
@@ -117,7 +151,7 @@ void HoldRegistry::give_back(const HoldClaim& claim, const fs::path& overlay, do
   OverlayLock lock(dir_, lock_timeout);
   for (const auto& [p, before] : claim.previous) {
     auto h = holder(p);
-    if (!h || *h != overlay || (before && *before == overlay)) continue;
+    if (!h || *h != overlay || (before && before->overlay == overlay)) continue;
     if (before)
       write_hold(p, *before);
     else
@@ -130,8 +164,14 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
   OverlayLock lock(dir_, lock_timeout);
   for (const auto& p : paths) {
-    auto h = holder(p);
-    if (h && *h == overlay && !records_change_to(recorded, p)) disk_.remove(hold_file(p));
+    auto h = hold_of(p);
+    if (!h || h->overlay != overlay || records_change_to(recorded, p)) continue;
+    // The nearest overlay under it whose change to p is still on record holds p again.
+    auto next = std::find_if(h->under.begin(), h->under.end(), [&](const fs::path& u) { return u != overlay && still_holds(u, p); });
+    if (next == h->under.end())
+      disk_.remove(hold_file(p));
+    else
+      write_hold(p, Hold{*next, std::vector<fs::path>(next + 1, h->under.end())});
   }
 }
 

@@ -1,5 +1,7 @@
 #include "overlay/native_revert.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "overlay/build_watch.hpp"
@@ -32,10 +34,40 @@ class Reverter {
       ok &= attempt(it->path, [&] { return created(place(it->path, it->parent)); });
     for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
       ok &= attempt(it->install_path, [&] {
+        if (!opts_.dry_run) warn_if_drifted(*it);
         return file(place(it->install_path, it->parent), it->backup, it->sha256, it->mode, it->stamp, RestoredTime::now,
                     it->owner);
       });
     return ok;
+  }
+
+  // Why entry `e` of `m` cannot be reverted yet, or "": an entry made after it with --force (in
+  // this manifest, or in the overlay that holds the path now) backed up the very bytes `e` patched
+  // a source to. Reverted first, `e` would put the original back only for that entry's revert to
+  // put `e`'s patch back over it, with nothing left on record to say so.
+  std::optional<RevertProblem> stacked_over(const Manifest& m, const NativeEntry& e) {
+    for (const auto& s : e.sources) {
+      if (!s.patched_sha256) continue;
+      auto stacks = [&](const NativeEntry& x) {
+        return &x != &e && std::any_of(x.sources.begin(), x.sources.end(), [&](const SourceItem& y) {
+                 return y.install_path == s.install_path && y.sha256 == *s.patched_sha256;
+               });
+      };
+      for (const auto& x : m.natives)
+        if (stacks(x))
+          return RevertProblem{s.install_path, "patched again over this entry by entry " + x.id + " of this overlay (--force); revert that entry first"};
+      auto other = holds().holder(s.install_path);
+      if (!other || absolute_normal(*other) == store_.overlay()) continue;
+      std::optional<Manifest> om;
+      try {
+        om = load_manifest(disk_, *other);
+      } catch (const Error&) {
+        continue;  // an unreadable record stacks nothing we can name
+      }
+      if (om && std::any_of(om->natives.begin(), om->natives.end(), stacks))
+        return RevertProblem{s.install_path, "patched again over this entry by overlay " + other->string() + " (add-native --force); revert that overlay first"};
+    }
+    return std::nullopt;
   }
 
   void forget_backups(const NativeEntry& e) {
@@ -68,6 +100,23 @@ class Reverter {
       report_.problems.push_back({path, err.what()});
       return false;
     }
+  }
+
+  HoldRegistry holds() {
+    return HoldRegistry(disk_, opts_.state_dir.empty() ? HoldRegistry::default_state_dir() : opts_.state_dir);
+  }
+
+  // A source that holds neither the bytes add-native wrote nor the original was changed since by
+  // someone else: its change is about to be replaced by the original, which is said, never silent.
+  void warn_if_drifted(const SourceItem& s) {
+    if (!s.patched_sha256) return;
+    FileInfo fi = disk_.info(s.install_path, Follow::no);
+    if (fi.type != FileType::regular) return;
+    std::string now = hash_file(disk_, s.install_path);
+    if (now == *s.patched_sha256 || now == s.sha256) return;
+    spdlog::warn("{} changed since add-native patched it (sha256 {}, neither the patched bytes nor the original): "
+                 "the change is replaced by the original",
+                 s.install_path, now.substr(0, 16));
   }
 
   // Where a file item is written: through its pinned directory, held open (a dry run only
@@ -243,6 +292,10 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   for (std::size_t i = m->natives.size(); i-- > 0;) {
     if (opts.only_entry && m->natives[i].id != *opts.only_entry) continue;
     if (opts.only_patch && m->natives[i].patch_id != opts.only_patch) continue;
+    if (auto stacked = rev.stacked_over(*m, m->natives[i])) {
+      report.problems.push_back(*stacked);  // refused before any of the entry is touched
+      continue;
+    }
     std::vector<RunningPatched> running = running_patched_of(disk, m->natives[i], scan);
     if (!rev.revert_entry(m->natives[i]) || opts.dry_run) continue;
     m->running.insert(m->running.end(), running.begin(), running.end());

@@ -14,12 +14,19 @@ namespace overlay {
 
 struct Manifest;
 
+// Who holds a path: the overlay whose change is on top, and the overlays whose changes it was
+// stacked on with --force (nearest first, key "under"), which hold it again as each above goes.
+struct Hold {
+  fs::path overlay;
+  std::vector<fs::path> under;
+};
+
 // What HoldRegistry::acquire took: a lock per path, held until this is destroyed (across the
 // caller's record and swap, so no other add-native can judge the path free meanwhile), and the
 // holder each path had before, to put back if the caller fails before recording anything.
 struct HoldClaim {
   std::vector<std::unique_ptr<OverlayLock>> locks;
-  std::vector<std::pair<fs::path, std::optional<fs::path>>> previous;
+  std::vector<std::pair<fs::path, std::optional<Hold>>> previous;
 };
 
 class HoldRegistry {
@@ -41,11 +48,13 @@ class HoldRegistry {
   void give_back(const HoldClaim& claim, const fs::path& overlay, double lock_timeout);
 
   // Drops the holds `overlay` has on `paths` that `recorded` — its manifest as just saved — no
-  // longer records a change to (holds of other overlays stay).
+  // longer records a change to (holds of other overlays stay). A path held under it (an overlay
+  // it was stacked on with --force, whose change is in place again) is held by that one again.
   void release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded, double lock_timeout);
 
   // The overlay recorded as holding `path`, whether or not that hold is still live.
   std::optional<fs::path> holder(const fs::path& path);
+  std::optional<Hold> hold_of(const fs::path& path);
 
   // Every overlay some hold names (each once, sorted): the overlays of this machine with native
   // changes applied, as far as this registry knows. Read-only.
@@ -53,7 +62,7 @@ class HoldRegistry {
 
  private:
   fs::path hold_file(const fs::path& path) const;
-  void write_hold(const fs::path& path, const fs::path& overlay);
+  void write_hold(const fs::path& path, const Hold& hold);
   // A lock per path (a directory under <state>/hold-locks named by the path's SHA-256), taken
   // in sorted order. Before the registry's lock, which is only ever held for a moment: a second
   // claim on a path waits here until the first add-native has recorded and swapped (or failed

@@ -378,3 +378,41 @@ TEST_F(Field, BackupsOfAnAddNativeKilledBeforeItsRecordAreSwept) {
     ASSERT_EQ(revert(ov).rc, 0);
   }
 }
+
+// Two overlays stacked on one target with --force: reverted newest first, the install comes back
+// exact; the older one first is refused in one line naming the newer (nothing changed), for it
+// would leave the first patch in place with nothing on record. A source someone else changed
+// after add-native is replaced by the original with a line saying so, never silently.
+TEST_F(Field, ForceStackedOverlaysRevertInOrderOrAreRefused) {
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  ASSERT_EQ(add(in, t / "ov1", "int kernel() { return 1; }\n").rc, 0);
+  Cmd held = add(in, t / "ov2", "int kernel() { return 2; }\n");
+  EXPECT_NE(held.rc, 0);  // held by ov1 without --force
+  Cmd b = add(in, t / "ov2", "int kernel() { return 2; }\n", {"--force"});
+  ASSERT_EQ(b.rc, 0) << b.err;
+  std::string stacked = tree_digest(in.root);
+  Cmd early = revert(t / "ov1");
+  EXPECT_EQ(early.rc, 1);
+  EXPECT_NE(early.err.find("patched again over this entry by overlay " + (t / "ov2").string()), std::string::npos) << early.err;
+  EXPECT_EQ(early.err.rfind("cannot restore"), early.err.find("cannot restore")) << early.err;  // one refusal line
+  EXPECT_EQ(tree_digest(in.root), stacked);
+  EXPECT_EQ(run_overlay({"status", "--all", "--check-clean"}, {}, state).rc, 1);
+  Cmd r2 = revert(t / "ov2");
+  ASSERT_EQ(r2.rc, 0) << r2.err;
+  EXPECT_EQ(read_file(in.source), "int kernel() { return 1; }\n");  // ov1's patch, still on record
+  EXPECT_EQ(run_overlay({"status", "--all", "--check-clean"}, {}, state).rc, 1);
+  Cmd r1 = revert(t / "ov1");
+  ASSERT_EQ(r1.rc, 0) << r1.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+  EXPECT_EQ(run_overlay({"status", "--all", "--check-clean"}, {}, state).rc, 0);
+
+  ASSERT_EQ(add(in, t / "ov1", "int kernel() { return 1; }\n").rc, 0);
+  write_file(in.source, "int kernel() { return 99; }  // edited by hand\n");
+  Cmd d = revert(t / "ov1");
+  ASSERT_EQ(d.rc, 0) << d.err;
+  EXPECT_NE(d.err.find(in.source.string() + " changed since add-native patched it"), std::string::npos) << d.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+}
