@@ -6,6 +6,8 @@ PKGS=(g++ cmake ninja-build pkg-config patch python3 openssl time
       help2man bash-completion dpkg-dev libcli11-dev nlohmann-json3-dev libarchive-dev libssl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
       # the realworld label's third-party builds: torch cpp_extension JIT, setuptools, Make, Meson
       strace make meson python3-dev python3-setuptools python3-torch libtorch-dev pybind11-dev
+      # the field tests: extended attributes, ACLs and capabilities made with setfattr, setfacl, setcap
+      attr acl libcap2-bin
       # the cow label: XFS (reflink) and btrfs images, loop-mounted
       xfsprogs btrfs-progs
       # bench/plot.py draws bench/sweep.py's curves

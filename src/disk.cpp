@@ -16,6 +16,8 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <algorithm>
 
 #include "overlay/error.hpp"
 
@@ -23,6 +25,7 @@ namespace overlay {
 namespace {
 
 [[noreturn]] void fail(const char* op, const At& at) { throw DiskError(op, at.full().string(), errno); }
+[[noreturn]] void fail(const std::string& op, const At& at) { throw DiskError(op, at.full().string(), errno); }
 
 // The descriptor and path an *at() call takes for `at`.
 int fd_of(const At& at) { return at.dir() != nullptr ? at.dir()->fd() : AT_FDCWD; }
@@ -30,6 +33,40 @@ int fd_of(const At& at) { return at.dir() != nullptr ? at.dir()->fd() : AT_FDCWD
 const char* rel_of(const At& at) { return at.dir() != nullptr && at.rel().empty() ? "." : at.rel().c_str(); }
 // Inside a DirHandle nothing at the final name is followed either.
 int nofollow_of(const At& at) { return at.dir() != nullptr ? O_NOFOLLOW : 0; }
+
+// The names of p's extended attributes (reached by `path`, see xattr_path); none where the
+// filesystem keeps none.
+std::vector<std::string> xattr_names(const std::string& path, const At& p);
+
+// A path the l*xattr calls reach `at` by: a name inside a held directory goes through the
+// directory's descriptor (/proc/self/fd/N/name), so no rename on its path redirects it.
+std::string xattr_path(const At& at) {
+  if (at.dir() == nullptr) return at.rel().string();
+  return "/proc/self/fd/" + std::to_string(at.dir()->fd()) + (at.rel().empty() ? "" : "/" + at.rel().string());
+}
+
+std::vector<std::string> xattr_names(const std::string& path, const At& p) {
+  std::string list;
+  for (;;) {
+    ssize_t n = ::llistxattr(path.c_str(), nullptr, 0);
+    if (n < 0 && (errno == ENOTSUP || errno == ENOSYS)) return {};
+    if (n < 0) fail("list extended attributes of", p);
+    list.resize(static_cast<std::size_t>(n));
+    ssize_t got = ::llistxattr(path.c_str(), list.data(), list.size());
+    if (got < 0 && errno == ERANGE) continue;  // grew meanwhile
+    if (got < 0) fail("list extended attributes of", p);
+    list.resize(static_cast<std::size_t>(got));
+    break;
+  }
+  std::vector<std::string> names;
+  for (std::size_t at = 0; at < list.size();) {
+    std::size_t end = list.find('\0', at);
+    if (end == std::string::npos) end = list.size();
+    if (end > at) names.push_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return names;
+}
 
 FileType type_of(mode_t m) {
   if (S_ISREG(m)) return FileType::regular;
@@ -281,6 +318,44 @@ class PosixDisk : public Disk {
     struct statfs sf {};
     if (::statfs(p.c_str(), &sf) != 0) fail("statfs", p);
     return static_cast<std::uint64_t>(sf.f_type);
+  }
+
+  Xattrs xattrs(const At& p) override {
+    std::string path = xattr_path(p);
+    Xattrs out;
+    for (const auto& name : xattr_names(path, p)) {
+      std::string value;
+      for (;;) {
+        ssize_t n = ::lgetxattr(path.c_str(), name.c_str(), nullptr, 0);
+        if (n < 0 && errno == ENODATA) break;  // removed meanwhile
+        if (n < 0) fail("read extended attribute " + name + " of", p);
+        value.resize(static_cast<std::size_t>(n));
+        ssize_t got = ::lgetxattr(path.c_str(), name.c_str(), value.data(), value.size());
+        if (got < 0 && errno == ERANGE) continue;  // grew meanwhile
+        if (got < 0) fail("read extended attribute " + name + " of", p);
+        value.resize(static_cast<std::size_t>(got));
+        out.emplace_back(name, std::move(value));
+        break;
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  void set_xattrs(const At& p, const Xattrs& want) override {
+    std::string path = xattr_path(p);
+    std::map<std::string, std::string> have;
+    for (auto& [name, value] : xattrs(p)) have.emplace(name, std::move(value));
+    for (const auto& [name, value] : have)
+      if (std::none_of(want.begin(), want.end(), [&](const auto& w) { return w.first == name; }) &&
+          ::lremovexattr(path.c_str(), name.c_str()) != 0 && errno != ENODATA)
+        fail("remove extended attribute " + name + " of", p);
+    for (const auto& [name, value] : want) {
+      auto it = have.find(name);
+      if (it != have.end() && it->second == value) continue;
+      if (::lsetxattr(path.c_str(), name.c_str(), value.data(), value.size(), 0) != 0)
+        fail("set extended attribute " + name + " of", p);
+    }
   }
 
   bool has_xattrs(const fs::path& p) override {

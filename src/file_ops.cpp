@@ -17,7 +17,13 @@ std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& d
   std::string sha;
   try {
     sha = copy_file_hashing(disk, src, tmp, mode, Durable::yes).sha256;
-    if (old.exists()) disk.set_owner(tmp, old.uid, old.gid);
+    if (old.exists()) {
+      // The file it replaces keeps its owner, extended attributes (an SELinux label, an ACL) and
+      // mode; the mode last, for chown clears setuid and setgid bits.
+      disk.set_owner(tmp, old.uid, old.gid);
+      disk.set_xattrs(tmp, disk.xattrs(dest));
+      disk.set_mode(tmp, mode);
+    }
     disk.rename(tmp, dest);
   } catch (...) {
     try {

@@ -154,4 +154,24 @@ bool is_sha256_hex(std::string_view s) {
   return true;
 }
 
+std::string to_base64(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(bytes.data()),
+                          static_cast<int>(bytes.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+std::optional<std::string> from_base64(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::string out(3 * (text.size() / 4) + 1, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size()));
+  if (n < 0) return std::nullopt;
+  // EVP_DecodeBlock counts the padding as zero bytes: take them off.
+  std::size_t pad = text.size() >= 1 && text.back() == '=' ? (text.size() >= 2 && text[text.size() - 2] == '=' ? 2 : 1) : 0;
+  out.resize(static_cast<std::size_t>(n) - pad);
+  return out;
+}
+
 }  // namespace overlay

@@ -52,6 +52,11 @@ std::string backup_path(const json& obj, const char* key, const std::string& whe
   return p;
 }
 
+std::optional<std::string> opt_backup_path(const json& obj, const char* key, const std::string& where) {
+  if (const json* v = find(obj, key); v == nullptr || v->is_null()) return std::nullopt;
+  return backup_path(obj, key, where);
+}
+
 std::string sha(const json& obj, const char* key, const std::string& where) {
   std::string s = req_string(obj, key, where);
   if (!is_sha256_hex(s)) bad(where + "." + key, "expected a 64-digit hex SHA-256");
@@ -107,6 +112,27 @@ std::optional<FileOwner> opt_owner(const json& j, const std::string& w) {
   return FileOwner{uid->get<std::uint64_t>(), gid->get<std::uint64_t>()};
 }
 
+// Extended attributes (added key "xattrs"): {name: base64 of the value}; {} records that there were none.
+std::optional<Xattrs> opt_xattrs(const json& j, const std::string& w) {
+  const json* v = find(j, "xattrs");
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  if (!v->is_object()) bad(w + ".xattrs", "expected {name: base64 value}");
+  Xattrs out;
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    std::optional<std::string> value = it->is_string() ? from_base64(it->get<std::string>()) : std::nullopt;
+    if (it.key().empty() || it.key().find('\0') != std::string::npos || !value) bad(w + ".xattrs." + it.key(), "expected a base64 value");
+    out.emplace_back(it.key(), std::move(*value));
+  }
+  return out;  // nlohmann's object keeps its keys sorted: so is this
+}
+
+void put_xattrs(json& j, const std::optional<Xattrs>& x) {
+  if (!x) return;
+  json o = json::object();
+  for (const auto& [name, value] : *x) o[name] = to_base64(value);
+  j["xattrs"] = std::move(o);
+}
+
 void put_owner(json& j, const std::optional<FileOwner>& o) {
   if (!o) return;
   j["uid"] = o->uid;
@@ -151,6 +177,8 @@ SourceItem parse_source(const json& j, const std::string& w) {
   s.mode = opt_mode(j, w);
   s.stamp = opt_stamp(j, w);
   s.owner = opt_owner(j, w);
+  s.xattrs = opt_xattrs(j, w);
+  s.same_inode = opt_backup_path(j, "same_inode", w);
   s.deleted = req_bool(j, "deleted", w, false);
   s.parent = opt_parent(j, w);
   s.raw = j;
@@ -178,6 +206,8 @@ ArtifactItem parse_artifact(const json& j, const std::string& w) {
   a.mode = opt_mode(j, w);
   a.stamp = opt_stamp(j, w);
   a.owner = opt_owner(j, w);
+  a.xattrs = opt_xattrs(j, w);
+  a.same_inode = opt_backup_path(j, "same_inode", w);
   a.parent = opt_parent(j, w);
   a.raw = j;
   return a;
@@ -358,6 +388,8 @@ json to_json(const SourceItem& s) {
   if (s.mode) j["mode"] = *s.mode;
   put_stamp(j, s.stamp);
   put_owner(j, s.owner);
+  put_xattrs(j, s.xattrs);
+  if (s.same_inode) j["same_inode"] = *s.same_inode;
   if (s.deleted) j["deleted"] = true;
   put_parent(j, s.parent);
   return j;
@@ -372,6 +404,8 @@ json to_json(const ArtifactItem& a) {
   if (a.mode) j["mode"] = *a.mode;
   put_stamp(j, a.stamp);
   put_owner(j, a.owner);
+  put_xattrs(j, a.xattrs);
+  if (a.same_inode) j["same_inode"] = *a.same_inode;
   put_parent(j, a.parent);
   return j;
 }

@@ -101,6 +101,8 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     item.mode = s.mode;
     item.stamp = s.stamp;
     item.owner = s.owner;
+    item.xattrs = s.xattrs;
+    if (!s.same_inode.empty()) item.same_inode = s.same_inode;
     item.parent = std::move(pin);
     e.sources.push_back(std::move(item));
   }
@@ -117,6 +119,8 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
       a.mode = s.mode;
       a.stamp = s.stamp;
       a.owner = s.owner;
+      a.xattrs = s.xattrs;
+      if (!s.same_inode.empty()) a.same_inode = s.same_inode;
       if (s.cloned) cloned.push_back({plan.artifacts[k], s});
       if (!e.verify_artifact) {
         e.verify_artifact = a.path;

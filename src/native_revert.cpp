@@ -35,8 +35,8 @@ class Reverter {
     for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
       ok &= attempt(it->install_path, [&] {
         if (!opts_.dry_run) warn_if_drifted(*it);
-        return file(place(it->install_path, it->parent), it->backup, it->sha256, it->mode, it->stamp, RestoredTime::now,
-                    it->owner);
+        return file(place(it->install_path, it->parent),
+                    FileRecord{it->backup, it->sha256, it->mode, it->stamp, it->owner, it->xattrs, it->same_inode}, RestoredTime::now);
       });
     return ok;
   }
@@ -72,9 +72,14 @@ class Reverter {
 
   void forget_backups(const NativeEntry& e) {
     std::vector<std::string> rels;
-    for (const auto& s : e.sources) rels.push_back(s.backup);
-    for (const auto& a : e.artifacts)
+    for (const auto& s : e.sources) {
+      rels.push_back(s.backup);
+      if (s.same_inode) rels.push_back(*s.same_inode);
+    }
+    for (const auto& a : e.artifacts) {
       if (a.backup) rels.push_back(*a.backup);
+      if (a.same_inode) rels.push_back(*a.same_inode);
+    }
     for (const auto& c : e.caches) {
       if (c.backup_tar) rels.push_back(*c.backup_tar);
       if (c.backup_dir) rels.push_back(*c.backup_dir);
@@ -127,11 +132,9 @@ class Reverter {
   }
 
 
-  std::string file(const PinnedPlace& p, const std::string& rel, const std::string& sha,
-                   std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when = RestoredTime::now,
-                   const std::optional<FileOwner>& owner = std::nullopt) {
-    if (opts_.dry_run) return dry_file(p.path, rel, sha);
-    return store_.restore_file(rel, sha, p.at(), mode, stamp, when, owner) ? "restore" : "unchanged";
+  std::string file(const PinnedPlace& p, const FileRecord& rec, RestoredTime when) {
+    if (opts_.dry_run) return dry_file(p.path, rec.backup, rec.sha256);
+    return store_.restore_file(rec, p.at(), when) ? "restore" : "unchanged";
   }
 
   std::string dry_file(const std::string& path, const std::string& rel, const std::string& sha) {
@@ -145,7 +148,8 @@ class Reverter {
     // A build output goes back a second older than now: the sources restored after it (now)
     // are strictly newer even in whole seconds, and an add-native right after this revert finds
     // no artifact of the current second to wait out (design.md, "No stall between cycles").
-    if (a.existed) return file(p, *a.backup, *a.sha256, a.mode, a.stamp, RestoredTime::previous_second, a.owner);
+    if (a.existed)
+      return file(p, FileRecord{*a.backup, *a.sha256, a.mode, a.stamp, a.owner, a.xattrs, a.same_inode}, RestoredTime::previous_second);
     return created(p);
   }
 

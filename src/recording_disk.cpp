@@ -132,6 +132,11 @@ void RecordingDisk::make_hardlink(const At& existing, const At& link) {
   record({"link", link.full().string(), existing.full().string(), 0, 0, {}, 0});
 }
 
+void RecordingDisk::set_xattrs(const At& p, const Xattrs& want) {
+  inner_.set_xattrs(p, want);
+  record({"xattr", p.full().string(), {}, 0, want.size(), {}, 0});
+}
+
 void RecordingDisk::set_mode(const At& p, mode_t mode) {
   inner_.set_mode(p, mode);
   record({"chmod", p.full().string(), {}, 0, 0, {}, mode});

@@ -2,6 +2,7 @@
 #include "overlay/json_bytes.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -35,6 +36,39 @@ FileState source_state(Disk& disk, const SourceItem& s) {
   if (!fi.exists()) return FileState::patched;  // deleted, as the diff says
   return fi.type == FileType::regular && hash_file(disk, s.install_path) == s.sha256 ? FileState::original
                                                                                      : FileState::drifted;
+}
+
+std::string octal(mode_t m) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%04o", static_cast<unsigned>(m));
+  return b;
+}
+
+// How source `s`, at `path` now, differs in metadata from the original as recorded; "" when not.
+std::string metadata_drift(Disk& disk, const fs::path& path, const SourceItem& s) {
+  FileInfo fi = disk.info(path, Follow::no);
+  if (fi.type != FileType::regular) return "";
+  std::vector<std::string> what;
+  if (s.mode && fi.mode != *s.mode) what.push_back("mode " + octal(fi.mode) + " (recorded " + octal(*s.mode) + ")");
+  if (s.owner && (fi.uid != s.owner->uid || fi.gid != s.owner->gid))
+    what.push_back("owner " + std::to_string(fi.uid) + ":" + std::to_string(fi.gid) + " (recorded " + std::to_string(s.owner->uid) +
+                   ":" + std::to_string(s.owner->gid) + ")");
+  if (s.xattrs) {
+    Xattrs now = disk.xattrs(path);
+    std::vector<std::string> names;
+    for (const auto& x : now)
+      if (std::find(s.xattrs->begin(), s.xattrs->end(), x) == s.xattrs->end()) names.push_back(x.first);
+    for (const auto& x : *s.xattrs)
+      if (std::none_of(now.begin(), now.end(), [&](const auto& n) { return n.first == x.first; })) names.push_back(x.first);
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    if (!names.empty()) what.push_back("extended attributes differ (" + list + ")");
+  }
+  std::string out;
+  for (const auto& w : what) out += (out.empty() ? "" : "; ") + w;
+  return out;
 }
 
 FileState created_state(Disk& disk, const CreatedItem& c) {
@@ -137,7 +171,10 @@ NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overl
   st.created_at = e.created_at;
   if (e.build_log) st.build_log = (overlay / *e.build_log).string();
   for (const auto& s : e.sources) {
-    st.files.push_back(judge(disk, s.deleted ? TrackedKind::deleted : TrackedKind::source, s, &SourceItem::install_path, source_state));
+    TrackedFile t = judge(disk, s.deleted ? TrackedKind::deleted : TrackedKind::source, s, &SourceItem::install_path, source_state);
+    if (!s.deleted && (t.state == FileState::patched || t.state == FileState::original))
+      t.metadata = metadata_drift(disk, pinned_path(disk, s.install_path, s.parent), s);
+    st.files.push_back(std::move(t));
     st.snapshot_bytes += backup_bytes(disk, store, s.backup);
   }
   for (const auto& c : e.created) st.files.push_back(judge(disk, TrackedKind::created, c, &CreatedItem::path, created_state));

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <set>
 
+#include <spdlog/spdlog.h>
+
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/manifest.hpp"
@@ -82,9 +84,19 @@ SavedFile BackupStore::save_file(const std::string& id, const std::string& label
   s.mode = fi.mode;
   s.stamp = stamp_of(fi);
   s.owner = FileOwner{fi.uid, fi.gid};
+  s.xattrs = disk_.xattrs(file);
   Copied c = copy_file_hashing(disk_, file, overlay_ / rel, fi.mode, Durable::yes);
   s.sha256 = std::move(c.sha256);
   s.cloned = c.way == CopyWay::cloned;
+  if (fi.nlink > 1) {
+    try {
+      disk_.make_hardlink(file, overlay_ / (rel + ".inode"));
+      s.same_inode = rel + ".inode";
+    } catch (const DiskError& e) {
+      // Another filesystem (or a mount between): revert restores the bytes to this name alone.
+      spdlog::info("{} has {} names; no link to its inode kept ({})", file.full().string(), fi.nlink, e.what());
+    }
+  }
   return s;
 }
 
@@ -205,6 +217,13 @@ std::vector<std::string> BackupStore::sweep_unnamed_entries(const Manifest& m) {
 
 namespace {
 
+// Gives file p the recorded owner, extended attributes and mode, in the one order that keeps each.
+void give_meta(Disk& disk, const At& p, const RestoredMeta& meta) {
+  if (meta.owner) disk.set_owner(p, static_cast<uid_t>(meta.owner->uid), static_cast<gid_t>(meta.owner->gid));
+  if (meta.xattrs) disk.set_xattrs(p, *meta.xattrs);
+  disk.set_mode(p, meta.mode);
+}
+
 timespec restored_mtime(RestoredTime when) {
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
@@ -215,12 +234,10 @@ timespec restored_mtime(RestoredTime when) {
 }  // namespace
 
 bool BackupStore::restore_by_rename(const std::string& rel, const std::string& sha256, const fs::path& backup, const At& path,
-                                    const FileInfo& cur, std::optional<FileOwner> owner, mode_t mode, RestoredTime when) {
+                                    const FileInfo& cur, const RestoredMeta& meta, RestoredTime when) {
   std::string got = hash_file(disk_, backup);  // the one read: proves the backup
   if (got != sha256) throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
-  if (owner) disk_.set_owner(backup, static_cast<uid_t>(owner->uid), static_cast<gid_t>(owner->gid));
-  // After the owner: chown clears setuid and setgid bits, so the mode goes on last.
-  disk_.set_mode(backup, mode);
+  give_meta(disk_, backup, meta);
   // A fresh mtime, as a copy would have: the restored file must look newer than anything the
   // candidate's build produced from the patched one, so the next incremental build redoes it
   // (a build output goes a second back: see RestoredTime).
@@ -239,9 +256,64 @@ bool BackupStore::restore_by_rename(const std::string& rel, const std::string& s
   return true;
 }
 
+bool BackupStore::restore_file(const FileRecord& rec, const At& path, RestoredTime when) {
+  if (rec.same_inode || rec.stamp) {
+    sweep_leftovers(disk_, path);
+    if (auto changed = restore_link_group(rec, path, disk_.info(path, Follow::no), when)) return *changed;
+  }
+  return restore_file(rec.backup, rec.sha256, path, rec.mode, rec.stamp, when, rec.owner, rec.xattrs);
+}
+
+std::optional<bool> BackupStore::restore_link_group(const FileRecord& rec, const At& path, const FileInfo& cur, RestoredTime when) {
+  if (rec.same_inode) {
+    // The original inode, kept by our link: where it still holds the original bytes it goes back
+    // itself, and every other name it has is one file with this one again.
+    fs::path link = resolve(*rec.same_inode);
+    FileInfo li = disk_.info(link, Follow::no);
+    bool other = cur.type != FileType::regular || li.ino != cur.ino || li.dev != cur.dev;
+    if (li.type == FileType::regular && other && hash_file(disk_, link) == rec.sha256) {
+      give_meta(disk_, link, RestoredMeta{rec.owner, rec.mode.value_or(li.mode), rec.xattrs});
+      disk_.set_mtime(link, restored_mtime(when));
+      try {
+        disk_.rename(link, path);
+        disk_.sync_dir(path.parent());
+        disk_.sync_dir(link.parent_path());
+        return true;
+      } catch (const DiskError& e) {
+        if (e.code() != EXDEV) throw;  // reached through another mount now: the bytes go back by copy
+      }
+    }
+  }
+  // The build wrote into the original inode itself: all its names hold the build's bytes.
+  if (cur.type != FileType::regular || cur.nlink < 2 || !rec.stamp || cur.ino != rec.stamp->ino) return std::nullopt;
+  if (hash_file(disk_, path) == rec.sha256) return false;
+  write_into_inode(rec, path);
+  disk_.set_mtime(path, restored_mtime(when));
+  return true;
+}
+
+void BackupStore::write_into_inode(const FileRecord& rec, const At& path) {
+  fs::path backup = resolve(rec.backup);
+  std::string got = hash_file(disk_, backup);
+  if (got != rec.sha256) throw Error("backup " + rec.backup + " is corrupt (sha256 " + got + ", recorded " + rec.sha256 + ")");
+  FileInfo cur = disk_.info(path, Follow::no);
+  // Not atomic for a reader, as no write into a file is; a crash midway leaves the entry and its
+  // backup on record, and the next revert writes the inode again.
+  auto out = disk_.create(path, cur.mode, CreateMode::truncate);
+  if (!out->copy_from(backup)) {
+    auto in = disk_.open_read(backup);
+    std::vector<char> buf(1 << 20);
+    while (std::size_t n = in->read(buf.data(), buf.size())) out->write(buf.data(), n);
+  }
+  out->sync();
+  out->close();
+  give_meta(disk_, path, RestoredMeta{rec.owner ? rec.owner : std::optional<FileOwner>(FileOwner{cur.uid, cur.gid}),
+                                      rec.mode.value_or(cur.mode), rec.xattrs});
+}
+
 bool BackupStore::restore_file(const std::string& rel, const std::string& sha256, const At& path,
                                std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when,
-                               const std::optional<FileOwner>& recorded_owner) {
+                               const std::optional<FileOwner>& recorded_owner, const std::optional<Xattrs>& xattrs) {
   sweep_leftovers(disk_, path);  // a temp of an interrupted swap or restore
   FileInfo cur = disk_.info(path, Follow::no);
   if (cur.type == FileType::directory) throw Error("a directory now stands at " + path.full().string());
@@ -258,9 +330,9 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
   const At dir = path.parent();
   if (path.dir() == nullptr) make_dirs(disk_, path.rel().parent_path());  // a held one exists
   // The recorded owner (a build may have recreated the file as its own user), else the current.
-  std::optional<FileOwner> owner = recorded_owner;
-  if (!owner && cur.exists()) owner = FileOwner{cur.uid, cur.gid};
-  if (same_mount(bi, disk_.info(dir, Follow::yes)) && restore_by_rename(rel, sha256, backup, path, cur, owner, mode.value_or(bi.mode), when))
+  RestoredMeta meta{recorded_owner, mode.value_or(bi.mode), xattrs};
+  if (!meta.owner && cur.exists()) meta.owner = FileOwner{cur.uid, cur.gid};
+  if (same_mount(bi, disk_.info(dir, Follow::yes)) && restore_by_rename(rel, sha256, backup, path, cur, meta, when))
     return true;
   const At tmp = path.sibling(sibling_temp_path(path.full(), "overlay-restore").filename().string());
   // One read proves the backup and produces the restored bytes: the copy is hashed as written.
@@ -269,8 +341,7 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
     disk_.remove(tmp);
     throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
   }
-  if (owner) disk_.set_owner(tmp, static_cast<uid_t>(owner->uid), static_cast<gid_t>(owner->gid));
-  disk_.set_mode(tmp, mode.value_or(bi.mode));  // again: chown clears setuid and setgid bits
+  give_meta(disk_, tmp, meta);
   if (when == RestoredTime::previous_second) disk_.set_mtime(tmp, restored_mtime(when));
   disk_.rename(tmp, path);
   disk_.sync_dir(dir);

@@ -121,6 +121,11 @@ class WriteHandle {
   virtual void close() = 0;
 };
 
+// A file's extended attributes (name, raw value), sorted by name: every namespace this process
+// can read — user., trusted. (root), security. (SELinux label, capabilities), and POSIX ACLs as
+// system.posix_acl_access / system.posix_acl_default.
+using Xattrs = std::vector<std::pair<std::string, std::string>>;
+
 // A directory entry with the type readdir reported (FileType::none when it did not say).
 struct DirEntry {
   std::string name;
@@ -175,6 +180,13 @@ class Disk {
   // Whether the file carries extended attributes (SELinux label, ACL, capabilities...), which a
   // copy or clone of its bytes would not; false where the filesystem has none.
   virtual bool has_xattrs(const fs::path& p) = 0;
+  // The extended attributes of p, never following a final symlink; empty where the filesystem
+  // keeps none (ENOTSUP).
+  virtual Xattrs xattrs(const At& p) = 0;
+  // Makes p's extended attributes exactly `want` (each set, every other one removed), never
+  // following a final symlink. What this process may not set (security.capability without
+  // CAP_SETFCAP, any where the filesystem keeps none) throws.
+  virtual void set_xattrs(const At& p, const Xattrs& want) = 0;
   // The filesystem type of the one holding p (statfs f_type: kOverlayfsMagic, ...).
   virtual std::uint64_t fs_type(const fs::path& p) = 0;
 };

@@ -9,7 +9,8 @@
 namespace overlay {
 
 // Replaces dest by a copy of src atomically: writes a temporary file beside dest, fsyncs it,
-// gives it `mode` (and dest's owner when dest exists), renames it over dest, fsyncs the directory.
+// gives it `mode` (and, when dest exists, dest's owner and extended attributes), renames it over
+// dest, fsyncs the directory.
 // A reader sees the old or the new file, never a torn one. Returns the SHA-256 of the new file.
 std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& dest,
                                     mode_t mode);

@@ -2,6 +2,7 @@
 // Streaming SHA-256 through OpenSSL EVP.
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -47,5 +48,10 @@ std::string sha256_hex(std::string_view data);
 
 // True when s is 64 lower- or upper-case hex digits.
 bool is_sha256_hex(std::string_view s);
+
+// Base64 (RFC 4648, padded) of any bytes, through OpenSSL's EVP_EncodeBlock.
+std::string to_base64(std::string_view bytes);
+// The bytes of a padded base64 text; nothing when it is not one.
+std::optional<std::string> from_base64(std::string_view text);
 
 }  // namespace overlay

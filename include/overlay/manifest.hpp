@@ -62,6 +62,8 @@ struct SourceItem {
   std::optional<mode_t> mode;                 // original mode (added key)
   std::optional<FileStamp> stamp;             // original size/inode/mtime (added keys)
   std::optional<FileOwner> owner;             // original uid/gid (added keys)
+  std::optional<Xattrs> xattrs;               // original extended attributes (added key)
+  std::optional<std::string> same_inode;      // a hard link to the original inode (added key), see SavedFile
   bool deleted = false;                       // the entry's diff deletes it (added key)
   std::optional<PinnedDir> parent;            // its directory at record time (added key)
   json raw = json::object();                  // the item as read
@@ -83,6 +85,8 @@ struct ArtifactItem {
   std::optional<mode_t> mode;
   std::optional<FileStamp> stamp;
   std::optional<FileOwner> owner;   // original uid/gid (added keys)
+  std::optional<Xattrs> xattrs;     // original extended attributes (added key)
+  std::optional<std::string> same_inode;  // a hard link to the original inode (added key), see SavedFile
   std::optional<PinnedDir> parent;  // its directory at record time, when it existed then
   json raw = json::object();
 };

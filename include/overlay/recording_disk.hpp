@@ -15,7 +15,7 @@ namespace overlay {
 struct DiskOp {
   // create, write, clone or copy (a file given src's blocks, or src's bytes by the kernel: path2
   // the source, size its length, data its bytes), fsync (a file or a directory), syncfs, close, rename, exchange, mkdir, remove, symlink, link,
-  // chmod, utime, chown
+  // chmod, utime, chown, xattr (a file's extended attributes set)
   std::string op;
   std::string path;
   std::string path2;        // rename, exchange: the other name; symlink: the target; link: the existing file
@@ -56,6 +56,8 @@ class RecordingDisk : public Disk {
   void set_owner(const At& p, uid_t uid, gid_t gid) override;
   fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
   bool has_xattrs(const fs::path& p) override { return inner_.has_xattrs(p); }
+  Xattrs xattrs(const At& p) override { return inner_.xattrs(p); }
+  void set_xattrs(const At& p, const Xattrs& want) override;
   bool can_write(const fs::path& dir) override { return inner_.can_write(dir); }
   std::uint64_t fs_type(const fs::path& p) override { return inner_.fs_type(p); }
   std::unique_ptr<DirHandle> open_dir(const At& dir) override { return inner_.open_dir(dir); }

@@ -31,6 +31,9 @@ struct TrackedFile {
   FileState state;
   std::string aside = {};  // a cache renamed aside: where its original is kept now ("" otherwise)
   std::string note = {};   // why the state is not what revert can undo (a replaced aside copy), or ""
+  // A source's mode, owner or extended attributes that differ from the original's as recorded
+  // (the patched file is given the original's): what differs, or "".
+  std::string metadata = {};
 };
 
 struct NativeStatus {

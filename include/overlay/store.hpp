@@ -20,10 +20,34 @@ struct SavedFile {
   mode_t mode = 0;
   FileStamp stamp;     // the original's size, inode and mtime
   FileOwner owner;     // the original's uid and gid
+  Xattrs xattrs;       // the original's extended attributes
   bool cloned = false; // the backup shares the original's blocks (copy-on-write)
+  // Where the original had other names (a hard-link group): a hard link to the original inode
+  // itself beside the backup, so that revert can put that very inode back and every name is one
+  // file again; "" where it had one name or the link could not be made (another filesystem).
+  std::string same_inode;
+};
+
+// What restore_file needs of a recorded file besides its place.
+struct FileRecord {
+  std::string backup;  // relative to the overlay
+  std::string sha256;  // the original bytes
+  std::optional<mode_t> mode;
+  std::optional<FileStamp> stamp;
+  std::optional<FileOwner> owner;
+  std::optional<Xattrs> xattrs;
+  std::optional<std::string> same_inode;  // SavedFile::same_inode
 };
 
 enum class RestoredTime { now, previous_second };
+
+// What a restored file is given besides its bytes (owner first: chown clears setuid, setgid and
+// security.capability; then the extended attributes; the mode last).
+struct RestoredMeta {
+  std::optional<FileOwner> owner;  // none: left as it comes
+  mode_t mode = 0;
+  std::optional<Xattrs> xattrs;    // none (a record without them): left as they come
+};
 
 class BackupStore {
  public:
@@ -62,9 +86,14 @@ class BackupStore {
   // source swapped in right after, so the next add-native need not wait out the second).
   // `path` may be a name inside a directory held open (At): every step in the install is then
   // made through that directory, which no swap on its path can redirect (issue 24).
+  // A hard-linked original (rec.same_inode) goes back as the very inode where it still holds the
+  // original bytes; where the build wrote into the original inode itself (all its names then
+  // hold the build's bytes) the original bytes are written back into that inode, in place.
+  bool restore_file(const FileRecord& rec, const At& path, RestoredTime when);
   bool restore_file(const std::string& rel, const std::string& sha256, const At& path,
                     std::optional<mode_t> mode, const std::optional<FileStamp>& stamp,
-                    RestoredTime when = RestoredTime::now, const std::optional<FileOwner>& owner = std::nullopt);
+                    RestoredTime when = RestoredTime::now, const std::optional<FileOwner>& owner = std::nullopt,
+                    const std::optional<Xattrs>& xattrs = std::nullopt);
   // Moves directory `dir` into the entry as "<label>.dir" (same filesystem: one rename, every
   // inode attribute kept). Returns the backup's relative path; nothing is moved yet.
   std::string moved_dir_name(const std::string& id, const std::string& label) const;
@@ -132,14 +161,18 @@ class BackupStore {
   std::vector<std::string> litter_;
   // Moves `p` (whose filesystem is the overlay's) into _trash/, or returns false.
   bool park(const At& p, bool hard_link);
-  // The owner a restored file gets: the recorded one, else that of what stands there now.
   // restore_file's fast way: the verified backup inode renamed over `path`. False, with the
   // install unchanged, where rename says EXDEV (one filesystem seen through two mounts).
   bool restore_by_rename(const std::string& rel, const std::string& sha256, const fs::path& backup, const At& path,
-                         const FileInfo& cur, std::optional<FileOwner> owner, mode_t mode, RestoredTime when);
+                         const FileInfo& cur, const RestoredMeta& meta, RestoredTime when);
   // move_dir_back where rename says EXDEV: `moved` copied (through a tar in the overlay) into a
   // fresh sibling of `dir`, made durable, renamed into place; then `moved` is deleted.
   void copy_dir_back(const fs::path& moved, const At& dir);
+  // restore_file for a hard-link group (see there); false where neither way applies.
+  // Returns nothing where neither way applies, else whether anything was changed.
+  std::optional<bool> restore_link_group(const FileRecord& rec, const At& path, const FileInfo& cur, RestoredTime when);
+  // The original bytes written back into the inode at `path` (every name of it sees them).
+  void write_into_inode(const FileRecord& rec, const At& path);
   // Whether directory `dir` (as `di`) can be renamed within its parent: a writable parent on the
   // same filesystem (a mount point cannot be renamed).
   bool renamable(const fs::path& dir, const FileInfo& di);

@@ -425,6 +425,7 @@ void print_status_table(const StatusReport& r) {
       std::string more = !f.aside.empty() ? "  (original kept aside at " + f.aside + (f.note.empty() ? ")" : "; " + f.note + ")")
                          : !f.note.empty()  ? "  (" + f.note + ")"
                                             : "";
+      if (!f.metadata.empty()) more += "  (metadata drifted: " + f.metadata + ")";
       out_line(line + f.path + more);
     }
     for (const auto& u : e.untracked)
@@ -494,6 +495,7 @@ nlohmann::json status_json(const StatusReport& r) {
       nlohmann::json fj = {{"kind", to_string(f.kind)}, {"path", f.path}, {"state", to_string(f.state)}};
       if (!f.aside.empty()) fj["aside"] = f.aside;
       if (!f.note.empty()) fj["note"] = f.note;
+      if (!f.metadata.empty()) fj["metadata_drift"] = f.metadata;
       n["files"].push_back(std::move(fj));
     }
     n["untracked_outputs"] = untracked_json(e.untracked);

@@ -102,7 +102,7 @@ class Sim {
     if (o == "link") return add_name(i, op.path, must_resolve(op.path2));
     if (o == "remove") return remove(i, op.path);
     if (o == "chmod") return (void)(inodes[must_resolve(op.path)].mode = op.mode);
-    if (o == "utime" || o == "chown") return;  // the explorer compares bytes and modes only
+    if (o == "utime" || o == "chown" || o == "xattr") return;  // the explorer compares bytes and modes only
     throw std::runtime_error("crash model: unknown trace op " + o);
   }
 

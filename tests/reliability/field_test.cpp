@@ -416,3 +416,90 @@ TEST_F(Field, ForceStackedOverlaysRevertInOrderOrAreRefused) {
   ASSERT_TRUE(settle_litter(in.root));
   EXPECT_EQ(tree_digest(in.root), before);
 }
+
+namespace {
+
+// Every extended attribute of p (user., trusted., security., ACLs), as getfattr dumps them.
+std::string xattr_dump(const fs::path& p) {
+  Cmd c = run({"getfattr", "--absolute-names", "-h", "-d", "-m", "-", "-e", "hex", p.string()});
+  return c.rc == 0 ? c.out : "getfattr failed: " + c.err;
+}
+
+}  // namespace
+
+// A source with user. and trusted. attributes and a POSIX ACL, owned by nobody; an artifact with a
+// file capability (security.capability), which the build rewrites in place (a write clears it):
+// revert gives each back exactly, and status says when the patched file's metadata drifts.
+TEST_F(Field, ExtendedAttributesAclsAndCapabilitiesAreRestored) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (trusted. attributes, capabilities, chown)";
+  if (!have({"setfattr", "--version"}) || !have({"setfacl", "--version"})) GTEST_SKIP() << "no setfattr/setfacl (attr, acl)";
+  Install in = make_install(t / "inst");
+  ASSERT_EQ(::chown(in.source.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chmod(in.source.c_str(), 0640), 0);  // the ACL below widens the group bits (its mask) to rw
+  for (std::vector<std::string> cmd : {std::vector<std::string>{"setfattr", "-n", "user.origin", "-v", "vendor", in.source.string()},
+                                       {"setfattr", "-n", "trusted.overlay-test", "-v", "0x00ff10", in.source.string()},
+                                       {"setfacl", "-m", "u:65534:rw,g:0:r", in.source.string()},
+                                       {"setfattr", "-n", "security.capability", "-v",
+                                        "0x0100000200040000000000000000000000000000", in.artifact.string()},
+                                       {"setfattr", "-n", "user.built-by", "-v", "ci", in.artifact.string()}}) {
+    Cmd c = run(cmd);
+    if (c.rc != 0) GTEST_SKIP() << cmd[0] << " " << cmd[2] << " refused here: " << c.err;
+  }
+  std::string src_x = xattr_dump(in.source), art_x = xattr_dump(in.artifact), before = tree_digest(in.root);
+  ASSERT_NE(src_x.find("system.posix_acl_access"), std::string::npos) << src_x;
+  ASSERT_NE(art_x.find("security.capability"), std::string::npos) << art_x;
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(),
+                       "--build-cmd", "sh -c 'cat src/kernel.cpp > lib/libk.so'"},
+                      {}, state);
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(xattr_dump(in.source), src_x);  // the patched file carries the original's
+  EXPECT_EQ(xattr_dump(in.artifact).find("security.capability"), std::string::npos);  // the build's write cleared it
+  Cmd st = run_overlay({"status", "--overlay", (t / "ov").string()}, {}, state);
+  EXPECT_EQ(st.out.find("metadata drifted"), std::string::npos) << st.out;
+  ASSERT_EQ(run({"setfattr", "-x", "user.origin", in.source.string()}).rc, 0);
+  ASSERT_EQ(::chmod(in.source.c_str(), 0600), 0);
+  st = run_overlay({"status", "--overlay", (t / "ov").string()}, {}, state);
+  EXPECT_NE(st.out.find("metadata drifted: mode 0600 (recorded 0660); extended attributes differ (system.posix_acl_access, user.origin)"),
+            std::string::npos) << st.out;
+  Cmd r = revert(t / "ov");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(xattr_dump(in.source), src_x);
+  EXPECT_EQ(xattr_dump(in.artifact), art_x);
+  EXPECT_EQ(run({"getfacl", "-c", "-n", in.source.string()}).out.find("user:65534:rw-") != std::string::npos, true);
+  struct stat s {};
+  ASSERT_EQ(::stat(in.source.c_str(), &s), 0);
+  EXPECT_EQ(s.st_uid, 65534u);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+}
+
+// An artifact and a source that have other names (hard links, as a package's lib.so and
+// lib.so.1 can be): whether the build writes into the artifact's inode or replaces it, after
+// revert every name holds the original bytes and the names are one inode again.
+TEST_F(Field, HardLinkedFilesComeBackAsOneInodeWithEveryName) {
+  for (const char* build : {"cat src/kernel.cpp > lib/libk.so", "rm lib/libk.so && cp src/kernel.cpp lib/libk.so"}) {
+    SCOPED_TRACE(build);
+    fs::remove_all(t / "inst");
+    Install in = make_install(t / "inst");
+    fs::create_hard_link(in.artifact, in.root / "lib/libk.so.1");
+    fs::create_hard_link(in.source, in.root / "src/kernel-alias.cpp");
+    std::string before = tree_digest(in.root);
+    write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+    Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                         (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(),
+                         "--build-cmd", std::string("sh -c '") + build + "'"},
+                        {}, state);
+    ASSERT_EQ(a.rc, 0) << a.err;
+    EXPECT_EQ(read_file(in.artifact), "int kernel() { return 7; }\n");
+    Cmd r = revert(t / "ov");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    ASSERT_TRUE(settle_litter(in.root));
+    EXPECT_EQ(tree_digest(in.root), before);  // every name's bytes
+    EXPECT_EQ(inode_of(in.artifact), inode_of(in.root / "lib/libk.so.1"));
+    EXPECT_EQ(inode_of(in.source), inode_of(in.root / "src/kernel-alias.cpp"));
+    EXPECT_EQ(fs::hard_link_count(in.artifact), 2u);  // nothing of ours still links to it
+    EXPECT_FALSE(fs::exists(t / "ov/_native_backup") && !fs::is_empty(t / "ov/_native_backup"));
+  }
+}

@@ -40,6 +40,8 @@ class FaultyDisk : public Disk {
   void set_owner(const At& p, uid_t u, gid_t g) override { tick("chown", p); inner_.set_owner(p, u, g); }
   fs::path real_path(const fs::path& p) override { return inner_.real_path(p); }
   bool has_xattrs(const fs::path& p) override { return inner_.has_xattrs(p); }
+  Xattrs xattrs(const At& p) override { return inner_.xattrs(p); }
+  void set_xattrs(const At& p, const Xattrs& w) override { tick("xattr", p); inner_.set_xattrs(p, w); }
   bool can_write(const fs::path& dir) override { return inner_.can_write(dir); }
   std::uint64_t fs_type(const fs::path& p) override { return inner_.fs_type(p); }
   std::unique_ptr<DirHandle> open_dir(const At& dir) override { return inner_.open_dir(dir); }

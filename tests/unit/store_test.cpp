@@ -214,7 +214,10 @@ TEST(BackupStore, SweepTakesOnlyEntryDirectoriesNoRecordNames) {
   m.natives.push_back(NativeEntry{});
   m.natives.back().id = named;
   m.natives.push_back(NativeEntry{});  // a legacy entry: no id, its backups name the dir
-  m.natives.back().sources.push_back(SourceItem{"/x", "_native_backup/" + by_backup + "/src_0_x", "0", {}, {}, {}, {}, false, {}, {}});
+  SourceItem legacy;
+  legacy.install_path = "/x";
+  legacy.backup = "_native_backup/" + by_backup + "/src_0_x";
+  m.natives.back().sources.push_back(legacy);
   EXPECT_EQ(s.sweep_unnamed_entries(m), std::vector<std::string>{orphan});
   EXPECT_FALSE(fs::exists(t / "ov/_native_backup" / orphan));
   for (const auto& kept : {named, by_backup, std::string("src_0_kernel.cpp"), std::string("not-an-id")})
