@@ -199,6 +199,42 @@ bool kernel_copy_while_hashing(ReadHandle& in, WriteHandle& out, const At& src, 
   return copied;
 }
 
+// Whether a file has holes: fewer blocks allocated than its size needs (a margin for the
+// filesystem's own rounding). Such a file is copied by its data alone.
+bool has_holes(const FileInfo& fi) { return fi.blocks * 512 + (64u << 10) < fi.size; }
+
+// SHA-256 input of n zero bytes: what a hole reads as, without reading it.
+void hash_zeros(Sha256& h, std::uint64_t n) {
+  static const std::vector<char> zeros(kChunk, '\0');
+  for (; n > 0; n -= std::min<std::uint64_t>(n, kChunk)) h.update(zeros.data(), static_cast<std::size_t>(std::min<std::uint64_t>(n, kChunk)));
+}
+
+// Copies a file with holes by its data alone (SEEK_DATA/SEEK_HOLE): each run of data is read,
+// hashed and written; each hole is left a hole in the copy and hashed as the zeros it reads as.
+// Costs what the data costs on disk (the zeros are still hashed).
+// Without `out`, only hashes.
+std::string copy_sparse_hashing(ReadHandle& in, WriteHandle* out, std::uint64_t size, ProgressMeter& meter) {
+  Sha256 h;
+  auto buf = uninitialized_buffer(kChunk);
+  std::uint64_t pos = 0, start = 0, end = 0;
+  while (pos < size && in.next_data(start, end)) {
+    if (start < pos || start > size) throw Error("a file with holes changed while it was copied");
+    hash_zeros(h, start - pos);
+    if (out != nullptr) out->skip(start - pos);
+    for (pos = start, end = std::min(end, size); pos < end;) {
+      std::size_t n = in.read(buf.get(), static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, end - pos)));
+      if (n == 0) throw Error("a file with holes shrank while it was copied");
+      h.update(buf.get(), n);
+      if (out != nullptr) out->write(buf.get(), n);
+      pos += n;
+    }
+    meter.advance(end - start);
+  }
+  hash_zeros(h, size - pos);
+  if (out != nullptr) out->skip(size - pos);
+  return h.finish_hex();
+}
+
 Copied finish(WriteHandle& out, Durable durable, std::string sha, CopyWay way) {
   if (durable == Durable::yes) out.sync();
   out.close();
@@ -219,6 +255,11 @@ Copied copy_file_hashing(Disk& disk, const At& src, const At& dest, mode_t mode,
     // Copy-on-write: the blocks are shared at once; what is left is one read to hash them.
     way = CopyWay::cloned;
     sha = hash_stream(*in, size, "hash " + src.filename());
+  } else if (has_holes(before) && in->knows_holes()) {
+    // A kernel copy would fill every hole with allocated zeros: a 5 GiB sparse file, 5 GiB.
+    ProgressMeter meter(size >= kProgressMinBytes ? "copy " + src.filename() : std::string(), before.blocks * 512);
+    sha = copy_sparse_hashing(*in, out.get(), size, meter);
+    way = CopyWay::streamed;
   } else if (!kernel_copy_while_hashing(*in, *out, src, size, sha)) {
     // Neither: every byte through here, read once, hashed and written on their own threads.
     Sha256 h;
@@ -236,7 +277,12 @@ Copied copy_file_hashing(Disk& disk, const At& src, const At& dest, mode_t mode,
 std::string hash_file(Disk& disk, const At& p) {
   auto in = disk.open_read(p);
   Sha256 h;
-  std::uint64_t size = disk.info(p, p.dir() != nullptr ? Follow::no : Follow::yes).size;
+  FileInfo fi = disk.info(p, p.dir() != nullptr ? Follow::no : Follow::yes);
+  std::uint64_t size = fi.size;
+  if (has_holes(fi) && in->knows_holes()) {  // the holes hashed as zeros, never read
+    ProgressMeter meter(size >= kProgressMinBytes ? "hash " + p.filename() : std::string(), fi.blocks * 512);
+    return copy_sparse_hashing(*in, nullptr, size, meter);
+  }
   if (size <= kChunk) {
     std::size_t cap = static_cast<std::size_t>(size + 1);
     auto buf = uninitialized_buffer(cap);

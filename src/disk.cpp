@@ -86,6 +86,18 @@ class FdReader : public ReadHandle {
       if (errno != EINTR) fail("read", path_);
     }
   }
+  bool knows_holes() const override { return true; }
+  bool next_data(std::uint64_t& start, std::uint64_t& end) override {
+    off_t pos = ::lseek(fd_, 0, SEEK_CUR);
+    off_t data = pos < 0 ? -1 : ::lseek(fd_, pos, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) return false;  // only a hole from here to the end
+    if (data < 0) fail("seek data", path_);
+    off_t hole = ::lseek(fd_, data, SEEK_HOLE);  // the end of the file at the latest
+    if (hole < 0 || ::lseek(fd_, data, SEEK_SET) < 0) fail("seek hole", path_);
+    start = static_cast<std::uint64_t>(data);
+    end = static_cast<std::uint64_t>(hole);
+    return true;
+  }
 
  private:
   int fd_;
@@ -108,8 +120,14 @@ class FdWriter : public WriteHandle {
       buf += put;
       n -= static_cast<std::size_t>(put);
     }
+    hole_at_end_ = false;
+  }
+  void skip(std::uint64_t n) override {
+    if (::lseek(fd_, static_cast<off_t>(n), SEEK_CUR) < 0) fail("seek", path_);
+    hole_at_end_ = n > 0 || hole_at_end_;
   }
   void sync() override {
+    set_length();
     if (::fsync(fd_) != 0) fail("fsync", path_);
   }
   void start_writeback() override { ::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE); }
@@ -147,14 +165,24 @@ class FdWriter : public WriteHandle {
     return true;
   }
   void close() override {
+    if (fd_ >= 0) set_length();
     int fd = fd_;
     fd_ = -1;
     if (fd >= 0 && ::close(fd) != 0) fail("close", path_);
   }
 
  private:
+  // A hole skipped at the end makes no byte: the length is set to the position.
+  void set_length() {
+    if (!hole_at_end_) return;
+    off_t pos = ::lseek(fd_, 0, SEEK_CUR);
+    if (pos < 0 || ::ftruncate(fd_, pos) != 0) fail("truncate", path_);
+    hole_at_end_ = false;
+  }
+
   int fd_;
   fs::path path_;
+  bool hole_at_end_ = false;
 };
 
 class PosixDisk : public Disk {
@@ -177,6 +205,7 @@ class PosixDisk : public Disk {
     fi.dev = makedev(st.stx_dev_major, st.stx_dev_minor);
     fi.ino = st.stx_ino;
     fi.nlink = st.stx_nlink;
+    fi.blocks = st.stx_blocks;
     fi.mtime = timespec{st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec};
     fi.ctime = timespec{st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec};
     if ((st.stx_mask & STATX_MNT_ID) != 0) fi.mnt_id = st.stx_mnt_id;
@@ -346,10 +375,12 @@ class PosixDisk : public Disk {
     std::string path = xattr_path(p);
     std::map<std::string, std::string> have;
     for (auto& [name, value] : xattrs(p)) have.emplace(name, std::move(value));
-    for (const auto& [name, value] : have)
+    for (const auto& had : have) {
+      const std::string& name = had.first;
       if (std::none_of(want.begin(), want.end(), [&](const auto& w) { return w.first == name; }) &&
           ::lremovexattr(path.c_str(), name.c_str()) != 0 && errno != ENODATA)
         fail("remove extended attribute " + name + " of", p);
+    }
     for (const auto& [name, value] : want) {
       auto it = have.find(name);
       if (it != have.end() && it->second == value) continue;

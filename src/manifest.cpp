@@ -168,19 +168,36 @@ void put_parent(json& j, const std::optional<PinnedDir>& p) {
   if (!p->below.empty()) j["parent"]["below"] = p->below;
 }
 
+// The keys every backed-up file (a source, an artifact) has beside its own: read and written
+// here, one line each, for both.
+template <typename Item>
+void read_file_keys(const json& j, const std::string& w, Item& it) {
+  it.mode = opt_mode(j, w);
+  it.stamp = opt_stamp(j, w);
+  it.owner = opt_owner(j, w);
+  it.xattrs = opt_xattrs(j, w);
+  it.same_inode = opt_backup_path(j, "same_inode", w);
+  it.parent = opt_parent(j, w);
+}
+
+template <typename Item>
+void write_file_keys(json& j, const Item& it) {
+  if (it.mode) j["mode"] = *it.mode;
+  put_stamp(j, it.stamp);
+  put_owner(j, it.owner);
+  put_xattrs(j, it.xattrs);
+  if (it.same_inode) j["same_inode"] = *it.same_inode;
+  put_parent(j, it.parent);
+}
+
 SourceItem parse_source(const json& j, const std::string& w) {
   SourceItem s;
   s.install_path = abs_path(j, "install_path", w);
   s.backup = backup_path(j, "backup", w);
   s.sha256 = sha(j, "sha256", w);
   s.patched_sha256 = opt_sha(j, "patched_sha256", w);
-  s.mode = opt_mode(j, w);
-  s.stamp = opt_stamp(j, w);
-  s.owner = opt_owner(j, w);
-  s.xattrs = opt_xattrs(j, w);
-  s.same_inode = opt_backup_path(j, "same_inode", w);
+  read_file_keys(j, w, s);
   s.deleted = req_bool(j, "deleted", w, false);
-  s.parent = opt_parent(j, w);
   s.raw = j;
   return s;
 }
@@ -203,12 +220,7 @@ ArtifactItem parse_artifact(const json& j, const std::string& w) {
     a.backup = backup_path(j, "backup", w);
     a.sha256 = sha(j, "sha256", w);
   }
-  a.mode = opt_mode(j, w);
-  a.stamp = opt_stamp(j, w);
-  a.owner = opt_owner(j, w);
-  a.xattrs = opt_xattrs(j, w);
-  a.same_inode = opt_backup_path(j, "same_inode", w);
-  a.parent = opt_parent(j, w);
+  read_file_keys(j, w, a);
   a.raw = j;
   return a;
 }
@@ -385,13 +397,8 @@ json to_json(const SourceItem& s) {
   j["backup"] = s.backup;
   j["sha256"] = s.sha256;
   if (s.patched_sha256) j["patched_sha256"] = *s.patched_sha256;
-  if (s.mode) j["mode"] = *s.mode;
-  put_stamp(j, s.stamp);
-  put_owner(j, s.owner);
-  put_xattrs(j, s.xattrs);
-  if (s.same_inode) j["same_inode"] = *s.same_inode;
+  write_file_keys(j, s);
   if (s.deleted) j["deleted"] = true;
-  put_parent(j, s.parent);
   return j;
 }
 
@@ -401,12 +408,7 @@ json to_json(const ArtifactItem& a) {
   j["existed"] = a.existed;
   j["backup"] = a.backup ? json(*a.backup) : json(nullptr);
   j["sha256"] = a.sha256 ? json(*a.sha256) : json(nullptr);
-  if (a.mode) j["mode"] = *a.mode;
-  put_stamp(j, a.stamp);
-  put_owner(j, a.owner);
-  put_xattrs(j, a.xattrs);
-  if (a.same_inode) j["same_inode"] = *a.same_inode;
-  put_parent(j, a.parent);
+  write_file_keys(j, a);
   return j;
 }
 

@@ -25,6 +25,14 @@ class RecordingWriter : public WriteHandle {
     offset_ += n;
     d_.record(std::move(op));
   }
+  void skip(std::uint64_t n) override {
+    w_->skip(n);
+    // To a replay a hole is the zeros it reads as.
+    DiskOp op{"write", path_, {}, offset_, n, {}, 0};
+    if (d_.data_ == RecordData::bytes) op.data.assign(n, '\0');
+    offset_ += n;
+    d_.record(std::move(op));
+  }
   void sync() override {
     w_->sync();
     d_.record({"fsync", path_, {}, 0, 0, {}, 0});

@@ -4,6 +4,7 @@
 // Every method throws DiskError (op, path, errno) on failure; nothing is swallowed.
 #include <sys/types.h>
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,7 @@ struct FileInfo {
   dev_t dev = 0;
   ino_t ino = 0;
   std::uint64_t nlink = 1;  // names the inode has
+  std::uint64_t blocks = 0; // 512-byte blocks allocated: fewer than the size needs is a file with holes
   timespec mtime{};
   timespec ctime{};
   std::uint64_t mnt_id = 0;  // the mount it was reached through (statx); 0 where unknown
@@ -90,6 +92,14 @@ class ReadHandle {
   virtual ~ReadHandle() = default;
   // Reads up to n bytes; returns 0 at end of file.
   virtual std::size_t read(char* buf, std::size_t n) = 0;
+  // Whether next_data() can tell holes from data (SEEK_DATA/SEEK_HOLE).
+  virtual bool knows_holes() const { return false; }
+  // From the read position: the next run of data [start, end) (what lies before start is a hole,
+  // reading as zeros), with the read position moved to start. False when only a hole is left.
+  virtual bool next_data(std::uint64_t& start, std::uint64_t& end) {
+    (void)start, (void)end;
+    return false;
+  }
 };
 
 class WriteHandle {
@@ -97,6 +107,16 @@ class WriteHandle {
   virtual ~WriteHandle() = default;
   // Writes all n bytes (retrying short writes).
   virtual void write(const char* buf, std::size_t n) = 0;
+  // Moves the write position n bytes on, leaving a hole that reads as zeros (the file is as long
+  // as its position once synced or closed). Here: writes the zeros, which is the same to a reader.
+  virtual void skip(std::uint64_t n) {
+    static const std::vector<char> zeros(1 << 16, '\0');
+    for (std::uint64_t left = n; left > 0;) {
+      std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(left, zeros.size()));
+      write(zeros.data(), k);
+      left -= k;
+    }
+  }
   // fsync: the bytes written so far are durable when this returns.
   virtual void sync() = 0;
   // A hint: start writing the bytes written so far to disk now, without waiting, so a later

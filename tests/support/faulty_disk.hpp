@@ -51,6 +51,7 @@ class FaultyDisk : public Disk {
    public:
     Writer(FaultyDisk& d, std::unique_ptr<WriteHandle> w, fs::path p) : d_(d), w_(std::move(w)), p_(std::move(p)) {}
     void write(const char* b, std::size_t n) override { d_.tick("write", p_); w_->write(b, n); }
+    void skip(std::uint64_t n) override { d_.tick("write", p_); w_->skip(n); }
     void sync() override { d_.tick("fsync", p_); w_->sync(); }
     bool clone_from(const At& src) override {
       d_.tick("clone", p_);
