@@ -206,7 +206,11 @@ bool has_holes(const FileInfo& fi) { return fi.blocks * 512 + (64u << 10) < fi.s
 // SHA-256 input of n zero bytes: what a hole reads as, without reading it.
 void hash_zeros(Sha256& h, std::uint64_t n) {
   static const std::vector<char> zeros(kChunk, '\0');
-  for (; n > 0; n -= std::min<std::uint64_t>(n, kChunk)) h.update(zeros.data(), static_cast<std::size_t>(std::min<std::uint64_t>(n, kChunk)));
+  while (n > 0) {
+    auto k = static_cast<std::size_t>(std::min<std::uint64_t>(n, kChunk));
+    h.update(zeros.data(), k);
+    n -= k;
+  }
 }
 
 // Copies a file with holes by its data alone (SEEK_DATA/SEEK_HOLE): each run of data is read,

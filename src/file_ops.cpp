@@ -21,8 +21,9 @@ std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& d
       // The file it replaces keeps its owner, extended attributes (an SELinux label, an ACL) and
       // mode; the mode last, for chown clears setuid and setgid bits.
       disk.set_owner(tmp, old.uid, old.gid);
-      disk.set_xattrs(tmp, disk.xattrs(dest));
-      disk.set_mode(tmp, mode);
+      Xattrs kept = disk.xattrs(dest);
+      if (!kept.empty() || !disk.xattrs(tmp).empty()) disk.set_xattrs(tmp, kept);  // a default ACL may have given tmp some
+      if ((mode & 06000) != 0) disk.set_mode(tmp, mode);  // the bits chown cleared
     }
     disk.rename(tmp, dest);
   } catch (...) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <set>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -171,12 +172,11 @@ namespace {
 
 // Whether `name` is an entry id new_entry() makes: "n", decimal seconds, "-", 8 hex digits.
 bool is_entry_id(const std::string& name) {
+  auto only = [](std::string_view s, const char* set) { return !s.empty() && s.find_first_not_of(set) == std::string_view::npos; };
   std::size_t dash = name.find('-');
-  if (name.size() < 3 || name[0] != 'n' || dash == std::string::npos || dash < 2 || name.size() - dash - 1 != 8) return false;
-  auto all = [&](std::size_t from, std::size_t to, const char* set) {
-    return name.find_first_not_of(set, from) >= to;
-  };
-  return all(1, dash, "0123456789") && name.find_first_not_of("0123456789abcdef", dash + 1) == std::string::npos;
+  if (name.empty() || name[0] != 'n' || dash == std::string::npos) return false;
+  std::string_view secs = std::string_view(name).substr(1, dash - 1), hex = std::string_view(name).substr(dash + 1);
+  return only(secs, "0123456789") && hex.size() == 8 && only(hex, "0123456789abcdef");
 }
 
 // The entry directory names a record uses: its id, and the first component below the backup
@@ -220,7 +220,8 @@ namespace {
 // Gives file p the recorded owner, extended attributes and mode, in the one order that keeps each.
 void give_meta(Disk& disk, const At& p, const RestoredMeta& meta) {
   if (meta.owner) disk.set_owner(p, static_cast<uid_t>(meta.owner->uid), static_cast<gid_t>(meta.owner->gid));
-  if (meta.xattrs) disk.set_xattrs(p, *meta.xattrs);
+  // Nothing recorded and nothing there (the common case): no change to make, none to trace.
+  if (meta.xattrs && (!meta.xattrs->empty() || !disk.xattrs(p).empty())) disk.set_xattrs(p, *meta.xattrs);
   disk.set_mode(p, meta.mode);
 }
 
@@ -257,9 +258,11 @@ bool BackupStore::restore_by_rename(const std::string& rel, const std::string& s
 }
 
 bool BackupStore::restore_file(const FileRecord& rec, const At& path, RestoredTime when) {
-  if (rec.same_inode || rec.stamp) {
+  // Only a file with other names takes the link-group ways; restore_file() sweeps for the rest.
+  FileInfo cur = disk_.info(path, Follow::no);
+  if (rec.same_inode || cur.nlink > 1) {
     sweep_leftovers(disk_, path);
-    if (auto changed = restore_link_group(rec, path, disk_.info(path, Follow::no), when)) return *changed;
+    if (auto changed = restore_link_group(rec, path, cur, when)) return *changed;
   }
   return restore_file(rec.backup, rec.sha256, path, rec.mode, rec.stamp, when, rec.owner, rec.xattrs);
 }
