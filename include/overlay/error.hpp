@@ -21,10 +21,18 @@ class DiskError : public Error {
   int err_;
 };
 
-// The manifest is malformed or hostile; what() names the offending key.
+// The manifest is malformed or hostile; what() names the offending key:
+// "manifest: natives[0].sources[1].sha256: expected a 64-digit hex SHA-256".
 class ManifestError : public Error {
  public:
   using Error::Error;
+  // A problem with the key at `key`, a path relative to the JSON value being read ("" for the
+  // value itself); under() names it from an enclosing value as the error rises.
+  ManifestError(std::string key, std::string problem);
+  ManifestError under(const std::string& outer) const;
+
+ private:
+  std::string key_, problem_;
 };
 
 // Another process held the overlay lock for longer than the allowed wait.

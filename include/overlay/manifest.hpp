@@ -184,6 +184,30 @@ struct Manifest {
   std::vector<std::string> litter;
 };
 
+// Each item's JSON form, one pair per type in nlohmann's ADL convention (`j.get<SourceItem>()`,
+// `json j = item;`), so a key is read in one line and written in one line beside it. from_json
+// validates strictly and throws ManifestError naming the key relative to the item (the item's
+// place in the document is added as the error rises); keys it does not know are kept in `raw`
+// and written back by to_json.
+void from_json(const json& j, PinnedDir& p);
+void to_json(json& j, const PinnedDir& p);
+void from_json(const json& j, SourceItem& s);
+void to_json(json& j, const SourceItem& s);
+void from_json(const json& j, CreatedItem& c);
+void to_json(json& j, const CreatedItem& c);
+void from_json(const json& j, ArtifactItem& a);
+void to_json(json& j, const ArtifactItem& a);
+void from_json(const json& j, AsideDir& a);
+void to_json(json& j, const AsideDir& a);
+void from_json(const json& j, CacheItem& c);
+void to_json(json& j, const CacheItem& c);
+void from_json(const json& j, UntrackedOutput& u);
+void to_json(json& j, const UntrackedOutput& u);
+void from_json(const json& j, RunningPatched& r);
+void to_json(json& j, const RunningPatched& r);
+void from_json(const json& j, NativeEntry& e);
+void to_json(json& j, const NativeEntry& e);
+
 // Whether `path` (absolute) may be litter: a trash or half-restored sibling of ours,
 // ".<name>.overlay-trash-<hex>" or ".<name>.overlay-restore-<hex>"; nothing else is ever deleted
 // on a manifest's word.

@@ -128,3 +128,51 @@ TEST(Manifest, CreatedAndDeletedFilesRoundTrip) {
   EXPECT_THROW(parse_manifest(R"({"natives":[{"created_files":[{"path":"rel/x","sha256":")" + sha + R"("}]}]})"), ManifestError);
   EXPECT_THROW(parse_manifest(R"({"natives":[{"created_files":[{"path":"/x"}]}]})"), ManifestError);
 }
+
+// Each item type has its nlohmann ADL pair: an item converts to JSON and back unchanged, keys
+// it does not know ride along, and a problem deep inside is named by its whole path.
+TEST(Manifest, EachItemTypeRoundTripsThroughItsOwnJsonPair) {
+  SourceItem s;
+  s.install_path = "/i/a.c";
+  s.backup = "_native_backup/a.c";
+  s.sha256 = kSha;
+  s.mode = 04755;
+  s.owner = FileOwner{65534, 65534};
+  s.xattrs = Xattrs{{"user.t", std::string("\0\xff", 2)}};
+  s.parent = PinnedDir{"/i", 1, 2, "sub"};
+  s.raw = {{"future", 1}};
+  json j = s;
+  EXPECT_EQ(j["future"], 1);
+  EXPECT_EQ(j["parent"]["below"], "sub");
+  SourceItem back = j.get<SourceItem>();
+  EXPECT_EQ(back.mode, s.mode);
+  EXPECT_EQ(back.owner, s.owner);
+  EXPECT_EQ(back.xattrs, s.xattrs);
+  EXPECT_EQ(back.parent->below, "sub");
+  EXPECT_EQ(json(back), j);
+
+  CacheItem c;
+  c.dir = "/i/cache";
+  c.existed = true;
+  c.aside = AsideDir{"/i/.cache.overlay-aside-n1", 1, 3, 0};
+  EXPECT_EQ(json(json(c).get<CacheItem>()), json(c));
+  RunningPatched r{"/i/lib.so", 1, 2, 7, 8, "srv", "n1"};
+  EXPECT_EQ(json(r).get<RunningPatched>().cmdline, "srv");
+}
+
+TEST(Manifest, AProblemIsNamedByItsWholePath) {
+  std::string aside = R"({"natives": [{"caches": [{"dir": "/i/c", "existed": true, "backup_tar": "t"},
+    {"dir": "/i/c", "aside": {"path": "/elsewhere/x", "dev": 1, "ino": 2, "uid": 0}}]}]})";
+  EXPECT_NE(expect_error(aside).find("manifest: natives[0].caches[1].aside.path: not the aside sibling"), std::string::npos);
+  std::string parent = R"({"natives": [{"artifacts": [{"path": "/a", "existed": false, "parent": {"path": "/i", "dev": -1, "ino": 2}}]}]})";
+  EXPECT_NE(expect_error(parent).find("manifest: natives[0].artifacts[0].parent.dev:"), std::string::npos);
+  EXPECT_EQ(expect_error(R"({"captures": 1})"), "manifest: captures: expected an array");
+  EXPECT_EQ(expect_error(R"({"running_patched": [{"path": "/a", "dev": 1, "ino": 2, "pid": 0, "start_ticks": 1}]})"),
+            "manifest: running_patched[0].pid: not a process id");
+  try {
+    json{{"path", "rel"}, {"sha256", kSha}}.get<CreatedItem>();
+    ADD_FAILURE() << "accepted";
+  } catch (const ManifestError& e) {
+    EXPECT_STREQ(e.what(), "manifest: path: not an absolute path: rel");
+  }
+}
