@@ -17,6 +17,11 @@
 namespace overlay {
 namespace {
 
+// The holds of the state dir the options name (the default one when they name none).
+HoldRegistry holds_of(Disk& disk, const RevertOptions& opts) {
+  return HoldRegistry(disk, opts.state_dir.empty() ? HoldRegistry::default_state_dir() : opts.state_dir);
+}
+
 class Reverter {
  public:
   Reverter(Disk& disk, const fs::path& overlay, const RevertOptions& opts, RevertReport& report)
@@ -41,7 +46,7 @@ class Reverter {
     return ok;
   }
 
-  // Why entry `e` of `m` cannot be reverted yet, or "": an entry made after it with --force (in
+  // Why entry `e` of `m` cannot be reverted yet (nothing when it can): an entry made after it with --force (in
   // this manifest, or in the overlay that holds the path now) backed up the very bytes `e` patched
   // a source to. Reverted first, `e` would put the original back only for that entry's revert to
   // put `e`'s patch back over it, with nothing left on record to say so.
@@ -107,9 +112,7 @@ class Reverter {
     }
   }
 
-  HoldRegistry holds() {
-    return HoldRegistry(disk_, opts_.state_dir.empty() ? HoldRegistry::default_state_dir() : opts_.state_dir);
-  }
+  HoldRegistry holds() { return holds_of(disk_, opts_); }
 
   // A source that holds neither the bytes add-native wrote nor the original was changed since by
   // someone else: its change is about to be replaced by the original, which is said, never silent.
@@ -236,8 +239,7 @@ void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overla
   for (const auto& s : e.sources) paths.emplace_back(s.install_path);
   for (const auto& c : e.created) paths.emplace_back(c.path);
   try {
-    HoldRegistry(disk, opts.state_dir.empty() ? HoldRegistry::default_state_dir() : opts.state_dir)
-        .release(paths, overlay, now, opts.lock_timeout);
+    holds_of(disk, opts).release(paths, overlay, now, opts.lock_timeout);
   } catch (const Error& err) {
     spdlog::warn("cannot release holds of {}: {}", overlay.string(), err.what());
   }
