@@ -214,19 +214,25 @@ def cache_rounds(ov_bin, env, work, sizes, rounds):
     other = other_filesystem_dir(work)
     root = os.path.join(work, "caches")
     os.makedirs(root, exist_ok=True)
-    src, patched = os.path.join(root, "k.cu"), os.path.join(root, "k2.cu")
-    for path, text in ((src, b"orig\n"), (patched, b"cand\n")):
-        with open(path, "wb") as f:
-            f.write(text)
+    patched = os.path.join(root, "k2.cu")
+    with open(patched, "wb") as f:
+        f.write(b"cand\n")
     t = {}
 
     def add(key, sample):
         t.setdefault(key, []).append(sample[0])
 
     for n in sizes:
-        cache = os.path.join(root, "c%d" % n)
+        # The cache inside the source's own directory, and a build (`true`): the build watch walks
+        # that directory before and after it, so whatever add-native leaves there (the cache
+        # renamed aside) is in the measurement (issue 32: that walk once made aside 11.85x moved).
+        cache = os.path.join(root, "n%d" % n, "cache")
+        src = os.path.join(root, "n%d" % n, "k.cu")
         make_small_cache(cache, n)
-        tar, floor_dir = os.path.join(work, "cache-floor.tar"), os.path.join(root, ".floor-untar")
+        with open(src, "wb") as f:
+            f.write(b"orig\n")
+        build = ["--build-cmd", "true"]
+        tar, floor_dir = os.path.join(work, "cache-floor.tar"), os.path.join(os.path.dirname(cache), ".floor-untar")
         ways = [("move", os.path.join(work, "ov-cache-move"), "move")]
         if other:
             ways.append(("aside", os.path.join(other, "ov-aside"), "auto"))
@@ -234,29 +240,29 @@ def cache_rounds(ov_bin, env, work, sizes, rounds):
             for way, ov, snap in ways:
                 shutil.rmtree(ov, ignore_errors=True)
                 argv = ["add-native", "--overlay", ov, "--target", src, "--patched-file", patched,
-                        "--invalidate-cache", cache, "--cache-snapshot", snap]
+                        "--invalidate-cache", cache, "--cache-snapshot", snap] + build
                 subprocess.run(["sync"])
                 add((n, way, "add-native"), timed([ov_bin] + argv, env))
                 if way == "aside" and '"aside"' not in open(os.path.join(ov, "_overlay_manifest.json")).read():
                     print("bench: auto did not put the cache aside across filesystems", file=sys.stderr)
                 subprocess.run(["sync"])
                 add((n, way, "revert"), timed([ov_bin, "revert", "--overlay", ov], env))
-                settle_litter(root, ov)
+                settle_litter(os.path.dirname(cache), ov)
             ov = os.path.join(work, "ov-cache-tar")
             shutil.rmtree(ov, ignore_errors=True)
             subprocess.run(["sync"])
             add((n, "floor", "tar -cf + sync"), timed(["sh", "-c", 'tar -cf "$1" -C "$0" . && sync "$1"', cache, tar]))
             subprocess.run(["sync"])
             add((n, "tar", "add-native"), timed([ov_bin, "add-native", "--overlay", ov, "--target", src, "--patched-file",
-                                                 patched, "--invalidate-cache", cache, "--cache-snapshot", "tar"], env))
-            settle_litter(root, ov)
+                                                 patched, "--invalidate-cache", cache, "--cache-snapshot", "tar"] + build, env))
+            settle_litter(os.path.dirname(cache), ov)
             subprocess.run(["sync"])
             add((n, "floor", "tar -xf + sync"), timed(["sh", "-c", 'mkdir "$1" && tar -xf "$0" -C "$1" && sync', tar, floor_dir]))
             shutil.rmtree(floor_dir)
             os.remove(tar)
             subprocess.run(["sync"])
             add((n, "tar", "revert"), timed([ov_bin, "revert", "--overlay", ov], env))
-            settle_litter(root, ov)
+            settle_litter(os.path.dirname(cache), ov)
     return {k: statistics.median(v) for k, v in t.items()}, bool(other)
 
 

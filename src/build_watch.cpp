@@ -177,6 +177,9 @@ std::map<fs::path, FileStamp> BuildWatch::picture(Disk& disk, std::string& why_o
     if (!why_off.empty()) break;
     walk_tree(disk, dir, [&](const fs::path& rel, FileType type) {
       fs::path p = dir / rel;
+      // What this tool put there itself (a cache renamed aside, a temp, trash) is no build's output;
+      // walking an aside copy of a big cache cost the watch more than the whole add-native.
+      if (is_own_sibling_name(rel.filename().string())) return WalkStep::skip;
       if (type == FileType::directory) {
         bool skip = std::any_of(skipped_.begin(), skipped_.end(), [&](const fs::path& s) { return p == s || below(p, s); });
         return skip || rel.filename() == "__pycache__" ? WalkStep::skip : WalkStep::descend;

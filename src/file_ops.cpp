@@ -201,6 +201,15 @@ std::string fit_name(const std::string& name, std::size_t room) {
 
 std::string hidden_stem(const std::string& name) { return "." + fit_name(name, kStemRoom); }
 
+bool is_own_sibling_name(const std::string& name) {
+  if (name.size() < 2 || name[0] != '.') return false;
+  for (const char* tag : {".overlay-aside-", ".overlay-new-", ".overlay-restore-", ".overlay-trash-"}) {
+    auto at = name.find(tag, 1);
+    if (at != std::string::npos && at + std::char_traits<char>::length(tag) < name.size()) return true;
+  }
+  return false;
+}
+
 fs::path sibling_temp_path(const fs::path& p, const std::string& tag) {
   std::string name = hidden_stem(p.filename().string());
   name.append(".").append(tag).append("-").append(random_hex(6));

@@ -72,6 +72,11 @@ inline constexpr std::size_t kStemRoom = 190;
 // kStemRoom). Temps, trash and aside copies all begin with it, then ".overlay-".
 std::string hidden_stem(const std::string& name);
 
+// Whether `name` (a file name) is one of the hidden siblings this tool makes beside a path
+// (".<stem>.overlay-{aside,new,restore,trash}-…"): a temp, trash, a half-restored copy or an
+// aside backup, never a build's output.
+bool is_own_sibling_name(const std::string& name);
+
 // A fresh name beside p for a temporary: "<dir>/<hidden_stem>.<tag>-<random>", within NAME_MAX.
 fs::path sibling_temp_path(const fs::path& p, const std::string& tag);
 

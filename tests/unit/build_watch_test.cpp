@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
 #include "overlay/object_files.hpp"
 #include "test_util.hpp"
 
@@ -128,4 +129,23 @@ TEST(BuildWatch, ObjectsOfOtherSourcesAndThinArchivesHoldNoPatchedCode) {
   EXPECT_EQ(judge({t / "a.c", t / "k.h"}), (std::vector<std::string>{"", "", "a thin archive: its members' paths, not their code", ""}));
   EXPECT_EQ(object_source_files(real_disk(), t / "b.o"), (std::vector<std::string>{"b.c"}));
   EXPECT_EQ(object_source_files(real_disk(), t / "b.c"), std::nullopt);
+}
+
+// What the tool itself put beside a watched file (a cache renamed aside, a temp, trash) is not
+// walked: an aside copy of a 20,000-file cache once cost the watch 40,000 stat calls, and
+// counted against its file limit, turning the watch off.
+TEST(BuildWatch, SkipsTheToolsOwnSiblingsNotTheBuildsFiles) {
+  TempDir t;
+  for (int i = 0; i < 50; ++i) write_file(t / "b/.cache.overlay-aside-n1-0a1b2c3d" / ("f" + std::to_string(i)), "x");
+  write_file(t / "b/.lib.so.overlay-new-0a1b2c", "temp");
+  write_file(t / "b/k.cu", "src");
+  BuildWatch w = BuildWatch::start(real_disk(), {t / "b"}, {}, {}, 10);
+  EXPECT_EQ(w.off_reason(), "");
+  write_file(t / "b/.cache.overlay-aside-n1-0a1b2c3d/late", "x");
+  write_file(t / "b/.lib.so.overlay-trash-99aa", "trash");
+  write_file(t / "b/.hidden.o", "a build's own hidden output");
+  EXPECT_EQ(paths(w.finish(real_disk())), (std::vector<std::string>{"created " + (t / "b/.hidden.o").string()}));
+  EXPECT_TRUE(is_own_sibling_name(".x.overlay-restore-ab"));
+  EXPECT_FALSE(is_own_sibling_name(".x.overlay-restore-"));
+  EXPECT_FALSE(is_own_sibling_name("x.overlay-trash-ab"));
 }
