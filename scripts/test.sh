@@ -10,27 +10,38 @@
 # explorer's exhaustive bound.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where the time goes: each phase's wall seconds, printed as a table at the end.
+PHASES=$(mktemp)
+PHASE="install dependencies" PHASE_T=$SECONDS
+phase() {
+  printf '%-44s %5d s\n' "$PHASE" $((SECONDS - PHASE_T)) >>"$PHASES"
+  PHASE=$1 PHASE_T=$SECONDS
+  [[ $1 == end ]] || echo "== $1"
+}
 bash scripts/deps.sh clang libclang-rt-14-dev
 
-echo "== release build and tests"
+phase "release build"
 cmake -S . -B build-test -G Ninja -DOVERLAY_BUILD_TESTS=ON -DOVERLAY_WERROR=ON
 cmake --build build-test
+phase "release tests"
 LOGS=$(mktemp -d)
-trap 'rm -rf "$LOGS"' EXIT
+trap 'rm -rf "$LOGS" "$PHASES"' EXIT
 ctest --test-dir build-test --output-on-failure -j2 -LE long | tee "$LOGS/release.log"
 
-echo "== bench smoke (a small workload: keeps bench/ working; it reports, it does not assert)"
+phase "bench smoke"
+echo "   a small workload: keeps bench/ working; it reports, it does not assert"
 BENCH_WORK=$(mktemp -d)
 python3 bench/run.py --overlay build-test/overlay --rounds 1 --work "$BENCH_WORK" \
   --artifact-mib 8 --cache-files 50 --tree-files 500 --cache-sizes 300 --cache-rounds 1
 rm -rf "$BENCH_WORK"
-echo "== sweep smoke (bench/sweep.py and bench/plot.py on two tiny points; the real sweep is not run in CI)"
+phase "sweep smoke"
+echo "   bench/sweep.py and bench/plot.py on two tiny points; the real sweep is not run in CI"
 python3 bench/sweep.py --overlay build-test/overlay --sizes-mib 2,4 --cache-files 50,100 \
   --work "$(mktemp -d)/sweep" --csv "$LOGS/sweep.csv"
 /usr/bin/python3 bench/plot.py "$LOGS/sweep.csv" "$LOGS/plots"
 
 if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
-  echo "== ASan + UBSan build and tests"
+  phase "ASan + UBSan build"
   # Not repeated here: the large real-world runs whose time is a third-party compile (the torch
   # JIT extension, googletest's CMake build, and their discover runs: ≈ 340 s at release speed;
   # the Make, setuptools and back-to-back real-world cycles still run sanitized), and the kill -9 and power-loss
@@ -43,15 +54,22 @@ if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
     -DOVERLAY_BUILD_TESTS=ON -DOVERLAY_SANITIZE=ON
   cmake --build build-asan
+  phase "ASan + UBSan tests"
   OVERLAY_CRASH_TRIALS=6 OVERLAY_CONCURRENCY_TRIALS=5 OVERLAY_POWERLOSS_BOUND=16 OVERLAY_POWERLOSS_SAMPLES=4 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j2 -LE long \
     -E 'DiscoverRealWorld\.(Googletest|Torch)|RealWorld\.(TorchCppExtensionJit|DebianGoogletestCMakeNinja)|cow_.*_(crash|powerloss)' | tee "$LOGS/asan.log"
 fi
 
 if [[ -z ${OVERLAY_SKIP_FUZZ:-} ]]; then
-  echo "== fuzz smoke"
+  phase "fuzz build and smoke"
   bash scripts/fuzz.sh 20
 fi
+
+phase end
+echo "== time per phase"
+cat "$PHASES"
+printf '%-44s %5d s\n' "total" "$SECONDS"
+rm -f "$PHASES"
 
 # One closing line over every ctest run above (ctest exits non-zero, and so this script, on any failure).
 awk '/tests passed, [0-9]+ tests failed out of/ {passed += $NF - $4; failed += $4}
