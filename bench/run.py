@@ -300,12 +300,17 @@ def build_static_hello(work):
     return None
 
 
-def startups(ov_bin, hello, n):
-    """Median wall time of `overlay --version` and of the static hello, started alternately n times each."""
-    t = {"hello": [], "overlay --version": []}
+def startups(ov_bin, hello, n, static_bin=None):
+    """Median wall time of `overlay --version` (and of the static build's, when given) and of the
+    static hello, started alternately n times each."""
+    bins = {"overlay --version": ov_bin}
+    if static_bin:
+        bins["static overlay --version"] = static_bin
+    t = {k: [] for k in ["hello"] + list(bins)}
     for _ in range(n):
         t["hello"].append(timed([hello])[0])
-        t["overlay --version"].append(timed([ov_bin, "--version"])[0])
+        for k, b in bins.items():
+            t[k].append(timed([b, "--version"])[0])
     return {k: statistics.median(v) for k, v in t.items()}
 
 
@@ -313,6 +318,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--overlay", required=True)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--static-overlay", help="the static build (cmake --preset static): its start-up is measured too")
     p.add_argument("--work", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "overlay-bench"))
     p.add_argument("--cache-snapshot", default="auto")
     p.add_argument("--fs", choices=["here", "xfs", "btrfs"], default="here")
@@ -389,7 +395,8 @@ def main():
     cache_med, cross = cache_rounds(ov_bin, env, a.work, cache_sizes, a.cache_rounds) if cache_sizes else ({}, False)
 
     hello = build_static_hello(a.work)
-    start = startups(ov_bin, hello, max(200, 40 * a.rounds)) if hello else None
+    static_bin = os.path.abspath(a.static_overlay) if a.static_overlay else None
+    start = startups(ov_bin, hello, max(200, 40 * a.rounds), static_bin) if hello else None
 
     # Peak RSS: one more untimed pass of the big steps under GNU time.
     add = [ov_bin, "add-native", "--overlay", ov, "--target", src, "--patched-file", patched, "--artifact", art,
@@ -426,6 +433,9 @@ def main():
         h, v = start["hello"] * 1000, start["overlay --version"] * 1000
         floor = med["floor: durable ops"] * 1000
         print("%-22s %10.2f ms vs a static hello %.2f ms: %.2f x (target <= 1.5)" % ("start-up", v, h, v / h))
+        if "static overlay --version" in start:
+            sv = start["static overlay --version"] * 1000
+            print("%-22s %10.2f ms vs a static hello %.2f ms: %.2f x (the static build)" % ("start-up, static", sv, h, sv / h))
         print("%-22s %10.1f ms beyond the build vs its floor %.1f ms (its %d file fsyncs, %d directory fsyncs and %d renames"
               " timed alone %.1f ms + three `overlay --version` %.1f ms): %.2f x (target <= 1.25)" %
               ("A/B cycle vs floor", beyond, floor + 3 * v, durable[0], durable[1], durable[2], floor, 3 * v,

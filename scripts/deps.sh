@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian packages overlay needs to build and test, if any are missing.
 # Runs apt-get as root, or through sudo.
+# Usage: deps.sh [--demo] [EXTRA_PACKAGE...]   --demo: only what scripts/demo.sh builds and runs
 set -euo pipefail
-PKGS=(g++ cmake ninja-build pkg-config patch python3 openssl time
-      help2man bash-completion dpkg-dev libcli11-dev nlohmann-json3-dev libarchive-dev libssl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
+# What building the binary and running the demo (examples/cpu_smoke, a CMake + Ninja install) need.
+DEMO=(g++ cmake ninja-build patch libcli11-dev nlohmann-json3-dev libarchive-dev libssl-dev libspdlog-dev)
+if [[ ${1:-} == --demo ]]; then
+  shift
+  PKGS=("${DEMO[@]}" "$@")
+else
+PKGS=("${DEMO[@]}" pkg-config python3 openssl time
+      help2man bash-completion dpkg-dev libgtest-dev libgmock-dev libbenchmark-dev
+      # the static binary (tests/static): libarchive's static dependencies, its empty and Debian 11
+      # roots (busybox-static, debootstrap), the wheel's venv
+      libacl1-dev libzstd-dev liblz4-dev busybox-static debootstrap python3-venv
       # the realworld label's third-party builds: torch cpp_extension JIT, setuptools, Make, Meson
       strace make meson python3-dev python3-setuptools python3-torch libtorch-dev pybind11-dev
       # the field tests: extended attributes, ACLs and capabilities made with setfattr, setfacl, setcap
@@ -13,6 +23,7 @@ PKGS=(g++ cmake ninja-build pkg-config patch python3 openssl time
       # bench/plot.py draws bench/sweep.py's curves
       python3-matplotlib
       "$@")
+fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,8 @@
 #include "overlay/archive_api.hpp"
 
+#if !defined(OVERLAY_ARCHIVE_LINKED)
 #include <dlfcn.h>
+#endif
 
 #include <mutex>
 #include <string>
@@ -10,6 +12,16 @@
 namespace overlay {
 namespace {
 
+#if defined(OVERLAY_ARCHIVE_LINKED)
+// The static binary (OVERLAY_STATIC): libarchive is linked in, nothing is loaded.
+ArchiveApi load() {
+  ArchiveApi api;
+#define OVERLAY_ARCHIVE_BIND(name) api.name = &::name;
+  OVERLAY_ARCHIVE_FUNCTIONS(OVERLAY_ARCHIVE_BIND)
+#undef OVERLAY_ARCHIVE_BIND
+  return api;
+}
+#else
 void* open_library() {
   // The runtime library this binary was configured against, then its usual soname.
   for (const char* name : {OVERLAY_LIBARCHIVE_PATH, "libarchive.so.13", "libarchive.so"})
@@ -28,6 +40,7 @@ ArchiveApi load() {
 #undef OVERLAY_ARCHIVE_BIND
   return api;
 }
+#endif
 
 }  // namespace
 

@@ -38,10 +38,19 @@ int nofollow_of(const At& at) { return at.dir() != nullptr ? O_NOFOLLOW : 0; }
 // filesystem keeps none.
 std::vector<std::string> xattr_names(const std::string& path, const At& p);
 
+// Whether /proc/self/fd reaches this process's descriptors: not in a root without /proc (an
+// empty chroot, a minimal container), where the static binary still has to work.
+bool proc_fds_available() {
+  static const bool available = ::access("/proc/self/fd", X_OK) == 0;
+  return available;
+}
+
 // A path the l*xattr calls reach `at` by: a name inside a held directory goes through the
-// directory's descriptor (/proc/self/fd/N/name), so no rename on its path redirects it.
+// directory's descriptor (/proc/self/fd/N/name), so no rename on its path redirects it; without
+// /proc, by its full path (there is no *xattrat() call before Linux 6.13).
 std::string xattr_path(const At& at) {
   if (at.dir() == nullptr) return at.rel().string();
+  if (!proc_fds_available()) return at.full().string();
   return "/proc/self/fd/" + std::to_string(at.dir()->fd()) + (at.rel().empty() ? "" : "/" + at.rel().string());
 }
 

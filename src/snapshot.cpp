@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <set>
@@ -129,6 +130,16 @@ la_ssize_t source_read(archive*, void* client, const void** out) {
   }
 }
 
+// The next member's header. A UTF-8 name (a pax `path` as Python's tarfile writes it) that the C
+// locale cannot represent is a warning in libarchive, which then keeps the name's bytes as they
+// are: exactly what a byte-string name needs, so that warning reads as success; any other stays.
+int next_header(archive* a, archive_entry** e) {
+  int rc = A().archive_read_next_header(a, e);
+  if (rc != ARCHIVE_WARN) return rc;
+  const char* why = A().archive_error_string(a);
+  return why != nullptr && std::strstr(why, "can't be converted from UTF-8") != nullptr ? ARCHIVE_OK : rc;
+}
+
 ArchivePtr open_tar(ReadSource& src, const fs::path& tar_path) {
   ArchivePtr a(A().archive_read_new());
   A().archive_read_support_filter_all(a.get());
@@ -176,7 +187,7 @@ std::vector<Member> scan_tar(Disk& disk, const fs::path& tar_path, const std::st
   std::vector<Member> members;
   archive_entry* e = nullptr;
   int rc;
-  while ((rc = A().archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
+  while ((rc = next_header(a.get(), &e)) == ARCHIVE_OK) {
     const char* p = A().archive_entry_pathname(e);
     std::string raw = p ? p : "";
     Member m{normalize_member(raw), {}};
@@ -356,6 +367,12 @@ std::string snapshot_dir_to_tar(Disk& disk, const At& dir_at, const fs::path& ta
   WriteSink sink{out.get(), &hash, &meter, {}};
   ArchivePtr a(A().archive_write_new());
   A().archive_write_set_format_pax_restricted(a.get());
+  // Names are bytes. The binary runs in the C locale (the static one may have no locale at all),
+  // where libarchive cannot convert a name with a byte >= 0x80 to the pax header's UTF-8 and
+  // refuses the entry; BINARY writes the name as it is, with hdrcharset=BINARY in its header,
+  // which Python's tarfile (overlay_setup.py) reads back as the same bytes.
+  if (A().archive_write_set_format_option(a.get(), "pax", "hdrcharset", "BINARY") != ARCHIVE_OK)
+    arch_fail(a.get(), "create tar " + tar_path.string());
   A().archive_write_set_bytes_per_block(a.get(), 1 << 20);  // one write(2) per MiB, not per 10 KiB
   A().archive_write_set_bytes_in_last_block(a.get(), 1);
   if (A().archive_write_open(a.get(), &sink, nullptr, sink_write, nullptr) != ARCHIVE_OK)
@@ -391,7 +408,7 @@ void extract_tar(Disk& disk, const fs::path& tar_path, const At& dest, const std
   auto inside = [&](const std::string& name) { return prefix->empty() || name == *prefix || name.rfind(*prefix + "/", 0) == 0; };
   archive_entry* e = nullptr;
   int rc;
-  while ((rc = A().archive_read_next_header(a.get(), &e)) == ARCHIVE_OK) {
+  while ((rc = next_header(a.get(), &e)) == ARCHIVE_OK) {
     const char* p = A().archive_entry_pathname(e);
     std::string raw = p ? p : "";
     std::string name = normalize_member(raw);

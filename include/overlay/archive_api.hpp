@@ -18,7 +18,7 @@ namespace overlay {
   X(archive_read_support_filter_all) X(archive_read_support_format_tar) X(archive_write_close)          \
   X(archive_write_data) X(archive_write_header) X(archive_write_new) X(archive_write_open)              \
   X(archive_write_set_bytes_in_last_block) X(archive_write_set_bytes_per_block)                         \
-  X(archive_write_set_format_pax_restricted)
+  X(archive_write_set_format_option) X(archive_write_set_format_pax_restricted)
 
 struct ArchiveApi {
 #define OVERLAY_ARCHIVE_POINTER(name) decltype(&::name) name = nullptr;

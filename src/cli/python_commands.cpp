@@ -1,6 +1,3 @@
-#include <unistd.h>
-
-#include <climits>
 #include <memory>
 
 #include "commands.hpp"
@@ -13,20 +10,6 @@
 
 namespace overlay::cli {
 namespace {
-
-// A default hook module (capture_shapes.py, seam_trace.py): beside the binary's prefix, then the
-// install prefix, then the source tree (a build tree run without installing).
-fs::path default_hook_file(const std::string& name, const char* flag) {
-  std::vector<fs::path> candidates;
-  char exe[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) candidates.push_back(fs::path(std::string(exe, static_cast<std::size_t>(n))).parent_path().parent_path() / "share/overlay");
-  candidates.push_back(OVERLAY_INSTALL_SHARE_DIR);
-  candidates.push_back(OVERLAY_SOURCE_SHARE_DIR);
-  for (const auto& dir : candidates)
-    if (fs::is_regular_file(dir / name)) return dir / name;
-  throw Error("cannot find the default hook share/overlay/" + name + "; pass " + flag);
-}
 
 void print_added(const std::string& verb, const PyAddResult& r) {
   out_line("OVERLAY_DIR=" + r.overlay.string());
@@ -201,14 +184,15 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
     cap->add_option("--target", c->target, "module:attr to capture")->required();
     cap->add_option("--out", c->out, "Directory receiving meta.json (and tensors when torch is present)")->required();
     cap->add_option("--max", c->max, "Calls to record (default 5)");
-    cap->add_option("--capture-file", c->capture_file, "Capture hook module (default: the one installed under share/overlay)");
+    cap->add_option("--capture-file", c->capture_file, "Capture hook module (default: the binary's own share/overlay/capture_shapes.py)");
     cap->callback([&run, c, &g] {
       run = [c, &g] {
         return guarded("add-capture", [&] {
           AddCaptureRequest q{c->common(g), c->target, c->out, c->max, {}};
-          q.capture_file = c->capture_file.empty() ? default_hook_file("capture_shapes.py", "--capture-file") : fs::path(c->capture_file);
+          q.capture_file = c->capture_file;  // empty: the binary's own capture_shapes.py
           print_added("add-capture", add_capture(cli_disk(), q));
-          result()["capture_file"] = q.capture_file.string();
+          // The caller's hook file, or null: the binary's own copy of share/overlay/capture_shapes.py.
+          result()["capture_file"] = q.capture_file.empty() ? json(nullptr) : json(q.capture_file.string());
           return int{kOk};
         });
       };
@@ -221,11 +205,11 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
     python_verb(app, run, g, "add-marker", "Wrap module:attr in a GEAK_TARGET::<target> profiler range (seam_trace.py)", f, sub,
                 [](const MarkerFlags& m, const Globals& gl) {
                   AddMarkerRequest q{m.common(gl), m.target, {}};
-                  q.marker_file = m.marker_file.empty() ? default_hook_file("seam_trace.py", "--marker-file") : fs::path(m.marker_file);
+                  q.marker_file = m.marker_file;  // empty: the binary's own seam_trace.py
                   return add_marker(cli_disk(), q);
                 });
     sub->add_option("--target", f->target, "module:attr to mark (attr may be dotted)")->required();
-    sub->add_option("--marker-file", f->marker_file, "Marker hook module, install(target) (default: share/overlay/seam_trace.py)");
+    sub->add_option("--marker-file", f->marker_file, "Marker hook module, install(target) (default: the binary's own share/overlay/seam_trace.py)");
   }
 
   if (want("add-hook")) {

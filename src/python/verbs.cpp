@@ -54,6 +54,19 @@ fs::path existing_file(Disk& disk, const fs::path& p, const std::string& what) {
   return abs;
 }
 
+// The hook module a caller named (checked now, before anything is recorded), or none: the
+// binary's own copy (write_hook).
+std::optional<fs::path> hook_file_of(Disk& disk, const fs::path& given, const std::string& what) {
+  if (given.empty()) return std::nullopt;
+  return existing_file(disk, given, what);
+}
+
+// Writes the hook module into the overlay: the caller's file, else the embedded default.
+void write_hook(Disk& disk, const std::optional<fs::path>& given, const std::string& embedded, const fs::path& dest) {
+  if (given) replace_file_atomically(disk, *given, dest, 0644);
+  else write_file_atomically(disk, dest, embedded, 0644);
+}
+
 const char* kFindSpecScript = R"PY(
 import importlib.util, json, sys
 name = sys.argv[1]
@@ -269,11 +282,11 @@ PyAddResult add_capture(Disk& disk, const AddCaptureRequest& req) {
   fs::path out = absolute_normal(req.out);
   FileInfo oi = disk.info(out, Follow::yes);
   if (oi.exists() && oi.type != FileType::directory) throw Error("--out is not a directory: " + out.string());
-  fs::path hook = existing_file(disk, req.capture_file, "capture file");
+  std::optional<fs::path> hook = hook_file_of(disk, req.capture_file, "capture file");
   check_overlay_target(disk, req.common);
   json entry = {{"target", req.target}, {"out", out.string()}, {"max", req.max}};
   PyAddResult r = record(disk, req.common, "captures", {"target"}, entry, [&](const fs::path& o) {
-    replace_file_atomically(disk, hook, o / "capture_shapes.py", 0644);
+    write_hook(disk, hook, capture_hook_text(), o / "capture_shapes.py");
   });
   r.summary = "add-capture " + req.target + " -> " + out.string();
   return r;
@@ -281,10 +294,10 @@ PyAddResult add_capture(Disk& disk, const AddCaptureRequest& req) {
 
 PyAddResult add_marker(Disk& disk, const AddMarkerRequest& req) {
   check_target(req.target);
-  fs::path hook = existing_file(disk, req.marker_file, "marker file");
+  std::optional<fs::path> hook = hook_file_of(disk, req.marker_file, "marker file");
   check_overlay_target(disk, req.common);
   PyAddResult r = record(disk, req.common, "markers", {"target"}, json{{"target", req.target}}, [&](const fs::path& o) {
-    replace_file_atomically(disk, hook, o / "seam_trace.py", 0644);
+    write_hook(disk, hook, marker_hook_text(), o / "seam_trace.py");
   });
   r.summary = "add-marker " + req.target;
   return r;

@@ -10,6 +10,10 @@ namespace overlay {
 
 // The exact text the binary writes.
 const std::string& sitecustomize_text();
+// The default hook modules add-capture and add-marker copy into overlays: share/overlay's
+// capture_shapes.py and seam_trace.py, byte for byte (embedded: the binary needs no share dir).
+const std::string& capture_hook_text();
+const std::string& marker_hook_text();
 
 // What stands at <overlay>/sitecustomize.py.
 enum class SitecustomizeKind {
