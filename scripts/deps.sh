@@ -20,6 +20,8 @@ PKGS=("${DEMO[@]}" pkg-config python3 openssl time
       attr acl libcap2-bin
       # the cow label: XFS (reflink) and btrfs images, loop-mounted
       xfsprogs btrfs-progs
+      # the claims checker (tests/model): hypothesis stateful testing
+      python3-hypothesis
       # bench/plot.py draws bench/sweep.py's curves
       python3-matplotlib
       "$@")

@@ -87,6 +87,8 @@ ApplyPlan plan_apply(Disk& disk, const ApplyRequest& req) {
     }
   }
   plan.native.swaps = std::move(compiled);
+  if (!plan.modules.empty()) require_pythonpath_safe(plan.native.overlay);
+  plan.native.op = "apply";
   if (!plan.has_native() && (!plan.native.artifacts.empty() || !plan.native.caches.empty() || !plan.native.build_cmds.empty()))
     throw Error("the diff changes no compiled file: --artifact, --invalidate-cache and --build-cmd have nothing to act on");
   if (auto m = load_manifest(disk, plan.native.overlay))

@@ -9,6 +9,7 @@
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
+#include "overlay/in_flight.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/native.hpp"
 #include "overlay/store.hpp"
@@ -57,10 +58,24 @@ std::optional<std::string> live_owner(const Manifest& m) {
   return std::nullopt;
 }
 
+// Why the overlay must be left alone now: an operation in flight on it (add-native building,
+// exec, revert), or an entry's owner alive or kept on purpose.
+std::optional<std::string> why_live(Disk& disk, const fs::path& overlay, const Manifest& m) {
+  std::string busy = describe_live(live_operations(disk, overlay));
+  if (!busy.empty()) return busy;
+  return live_owner(m);
+}
+
 double age_seconds(const FileInfo& fi) {
   using namespace std::chrono;
   double now = duration<double>(system_clock::now().time_since_epoch()).count();
   return now - (static_cast<double>(fi.mtime.tv_sec) + static_cast<double>(fi.mtime.tv_nsec) / 1e9);
+}
+
+RevertOptions gc_revert_options(Disk& disk, const fs::path& overlay, const GcOptions& opts) {
+  RevertOptions o{false, opts.lock_timeout, {}, std::nullopt, std::nullopt, {}};
+  o.spare_if = [&disk, overlay](const Manifest& m) { return why_live(disk, overlay, m); };
+  return o;
 }
 
 GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const GcOptions& opts, bool& relevant) {
@@ -72,22 +87,24 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
   try {
     m = load_manifest(disk, overlay);
   } catch (const Error& e) {
-    return {overlay, GcOutcome::failed, e.what()};
+    // Junk, or another tool's file under our name: reported, and no reason to fail the walk.
+    return {overlay, GcOutcome::skipped, std::string("not a manifest overlay can read: ") + e.what()};
   }
   if (!m || m->natives.empty()) {
     relevant = false;
     // Only litter left (a revert's detached deleter was killed), or backups no record names (an
     // add-native killed before its record): deleted, nothing to report.
     bool backups = disk.info(overlay / kBackupDirName, Follow::no).type == FileType::directory;
-    if ((backups || (m && !m->litter.empty())) && !opts.dry_run && !(m && live_owner(*m)))
-      revert_natives(disk, overlay, RevertOptions{false, opts.lock_timeout, {}, std::nullopt, std::nullopt});
+    if ((backups || (m && !m->litter.empty())) && !opts.dry_run && !(m && why_live(disk, overlay, *m)))
+      revert_natives(disk, overlay, gc_revert_options(disk, overlay, opts));
     return {overlay, GcOutcome::skipped, "no native entries"};
   }
-  if (auto owner = live_owner(*m)) return {overlay, GcOutcome::skipped, *owner};
+  if (auto live = why_live(disk, overlay, *m)) return {overlay, GcOutcome::skipped, *live};
   if (opts.min_age_s && age_seconds(mfi) < *opts.min_age_s)
     return {overlay, GcOutcome::skipped, "changed less than --min-age ago"};
   if (opts.dry_run) return {overlay, GcOutcome::would_revert, ""};
-  RevertReport r = revert_natives(disk, overlay, RevertOptions{false, opts.lock_timeout, {}, std::nullopt, std::nullopt});
+  RevertReport r = revert_natives(disk, overlay, gc_revert_options(disk, overlay, opts));
+  if (r.spared) return {overlay, GcOutcome::skipped, *r.spared};  // became live before the lock was ours
   if (r.ok()) {
     // Reverted on disk; a process that still maps a replaced artifact runs the patched code.
     std::string still;
@@ -99,6 +116,17 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
   std::string reason;
   for (const auto& p : r.problems) reason += (reason.empty() ? "" : "; ") + p.path + ": " + p.reason;
   return {overlay, GcOutcome::failed, reason};
+}
+
+// One overlay's verdict, whatever goes wrong with it: an overlay that cannot be locked, read or
+// written (a read-only mount, a lock held past --lock-timeout) is reported and the walk goes on.
+GcItem consider_one(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const GcOptions& opts, bool& relevant) {
+  try {
+    return consider(disk, overlay, mfi, opts, relevant);
+  } catch (const std::exception& e) {
+    relevant = true;
+    return {overlay, GcOutcome::failed, e.what()};
+  }
 }
 
 }  // namespace
@@ -142,7 +170,7 @@ GcReport gc_stale(Disk& disk, const fs::path& root_in, const GcOptions& opts) {
   for (const auto& ov : with_backups) found.emplace_back(ov / kManifestName, disk.info(ov / kBackupDirName, Follow::no));
   for (const auto& [path, fi] : found) {
     bool relevant = false;
-    GcItem item = consider(disk, path.parent_path(), fi, opts, relevant);
+    GcItem item = consider_one(disk, path.parent_path(), fi, opts, relevant);
     if (relevant) report.items.push_back(std::move(item));
   }
   return report;

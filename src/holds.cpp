@@ -44,7 +44,10 @@ std::optional<Hold> HoldRegistry::hold_of(const fs::path& path) {
     json j = parse_json_bytes(read_small_file(disk_, f, 1 << 16));
     if (j.value("path", "") != path.string() || !j.contains("overlay") || !j["overlay"].is_string()) return std::nullopt;
     std::vector<fs::path> all = named_overlays(j);
-    return Hold{all.front(), std::vector<fs::path>(all.begin() + 1, all.end())};
+    Hold h{all.front(), std::vector<fs::path>(all.begin() + 1, all.end()), std::nullopt, std::nullopt};
+    if (j.contains("original_sha256") && j["original_sha256"].is_string()) h.original_sha256 = j["original_sha256"].get<std::string>();
+    if (j.contains("patched_sha256") && j["patched_sha256"].is_string()) h.patched_sha256 = j["patched_sha256"].get<std::string>();
+    return h;
   } catch (const std::exception&) {
     return std::nullopt;  // an unreadable hold holds nothing
   }
@@ -93,6 +96,8 @@ void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   // Written atomically but not fsynced: a hold lost to a power cut only loses a convenience
   // check, and two fsyncs per add-native are a measurable share of a small A/B cycle.
   json j = {{"path", p.string()}, {"overlay", hold.overlay.string()}};
+  if (hold.original_sha256) j["original_sha256"] = *hold.original_sha256;
+  if (hold.patched_sha256) j["patched_sha256"] = *hold.patched_sha256;
   if (!hold.under.empty()) {
     j["under"] = json::array();
     for (const auto& u : hold.under) j["under"].push_back(u.string());
@@ -122,25 +127,104 @@ std::vector<std::unique_ptr<OverlayLock>> HoldRegistry::lock_paths(const std::ve
   return held;
 }
 
-HoldClaim HoldRegistry::acquire(const std::vector<fs::path>& paths, const fs::path& overlay, bool force, double lock_timeout) {
+namespace {
+
+// The SHA-256 of what stands at p now: "" when nothing does (the checksum a hold gives a file
+// that did not exist), nullopt when it is not a readable regular file.
+std::optional<std::string> sha_now(Disk& disk, const fs::path& p) {
+  FileInfo fi = disk.info(p, Follow::no);
+  if (!fi.exists()) return std::string();
+  if (fi.type != FileType::regular) return std::nullopt;
+  try {
+    return hash_file(disk, p);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::string OrphanHold::describe() const {
+  std::string who = "overlay " + hold.overlay.string() +
+                    (vanished ? ", which has vanished (no manifest there now: deleted or moved)" : ", whose manifest no longer lists it");
+  if (file_state == "patched") return who + "; the file holds that overlay's patched bytes, and the original is lost with its backups";
+  if (file_state == "third version") return who + "; the file holds neither its original nor its patched bytes (a third version)";
+  if (file_state == "original") return who + "; the file holds the original bytes";
+  return who + "; whether the file holds the original cannot be told (the hold records no checksums)";
+}
+
+std::optional<OrphanHold> HoldRegistry::judge_orphan(const fs::path& path, const Hold& hold) {
+  if (still_holds(hold.overlay, path)) return std::nullopt;
+  OrphanHold o{path, hold, false, "unknown"};
+  try {
+    o.vanished = !load_manifest(disk_, hold.overlay);
+  } catch (const Error&) {
+    o.vanished = false;  // unreadable: still_holds said it holds, so not reached
+  }
+  if (hold.original_sha256) {
+    auto now = sha_now(disk_, path);
+    o.file_state = now && *now == *hold.original_sha256                          ? "original"
+                   : now && hold.patched_sha256 && *now == *hold.patched_sha256 ? "patched"
+                                                                                 : "third version";
+  }
+  return o;
+}
+
+std::optional<OrphanHold> HoldRegistry::orphan_of(const fs::path& path) {
+  auto h = hold_of(path);
+  return h ? judge_orphan(path, *h) : std::nullopt;
+}
+
+std::vector<OrphanHold> HoldRegistry::orphans() {
+  std::vector<OrphanHold> out;
+  if (disk_.info(dir_, Follow::no).type != FileType::directory) return out;
+  for (const auto& e : disk_.list_dir(dir_)) {
+    if (e.name.size() < 5 || e.name.compare(e.name.size() - 5, 5, ".json") != 0) continue;
+    try {
+      json j = parse_json_bytes(read_small_file(disk_, dir_ / e.name, 1 << 16));
+      if (!j.contains("path") || !j["path"].is_string()) continue;
+      if (auto o = orphan_of(j["path"].get<std::string>())) out.push_back(std::move(*o));
+    } catch (const std::exception&) {
+      // an unreadable hold names nothing
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const OrphanHold& a, const OrphanHold& b) { return a.path < b.path; });
+  return out;
+}
+
+HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force, double lock_timeout) {
   make_dirs(disk_, dir_, 0700);
   HoldClaim claim;
+  std::vector<fs::path> paths;
+  for (const auto& f : files) paths.push_back(f.path);
   claim.locks = lock_paths(paths, lock_timeout);
   OverlayLock lock(dir_, lock_timeout);
   for (const auto& p : paths) {
     auto h = hold_of(p);
-    if (!force && h && h->overlay != overlay && still_holds(h->overlay, p))
-      throw Error(p.string() + " is held by overlay " + h->overlay.string() + " (revert it first, or pass --force)");
+    if (h && h->overlay != overlay) {
+      if (!force && still_holds(h->overlay, p))
+        throw Error(p.string() + " is held by overlay " + h->overlay.string() + " (revert it first, or pass --force)");
+      // Its holder gone (or no longer listing it): the file is backed up as the original only
+      // where it is the original, or where the caller says so with --force.
+      // A hold without checksums (an earlier version's) is judged as before unless its holder vanished.
+      if (auto o = judge_orphan(p, *h); o && o->file_state != "original" && (o->vanished || o->file_state != "unknown")) {
+        if (!force)
+          throw Error(p.string() + " was changed by " + o->describe() + ": revert that overlay where it is now, restore the file, or pass --force to take its current bytes as the original");
+        claim.warnings.push_back("taking over " + p.string() + " from " + o->describe() + ": the original bytes are lost; what it holds now is backed up as the original");
+      }
+    }
     claim.previous.emplace_back(p, h);
   }
-  for (const auto& [p, before] : claim.previous) {
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const auto& [p, before] = claim.previous[i];
     // Taken over with --force: the overlays whose changes this one stacks on stay named under it.
-    Hold now{overlay, {}};
+    Hold now{overlay, {}, sha_now(disk_, p), files[i].patched_sha256.value_or("")};
     if (before && before->overlay != overlay) {
       now.under.push_back(before->overlay);
       now.under.insert(now.under.end(), before->under.begin(), before->under.end());
     } else if (before) {
       now.under = before->under;
+      now.original_sha256 = before->original_sha256;  // stacked on itself: the original stays the first one
     }
     write_hold(p, now);
   }
@@ -160,18 +244,25 @@ void HoldRegistry::give_back(const HoldClaim& claim, const fs::path& overlay, do
 }
 
 void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded,
-                           double lock_timeout) {
+                           double lock_timeout, const NativeEntry* reverted) {
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
   OverlayLock lock(dir_, lock_timeout);
+  // Whether the hold on p is the reverted entry's own, recorded under the overlay's old path.
+  auto moved_here = [&](const fs::path& p, const Hold& h) {
+    if (reverted == nullptr || !h.original_sha256 || still_holds(h.overlay, p)) return false;
+    return std::any_of(reverted->sources.begin(), reverted->sources.end(), [&](const SourceItem& s) {
+      return s.install_path == p.string() && s.sha256 == *h.original_sha256 && s.patched_sha256.value_or("") == h.patched_sha256.value_or("");
+    });
+  };
   for (const auto& p : paths) {
     auto h = hold_of(p);
-    if (!h || h->overlay != overlay || records_change_to(recorded, p)) continue;
+    if (!h || (h->overlay != overlay && !moved_here(p, *h)) || records_change_to(recorded, p)) continue;
     // The nearest overlay under it whose change to p is still on record holds p again.
     auto next = std::find_if(h->under.begin(), h->under.end(), [&](const fs::path& u) { return u != overlay && still_holds(u, p); });
     if (next == h->under.end())
       disk_.remove(hold_file(p));
     else
-      write_hold(p, Hold{*next, std::vector<fs::path>(next + 1, h->under.end())});
+      write_hold(p, Hold{*next, std::vector<fs::path>(next + 1, h->under.end()), std::nullopt, std::nullopt});
   }
 }
 

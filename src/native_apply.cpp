@@ -224,21 +224,27 @@ void record_untracked(Disk& disk, const NativePlan& plan, const std::string& id,
 }  // namespace
 
 AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
-  std::vector<fs::path> targets;
-  for (const auto& s : plan.swaps) targets.push_back(s.target);
+  std::vector<HeldFile> targets;
+  for (const auto& s : plan.swaps)
+    targets.emplace_back(s.target, s.kind == SwapKind::remove ? std::optional<std::string>() : s.content_sha256);
   // Refused here (nothing touched yet) when another overlay still holds a target; from here to
   // the end of the swap no other add-native can take one of them (the claim's locks).
   HoldRegistry holds(disk, plan.state_dir);
   HoldClaim claim = holds.acquire(targets, plan.overlay, plan.force, plan.lock_timeout);
+  for (const auto& w : claim.warnings) spdlog::warn("{}", w);
   std::optional<OverlayLock> lock;
   BackupStore store(disk, plan.overlay);
   HeldDirs held(disk, plan);
   std::vector<ClonedArtifact> cloned;
   Manifest m;
   std::string id;
+  std::shared_ptr<InFlight> in_flight;
   try {
     make_dirs(disk, plan.overlay);
     lock.emplace(plan.overlay, plan.lock_timeout);
+    // Marked under the lock gc-stale judges under, before the record: no entry of ours is ever
+    // on record without its operation marked live.
+    in_flight = std::make_shared<InFlight>(disk, plan.overlay, plan.op);
     m = load_manifest(disk, plan.overlay).value_or(Manifest{});
     id = store.new_entry();
     m.natives.push_back(back_up(disk, store, plan, id, cloned, held));
@@ -291,7 +297,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     }
   }
   store.purge(store.take_litter());
-  return {id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size()};
+  return {id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size(), in_flight};
 }
 
 BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry) {

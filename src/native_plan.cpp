@@ -201,6 +201,37 @@ void check_writable(Disk& disk, const NativePlan& plan) {
                   std::to_string(::geteuid()) + ")");
   }
 }
+// The install's real name of p: symlinks resolved where p (or its directory) exists.
+fs::path real_or_same(Disk& disk, const fs::path& p) {
+  if (disk.info(p, Follow::yes).exists()) return disk.real_path(p);
+  if (disk.info(p.parent_path(), Follow::yes).type == FileType::directory) return disk.real_path(p.parent_path()) / p.filename();
+  return p;
+}
+
+// An artifact that is a file the entry changes (a target, or a patched file the caller keeps),
+// or a cache dir holding one of them or the overlay: verify would judge the swap as the build's
+// work, and invalidating the cache would move the patched source (or the overlay) away. Refused.
+void check_no_overlap(Disk& disk, const NativePlan& plan) {
+  std::vector<std::pair<fs::path, std::string>> changed;  // what must stay where it is, and its name
+  for (const auto& s : plan.swaps) {
+    changed.emplace_back(s.target, "target " + s.target.string());
+    if (!s.content.empty()) changed.emplace_back(real_or_same(disk, s.content), "patched file " + s.content.string());
+  }
+  for (const auto& a : plan.artifacts) {
+    fs::path real = real_or_same(disk, a);
+    for (const auto& [p, what] : changed)
+      if (real == p || a == p) throw Error("artifact " + a.string() + " is the " + what + ": an artifact is what the build makes");
+  }
+  changed.emplace_back(disk.info(plan.overlay, Follow::yes).exists() ? disk.real_path(plan.overlay) : plan.overlay,
+                       "overlay " + plan.overlay.string());
+  for (const auto& c : plan.caches) {
+    fs::path real = real_or_same(disk, c);
+    for (const auto& [p, what] : changed)
+      for (const auto& dir : {c, real})
+        if (p == dir || inside(p, dir))
+          throw Error("cache dir " + c.string() + " holds the " + what + ": invalidating it would move that away");
+  }
+}
 }  // namespace
 
 NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
@@ -222,6 +253,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
     plan.owner = Owner{*req.owner_pid, *ticks};
   }
   plan.swaps = checked_swaps(disk, req, plan);
+  check_no_overlap(disk, plan);
   check_writable(disk, plan);
   return plan;
 }

@@ -39,9 +39,11 @@ class Reverter {
       ok &= attempt(it->path, [&] { return created(place(it->path, it->parent)); });
     for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
       ok &= attempt(it->install_path, [&] {
+        // Where it goes first: a refusal there is the item's one story, with no warning before it
+        // about a replacement that then does not happen.
+        PinnedPlace at = place(it->install_path, it->parent);
         if (!opts_.dry_run) warn_if_drifted(*it);
-        return file(place(it->install_path, it->parent),
-                    FileRecord{it->backup, it->sha256, it->mode, it->stamp, it->owner, it->xattrs, it->same_inode}, RestoredTime::now);
+        return file(at, FileRecord{it->backup, it->sha256, it->mode, it->stamp, it->owner, it->xattrs, it->same_inode}, RestoredTime::now);
       });
     return ok;
   }
@@ -239,7 +241,7 @@ void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overla
   for (const auto& s : e.sources) paths.emplace_back(s.install_path);
   for (const auto& c : e.created) paths.emplace_back(c.path);
   try {
-    holds_of(disk, opts).release(paths, overlay, now, opts.lock_timeout);
+    holds_of(disk, opts).release(paths, overlay, now, opts.lock_timeout, &e);
   } catch (const Error& err) {
     spdlog::warn("cannot release holds of {}: {}", overlay.string(), err.what());
   }
@@ -286,6 +288,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   auto m = load_manifest(disk, overlay);
   if (!m) return report;
   report.had_manifest = true;
+  if (opts.spare_if && (report.spared = opts.spare_if(*m))) return report;
   report.entries = m->natives.size();
   std::size_t litter_recorded = m->litter.size();
   if (!opts.dry_run) m->litter = litter_left(disk, m->litter);

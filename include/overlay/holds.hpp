@@ -13,12 +13,40 @@
 namespace overlay {
 
 struct Manifest;
+struct NativeEntry;
 
 // Who holds a path: the overlay whose change is on top, and the overlays whose changes it was
 // stacked on with --force (nearest first, key "under"), which hold it again as each above goes.
+// The holder's original and patched SHA-256 of the file ("" where it had no such bytes: a file
+// it created, or deleted), so that a file whose holder vanished is never backed up again as the
+// original without saying so. Unknown (nullopt) in holds an earlier version wrote, and for the
+// overlays under the top one.
 struct Hold {
   fs::path overlay;
   std::vector<fs::path> under;
+  std::optional<std::string> original_sha256, patched_sha256;
+};
+
+// A file add-native is about to change, and the SHA-256 of the bytes it will write there (none
+// for a file it deletes).
+struct HeldFile {
+  HeldFile(fs::path p, std::optional<std::string> patched = std::nullopt)  // NOLINT: a path is a held file
+      : path(std::move(p)), patched_sha256(std::move(patched)) {}
+  fs::path path;
+  std::optional<std::string> patched_sha256;
+};
+
+// A hold whose holder no longer records a change to its file: the overlay was deleted or moved
+// (vanished: no manifest there), or its record no longer lists the file.
+struct OrphanHold {
+  fs::path path;
+  Hold hold;
+  bool vanished = false;
+  // What the file holds now against the hold's record: "original", "patched" (the vanished
+  // holder's bytes: its original is lost with its backups), "third version", or "unknown" (a hold
+  // without checksums).
+  std::string file_state;
+  std::string describe() const;  // "overlay X, which has vanished, … the file holds its patched bytes"
 };
 
 // What HoldRegistry::acquire took: a lock per path, held until this is destroyed (across the
@@ -27,6 +55,7 @@ struct Hold {
 struct HoldClaim {
   std::vector<std::unique_ptr<OverlayLock>> locks;
   std::vector<std::pair<fs::path, std::optional<Hold>>> previous;
+  std::vector<std::string> warnings;  // holds of vanished overlays taken over with --force
 };
 
 class HoldRegistry {
@@ -41,7 +70,11 @@ class HoldRegistry {
   // manifest still records a native change to one of `paths` holds it; then records `overlay`
   // as the holder of each. With force, takes the holds over without checking. The check and
   // the hold are one step for every other caller of acquire while the claim lives.
-  [[nodiscard]] HoldClaim acquire(const std::vector<fs::path>& paths, const fs::path& overlay, bool force, double lock_timeout);
+  // A hold whose holder vanished or no longer lists the file is taken over silently only where
+  // the file still holds the original the hold recorded; elsewhere refused (Error naming the
+  // vanished overlay and what the file holds), or with force taken with a warning that the
+  // original bytes are lost (claim.warnings).
+  [[nodiscard]] HoldClaim acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force, double lock_timeout);
 
   // Undoes a claim whose add-native failed before its manifest named the entry: each path
   // `overlay` still holds goes back to its previous holder, or is free again.
@@ -50,7 +83,11 @@ class HoldRegistry {
   // Drops the holds `overlay` has on `paths` that `recorded` — its manifest as just saved — no
   // longer records a change to (holds of other overlays stay). A path held under it (an overlay
   // it was stacked on with --force, whose change is in place again) is held by that one again.
-  void release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded, double lock_timeout);
+  // A hold that names another overlay is dropped too when that one vanished and `reverted` (the
+  // entry just reverted) holds the very original and patched bytes the hold recorded: the same
+  // overlay, moved since its add-native.
+  void release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded, double lock_timeout,
+               const NativeEntry* reverted = nullptr);
 
   // The overlay recorded as holding `path`, whether or not that hold is still live.
   std::optional<fs::path> holder(const fs::path& path);
@@ -59,6 +96,12 @@ class HoldRegistry {
   // Every overlay some hold names (each once, sorted): the overlays of this machine with native
   // changes applied, as far as this registry knows. Read-only.
   std::vector<fs::path> overlays();
+
+  // The holds whose holder no longer records a change to their file (read-only), each judged
+  // against the file as it is now.
+  std::vector<OrphanHold> orphans();
+  // The orphan hold on `path`, if its hold is one.
+  std::optional<OrphanHold> orphan_of(const fs::path& path);
 
  private:
   fs::path hold_file(const fs::path& path) const;
@@ -69,6 +112,7 @@ class HoldRegistry {
   // and given back).
   std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
   bool still_holds(const fs::path& holder, const fs::path& path);
+  std::optional<OrphanHold> judge_orphan(const fs::path& path, const Hold& hold);
 
   Disk& disk_;
   fs::path dir_;

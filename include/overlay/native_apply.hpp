@@ -2,9 +2,11 @@
 // add-native after planning: back up everything durably, record the entry atomically, and only
 // then swap sources and invalidate caches (steps 2-6 of the protocol in docs/design.md); then
 // run the install's own build (step 7).
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "overlay/in_flight.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/native_plan.hpp"
 #include "overlay/process.hpp"
@@ -15,6 +17,9 @@ struct AppliedEntry {
   std::string id;
   fs::path log_path;
   std::size_t sources = 0, artifacts = 0, caches = 0;
+  // The overlay is marked live (plan.op) from before the entry is recorded until the last copy of
+  // this goes: keep it through the build, so gc-stale never reverts an entry still being built.
+  std::shared_ptr<InFlight> in_flight;
 };
 
 // Backs up every source, artifact and cache durably, records the entry in the manifest

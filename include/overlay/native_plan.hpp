@@ -71,6 +71,7 @@ struct NativePlan {
   // when --build-cwd named it (a defaulted one is wherever the caller stood, e.g. $HOME).
   std::vector<fs::path> watched_dirs;
   std::optional<Owner> owner;
+  std::string op = "add-native";  // what the overlay's in-flight mark says is running
   double lock_timeout = 120;
   std::optional<double> build_timeout;
   bool force = false;

@@ -2,6 +2,7 @@
 // revert: restore every native entry byte-exact, newest first; each backup proven before use,
 // each item idempotent, the entry dropped from the manifest before its backups (docs/design.md,
 // "The protocol of revert" and the crash table).
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,10 @@ struct RevertOptions {
   fs::path state_dir;  // the hold registry; empty: HoldRegistry::default_state_dir()
   std::optional<std::string> only_entry;  // revert just this entry id (--revert-on-failure)
   std::optional<std::string> only_patch;  // revert just the entries of this patch (`apply`)
+  // gc-stale: asked under the overlay lock, with the manifest as it is then; a reason it gives
+  // (a live owner, an operation in flight) leaves the overlay untouched (RevertReport::spared).
+  // Asked there, not before the lock, so no add-native can record an entry between the two.
+  std::function<std::optional<std::string>(const Manifest&)> spare_if;
 };
 struct RevertProblem {
   std::string path;
@@ -28,6 +33,7 @@ struct RevertAction {
 };
 struct RevertReport {
   bool had_manifest = false;
+  std::optional<std::string> spared;  // why spare_if left the overlay as it was
   std::size_t entries = 0;           // native entries found
   std::size_t entries_reverted = 0;  // fully restored and removed from the manifest
   std::size_t modules_removed = 0;   // Python entries removed with their patch

@@ -21,6 +21,8 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
+#include "overlay/in_flight.hpp"
+#include "overlay/python/sitecustomize.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/native.hpp"
 #include "overlay/owner.hpp"
@@ -99,6 +101,7 @@ class Exec {
   int cand_status_ = 0;
   bool cand_timed_out_ = false;
   std::optional<Verdict> verdict_;
+  std::shared_ptr<InFlight> in_flight_;
 };
 
 std::vector<std::string> Exec::lock_paths() const {
@@ -186,6 +189,7 @@ bool Exec::apply() {
       ApplyRequest req{f_.req, std::nullopt};
       if (!f_.python_root.empty()) req.python_root = f_.python_root;
       ApplyPlan ap = plan_apply(disk_, req);
+      ap.native.op = "exec";
       AppliedPatch applied = apply_patch(disk_, ap);
       patch_id_ = applied.patch_id;
       j["mode"] = "apply";
@@ -196,11 +200,13 @@ bool Exec::apply() {
       entry = *applied.native;
     } else {
       plan = plan_add_native(disk_, f_.req);
+      plan.op = "exec";
       entry = apply_native(disk_, plan);
       j["mode"] = "add-native";
       out_line("add-native " + plan.swaps.front().target.string() + "  (entry " + entry.id + ")");
     }
     entry_id_ = entry.id;
+    in_flight_ = entry.in_flight;  // the overlay stays marked live until this run has reverted
     j["entry"] = entry_id_;
     if (interrupted()) return false;
     if (!plan.build_cmds.empty()) {
@@ -297,6 +303,7 @@ void Exec::keep_applied() {
 int Exec::run() {
   if (f_.cmd.empty()) throw Error("no command: pass it after --, e.g. overlay exec … -- python3 bench.py");
   if (f_.targets.empty() && f_.patch_root.empty()) throw Error("pass --target (as add-native) or --patch with --patch-root (as apply)");
+  require_pythonpath_safe(overlay_);  // CMD runs with the overlay on PYTHONPATH
   ExecSignals signals;
   g_signal = 0;
   auto locks = lock_install_paths(HoldRegistry::default_state_dir(), lock_paths(), g_.lock_timeout);

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <memory>
 
+#include <spdlog/spdlog.h>
+
 #include "commands.hpp"
 #include "native_flags.hpp"
 #include "output.hpp"
@@ -11,6 +13,7 @@
 #include "overlay/error.hpp"
 #include "overlay/gc.hpp"
 #include "overlay/holds.hpp"
+#include "overlay/in_flight.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/native.hpp"
 #include "overlay/python/verbs.hpp"
@@ -162,21 +165,21 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
   fill_request(f, g);
   NativePlan plan = plan_add_native(disk, f.req);
   AppliedEntry entry = apply_native(disk, plan);
-  out_line("OVERLAY_DIR=" + plan.overlay.string());
-  std::string summary = "add-native " + plan.swaps.front().target.string();
-  for (std::size_t i = 1; i < plan.swaps.size(); ++i) summary += " " + plan.swaps[i].target.string();
-  out_line(summary + "  (sources=" + std::to_string(entry.sources) + " artifacts=" + std::to_string(entry.artifacts) +
-           " caches=" + std::to_string(entry.caches) + " build=" + (plan.build_cmds.empty() ? "no" : "yes") + ")");
   auto& j = result();
   j["overlay"] = plan.overlay.string();
   j["entry"] = entry.id;
   j["files"] = files_json(plan);
   j["counts"] = {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}};
-  return build_and_report(disk, "add-native", plan, entry, f.revert_on_failure,
-                          [&] { return revert_entry_now(disk, plan, entry, g); }, j);
+  int rc = build_and_report(disk, "add-native", plan, entry, f.revert_on_failure,
+                            [&] { return revert_entry_now(disk, plan, entry, g); }, j);
+  if (rc != kOk) return rc;  // stdout carries the summary only on success, as overlay_setup.py's does
+  out_line("OVERLAY_DIR=" + plan.overlay.string());
+  std::string summary = "add-native " + plan.swaps.front().target.string();
+  for (std::size_t i = 1; i < plan.swaps.size(); ++i) summary += " " + plan.swaps[i].target.string();
+  out_line(summary + "  (sources=" + std::to_string(entry.sources) + " artifacts=" + std::to_string(entry.artifacts) +
+           " caches=" + std::to_string(entry.caches) + " build=" + (plan.build_cmds.empty() ? "no" : "yes") + ")");
+  return kOk;
 }
-
-
 
 // --revert-on-failure for apply: every entry of the patch goes, the Python ones included.
 bool revert_patch_now(Disk& disk, const fs::path& overlay, const std::string& patch_id, const Globals& g) {
@@ -197,12 +200,15 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
   ApplyPlan plan = plan_apply(disk, req);
   AppliedPatch applied = apply_patch(disk, plan);
   const fs::path& ov = plan.native.overlay;
-  out_line("OVERLAY_DIR=" + ov.string());
-  out_line("apply " + applied.patch_id + "  (native=" + std::to_string(plan.native.swaps.size()) + " python=" +
-           std::to_string(plan.modules.size()) + " build=" + (plan.native.build_cmds.empty() ? "no" : "yes") + ")");
-  for (const auto& s : plan.native.swaps) out_line("  native  " + std::string(to_string(s.kind)) + " " + s.target.string());
-  for (const auto& m : plan.modules) out_line("  python  " + m.module + " <- " + m.installed.string());
-  if (!plan.modules.empty()) out_line("launch with: PYTHONPATH=" + ov.string() + ":$PYTHONPATH");
+  // stdout carries the summary only on success (after the build, when there is one).
+  auto summary = [&] {
+    out_line("OVERLAY_DIR=" + ov.string());
+    out_line("apply " + applied.patch_id + "  (native=" + std::to_string(plan.native.swaps.size()) + " python=" +
+             std::to_string(plan.modules.size()) + " build=" + (plan.native.build_cmds.empty() ? "no" : "yes") + ")");
+    for (const auto& s : plan.native.swaps) out_line("  native  " + std::string(to_string(s.kind)) + " " + s.target.string());
+    for (const auto& m : plan.modules) out_line("  python  " + m.module + " <- " + m.installed.string());
+    if (!plan.modules.empty()) out_line("launch with: PYTHONPATH=" + ov.string() + ":$PYTHONPATH");
+  };
   auto& j = result();
   j["overlay"] = ov.string();
   j["patch_id"] = applied.patch_id;
@@ -212,13 +218,17 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
                            {"installed", m.installed.string()}, {"created", m.created}});
   j["pythonpath"] = ov.string();
   j["native"] = nullptr;
-  if (!applied.native) return kOk;
+  if (!applied.native) {
+    summary();
+    return kOk;
+  }
   const AppliedEntry& entry = *applied.native;
   nlohmann::json n = {{"entry", entry.id}, {"files", files_json(plan.native)},
                       {"counts", {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}}}};
   int rc = build_and_report(disk, "apply", plan.native, entry, f.revert_on_failure,
                             [&] { return revert_patch_now(disk, ov, applied.patch_id, g); }, n);
   j["native"] = n;
+  if (rc == kOk) summary();
   return rc;
 }
 
@@ -262,9 +272,23 @@ void add_trust_flag(CLI::App* sub, bool& flag) {
                 "Act on the overlay even if another user owns or can write it (also: $OVERLAY_TRUSTED_ROOTS, ':'-separated)");
 }
 
+// A revert in flight owns the overlay too (gc-stale leaves it be); an overlay that cannot take
+// the mark (read-only, not there) is still reverted, as far as it can be.
+std::unique_ptr<InFlight> mark_reverting(Disk& disk, const std::string& overlay) {
+  fs::path ov = absolute_normal(overlay);
+  if (disk.info(ov / kManifestName, Follow::no).type != FileType::regular) return nullptr;
+  try {
+    return std::make_unique<InFlight>(disk, ov, "revert");
+  } catch (const std::exception& e) {
+    spdlog::debug("revert not marked in flight: {}", e.what());
+    return nullptr;
+  }
+}
+
 int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::string& patch_id, const Globals& g) {
-  RevertOptions o{dry_run, g.lock_timeout, {}, std::nullopt, std::nullopt};
+  RevertOptions o{dry_run, g.lock_timeout, {}, std::nullopt, std::nullopt, {}};
   if (!patch_id.empty()) o.only_patch = patch_id;
+  std::unique_ptr<InFlight> in_flight = dry_run ? nullptr : mark_reverting(disk, overlay);
   RevertReport r = revert_natives(disk, overlay, o);
   auto& j = result();
   j["overlay"] = absolute_normal(overlay).string();
@@ -521,17 +545,48 @@ std::string still_running_error(const EngagementReport& r) {
   return s + ": restart it";
 }
 
-// `status --all`: one line per overlay the holds registry knows; read-only.
+nlohmann::json orphan_json(const OrphanHold& o) {
+  return {{"path", o.path.string()}, {"overlay", o.hold.overlay.string()}, {"vanished", o.vanished}, {"file", o.file_state},
+          {"why", o.describe()}};
+}
+
+// Whether `ov` is gone as an overlay: no manifest (deleted, or moved away).
+bool vanished(Disk& disk, const fs::path& ov) {
+  try {
+    return !load_manifest(disk, ov);
+  } catch (const std::exception&) {
+    return false;  // there, but unreadable: reported as such
+  }
+}
+
+// `status --all`: one line per overlay the holds registry knows, and one per hold whose holder
+// vanished or no longer lists its file; read-only.
 int run_status_all(Disk& disk, bool check_clean) {
   auto& j = result();
   j["overlays"] = nlohmann::json::array();
-  std::size_t dirty = 0;
-  for (const auto& ov : HoldRegistry(disk, HoldRegistry::default_state_dir()).overlays()) {
+  HoldRegistry holds(disk, HoldRegistry::default_state_dir());
+  std::vector<OrphanHold> orphans = holds.orphans();
+  std::size_t dirty = 0, gone = 0;
+  for (const auto& ov : holds.overlays()) {
+    if (vanished(disk, ov)) {
+      // Known only by its holds: not clean while a file it held is not at the original it recorded.
+      nlohmann::json held = nlohmann::json::array();
+      bool clean = true;
+      for (const auto& o : orphans)
+        if (o.hold.overlay == ov) held.push_back(orphan_json(o)), clean = clean && o.file_state == "original";
+      ++gone;
+      dirty += clean ? 0 : 1;
+      out_line(ov.string() + "  VANISHED (no manifest: deleted or moved)  holds " + std::to_string(held.size()) + " file(s)" +
+               (clean ? "  clean" : "  NOT clean"));
+      j["overlays"].push_back({{"overlay", ov.string()}, {"vanished", true}, {"clean", clean}, {"held", held}});
+      continue;
+    }
     StatusReport r;
     try {
       r = overlay_status(disk, ov);
     } catch (const std::exception& e) {
       out_line(ov.string() + "  (unreadable: " + e.what() + ")");
+      j["overlays"].push_back({{"overlay", ov.string()}, {"unreadable", e.what()}, {"clean", false}});
       ++dirty;
       continue;
     }
@@ -546,8 +601,13 @@ int run_status_all(Disk& disk, bool check_clean) {
     j["overlays"].push_back(status_json(r));
     j["overlays"].back()["owners_alive"] = alive;
   }
-  out_line("status: " + std::to_string(j["overlays"].size()) + " overlay(s) known to the holds registry, " + std::to_string(dirty) +
-           " not clean");
+  j["orphan_holds"] = nlohmann::json::array();
+  for (const auto& o : orphans) {
+    j["orphan_holds"].push_back(orphan_json(o));
+    if (o.file_state != "original") out_line("  " + o.path.string() + ": held by " + o.describe());
+  }
+  out_line("status: " + std::to_string(j["overlays"].size()) + " overlay(s) known to the holds registry (" + std::to_string(gone) +
+           " vanished), " + std::to_string(dirty) + " not clean");
   if (!check_clean || dirty == 0) return kOk;
   j["error"] = std::to_string(dirty) + " overlay(s) not clean";
   err_line("status", j["error"]);
@@ -555,8 +615,10 @@ int run_status_all(Disk& disk, bool check_clean) {
 }
 
 // `which PATH`: the overlay, entry and patch that changed an installed file; exit 1 when none.
+// A holder that vanished (deleted or moved) is named too, with what the file holds now.
 int run_which(Disk& disk, const std::string& path) {
-  auto hits = which_changed(disk, HoldRegistry(disk, HoldRegistry::default_state_dir()).overlays(), path);
+  HoldRegistry holds(disk, HoldRegistry::default_state_dir());
+  auto hits = which_changed(disk, holds.overlays(), path);
   auto& j = result();
   j["path"] = absolute_normal(path).string();
   j["changed_by"] = nlohmann::json::array();
@@ -567,7 +629,16 @@ int run_which(Disk& disk, const std::string& path) {
                                {"patch_id", h.patch_id ? nlohmann::json(*h.patch_id) : nlohmann::json(nullptr)},
                                {"kind", h.kind}, {"state", h.state}});
   }
-  if (!hits.empty()) return kOk;
+  std::optional<OrphanHold> orphan = holds.orphan_of(j["path"].get<std::string>());
+  if (!orphan) {
+    try {
+      orphan = holds.orphan_of(disk.real_path(j["path"].get<std::string>()));
+    } catch (const std::exception&) {
+    }
+  }
+  j["orphan_hold"] = orphan ? orphan_json(*orphan) : nlohmann::json(nullptr);
+  if (orphan) out_line(j["path"].get<std::string>() + ": held by " + orphan->describe());
+  if (!hits.empty() || (orphan && orphan->file_state != "original")) return kOk;
   j["error"] = "no overlay known to the holds registry changed " + j["path"].get<std::string>();
   err_line("which", j["error"]);
   return kFailed;

@@ -140,6 +140,7 @@ fs::path checked_input(Disk& disk, const fs::path& p, const fs::path& out, const
 MergeResult merge_overlays(Disk& disk, const MergeRequest& req) {
   MergeResult r;
   r.output = absolute_normal(req.output);
+  require_pythonpath_safe(r.output);
   FileInfo oi = disk.info(r.output, Follow::no);
   if (oi.exists() && (oi.type != FileType::directory || !disk.list_dir(r.output).empty()))
     throw Error("merge output must be absent or an empty directory: " + r.output.string());

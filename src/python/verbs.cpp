@@ -96,6 +96,7 @@ namespace {
 
 void check_overlay_target(Disk& disk, const PyCommon& c) {
   fs::path ov = absolute_normal(c.overlay);
+  require_pythonpath_safe(ov);
   FileInfo fi = disk.info(ov, Follow::yes);
   if (fi.exists() && fi.type != FileType::directory) throw Error("overlay is not a directory: " + ov.string());
   if (fi.exists()) load_manifest(disk, ov);  // malformed: refused before anything changes
@@ -346,6 +347,7 @@ PyAddResult add_installer(Disk& disk, const AddInstallerRequest& req) {
 
 PyAddResult ensure_overlay(Disk& disk, const PyCommon& c) {
   fs::path ov = absolute_normal(c.overlay);
+  require_pythonpath_safe(ov);
   FileInfo fi = disk.info(ov, Follow::yes);
   if (fi.exists() && fi.type != FileType::directory) throw Error("overlay is not a directory: " + ov.string());
   PyCommon seeded = c;

@@ -184,7 +184,7 @@ TEST(Native, DryRunChangesNothing) {
   apply_and_build(real_disk(), f.request());
   std::string applied = tree_digest(f.in.root);
   std::string ov = tree_digest(f.t / "ov");
-  RevertReport r = revert_natives(real_disk(), f.t / "ov", {true, 5, {}, std::nullopt, std::nullopt});
+  RevertReport r = revert_natives(real_disk(), f.t / "ov", {true, 5, {}, std::nullopt, std::nullopt, {}});
   EXPECT_TRUE(r.ok());
   EXPECT_EQ(r.actions.size(), 4u);
   EXPECT_EQ(tree_digest(f.in.root), applied);

@@ -38,6 +38,11 @@ struct SitecustomizeOutcome {
 // foreign and `replace` is generated_only. Never touches the manifest.
 SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, Replace replace = Replace::generated_only);
 
+// Refuses (Error naming the problem) an overlay path that cannot sit on PYTHONPATH: the
+// interpreter splits PYTHONPATH at every ':' (os.pathsep), so `runs/2026-12-03T21:55:00/ov`
+// would put two paths that do not exist there and every entry of the overlay would be inert.
+void require_pythonpath_safe(const fs::path& overlay);
+
 // The one line an add-* prints on stderr when it kept a foreign sitecustomize.py.
 std::string kept_foreign_note(const fs::path& overlay);
 

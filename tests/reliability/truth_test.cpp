@@ -1,0 +1,341 @@
+// Issue 39: what the tool prints is true in the pipeline's operating mode — agents building while
+// CI runs gc-stale, overlays that gc-stale cannot act on, run dirs named after ISO timestamps,
+// caches that hold the source, failed builds. Each test drives the real binary through one shape
+// that made the tool print success while the claim was false, and fails on the binary before it.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+using json = nlohmann::json;
+
+namespace {
+
+struct Truth : ::testing::Test {
+  TempDir t;
+  std::vector<std::string> state{"OVERLAY_STATE_DIR=" + (t / "state").string()};
+
+  // add-native of `body` whose build (`cp src/kernel.cpp lib/libk.so`) first waits for `gate`
+  // to exist when one is given: a build still running while the test acts.
+  std::vector<std::string> add_args(const Install& in, const fs::path& ov, const std::string& body, const fs::path& gate = {}) {
+    fs::path patched = t / ("patched-" + ov.filename().string() + ".cpp");
+    write_file(patched, body);
+    std::string wait = gate.empty() ? "" : "while [ ! -e " + gate.string() + " ]; do sleep 0.02; done; ";
+    return {"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file", patched.string(),
+            "--artifact", in.artifact.string(), "--build-cwd", in.root.string(), "--build-cmd",
+            "sh -c '" + wait + "cp src/kernel.cpp lib/libk.so'"};
+  }
+  Cmd overlay(const std::vector<std::string>& args) { return run_overlay(args, {}, state); }
+};
+
+// Polls (up to 10 s) until `ready` holds.
+bool eventually(const std::function<bool()>& ready) {
+  for (int i = 0; i < 1000; ++i) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+bool manifest_has_native(const fs::path& ov) {
+  std::error_code ec;
+  if (!fs::exists(ov / "_overlay_manifest.json", ec)) return false;
+  try {
+    json m = json::parse(read_file(ov / "_overlay_manifest.json"));
+    return m.contains("natives") && !m["natives"].empty();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+// Shape 1: CI's gc-stale while an agent's add-native (no --owner-pid) is still building. It used
+// to revert the entry: the build compiled the original, verify said FRESH_BUILD_OK (checked 0).
+TEST_F(Truth, GcStaleLeavesAnAddNativeInFlightAlone) {
+  Install in = make_install(t / "inst");
+  const std::string cand = "int kernel() { return 7; }\n";
+  pid_t agent = spawn_overlay(add_args(in, t / "ov", cand, t / "go"), state);
+  ASSERT_TRUE(eventually([&] { return read_file(in.source) == cand && manifest_has_native(t / "ov"); }));
+  Cmd gc = overlay({"--json", "gc-stale", "--root", t.path().string()});
+  EXPECT_EQ(gc.rc, 0) << gc.err;
+  json j = json::parse(gc.out);
+  ASSERT_EQ(j["overlays"].size(), 1u) << gc.out;
+  EXPECT_EQ(j["overlays"][0]["outcome"], "skipped");
+  EXPECT_EQ(j["overlays"][0]["reason"], "add-native in progress, pid " + std::to_string(agent)) << gc.out;
+  EXPECT_EQ(j["reverted"], 0);
+  EXPECT_EQ(read_file(in.source), cand) << "gc-stale reverted a live add-native";
+  write_file(t / "go", "");
+  ASSERT_EQ(wait_rc(agent), 0);
+  EXPECT_EQ(read_file(in.artifact), cand) << "the build compiled something other than the candidate";
+  Cmd v = overlay({"verify-native", "--overlay", (t / "ov").string()});
+  EXPECT_EQ(v.out, "FRESH_BUILD_OK (checked 1)\n");
+  // Ended, the run no longer owns the overlay: gc-stale reverts it now.
+  Cmd gc2 = overlay({"gc-stale", "--root", t.path().string()});
+  EXPECT_EQ(gc2.rc, 0) << gc2.err;
+  EXPECT_NE(gc2.out.find("gc-stale: reverted 1 stale"), std::string::npos) << gc2.out;
+  EXPECT_EQ(read_file(in.source), "int kernel() { return 4; }\n");
+}
+
+// The other half: an add-native killed (kill -9) mid-build is stale at once, no timeout.
+TEST_F(Truth, AnAddNativeKilledMidBuildIsStaleAtOnce) {
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  pid_t agent = spawn_overlay(add_args(in, t / "ov", "int kernel() { return 7; }\n", t / "go"), state);
+  ASSERT_TRUE(eventually([&] { return manifest_has_native(t / "ov"); }));
+  ::kill(agent, SIGKILL);
+  EXPECT_EQ(wait_rc(agent), 128 + SIGKILL);
+  write_file(t / "go", "");  // the orphaned build may finish; revert puts the artifact back either way
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Cmd gc = overlay({"gc-stale", "--root", (t / "ov").string()});
+  EXPECT_EQ(gc.rc, 0) << gc.err;
+  EXPECT_NE(gc.out.find("gc-stale: reverted 1 stale"), std::string::npos) << gc.out << gc.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+  // No mark is left behind to make the overlay look busy.
+  for (const auto& e : fs::directory_iterator(t / "ov"))
+    EXPECT_EQ(e.path().filename().string().rfind(".overlay-live-", 0), std::string::npos) << e.path();
+}
+
+// Shape 2: one overlay gc-stale cannot act on (a junk manifest; one on a read-only mount) used to
+// end the walk with one line and exit 1, every overlay after it left applied and unreported.
+TEST_F(Truth, GcStaleWalksToTheEndReportingEachOverlay) {
+  std::vector<Install> ins;
+  for (const char* name : {"a", "b", "c"}) ins.push_back(make_install(t / "inst" / name));
+  ASSERT_EQ(overlay(add_args(ins[0], t / "root/ov-a", "int kernel() { return 1; }\n")).rc, 0);
+  ASSERT_EQ(overlay(add_args(ins[1], t / "root/ov-b", "int kernel() { return 2; }\n")).rc, 0);
+  ASSERT_EQ(overlay(add_args(ins[2], t / "root/ro/ov-c", "int kernel() { return 3; }\n")).rc, 0);
+  write_file(t / "root/junk/_overlay_manifest.json", "{ this is not json");
+  write_file(t / "root/other/_overlay_manifest.json", "[\"another tool's list\"]");
+  auto ro = ScopedMount::read_only(t / "root/ro");
+  bool have_ro = ro->ok();
+  Cmd gc = overlay({"--json", "gc-stale", "--root", (t / "root").string()});
+  json j = json::parse(gc.out);
+  std::map<std::string, std::string> outcome;
+  for (const auto& o : j["overlays"]) outcome[fs::path(o["overlay"].get<std::string>()).filename().string()] = o["outcome"];
+  EXPECT_EQ(outcome["ov-a"], "reverted") << gc.out;
+  EXPECT_EQ(outcome["ov-b"], "reverted") << gc.out;
+  EXPECT_EQ(outcome["junk"], "skipped") << gc.out;
+  EXPECT_EQ(outcome["other"], "skipped") << gc.out;
+  EXPECT_EQ(j["reverted"], 2);
+  EXPECT_EQ(read_file(ins[0].source), "int kernel() { return 4; }\n");
+  EXPECT_EQ(read_file(ins[1].source), "int kernel() { return 4; }\n");
+  if (have_ro) {
+    // Its install is put back, but its record cannot be written: applied on record, a failure.
+    EXPECT_EQ(outcome["ov-c"], "failed") << gc.out;
+    EXPECT_EQ(gc.rc, 1) << "an overlay left applied must fail the run";
+  } else {
+    EXPECT_EQ(outcome["ov-c"], "reverted") << ro->why();
+    EXPECT_EQ(gc.rc, 0);
+  }
+  // The human form: a line per overlay, the count last.
+  ro.reset();
+  ASSERT_EQ(overlay(add_args(ins[0], t / "root/ov-a", "int kernel() { return 1; }\n")).rc, 0);
+  Cmd text = overlay({"gc-stale", "--root", (t / "root").string()});
+  EXPECT_NE(text.err.find("skipped " + (t / "root/junk").string() + ": not a manifest"), std::string::npos) << text.err;
+  EXPECT_NE(text.out.find("gc-stale: reverted " + (t / "root/ov-a").string()), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.substr(text.out.rfind("gc-stale:")), "gc-stale: reverted " + std::string(have_ro ? "2" : "1") +
+                                                           " stale native overlay(s) under " + (t / "root").string() + "\n");
+}
+
+// Shape 4: an overlay path with ':' (a run dir named after an ISO timestamp) can never sit on
+// PYTHONPATH; every Python verb and exec used to accept it and the overlay was inert.
+TEST_F(Truth, AnOverlayPathWithAColonIsRefusedForPythonAndExec) {
+  Install in = make_install(t / "inst");
+  fs::path ov = t / "runs/2026-12-03T21:55:00/ov";
+  write_file(t / "pkg/fast.py", "def f():\n    return 7\n");
+  write_file(t / "mod.py", "X = 7\n");
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  expect_refused_unchanged(
+      {{"add-rebind", "--overlay", ov.string(), "--target", "os:getcwd", "--impl-module", "fast", "--impl-attr", "f",
+        "--impl-file", (t / "pkg/fast.py").string()},
+       {"add-module", "--overlay", ov.string(), "--module", "json", "--patched-file", (t / "mod.py").string()},
+       {"add-capture", "--overlay", ov.string(), "--target", "os:getcwd", "--out", (t / "shapes").string()},
+       {"add-marker", "--overlay", ov.string(), "--target", "os:getcwd"},
+       {"exec", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file", (t / "patched.cpp").string(), "--",
+        "true"}},
+      t.path(), [&](const std::vector<std::string>& a) { return overlay(a); });
+  Cmd r = overlay({"add-marker", "--overlay", ov.string(), "--target", "os:getcwd"});
+  EXPECT_NE(r.err.find("contains ':'"), std::string::npos) << r.err;
+  // A native entry alone never goes on PYTHONPATH: still accepted there.
+  EXPECT_EQ(overlay({"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file",
+                     (t / "patched.cpp").string()}).rc, 0);
+  EXPECT_EQ(overlay({"revert", "--overlay", ov.string()}).rc, 0);
+}
+
+// Shapes 5 and 6: a cache dir that holds the target (a load_inline JIT dir holding the .cu),
+// the patched file or the overlay; an artifact that is the target or the patched file. Each used to
+// be accepted and print success while the source was moved away or no build was checked.
+TEST_F(Truth, ACacheHoldingTheSourceOrAnArtifactThatIsTheSourceIsRefused) {
+  Install in = make_install(t / "inst");
+  write_file(in.cache / "kernel.cu", "__global__ void k() {}\n");
+  write_file(t / "patched.cu", "__global__ void k() { /* fast */ }\n");
+  write_file(in.cache / "patched.cpp", "int kernel() { return 7; }\n");
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  std::string ov = (t / "ov").string();
+  auto add = [&](const std::string& target, const std::string& patched, std::vector<std::string> more) {
+    std::vector<std::string> a{"add-native", "--overlay", ov, "--target", target, "--patched-file", patched};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  expect_refused_unchanged(
+      {add((in.cache / "kernel.cu").string(), (t / "patched.cu").string(), {"--invalidate-cache", in.cache.string()}),
+       add(in.source.string(), (in.cache / "patched.cpp").string(), {"--invalidate-cache", in.cache.string()}),
+       add(in.source.string(), (t / "patched.cpp").string(), {"--invalidate-cache", in.root.string()}),
+       add(in.source.string(), (t / "patched.cpp").string(), {"--artifact", in.source.string()}),
+       add(in.source.string(), (t / "patched.cpp").string(), {"--artifact", (t / "patched.cpp").string()}),
+       add(in.source.string(), (t / "patched.cpp").string(), {"--artifact", (in.root / "src/../src/kernel.cpp").string()})},
+      t.path(), [&](const std::vector<std::string>& a) { return overlay(a); });
+  Cmd r = overlay(add((in.cache / "kernel.cu").string(), (t / "patched.cu").string(), {"--invalidate-cache", in.cache.string()}));
+  EXPECT_NE(r.err.find("holds the target"), std::string::npos) << r.err;
+  r = overlay(add(in.source.string(), (t / "patched.cpp").string(), {"--artifact", in.source.string()}));
+  EXPECT_NE(r.err.find("is the target"), std::string::npos) << r.err;
+}
+
+// Shape 9: a failed or interrupted build used to print OVERLAY_DIR=… and the add-native summary,
+// identical to a success, on stdout; overlay_setup.py prints nothing there.
+TEST_F(Truth, StdoutCarriesTheSummaryOnlyOnSuccess) {
+  Install in = make_install(t / "inst");
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  std::vector<std::string> a{"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                             (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cmd", "false"};
+  Cmd failed = overlay(a);
+  EXPECT_NE(failed.rc, 0);
+  EXPECT_EQ(failed.out, "") << "a failed build printed a success summary";
+  EXPECT_NE(failed.err.find("build failed (false) rc=1"), std::string::npos) << failed.err;
+  ASSERT_EQ(overlay({"revert", "--overlay", (t / "ov").string()}).rc, 0);
+  std::vector<std::string> j = a;
+  j.insert(j.begin(), "--json");
+  Cmd failed_json = overlay(j);
+  json doc = json::parse(failed_json.out);
+  EXPECT_FALSE(doc["ok"]);
+  EXPECT_NE(doc["error"].get<std::string>().find("build failed"), std::string::npos);
+  ASSERT_EQ(overlay({"revert", "--overlay", (t / "ov").string()}).rc, 0);
+  // apply: the same.
+  write_file(t / "d.diff", "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n");
+  Cmd ap = overlay({"apply", "--overlay", (t / "ov2").string(), "--patch", (t / "d.diff").string(), "--patch-root", in.root.string(),
+                    "--artifact", in.artifact.string(), "--build-cmd", "false"});
+  EXPECT_NE(ap.rc, 0);
+  EXPECT_EQ(ap.out, "");
+  ASSERT_EQ(overlay({"revert", "--overlay", (t / "ov2").string()}).rc, 0);
+  // A build that succeeds prints both, as before.
+  a.back() = "true";
+  Cmd ok = overlay(a);
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_EQ(ok.out, "OVERLAY_DIR=" + (t / "ov").string() + "\nadd-native " + in.source.string() +
+                        "  (sources=1 artifacts=1 caches=0 build=yes)\n");
+}
+
+// Shape 8: the package dir reinstalled (a new inode) and the file changed to a third version.
+// revert warned "the change is replaced by the original", then refused that very item.
+TEST_F(Truth, RevertTellsOneStoryPerItem) {
+  Install in = make_install(t / "inst");
+  write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  ASSERT_EQ(overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                     (t / "patched.cpp").string()}).rc, 0);
+  fs::rename(in.root / "src", in.root / "src.old");  // a reinstall: the same path, another directory
+  write_file(in.source, "int kernel() { return 5; }\n");
+  Cmd r = overlay({"revert", "--overlay", (t / "ov").string()});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_EQ(r.err.find("replaced by the original"), std::string::npos) << "warned of a replacement it then refused:\n" << r.err;
+  EXPECT_NE(r.err.find("cannot restore " + in.source.string()), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(in.source), "int kernel() { return 5; }\n");
+}
+
+// Shape 3: the overlay dir rm -rf'd while its entry is applied. A new add-native used to back up
+// the first candidate's bytes as the "original" without --force, and after its revert
+// `status --check-clean` said clean over the first candidate's code.
+TEST_F(Truth, AVanishedOverlaysPatchedBytesAreNeverTakenForTheOriginal) {
+  Install in = make_install(t / "inst");
+  const std::string orig = read_file(in.source), first = "int kernel() { return 7; }\n";
+  write_file(t / "first.cpp", first);
+  write_file(t / "second.cpp", "int kernel() { return 8; }\n");
+  auto add = [&](const fs::path& ov, const fs::path& patched, std::vector<std::string> more = {}) {
+    std::vector<std::string> a{"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file", patched.string()};
+    a.insert(a.end(), more.begin(), more.end());
+    return overlay(a);
+  };
+  ASSERT_EQ(add(t / "ov1", t / "first.cpp").rc, 0);
+  fs::remove_all(t / "ov1");  // the harness rebuilding its candidate folder
+  std::string digest = tree_digest(in.root);
+  Cmd refused = add(t / "ov2", t / "second.cpp");
+  EXPECT_NE(refused.rc, 0);
+  EXPECT_EQ(refused.out, "");
+  EXPECT_NE(refused.err.find((t / "ov1").string() + ", which has vanished"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("holds that overlay's patched bytes"), std::string::npos) << refused.err;
+  EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+  EXPECT_EQ(tree_digest(in.root), digest);
+  EXPECT_FALSE(fs::exists(t / "ov2"));
+
+  // The machine-wide view agrees, and names the vanished holder.
+  Cmd all = overlay({"status", "--all", "--check-clean"});
+  EXPECT_EQ(all.rc, 1) << all.out;
+  EXPECT_NE(all.out.find((t / "ov1").string() + "  VANISHED"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("1 overlay(s) known to the holds registry (1 vanished), 1 not clean"), std::string::npos) << all.out;
+  json j = json::parse(overlay({"--json", "status", "--all"}).out);
+  ASSERT_EQ(j["overlays"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["overlays"][0]["overlay"], (t / "ov1").string());
+  EXPECT_EQ(j["overlays"][0]["vanished"], true);
+  EXPECT_EQ(j["overlays"][0]["clean"], false);
+  EXPECT_EQ(j["orphan_holds"][0]["file"], "patched");
+  Cmd which = overlay({"which", in.source.string()});
+  EXPECT_EQ(which.rc, 0) << which.err;
+  EXPECT_NE(which.out.find("held by overlay " + (t / "ov1").string()), std::string::npos) << which.out;
+
+  // A third version (a hand edit) is named as one.
+  write_file(in.source, "int kernel() { return 9; }\n");
+  Cmd third = add(t / "ov2", t / "second.cpp");
+  EXPECT_NE(third.err.find("third version"), std::string::npos) << third.err;
+  write_file(in.source, first);
+
+  // --force adopts, saying the original is lost; its revert gives back what it adopted.
+  Cmd forced = add(t / "ov2", t / "second.cpp", {"--force"});
+  ASSERT_EQ(forced.rc, 0) << forced.err;
+  EXPECT_NE(forced.err.find("the original bytes are lost"), std::string::npos) << forced.err;
+  ASSERT_EQ(overlay({"revert", "--overlay", (t / "ov2").string()}).rc, 0);
+  EXPECT_EQ(read_file(in.source), first);
+  Cmd clean = overlay({"status", "--all", "--check-clean"});
+  EXPECT_EQ(clean.rc, 0) << "the file holds a candidate's code, yet nothing on record knows:\n" << clean.out;
+  (void)orig;
+}
+
+// Shape 7, second half: an overlay mv'd after add-native and reverted from its new path used to
+// leave the hold under the old path, so `status --all --check-clean` failed forever on an
+// original install. And an overlay restored by hand (the file original again) is clean.
+TEST_F(Truth, AMovedOverlaysRevertDropsTheHoldUnderItsOldPath) {
+  Install in = make_install(t / "inst");
+  std::string before = tree_digest(in.root);
+  write_file(t / "p.cpp", "int kernel() { return 7; }\n");
+  ASSERT_EQ(overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                     (t / "p.cpp").string(), "--artifact", in.artifact.string()}).rc, 0);
+  fs::rename(t / "ov", t / "moved");
+  Cmd r = overlay({"revert", "--overlay", (t / "moved").string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+  Cmd all = overlay({"--json", "status", "--all", "--check-clean"});
+  EXPECT_EQ(all.rc, 0) << all.out;
+  EXPECT_EQ(json::parse(all.out)["overlays"].size(), 0u) << all.out;
+  EXPECT_EQ(overlay({"which", in.source.string()}).rc, 1);
+  // Deleted while applied, then the file put back by hand (a reinstall): clean, and free to take.
+  ASSERT_EQ(overlay({"add-native", "--overlay", (t / "ov3").string(), "--target", in.source.string(), "--patched-file",
+                     (t / "p.cpp").string()}).rc, 0);
+  fs::remove_all(t / "ov3");
+  write_file(in.source, "int kernel() { return 4; }\n");
+  EXPECT_EQ(overlay({"status", "--all", "--check-clean"}).rc, 0);
+  Cmd again = overlay({"add-native", "--overlay", (t / "ov4").string(), "--target", in.source.string(), "--patched-file",
+                       (t / "p.cpp").string()});
+  EXPECT_EQ(again.rc, 0) << again.err;
+  EXPECT_EQ(overlay({"revert", "--overlay", (t / "ov4").string()}).rc, 0);
+  EXPECT_EQ(read_file(in.source), "int kernel() { return 4; }\n");
+}
