@@ -192,6 +192,24 @@ std::vector<OrphanHold> HoldRegistry::orphans() {
   return out;
 }
 
+// A hold whose holder is gone (or no longer lists the file) while the file is not the original
+// it recorded: backing the file up now would take another candidate's bytes for the original. A
+// hold without checksums (an earlier version's) is judged as before unless its holder vanished.
+std::optional<OrphanHold> HoldRegistry::lost_original(const fs::path& p, const Hold& h) {
+  auto o = judge_orphan(p, h);
+  if (!o || o->file_state == "original" || (!o->vanished && o->file_state == "unknown")) return std::nullopt;
+  return o;
+}
+
+std::optional<std::string> HoldRegistry::why_taken(const fs::path& p, const fs::path& overlay) {
+  auto h = hold_of(p);
+  if (!h) return std::nullopt;
+  if (still_holds(h->overlay, p))
+    return h->overlay == overlay ? std::nullopt : std::optional<std::string>(p.string() + " is held by overlay " + h->overlay.string() + " (revert it first)");
+  if (auto o = lost_original(p, *h)) return p.string() + " was changed by " + o->describe();
+  return std::nullopt;
+}
+
 HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force, double lock_timeout) {
   make_dirs(disk_, dir_, 0700);
   HoldClaim claim;
@@ -201,13 +219,12 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
   OverlayLock lock(dir_, lock_timeout);
   for (const auto& p : paths) {
     auto h = hold_of(p);
-    if (h && h->overlay != overlay) {
-      if (!force && still_holds(h->overlay, p))
+    // Our own path counts as another holder once its record no longer lists the file: a harness
+    // that deletes the candidate folder and makes it again at the same path.
+    if (h && (h->overlay != overlay || !still_holds(overlay, p))) {
+      if (!force && h->overlay != overlay && still_holds(h->overlay, p))
         throw Error(p.string() + " is held by overlay " + h->overlay.string() + " (revert it first, or pass --force)");
-      // Its holder gone (or no longer listing it): the file is backed up as the original only
-      // where it is the original, or where the caller says so with --force.
-      // A hold without checksums (an earlier version's) is judged as before unless its holder vanished.
-      if (auto o = judge_orphan(p, *h); o && o->file_state != "original" && (o->vanished || o->file_state != "unknown")) {
+      if (auto o = lost_original(p, *h)) {
         if (!force)
           throw Error(p.string() + " was changed by " + o->describe() + ": revert that overlay where it is now, restore the file, or pass --force to take its current bytes as the original");
         claim.warnings.push_back("taking over " + p.string() + " from " + o->describe() + ": the original bytes are lost; what it holds now is backed up as the original");
@@ -222,7 +239,7 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
     if (before && before->overlay != overlay) {
       now.under.push_back(before->overlay);
       now.under.insert(now.under.end(), before->under.begin(), before->under.end());
-    } else if (before) {
+    } else if (before && still_holds(overlay, p)) {
       now.under = before->under;
       now.original_sha256 = before->original_sha256;  // stacked on itself: the original stays the first one
     }

@@ -76,6 +76,10 @@ class HoldRegistry {
   // original bytes are lost (claim.warnings).
   [[nodiscard]] HoldClaim acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force, double lock_timeout);
 
+  // Why acquire would refuse `overlay` the path now (another overlay's change on record, or a
+  // vanished holder's bytes in place), or nothing; read-only, without --force.
+  std::optional<std::string> why_taken(const fs::path& path, const fs::path& overlay);
+
   // Undoes a claim whose add-native failed before its manifest named the entry: each path
   // `overlay` still holds goes back to its previous holder, or is free again.
   void give_back(const HoldClaim& claim, const fs::path& overlay, double lock_timeout);
@@ -113,6 +117,7 @@ class HoldRegistry {
   std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
   bool still_holds(const fs::path& holder, const fs::path& path);
   std::optional<OrphanHold> judge_orphan(const fs::path& path, const Hold& hold);
+  std::optional<OrphanHold> lost_original(const fs::path& path, const Hold& hold);
 
   Disk& disk_;
   fs::path dir_;

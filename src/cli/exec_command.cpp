@@ -83,6 +83,7 @@ class Exec {
 
  private:
   void recover_dead_runs();
+  void refuse_held_targets();
   nlohmann::json run_cmd(const std::string& which, bool judge);
   bool apply();
   bool revert();
@@ -127,6 +128,15 @@ void Exec::recover_dead_runs() {
     if (!r.ok()) throw Error("entry " + e.id + " of a dead run (pid " + std::to_string(e.owner->pid) + ") could not be reverted: " +
                              r.problems.front().path + ": " + r.problems.front().reason);
     err_line("exec", "reverted entry " + e.id + " left applied by a dead run (pid " + std::to_string(e.owner->pid) + ")");
+  }
+}
+
+void Exec::refuse_held_targets() {
+  HoldRegistry holds(disk_, HoldRegistry::default_state_dir());
+  for (const auto& t : f_.targets) {
+    fs::path p = absolute_normal(t);
+    if (disk_.info(p, Follow::yes).exists()) p = disk_.real_path(p);
+    if (auto why = holds.why_taken(p, overlay_)) throw Error(*why + "; the reference would not run on the original install");
   }
 }
 
@@ -311,6 +321,9 @@ int Exec::run() {
   auto& j = result();
   j["overlay"] = overlay_.string();
   j["ref"] = nullptr, j["cand"] = nullptr, j["engaged"] = nullptr, j["clean"] = nullptr;
+  // The reference runs on the clean install, or not at all: a target another overlay holds
+  // would make it run that overlay's candidate (and our apply would be refused anyway).
+  refuse_held_targets();
   out_line("OVERLAY_DIR=" + overlay_.string());
   if (f_.ref) j["ref"] = run_cmd("ref", false);
   bool applied = !interrupted() && apply();

@@ -591,23 +591,29 @@ int run_status_all(Disk& disk, bool check_clean) {
       continue;
     }
     std::size_t alive = static_cast<std::size_t>(std::count_if(r.natives.begin(), r.natives.end(), [](const NativeStatus& e) { return e.owner_alive; }));
-    dirty += r.clean() ? 0 : 1;
+    // A file it held and no longer lists that is not at the original its hold recorded is its too.
+    bool orphan_dirty = std::any_of(orphans.begin(), orphans.end(), [&](const OrphanHold& o) {
+      return o.hold.overlay == ov && o.file_state != "original" && o.file_state != "unknown";
+    });
+    bool clean = r.clean() && !orphan_dirty;
+    dirty += clean ? 0 : 1;
     out_line(r.overlay.string() + "  native " + std::to_string(r.natives.size()) + "  python " + std::to_string(r.pythons.size()) +
              "  owners alive " + std::to_string(alive) + "  not original " + std::to_string(r.not_original()) + "  untracked " +
              std::to_string(r.untracked_as_built()) + "  processes on patched code " +
              std::to_string(std::count_if(r.engagement.uses.begin(), r.engagement.uses.end(),
                                           [](const ArtifactUse& u) { return u.reverted || u.state == MapState::patched; })) +
-             (r.clean() ? "  clean" : "  NOT clean"));
+             (clean ? "  clean" : "  NOT clean"));
     j["overlays"].push_back(status_json(r));
     j["overlays"].back()["owners_alive"] = alive;
+    if (orphan_dirty) j["overlays"].back()["clean"] = false;
   }
   j["orphan_holds"] = nlohmann::json::array();
   for (const auto& o : orphans) {
     j["orphan_holds"].push_back(orphan_json(o));
     if (o.file_state != "original") out_line("  " + o.path.string() + ": held by " + o.describe());
   }
-  out_line("status: " + std::to_string(j["overlays"].size()) + " overlay(s) known to the holds registry (" + std::to_string(gone) +
-           " vanished), " + std::to_string(dirty) + " not clean");
+  out_line("status: " + std::to_string(j["overlays"].size()) + " overlay(s) known to the holds registry" +
+           (gone ? " (" + std::to_string(gone) + " vanished)" : std::string()) + ", " + std::to_string(dirty) + " not clean");
   if (!check_clean || dirty == 0) return kOk;
   j["error"] = std::to_string(dirty) + " overlay(s) not clean";
   err_line("status", j["error"]);

@@ -1,0 +1,368 @@
+#!/usr/bin/python3
+"""A checker of claims, not of cases (issue 39).
+
+hypothesis.stateful drives random interleavings on one machine, through the real binary: three
+agents, each with its own overlay, running add-native (its build held open by a gate, so other
+steps happen while it builds), verify-native, exec --ref and revert on two targets of a real
+CMake + Ninja install; CI's gc-stale at any moment; a harness that rm -rf's or mv's an idle
+agent's overlay; a package reinstall (the source dir replaced: a new inode); a hand edit of a
+patched source; kill -9 of an agent mid-build. After each step, what the tool *said* is checked
+against the disk:
+
+* add-native exit 0 with its summary: the artifact was built from the candidate (the build stamps
+  the source it compiled into the library: STAMP-...); a failure prints nothing on stdout;
+* FRESH_BUILD_OK (checked N > 0): every tracked artifact carries its entry's candidate stamp;
+* exec: the reference ran the stock library, the candidate the candidate's, and `install clean`
+  only over original bytes;
+* revert exit 0: every file it restored is original; `status --all --check-clean` exit 0 only when
+  every source and artifact is original; gc-stale never reverts an agent whose add-native runs;
+* at the end (every run finished, every overlay reverted): a file that is not original is one
+  `status --all --check-clean` reports (no original lost without a line saying so).
+
+Usage: claims_checker.py OVERLAY_BIN [--examples N] [--steps N] [--seed S]
+A failure prints the seed and the steps (hypothesis' own reproduction); --seed replays it.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+from hypothesis import HealthCheck, Phase, settings, seed as hseed
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+OVERLAY = None
+WORK = None
+TEMPLATE = None
+STATS = {"steps": 0, "claims": 0, "examples": 0, "in_flight_steps": 0}
+AGENTS = ("a1", "a2", "a3")
+TARGETS = ("ka", "kb")
+STAMP = re.compile(rb"STAMP-[A-Za-z0-9-]+")
+
+
+def kernel(stamp):
+    return 'extern "C" const char* stamp() { return "%s"; }\n' % stamp
+
+
+def make_template(root):
+    """A real CMake + Ninja install: libka.so and libkb.so, each built from its own source."""
+    os.makedirs(os.path.join(root, "inst/src"))
+    with open(os.path.join(root, "inst/CMakeLists.txt"), "w") as f:
+        f.write("cmake_minimum_required(VERSION 3.16)\nproject(k CXX)\n"
+                "add_library(ka SHARED src/ka.cpp)\nadd_library(kb SHARED src/kb.cpp)\n")
+    for t in TARGETS:
+        with open(os.path.join(root, "inst/src", t + ".cpp"), "w") as f:
+            f.write(kernel("STAMP-orig-" + t))
+    inst = os.path.join(root, "inst")
+    subprocess.run(["cmake", "-S", inst, "-B", inst + "/build", "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", inst + "/build"], check=True, stdout=subprocess.DEVNULL)
+
+
+def stamp_of(path):
+    try:
+        with open(path, "rb") as f:
+            m = STAMP.search(f.read())
+        return m.group(0).decode() if m else None
+    except FileNotFoundError:
+        return None
+
+
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+class Claims(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        STATS["examples"] += 1
+        self.root = os.path.join(WORK, "run")
+        shutil.rmtree(self.root, ignore_errors=True)
+        # Same path every example: the copied build dir's absolute paths stay right.
+        subprocess.run(["cp", "-a", TEMPLATE, self.root], check=True)
+        self.inst = os.path.join(self.root, "inst")
+        self.env = dict(os.environ, OVERLAY_STATE_DIR=os.path.join(self.root, "state"), OVERLAY_LOCK_TIMEOUT="20")
+        self.original = {}
+        for t in TARGETS:
+            self.original[self.src(t)] = read(self.src(t))
+            self.original[self.lib(t)] = read(self.lib(t))
+        self.overlay = {a: os.path.join(self.root, "runs", a, "ov") for a in AGENTS}
+        for a in AGENTS:
+            os.makedirs(os.path.dirname(self.overlay[a]), exist_ok=True)
+        self.proc = {}       # agent -> (Popen, target, stamp, gate)
+        self.n = 0
+        self.stamps = {}     # a candidate source's SHA-256 -> the stamp its build carries
+
+    # ---- helpers
+    def src(self, t):
+        return os.path.join(self.inst, "src", t + ".cpp")
+
+    def lib(self, t):
+        return os.path.join(self.inst, "build", "lib" + t + ".so")
+
+    def tool(self, *args):
+        r = subprocess.run([OVERLAY, *args], env=self.env, capture_output=True, text=True, timeout=120)
+        return r
+
+    def claim(self, ok, what, *detail):
+        STATS["claims"] += 1
+        if not ok:
+            # Printed here too: hypothesis replays a failing run to report it, and background
+            # timing can make the replay differ (then it reports only "Flaky").
+            message = "FALSE CLAIM: " + what + "\n" + "\n".join(str(d) for d in detail)
+            print(message, flush=True)
+            STATS["false_claims"] = STATS.get("false_claims", 0) + 1
+            raise AssertionError(message)
+
+    def fresh_candidate(self, agent, t):
+        self.n += 1
+        stamp = "STAMP-%s-%s-%d" % (agent, t, self.n)
+        path = os.path.join(self.root, "cand", "%s-%d.cpp" % (agent, self.n))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(kernel(stamp))
+        self.stamps[hashlib.sha256(kernel(stamp).encode()).hexdigest()] = stamp
+        return path, stamp
+
+    def manifest(self, agent):
+        try:
+            with open(os.path.join(self.overlay[agent], "_overlay_manifest.json")) as f:
+                return json.load(f)
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def applied(self, agent):
+        m = self.manifest(agent)
+        return bool(m and m.get("natives"))
+
+    def busy_targets(self):
+        return {t for (_, t, _, _) in self.proc.values()}
+
+    def idle(self, agent):
+        return agent not in self.proc
+
+    def add_args(self, agent, t, patched, gate=None):
+        build = "cmake --build build --target " + t
+        if gate:
+            build = "sh -c 'while [ ! -e %s ]; do sleep 0.01; done; %s'" % (gate, build)
+        return ["add-native", "--overlay", self.overlay[agent], "--target", self.src(t), "--patched-file", patched,
+                "--artifact", self.lib(t), "--build-cwd", self.inst, "--build-cmd", build]
+
+    # ---- the agents
+    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS))
+    def start_add_native(self, agent, t):
+        if not self.idle(agent) or self.applied(agent):
+            return
+        patched, stamp = self.fresh_candidate(agent, t)
+        gate = os.path.join(self.root, "gate-%d" % self.n)
+        p = subprocess.Popen([OVERLAY, *self.add_args(agent, t, patched, gate)], env=self.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.proc[agent] = (p, t, stamp, gate)
+
+    @rule(agent=st.sampled_from(AGENTS))
+    def finish_add_native(self, agent):
+        if self.idle(agent):
+            return
+        p, t, stamp, gate = self.proc.pop(agent)
+        open(gate, "w").close()
+        out, err = p.communicate(timeout=120)
+        if p.returncode == 0:
+            self.claim("add-native " in out and "OVERLAY_DIR=" in out, "add-native exit 0 without its summary", out, err)
+            self.claim(stamp_of(self.lib(t)) == stamp, "add-native succeeded but the artifact was not built from the candidate",
+                       "artifact stamp %s, candidate %s" % (stamp_of(self.lib(t)), stamp), err)
+        else:
+            self.claim(out == "", "a failed add-native printed on stdout", out, err)
+
+    @rule(agent=st.sampled_from(AGENTS))
+    def kill_9(self, agent):
+        if self.idle(agent):
+            return
+        p, _, _, _ = self.proc.pop(agent)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.communicate(timeout=60)
+
+    @rule(agent=st.sampled_from(AGENTS))
+    def verify(self, agent):
+        r = self.tool("verify-native", "--overlay", self.overlay[agent])
+        m = re.search(r"FRESH_BUILD_OK \(checked (\d+)\)", r.stdout)
+        if not m or int(m.group(1)) == 0:
+            return
+        for e in (self.manifest(agent) or {}).get("natives", []):
+            for s in e["sources"]:
+                cand = self.stamps.get(s.get("patched_sha256"))
+                for a in e["artifacts"]:
+                    self.claim(cand is not None and stamp_of(a["path"]) == cand,
+                               "FRESH_BUILD_OK but an artifact does not carry its entry's candidate",
+                               a["path"], stamp_of(a["path"]), cand, r.stdout)
+
+    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS))
+    def exec_ab(self, agent, t):
+        if not self.idle(agent) or self.applied(agent) or t in self.busy_targets():
+            return
+        patched, stamp = self.fresh_candidate(agent, t)
+        record = os.path.join(self.root, "exec-%d.txt" % self.n)
+        args = self.add_args(agent, t, patched)
+        args[0] = "exec"
+        cmd = "grep -aoE 'STAMP-[A-Za-z0-9-]+' %s | head -n 1 >> %s" % (self.lib(t), record)
+        r = self.tool(*args, "--ref", "--", "sh", "-c", cmd)
+        runs = read(record).decode().split() if read(record) else []
+        if "exec: ref " in r.stdout:
+            self.claim(runs[:1] == ["STAMP-orig-" + t], "exec's reference did not run the stock library", runs, r.stdout, r.stderr)
+        if r.returncode == 0:
+            self.claim(len(runs) == 2 and runs[1] == stamp, "exec exit 0 but its candidate did not run the candidate",
+                       runs, stamp, r.stdout, r.stderr)
+        if "exec: install clean" in r.stdout:
+            self.claim(read(self.src(t)) == self.original[self.src(t)] and read(self.lib(t)) == self.original[self.lib(t)],
+                       "exec said install clean over bytes that are not original", r.stdout)
+
+    @rule(agent=st.sampled_from(AGENTS))
+    def revert(self, agent):
+        if not self.idle(agent):
+            return
+        m = self.manifest(agent)
+        r = self.tool("revert", "--overlay", self.overlay[agent])
+        if r.returncode != 0 or not m:
+            return
+        for e in m.get("natives", []):
+            for path in [s["install_path"] for s in e["sources"]] + [a["path"] for a in e["artifacts"]]:
+                self.claim(read(path) == self.original[path], "revert exit 0 but a file it restored is not original",
+                           path, stamp_of(path), r.stderr)
+
+    # ---- CI and the harness
+    def entry_ids(self, agent):
+        return {e.get("id") for e in (self.manifest(agent) or {}).get("natives", [])}
+
+    @rule()
+    def gc_stale(self):
+        # The entries recorded by add-natives still running: none may be reverted (an entry leaves
+        # the record only when it is reverted; its bytes may still be on their way in meanwhile).
+        live = {a: self.entry_ids(a) for a in self.proc}
+        r = self.tool("--json", "gc-stale", "--root", os.path.join(self.root, "runs"))
+        doc = json.loads(r.stdout)
+        self.claim("overlays" in doc and doc["reverted"] == sum(o["outcome"] == "reverted" for o in doc["overlays"]),
+                   "gc-stale's count is not its overlays' verdicts", r.stdout)
+        for a, ids in live.items():
+            if a in self.proc:
+                self.claim(ids <= self.entry_ids(a), "gc-stale reverted the entry of an add-native in flight", a, r.stdout, r.stderr)
+
+    @rule(agent=st.sampled_from(AGENTS))
+    def harness_rm_overlay(self, agent):
+        if self.idle(agent):
+            shutil.rmtree(self.overlay[agent], ignore_errors=True)
+
+    @rule(agent=st.sampled_from(AGENTS))
+    def harness_mv_overlay(self, agent):
+        if self.idle(agent) and os.path.isdir(self.overlay[agent]):
+            self.n += 1
+            moved = os.path.join(self.root, "runs", agent, "ov-moved-%d" % self.n)
+            os.rename(self.overlay[agent], moved)
+            self.overlay[agent] = moved
+
+    @rule()
+    def reinstall_package(self):
+        """pip reinstall: the source dir replaced by a fresh one holding the original sources."""
+        if self.proc:
+            return
+        self.n += 1
+        src = os.path.join(self.inst, "src")
+        os.rename(src, src + ".old-%d" % self.n)
+        os.makedirs(src)
+        for t in TARGETS:
+            with open(self.src(t), "wb") as f:
+                f.write(self.original[self.src(t)])
+
+    @rule(t=st.sampled_from(TARGETS))
+    def hand_edit_patched_source(self, t):
+        """An engineer edits a source an overlay patched (a third version)."""
+        if t in self.busy_targets() or read(self.src(t)) == self.original[self.src(t)]:
+            return
+        self.n += 1
+        with open(self.src(t), "w") as f:
+            f.write(kernel("STAMP-hand-%d" % self.n))
+
+    @rule()
+    def status_all_check_clean(self):
+        # Files an add-native in flight may be swapping while status reads are left out: status
+        # speaks of the moment it looked.
+        busy = {p for t in self.busy_targets() for p in (self.src(t), self.lib(t))}
+        r = self.tool("status", "--all", "--check-clean")
+        if r.returncode == 0:
+            for path, data in self.original.items():
+                if path in busy:
+                    continue
+                self.claim(read(path) == data, "status --all --check-clean exit 0 over a file that is not original", path,
+                           stamp_of(path), r.stdout)
+
+    @invariant()
+    def count_step(self):
+        STATS["steps"] += 1
+        STATS["in_flight_steps"] += 1 if self.proc else 0  # a step taken while some add-native builds
+
+    def teardown(self):
+        try:
+            for agent in list(self.proc):
+                self.finish_add_native(agent)
+            for agent in AGENTS:
+                self.tool("revert", "--overlay", self.overlay[agent])
+            lost = [p for p, d in self.original.items() if read(p) != d]
+            if lost:
+                r = self.tool("status", "--all", "--check-clean")
+                self.claim(r.returncode != 0, "files are not original, and nothing says so", lost, r.stdout)
+        finally:
+            for p, *_ in self.proc.values():
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def main():
+    global OVERLAY, WORK, TEMPLATE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("overlay")
+    ap.add_argument("--examples", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--seed", type=int, default=None)
+    a = ap.parse_args()
+    OVERLAY = os.path.abspath(a.overlay)
+    seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
+    print("claims checker: seed %d (replay: --seed %d), %d examples of up to %d steps" % (seed, seed, a.examples, a.steps), flush=True)
+    with tempfile.TemporaryDirectory(prefix="overlay-claims-") as work:
+        WORK = work
+        # Configured where every example runs (CMake's cache names its own directory), then kept
+        # aside as the template each example copies back.
+        TEMPLATE = os.path.join(work, "template")
+        make_template(os.path.join(work, "run"))
+        os.rename(os.path.join(work, "run"), TEMPLATE)
+        # No shrinking: the system under test has background processes and timing, so a replay
+        # can differ; the failing run's own steps are what is printed.
+        Claims.TestCase.settings = settings(max_examples=a.examples, stateful_step_count=a.steps, deadline=None, database=None,
+                                            suppress_health_check=list(HealthCheck), derandomize=False,
+                                            phases=[Phase.explicit, Phase.generate], print_blob=False)
+        test = hseed(seed)(Claims.TestCase)
+        result = None
+        try:
+            import unittest
+            suite = unittest.defaultTestLoader.loadTestsFromTestCase(test)
+            result = unittest.TextTestRunner(stream=sys.stdout, verbosity=0).run(suite)
+        finally:
+            print("claims checker: %d examples, %d steps (%d while an add-native was building), %d claims checked, seed %d" %
+                  (STATS["examples"], STATS["steps"], STATS["in_flight_steps"], STATS["claims"], seed), flush=True)
+    sys.exit(0 if result and result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()
