@@ -44,9 +44,10 @@ std::optional<Hold> HoldRegistry::hold_of(const fs::path& path) {
     json j = parse_json_bytes(read_small_file(disk_, f, 1 << 16));
     if (j.value("path", "") != path.string() || !j.contains("overlay") || !j["overlay"].is_string()) return std::nullopt;
     std::vector<fs::path> all = named_overlays(j);
-    Hold h{all.front(), std::vector<fs::path>(all.begin() + 1, all.end()), std::nullopt, std::nullopt};
+    Hold h{all.front(), std::vector<fs::path>(all.begin() + 1, all.end()), std::nullopt, std::nullopt, false};
     if (j.contains("original_sha256") && j["original_sha256"].is_string()) h.original_sha256 = j["original_sha256"].get<std::string>();
     if (j.contains("patched_sha256") && j["patched_sha256"].is_string()) h.patched_sha256 = j["patched_sha256"].get<std::string>();
+    h.artifact = j.value("artifact", false);
     return h;
   } catch (const std::exception&) {
     return std::nullopt;  // an unreadable hold holds nothing
@@ -76,9 +77,14 @@ std::vector<fs::path> HoldRegistry::overlays() {
 }
 
 namespace {
+// Whether an entry of m changes `path`: a source it swapped, a file it created, an artifact its
+// build writes.
 bool records_change_to(const Manifest& m, const fs::path& path) {
+  const std::string p = path.string();
   return std::any_of(m.natives.begin(), m.natives.end(), [&](const NativeEntry& e) {
-    return std::any_of(e.sources.begin(), e.sources.end(), [&](const SourceItem& s) { return s.install_path == path.string(); });
+    return std::any_of(e.sources.begin(), e.sources.end(), [&](const SourceItem& s) { return s.install_path == p; }) ||
+           std::any_of(e.created.begin(), e.created.end(), [&](const CreatedItem& c) { return c.path == p; }) ||
+           std::any_of(e.artifacts.begin(), e.artifacts.end(), [&](const ArtifactItem& a) { return a.path == p; });
   });
 }
 }  // namespace
@@ -98,6 +104,7 @@ void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   json j = {{"path", p.string()}, {"overlay", hold.overlay.string()}};
   if (hold.original_sha256) j["original_sha256"] = *hold.original_sha256;
   if (hold.patched_sha256) j["patched_sha256"] = *hold.patched_sha256;
+  if (hold.artifact) j["artifact"] = true;
   if (!hold.under.empty()) {
     j["under"] = json::array();
     for (const auto& u : hold.under) j["under"].push_back(u.string());
@@ -150,12 +157,13 @@ std::string OrphanHold::describe() const {
   if (file_state == "patched") return who + "; the file holds that overlay's patched bytes, and the original is lost with its backups";
   if (file_state == "third version") return who + "; the file holds neither its original nor its patched bytes (a third version)";
   if (file_state == "original") return who + "; the file holds the original bytes";
+  if (file_state == "changed") return who + "; the file is not the original it recorded (what a build made of it, or changed since)";
   return who + "; whether the file holds the original cannot be told (the hold records no checksums)";
 }
 
 std::optional<OrphanHold> HoldRegistry::judge_orphan(const fs::path& path, const Hold& hold) {
   if (still_holds(hold.overlay, path)) return std::nullopt;
-  OrphanHold o{path, hold, false, "unknown"};
+  OrphanHold o{path, hold, false, hold.artifact && !hold.original_sha256 ? "original" : "unknown"};
   try {
     o.vanished = !load_manifest(disk_, hold.overlay);
   } catch (const Error&) {
@@ -163,9 +171,11 @@ std::optional<OrphanHold> HoldRegistry::judge_orphan(const fs::path& path, const
   }
   if (hold.original_sha256) {
     auto now = sha_now(disk_, path);
-    o.file_state = now && *now == *hold.original_sha256                          ? "original"
-                   : now && hold.patched_sha256 && *now == *hold.patched_sha256 ? "patched"
-                                                                                 : "third version";
+    bool has_patched = hold.patched_sha256 && !hold.patched_sha256->empty();
+    o.file_state = now && *now == *hold.original_sha256               ? "original"
+                   : !has_patched                                     ? "changed"  // an artifact: what a build made of it
+                   : now && *now == *hold.patched_sha256              ? "patched"
+                                                                      : "third version";
   }
   return o;
 }
@@ -235,7 +245,9 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
   for (std::size_t i = 0; i < files.size(); ++i) {
     const auto& [p, before] = claim.previous[i];
     // Taken over with --force: the overlays whose changes this one stacks on stay named under it.
-    Hold now{overlay, {}, sha_now(disk_, p), files[i].patched_sha256.value_or("")};
+    // An artifact's original is noted from its backup (note_originals): never read twice.
+    Hold now{overlay, {}, files[i].artifact ? std::nullopt : sha_now(disk_, p), files[i].patched_sha256.value_or(""),
+             files[i].artifact};
     if (before && before->overlay != overlay) {
       now.under.push_back(before->overlay);
       now.under.insert(now.under.end(), before->under.begin(), before->under.end());
@@ -246,6 +258,17 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
     write_hold(p, now);
   }
   return claim;
+}
+
+void HoldRegistry::note_originals(const std::vector<std::pair<fs::path, std::string>>& originals, const fs::path& overlay,
+                                  double lock_timeout) {
+  OverlayLock lock(dir_, lock_timeout);
+  for (const auto& [p, sha] : originals) {
+    auto h = hold_of(p);
+    if (!h || h->overlay != overlay || h->original_sha256) continue;
+    h->original_sha256 = sha;
+    write_hold(p, *h);
+  }
 }
 
 void HoldRegistry::give_back(const HoldClaim& claim, const fs::path& overlay, double lock_timeout) {
@@ -267,9 +290,16 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
   // Whether the hold on p is the reverted entry's own, recorded under the overlay's old path.
   auto moved_here = [&](const fs::path& p, const Hold& h) {
     if (reverted == nullptr || !h.original_sha256 || still_holds(h.overlay, p)) return false;
-    return std::any_of(reverted->sources.begin(), reverted->sources.end(), [&](const SourceItem& s) {
-      return s.install_path == p.string() && s.sha256 == *h.original_sha256 && s.patched_sha256.value_or("") == h.patched_sha256.value_or("");
-    });
+    const std::string ps = p.string();
+    return std::any_of(reverted->sources.begin(), reverted->sources.end(),
+                       [&](const SourceItem& s) {
+                         return s.install_path == ps && s.sha256 == *h.original_sha256 &&
+                                s.patched_sha256.value_or("") == h.patched_sha256.value_or("");
+                       }) ||
+           std::any_of(reverted->artifacts.begin(), reverted->artifacts.end(),
+                       [&](const ArtifactItem& a) { return a.path == ps && a.sha256.value_or("") == *h.original_sha256; }) ||
+           std::any_of(reverted->created.begin(), reverted->created.end(),
+                       [&](const CreatedItem& c) { return c.path == ps && h.original_sha256->empty(); });
   };
   for (const auto& p : paths) {
     auto h = hold_of(p);
@@ -279,7 +309,7 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
     if (next == h->under.end())
       disk_.remove(hold_file(p));
     else
-      write_hold(p, Hold{*next, std::vector<fs::path>(next + 1, h->under.end()), std::nullopt, std::nullopt});
+      write_hold(p, Hold{*next, std::vector<fs::path>(next + 1, h->under.end()), std::nullopt, std::nullopt, false});
   }
 }
 

@@ -91,6 +91,4 @@ std::string describe_live(const std::vector<LiveOperation>& ops) {
   return ops.front().op + " in progress, pid " + std::to_string(ops.front().pid);
 }
 
-bool is_in_flight_mark(const std::string& name) { return starts_with(name, kPrefix) || starts_with(name, kTempPrefix); }
-
 }  // namespace overlay

@@ -221,12 +221,24 @@ void record_untracked(Disk& disk, const NativePlan& plan, const std::string& id,
   save_manifest(disk, plan.overlay, *m);
 }
 
+// The artifacts' original checksums, from their backups, into their holds ("" for one that did
+// not exist), before the record: an artifact hold without one is then known never recorded. A
+// failure here fails the add-native before anything is touched.
+void note_artifact_originals(HoldRegistry& holds, const NativePlan& plan, const NativeEntry& e) {
+  std::vector<std::pair<fs::path, std::string>> originals;
+  for (const auto& a : e.artifacts) originals.emplace_back(a.path, a.sha256.value_or(""));
+  holds.note_originals(originals, plan.overlay, plan.lock_timeout);
+}
+
 }  // namespace
 
 AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   std::vector<HeldFile> targets;
   for (const auto& s : plan.swaps)
     targets.emplace_back(s.target, s.kind == SwapKind::remove ? std::optional<std::string>() : s.content_sha256);
+  // Artifacts are held too: a second overlay's backup of one would be this one's build, and a
+  // vanished holder's rebuilt library must not pass for the original.
+  for (const auto& a : plan.artifacts) targets.emplace_back(a, std::nullopt, true);
   // Refused here (nothing touched yet) when another overlay still holds a target; from here to
   // the end of the swap no other add-native can take one of them (the claim's locks).
   HoldRegistry holds(disk, plan.state_dir);
@@ -250,6 +262,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     m.natives.push_back(back_up(disk, store, plan, id, cloned, held));
     m.natives.back().patch_id = plan.patch_id;
     if (plan.record_with) plan.record_with(m);
+    note_artifact_originals(holds, plan, m.natives.back());
     m.untracked = still_as_built(disk, m.untracked);  // a later build regenerated the rest
     std::erase_if(m.litter, [&](const std::string& l) { return !disk.info(l, Follow::no).exists(); });
     make_dirs(disk, plan.overlay / kLogDirName);

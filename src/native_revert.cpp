@@ -240,6 +240,7 @@ void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overla
   std::vector<fs::path> paths;
   for (const auto& s : e.sources) paths.emplace_back(s.install_path);
   for (const auto& c : e.created) paths.emplace_back(c.path);
+  for (const auto& a : e.artifacts) paths.emplace_back(a.path);
   try {
     holds_of(disk, opts).release(paths, overlay, now, opts.lock_timeout, &e);
   } catch (const Error& err) {

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <errno.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -531,6 +532,20 @@ bool BackupStore::park(const At& p, bool hard_link) {
   return true;
 }
 
+namespace {
+
+// Closes every directory descriptor above stderr (fstat each: no /proc needed).
+void close_inherited_dirs() {
+  long max = ::sysconf(_SC_OPEN_MAX);
+  int top = max > 0 && max < 65536 ? static_cast<int>(max) : 65536;
+  for (int fd = 3; fd < top; ++fd) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) ::close(fd);
+  }
+}
+
+}  // namespace
+
 void BackupStore::purge(const std::vector<std::string>& litter) {
   fs::path trash = overlay_ / "_trash";
   std::vector<fs::path> doomed;
@@ -556,6 +571,12 @@ void BackupStore::purge(const std::vector<std::string>& litter) {
     // reparented and in its own session, deletes.
     if (::fork() == 0) {
       ::setsid();
+      // The directory descriptors inherited from the caller go: a flock lives as long as any copy
+      // of its descriptor, and every lock of ours is a directory's (the overlay lock, a hold's,
+      // an operation's in-flight mark), so a deleter keeping one would keep the caller's run
+      // looking alive after it ended (gc-stale would spare a killed add-native for as long as
+      // the deletion takes). Files stay open: the disk trace's descriptor records this process.
+      close_inherited_dirs();
       try {
         remove_all();
       } catch (...) {

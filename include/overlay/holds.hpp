@@ -25,15 +25,20 @@ struct Hold {
   fs::path overlay;
   std::vector<fs::path> under;
   std::optional<std::string> original_sha256, patched_sha256;
+  // An artifact's hold, taken before its backup: its original is noted from the backup before the
+  // entry is recorded, so one without an original belongs to a run that never recorded (never
+  // touched) it.
+  bool artifact = false;
 };
 
 // A file add-native is about to change, and the SHA-256 of the bytes it will write there (none
 // for a file it deletes).
 struct HeldFile {
-  HeldFile(fs::path p, std::optional<std::string> patched = std::nullopt)  // NOLINT: a path is a held file
-      : path(std::move(p)), patched_sha256(std::move(patched)) {}
+  HeldFile(fs::path p, std::optional<std::string> patched = std::nullopt, bool is_artifact = false)  // NOLINT: a path is a held file
+      : path(std::move(p)), patched_sha256(std::move(patched)), artifact(is_artifact) {}
   fs::path path;
   std::optional<std::string> patched_sha256;
+  bool artifact = false;  // a build output: its original is noted from its backup, not read here
 };
 
 // A hold whose holder no longer records a change to its file: the overlay was deleted or moved
@@ -43,8 +48,9 @@ struct OrphanHold {
   Hold hold;
   bool vanished = false;
   // What the file holds now against the hold's record: "original", "patched" (the vanished
-  // holder's bytes: its original is lost with its backups), "third version", or "unknown" (a hold
-  // without checksums).
+  // holder's bytes: its original is lost with its backups), "third version", "changed" (not the
+  // original, and no patched bytes on record: an artifact), or "unknown" (a hold without
+  // checksums).
   std::string file_state;
   std::string describe() const;  // "overlay X, which has vanished, … the file holds its patched bytes"
 };
@@ -79,6 +85,10 @@ class HoldRegistry {
   // Why acquire would refuse `overlay` the path now (another overlay's change on record, or a
   // vanished holder's bytes in place), or nothing; read-only, without --force.
   std::optional<std::string> why_taken(const fs::path& path, const fs::path& overlay);
+
+  // Records the original SHA-256 of paths `overlay` holds and has none for yet (artifacts, whose
+  // bytes are hashed once, by their backup).
+  void note_originals(const std::vector<std::pair<fs::path, std::string>>& originals, const fs::path& overlay, double lock_timeout);
 
   // Undoes a claim whose add-native failed before its manifest named the entry: each path
   // `overlay` still holds goes back to its previous holder, or is free again.

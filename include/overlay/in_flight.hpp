@@ -46,8 +46,4 @@ std::vector<LiveOperation> live_operations(Disk& disk, const fs::path& overlay);
 // "add-native in progress, pid P" for the first of `ops`; "" when there is none.
 std::string describe_live(const std::vector<LiveOperation>& ops);
 
-// True for the names of the marks above (and their temporary names), which no copy of an overlay
-// takes along.
-bool is_in_flight_mark(const std::string& name);
-
 }  // namespace overlay

@@ -133,7 +133,9 @@ void Exec::recover_dead_runs() {
 
 void Exec::refuse_held_targets() {
   HoldRegistry holds(disk_, HoldRegistry::default_state_dir());
-  for (const auto& t : f_.targets) {
+  std::vector<std::string> files(f_.targets.begin(), f_.targets.end());
+  files.insert(files.end(), f_.artifacts.begin(), f_.artifacts.end());
+  for (const auto& t : files) {
     fs::path p = absolute_normal(t);
     if (disk_.info(p, Follow::yes).exists()) p = disk_.real_path(p);
     if (auto why = holds.why_taken(p, overlay_)) throw Error(*why + "; the reference would not run on the original install");

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 from hypothesis import HealthCheck, Phase, settings, seed as hseed
 from hypothesis import strategies as st
@@ -227,6 +228,51 @@ class Claims(RuleBasedStateMachine):
         if "exec: install clean" in r.stdout:
             self.claim(read(self.src(t)) == self.original[self.src(t)] and read(self.lib(t)) == self.original[self.lib(t)],
                        "exec said install clean over bytes that are not original", r.stdout)
+
+    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS))
+    def kill_9_exec_mid_candidate(self, agent, t):
+        """exec kill -9'd while its candidate runs: nothing may call the install clean until
+        gc-stale (the owner is dead) has put it back."""
+        if not self.idle(agent) or self.applied(agent) or t in self.busy_targets():
+            return
+        patched, _ = self.fresh_candidate(agent, t)
+        ready = os.path.join(self.root, "cand-running-%d" % self.n)
+        args = self.add_args(agent, t, patched)
+        args[0] = "exec"
+        p = subprocess.Popen([OVERLAY, *args, "--", "sh", "-c", "touch %s; sleep 60" % ready], env=self.env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(3000):
+            if os.path.exists(ready) or p.poll() is not None:
+                break
+            time.sleep(0.01)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # exec ended (refused) before the kill
+        p.wait()
+        if not os.path.exists(ready):
+            return  # refused (the target held), or failed before its candidate
+        r = self.tool("status", "--all", "--check-clean")
+        self.claim(r.returncode != 0 or read(self.src(t)) == self.original[self.src(t)],
+                   "status --all --check-clean exit 0 while a killed exec's patch is in place", r.stdout)
+        g = self.tool("gc-stale", "--root", os.path.join(self.root, "runs"))
+        if g.returncode == 0 and self.manifest(agent) is not None and not self.applied(agent):
+            self.claim(read(self.src(t)) == self.original[self.src(t)], "gc-stale reverted a killed exec but its source is not original",
+                       g.stdout, g.stderr)
+
+    @rule(agent=st.sampled_from(AGENTS), delay_ms=st.integers(0, 8))
+    def kill_9_revert_midway(self, agent, delay_ms):
+        """revert kill -9'd at a random instant: what it leaves, the next revert (or gc-stale) finishes."""
+        if not self.idle(agent) or not self.applied(agent):
+            return
+        p = subprocess.Popen([OVERLAY, "revert", "--overlay", self.overlay[agent]], env=self.env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(delay_ms / 1000.0)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
 
     @rule(agent=st.sampled_from(AGENTS))
     def revert(self, agent):

@@ -339,3 +339,81 @@ TEST_F(Truth, AMovedOverlaysRevertDropsTheHoldUnderItsOldPath) {
   EXPECT_EQ(overlay({"revert", "--overlay", (t / "ov4").string()}).rc, 0);
   EXPECT_EQ(read_file(in.source), "int kernel() { return 4; }\n");
 }
+
+// Found by the checker of claims: the overlay deleted after its build rebuilt the library, the
+// source then put back (a reinstall). The library still held the candidate's code and nothing
+// said so. Artifacts are held too, with their original's checksum (from the backup): the
+// vanished holder is named, and a second overlay building the same library meanwhile is refused
+// (its backup of the library would be the first one's build).
+TEST_F(Truth, AnArtifactRebuiltByAVanishedOverlayIsNeverCalledClean) {
+  Install in = make_install(t / "inst");
+  const std::string original_lib = read_file(in.artifact);
+  write_file(in.root / "src/other.cpp", "int other() { return 1; }\n");
+  write_file(t / "other.cpp", "int other() { return 2; }\n");
+  ASSERT_EQ(overlay(add_args(in, t / "ov1", "int kernel() { return 7; }\n")).rc, 0);
+  // Another source, the same library: refused while ov1's build output is in it.
+  Cmd second = overlay({"add-native", "--overlay", (t / "ov2").string(), "--target", (in.root / "src/other.cpp").string(),
+                        "--patched-file", (t / "other.cpp").string(), "--artifact", in.artifact.string()});
+  EXPECT_NE(second.rc, 0);
+  EXPECT_NE(second.err.find(in.artifact.string() + " is held by overlay " + (t / "ov1").string()), std::string::npos) << second.err;
+  fs::remove_all(t / "ov1");
+  write_file(in.source, "int kernel() { return 4; }\n");  // the source reinstalled; the library is still the candidate's
+  Cmd all = overlay({"status", "--all", "--check-clean"});
+  EXPECT_EQ(all.rc, 1) << all.out;
+  EXPECT_NE(all.out.find(in.artifact.string() + ": held by overlay " + (t / "ov1").string() + ", which has vanished"),
+            std::string::npos) << all.out;
+  Cmd which = overlay({"which", in.artifact.string()});
+  EXPECT_EQ(which.rc, 0) << which.err;
+  // The library put back (the package reinstalled whole): clean, and free to take.
+  write_file(in.artifact, original_lib, 0755);
+  EXPECT_EQ(overlay({"status", "--all", "--check-clean"}).rc, 0);
+  Cmd again = overlay({"add-native", "--overlay", (t / "ov2").string(), "--target", (in.root / "src/other.cpp").string(),
+                       "--patched-file", (t / "other.cpp").string(), "--artifact", in.artifact.string()});
+  EXPECT_EQ(again.rc, 0) << again.err;
+}
+
+// Found by the checker of claims: the harness deletes the candidate folder and makes it again at
+// the same path (build_candidate_overlay). The hold named that very path, so the check was
+// skipped and the first candidate's bytes were backed up as the original.
+TEST_F(Truth, AnOverlayDeletedAndMadeAgainAtTheSamePathDoesNotAdoptItsOwnPatch) {
+  Install in = make_install(t / "inst");
+  write_file(t / "first.cpp", "int kernel() { return 7; }\n");
+  write_file(t / "second.cpp", "int kernel() { return 8; }\n");
+  std::vector<std::string> a{"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                             (t / "first.cpp").string()};
+  ASSERT_EQ(overlay(a).rc, 0);
+  fs::remove_all(t / "ov");
+  a.back() = (t / "second.cpp").string();
+  Cmd again = overlay(a);
+  EXPECT_NE(again.rc, 0);
+  EXPECT_NE(again.err.find("which has vanished"), std::string::npos) << again.err;
+  EXPECT_EQ(read_file(in.source), "int kernel() { return 7; }\n");
+  EXPECT_EQ(overlay({"status", "--all", "--check-clean"}).rc, 1);
+}
+
+// Found by Crash.KillAnywhereThenRevertOrGcRestores: add-native deletes an invalidated cache in a
+// detached grandchild, which inherited the run's descriptors, the in-flight mark's flock among
+// them. Killed while that deleter still ran, the add-native looked alive: gc-stale skipped it and
+// said nothing was wrong. The deleter now closes the directory descriptors it inherits.
+TEST_F(Truth, AKilledAddNativeIsStaleWhileItsCacheDeleterStillRuns) {
+  Install in = make_install(t / "inst");
+  for (int d = 0; d < 40; ++d)
+    for (int f = 0; f < 500; ++f) write_file(in.cache / ("d" + std::to_string(d)) / ("f" + std::to_string(f)), "x");
+  std::string before = tree_digest(in.root);
+  std::vector<std::string> args = add_args(in, t / "ov", "int kernel() { return 7; }\n", t / "go");
+  for (const char* a : {"--invalidate-cache", "", "--cache-snapshot", "tar"}) args.emplace_back(a);
+  args[args.size() - 3] = in.cache.string();
+  // The build starts once add-native has handed the cache's trash to its deleter: killed then.
+  std::string& build = args[12];
+  build.replace(build.find("while"), 5, "touch " + (t / "started").string() + "; while");
+  pid_t agent = spawn_overlay(args, state);
+  ASSERT_TRUE(eventually([&] { return fs::exists(t / "started"); }));
+  ::kill(agent, SIGKILL);
+  EXPECT_EQ(wait_rc(agent), 128 + SIGKILL);
+  Cmd gc = overlay({"gc-stale", "--root", (t / "ov").string()});
+  EXPECT_EQ(gc.rc, 0) << gc.err;
+  EXPECT_EQ(gc.err.find("in progress"), std::string::npos) << "a killed add-native looked alive:\n" << gc.err;
+  EXPECT_NE(gc.out.find("gc-stale: reverted 1 stale"), std::string::npos) << gc.out << gc.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), before);
+}
