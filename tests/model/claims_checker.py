@@ -75,6 +75,14 @@ def stamp_of(path):
         return None
 
 
+def kill_group(p):
+    """kill -9 of a process started in its own session, and of everything it started there."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # already gone
+
+
 def read(path):
     try:
         with open(path, "rb") as f:
@@ -189,10 +197,7 @@ class Claims(RuleBasedStateMachine):
         if self.idle(agent):
             return
         p, _, _, _ = self.proc.pop(agent)
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(p)
         p.communicate(timeout=60)
 
     @rule(agent=st.sampled_from(AGENTS))
@@ -245,10 +250,7 @@ class Claims(RuleBasedStateMachine):
             if os.path.exists(ready) or p.poll() is not None:
                 break
             time.sleep(0.01)
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass  # exec ended (refused) before the kill
+        kill_group(p)  # it may have ended (refused) before
         p.wait()
         if not os.path.exists(ready):
             return  # refused (the target held), or failed before its candidate
@@ -268,10 +270,7 @@ class Claims(RuleBasedStateMachine):
         p = subprocess.Popen([OVERLAY, "revert", "--overlay", self.overlay[agent]], env=self.env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
         time.sleep(delay_ms / 1000.0)
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(p)
         p.wait()
 
     @rule(agent=st.sampled_from(AGENTS))
@@ -369,10 +368,7 @@ class Claims(RuleBasedStateMachine):
                 self.claim(r.returncode != 0, "files are not original, and nothing says so", lost, r.stdout)
         finally:
             for p, *_ in self.proc.values():
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                kill_group(p)
 
 
 def main():
