@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <set>
 #include <string_view>
 
@@ -534,13 +535,20 @@ bool BackupStore::park(const At& p, bool hard_link) {
 
 namespace {
 
-// Closes every directory descriptor above stderr (fstat each: no /proc needed).
+// Closes every directory descriptor above stderr: those /proc/self/fd lists, or (no /proc) each
+// number up to the limit, fstat'ed.
 void close_inherited_dirs() {
-  long max = ::sysconf(_SC_OPEN_MAX);
-  int top = max > 0 && max < 65536 ? static_cast<int>(max) : 65536;
-  for (int fd = 3; fd < top; ++fd) {
+  std::vector<int> fds;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec))
+    fds.push_back(std::atoi(it->path().filename().c_str()));
+  if (fds.empty()) {
+    long max = ::sysconf(_SC_OPEN_MAX);
+    for (int fd = 3; fd < (max > 0 && max < 65536 ? static_cast<int>(max) : 65536); ++fd) fds.push_back(fd);
+  }
+  for (int fd : fds) {
     struct stat st {};
-    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) ::close(fd);
+    if (fd > 2 && ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) ::close(fd);
   }
 }
 
@@ -551,7 +559,12 @@ void BackupStore::purge(const std::vector<std::string>& litter) {
   std::vector<fs::path> doomed;
   for (const auto& l : litter)
     if (disk_.info(l, Follow::no).exists()) doomed.emplace_back(l);
-  bool trash_full = disk_.info(trash, Follow::no).type == FileType::directory && !disk_.list_dir(trash).empty();
+  bool trash_full = false;
+  try {
+    trash_full = disk_.info(trash, Follow::no).type == FileType::directory && !disk_.list_dir(trash).empty();
+  } catch (const DiskError& e) {
+    if (e.code() != ENOENT) throw;  // an earlier run's deleter removed it meanwhile: nothing to purge there
+  }
   if (trash_full) doomed.push_back(trash);
   if (doomed.empty()) return;
   auto remove_all = [&] {
