@@ -36,10 +36,13 @@ int env_int(const char* name, int fallback) {
 }
 
 // What the flipper and the test share (an anonymous shared mapping): the flip count and a pause.
+// A pause is numbered, and the flipper says which pause it parked for: a "parked" it wrote for an
+// earlier pause, late (it read that pause, then the test resumed), never ends a later one.
 struct Shared {
   std::atomic<long> flips{0};
-  std::atomic<int> paused{1};   // 1: asked to pause; the flipper leaves the real dir in place
-  std::atomic<int> parked{0};   // 1: it has paused with the real dir at its name
+  std::atomic<int> paused{1};   // the pause asked for (0: run); the flipper leaves the real dir in place
+  std::atomic<int> parked{0};   // the pause it has parked for, with the real dir at its name
+  std::atomic<int> pauses{1};   // the last pause's number
 };
 
 class Flipper {
@@ -56,14 +59,12 @@ class Flipper {
     ::waitpid(pid_, nullptr, 0);
     ::munmap(s_, sizeof(Shared));
   }
-  void resume() {
-    s_->parked = 0;
-    s_->paused = 0;
-  }
-  // Waits until the flipper stopped with the real directory at its name.
+  void resume() { s_->paused = 0; }
+  // Waits until the flipper stopped, for this pause, with the real directory at its name.
   void pause() {
-    s_->paused = 1;
-    while (s_->parked == 0) ::usleep(100);
+    int n = ++s_->pauses;
+    s_->paused = n;
+    while (s_->parked != n) ::usleep(100);
   }
   long flips() const { return s_->flips; }
 
@@ -72,9 +73,9 @@ class Flipper {
     if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(3);
     bool swapped = false;  // whether the symlink stands at `name` now
     for (;;) {
-      if (s_->paused != 0) {
+      if (int asked = s_->paused; asked != 0) {
         if (swapped && ::renameat2(AT_FDCWD, name.c_str(), AT_FDCWD, other.c_str(), RENAME_EXCHANGE) == 0) swapped = false;
-        if (!swapped) s_->parked = 1;
+        if (!swapped) s_->parked = asked;
         ::usleep(50);
         continue;
       }
