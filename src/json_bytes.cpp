@@ -125,24 +125,25 @@ std::string with_markers(std::string_view s) {
 }
 
 // A copy of j with every string (keys too) passed through `f`.
-template <typename F>
-json map_strings(const json& j, const F& f) {
-  if (j.is_string()) return f(j.get_ref<const std::string&>());
+template <typename J, typename F>
+J map_strings(const J& j, const F& f) {
+  if (j.is_string()) return f(j.template get_ref<const std::string&>());
   if (j.is_array()) {
-    json out = json::array();
+    J out = J::array();
     for (const auto& v : j) out.push_back(map_strings(v, f));
     return out;
   }
   if (j.is_object()) {
-    json out = json::object();
+    J out = J::object();
     for (auto it = j.begin(); it != j.end(); ++it) out[f(it.key())] = map_strings(it.value(), f);
     return out;
   }
   return j;
 }
 
-bool any_string(const json& j, bool (*pred)(std::string_view)) {
-  if (j.is_string()) return pred(j.get_ref<const std::string&>());
+template <typename J>
+bool any_string(const J& j, bool (*pred)(std::string_view)) {
+  if (j.is_string()) return pred(j.template get_ref<const std::string&>());
   if (j.is_array()) {
     for (const auto& v : j)
       if (any_string(v, pred)) return true;
@@ -186,6 +187,11 @@ json parse_json_bytes(const std::string& text) {
 std::string dump_json_bytes(const json& j, int indent) {
   if (!any_string(j, needs_markers)) return j.dump(indent);
   return markers_to_escapes(map_strings(j, with_markers).dump(indent));
+}
+
+std::string dump_json_bytes_ascii(const nlohmann::ordered_json& j, int indent) {
+  if (!any_string(j, needs_markers)) return j.dump(indent, ' ', true);
+  return markers_to_escapes(map_strings(j, with_markers).dump(indent, ' ', true));
 }
 
 }  // namespace overlay

@@ -595,8 +595,58 @@ Manifest parse_manifest(const std::string& text) {
   return m;
 }
 
+namespace {
+
+// v3's sections in the order its _ensure_overlay writes them, and each entry's keys in the order
+// its add-* writes them; later versions' sections after them. Anything else follows, sorted.
+const std::vector<std::pair<std::string, std::vector<std::string>>>& upstream_order() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> order = {
+      {"modules", {"module", "file"}},
+      {"rebinds", {"target", "impl_module", "impl_attr"}},
+      {"markers", {"target"}},
+      {"captures", {"target", "out", "max"}},
+      {"installers", {"id", "module", "callable", "required", "targets", "kernels"}},
+      {"hooks", {"module", "impl_module", "impl_attr"}},
+  };
+  return order;
+}
+
+nlohmann::ordered_json ordered_object(const json& obj, const std::vector<std::string>& first) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& k : first)
+    if (obj.contains(k)) out[k] = nlohmann::ordered_json(obj[k]);
+  for (const auto& [k, v] : obj.items())  // std::map: sorted
+    if (!out.contains(k)) out[k] = nlohmann::ordered_json(v);
+  return out;
+}
+
+// A Python-only manifest as overlay_setup.py v3 writes it for the same calls (json.dump, indent
+// 2, no final newline): downstream tools hash its bytes to tell overlays apart.
+std::string serialize_as_upstream(const json& doc) {
+  std::vector<std::string> sections;
+  for (const auto& [name, keys] : upstream_order()) sections.push_back(name);
+  nlohmann::ordered_json out = ordered_object(doc, sections);
+  for (const auto& [name, keys] : upstream_order()) {
+    if (!out.contains(name) || !out[name].is_array()) continue;
+    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+    for (const auto& e : doc[name]) entries.push_back(e.is_object() ? ordered_object(e, keys) : nlohmann::ordered_json(e));
+    out[name] = std::move(entries);
+  }
+  return dump_json_bytes_ascii(out, 2);
+}
+
+}  // namespace
+
 std::string serialize_manifest(const Manifest& m) {
   json doc = m.doc.is_object() ? m.doc : json::object();
+  // Never a native entry or record: the bytes v3 writes. Once native, always this tool's form.
+  bool python_only = m.natives.empty() && m.running.empty() && m.untracked.empty() && m.litter.empty() &&
+                     !doc.contains("natives") && !doc.contains("overlay_format");
+  if (python_only) {
+    for (const char* key : {"modules", "rebinds", "markers", "captures"})
+      if (!doc.contains(key) || doc[key].is_null()) doc[key] = json::array();
+    return serialize_as_upstream(doc);
+  }
   for (const char* key : {"modules", "rebinds", "captures"})
     if (!doc.contains(key) || doc[key].is_null()) doc[key] = json::array();
   doc["natives"] = m.natives;

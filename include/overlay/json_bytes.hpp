@@ -20,4 +20,8 @@ nlohmann::json parse_json_bytes(const std::string& text);
 // of valid UTF-8 is written "\udcXX"; valid UTF-8 is written as it is (ensure_ascii off).
 std::string dump_json_bytes(const nlohmann::json& j, int indent = -1);
 
+// As dump_json_bytes, for a document whose key order matters, written as Python's
+// json.dump(j, f, indent=indent) writes it (ensure_ascii: every character beyond ASCII escaped).
+std::string dump_json_bytes_ascii(const nlohmann::ordered_json& j, int indent = -1);
+
 }  // namespace overlay

@@ -3,20 +3,34 @@
 
 Run by path (python3 overlay_setup.py SUBCOMMAND ...) or as a module (python3 -m overlay_setup ...)
 it runs the overlay binary with the same arguments: same stdout, stderr and exit status.
-Imported, it offers what callers of the Python tool use:
+Imported, it offers the module API of upstream's overlay_setup.py (v3, and v7's additions):
 
-    main(argv=None)                 run one command line (sys.argv[1:] by default)
-    _ensure_overlay(dir, base="")   create the overlay (manifest, sitecustomize.py); seed it from
-                                    base when it has no manifest; returns the manifest's path
-    merge_overlays(output, sources) compose overlays into a fresh one (`overlay merge`)
+    main(argv=None)                 run one command line (sys.argv[1:] by default); output goes
+                                    through sys.stdout/sys.stderr; failure: SystemExit(status),
+                                    whose str() is the error line
+    cmd_add_module(a)               add-module from an argparse-style namespace (also
+    cmd_add_rebind(a)               cmd_add_rebind, cmd_add_capture, cmd_add_marker,
+    cmd_add_installer(a)            cmd_add_installer: the same attribute names as upstream's)
+    cmd_check(a)                    where a.module resolves from in this interpreter, and whether
+                                    the overlay shadows it
+    _ensure_overlay(dir, base="")   create the overlay (manifest, sitecustomize.py) if missing;
+                                    seed it from base when it has no manifest; returns the
+                                    manifest's path; FileExistsError when dir is a file
+    _load_man(path), _save_man(path, m)   read / write a manifest (written whole, atomically)
+    merge_overlays(output, sources) compose any number of overlays into a fresh one; ValueError
     SITECUSTOMIZE                   the sitecustomize.py text the binary writes
-    module_file(dotted)             the installed file of a module
-    pkg_root(package)               the directory of a package
+    LEGACY_SITECUSTOMIZE            the runtime as it was before installers (still recognised)
+    module_file(dotted), pkg_root(package)
 
-The binary is $OVERLAY_BIN, else the one in this file's install prefix (PREFIX/share/overlay/ ->
-PREFIX/bin/overlay, or the scripts folder of the environment it was installed into), else
-`overlay` on PATH. Standard library only; Python >= 3.8. Copied into a task folder it still works.
+The binary is asked with this interpreter as the Python that locates modules (OVERLAY_PYTHON,
+unless the caller set it). add-capture and add-marker without a hook file copy the
+capture_shapes.py / seam_trace.py that sit beside this file, as upstream does, when there are
+such files; else the binary's own. The binary is $OVERLAY_BIN, else the one in this file's
+install prefix (PREFIX/share/overlay/ -> PREFIX/bin/overlay, or the scripts folder of the
+environment it was installed into), else `overlay` on PATH. Standard library only; Python >= 3.8.
 """
+import argparse
+import errno
 import importlib
 import importlib.util
 import json
@@ -25,7 +39,11 @@ import shutil
 import subprocess
 import sys
 
-__all__ = ["main", "_ensure_overlay", "merge_overlays", "module_file", "pkg_root", "overlay_binary", "SITECUSTOMIZE"]
+__all__ = ["main", "_ensure_overlay", "_load_man", "_save_man", "merge_overlays", "module_file", "pkg_root",
+           "overlay_binary", "cmd_add_module", "cmd_add_rebind", "cmd_add_capture", "cmd_add_marker",
+           "cmd_add_installer", "cmd_check", "SITECUSTOMIZE", "LEGACY_SITECUSTOMIZE"]
+
+_HERE = os.path.dirname(os.path.realpath(__file__))
 
 
 def _executable(path):
@@ -39,10 +57,9 @@ def overlay_binary():
         if not _executable(env):
             raise SystemExit("overlay_setup.py: OVERLAY_BIN is not an executable file: %s" % env)
         return env
-    here = os.path.dirname(os.path.realpath(__file__))
-    candidates = [os.path.join(os.path.dirname(os.path.dirname(here)), "bin", "overlay")]
+    candidates = [os.path.join(os.path.dirname(os.path.dirname(_HERE)), "bin", "overlay")]
     scripts = os.path.join(sys.prefix, "bin", "overlay")  # a wheel installs the binary as a script
-    if os.path.commonpath([here, sys.prefix]) == sys.prefix:
+    if os.path.commonpath([_HERE, sys.prefix]) == sys.prefix:
         candidates.append(scripts)
     for c in candidates:
         if _executable(c):
@@ -53,56 +70,273 @@ def overlay_binary():
     raise SystemExit("overlay_setup.py: cannot find the overlay binary (set OVERLAY_BIN or put overlay on PATH)")
 
 
-def _run(args, capture=False):
-    cmd = [overlay_binary()] + list(args)
-    if not capture:
-        for stream in (sys.stdout, sys.stderr):  # what was printed before comes first
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        return subprocess.call(cmd)
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8", errors="surrogateescape")
+class OverlayExit(SystemExit):
+    """A failed command: .code is the binary's exit status, str() its error line."""
+
+    def __init__(self, code, message):
+        super().__init__(code)
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
+def _env():
+    env = dict(os.environ)
+    if sys.executable:
+        env.setdefault("OVERLAY_PYTHON", sys.executable)
+    return env
+
+
+def _is_real(stream, original):
+    try:
+        return stream is original and stream.fileno() >= 0
+    except Exception:
+        return False
+
+
+def _write(stream, data):
+    text = data.decode("utf-8", "surrogateescape")
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        stream.write(data.decode("utf-8", "replace"))
+
+
+def _call(args, echo_out=True, echo_err=True):
+    """Runs the binary; returns (status, stdout bytes, stderr bytes). What it prints goes through
+    sys.stdout/sys.stderr (straight to the descriptors where those are the process's own, so a
+    long build streams). subprocess.Popen, not subprocess.run: a caller's mock of run stays theirs."""
+    cmd = [overlay_binary()] + [os.fspath(a) for a in args]
+    streams = []
+    for stream, original, echo in ((sys.stdout, sys.__stdout__, echo_out), (sys.stderr, sys.__stderr__, echo_err)):
+        try:
+            stream.flush()  # what was printed before comes first
+        except Exception:
+            pass
+        streams.append(None if echo and _is_real(stream, original) else subprocess.PIPE)
+    p = subprocess.Popen(cmd, stdout=streams[0], stderr=streams[1], env=_env())
+    out, err = p.communicate()
+    out, err = out or b"", err or b""
+    if echo_out and out:
+        _write(sys.stdout, out)
+    if echo_err and err:
+        _write(sys.stderr, err)
+    return p.returncode, out, err
+
+
+def _last_line(err, fallback):
+    lines = [l for l in err.decode("utf-8", "replace").splitlines() if l.strip()]
+    return lines[-1] if lines else fallback
+
+
+def _status(rc):
+    return rc if rc > 0 else 128 - rc
+
+
+def _run_or_exit(args, **echo):
+    rc, out, err = _call(args, **echo)
+    if rc != 0:
+        raise OverlayExit(_status(rc), _last_line(err, "overlay %s failed (exit %d)" % (args[0] if args else "", rc)))
+    return out
+
+
+def _beside(name):
+    """Upstream's hook file that sits beside this script, if any (add-capture/add-marker copy it)."""
+    p = os.path.join(_HERE, name)
+    return p if os.path.isfile(p) else ""
+
+
+def _flag(argv, name):
+    """The value of --name in argv (either form), or None."""
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a[len(name) + 1:]
+    return None
+
+
+def _completed(argv):
+    """argv with what upstream decides in its own process filled in: the installed module
+    add-module copies, the hook files beside the script."""
+    if not argv:
+        return argv
+    verb, argv = argv[0], list(argv)
+    if verb in ("add-module", "copy-subtree") and _flag(argv, "--patched-file") is None and \
+            _flag(argv, "--src-file") is None and _flag(argv, "--python") is None:
+        module = _flag(argv, "--module")
+        if module is None and _flag(argv, "--package") and _flag(argv, "--subpath"):
+            sub = _flag(argv, "--subpath")
+            module = _flag(argv, "--package") + "." + (sub[:-3] if sub.endswith(".py") else sub).replace(os.sep, ".")
+        if module:
+            argv += ["--src-file", module_file(module)]
+    for v, flag, name in (("add-capture", "--capture-file", "capture_shapes.py"), ("add-marker", "--marker-file", "seam_trace.py")):
+        if verb == v and _flag(argv, flag) is None and _beside(name):
+            argv += [flag, _beside(name)]
+    return argv
 
 
 def main(argv=None):
-    """Runs one command line through the binary; SystemExit(status) when it fails."""
+    """Runs one command line through the binary; OverlayExit (a SystemExit) when it fails."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    rc = _run(argv)
-    if rc != 0:
-        raise SystemExit(rc if rc > 0 else 128 - rc)
+    if argv and argv[0] == "check" and _flag(argv, "--python") is None and "--json" not in argv:
+        return _main_check(argv[1:])
+    _run_or_exit(_completed(argv))
 
 
-def _json_of(args, what):
-    r = _run(["--json"] + list(args), capture=True)
-    if r.returncode != 0:
-        sys.stderr.write(r.stderr)
-        last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "%s failed (exit %d)" % (what, r.returncode)
-        raise SystemExit(last)
-    if r.stderr:
-        sys.stderr.write(r.stderr)
-    return json.loads(r.stdout)
+def _main_check(args):
+    p = argparse.ArgumentParser(prog="overlay_setup.py check")
+    p.add_argument("--module", required=True)
+    p.add_argument("--path-only", action="store_true", dest="path_only")
+    cmd_check(p.parse_args(args))
+
+
+def _get(a, name, default=""):
+    v = getattr(a, name, default)
+    return default if v is None else v
+
+
+def _common(verb, a):
+    args = [verb, "--overlay", os.fspath(a.overlay)]
+    if _get(a, "base"):
+        args += ["--from", os.fspath(a.base)]
+    return args
+
+
+def cmd_add_module(a):
+    args = _common("add-module", a) + ["--module", a.module]
+    if _get(a, "patched_file"):
+        args += ["--patched-file", a.patched_file]
+    else:
+        args += ["--src-file", _get(a, "src_file") or module_file(a.module)]
+        if _get(a, "patch"):
+            args += ["--patch", a.patch]
+    _run_or_exit(args)
+
+
+def cmd_add_rebind(a):
+    args = _common("add-rebind", a) + ["--target", a.target, "--impl-module", a.impl_module, "--impl-attr", a.impl_attr]
+    if _get(a, "impl_file"):
+        args += ["--impl-file", a.impl_file]
+    if _get(a, "impl_dir"):
+        args += ["--impl-dir", a.impl_dir]
+    _run_or_exit(args)
+
+
+def cmd_add_capture(a):
+    args = _common("add-capture", a) + ["--target", a.target, "--out", a.out, "--max", str(int(_get(a, "max", 5)))]
+    hook = _get(a, "capture_file") or _beside("capture_shapes.py")
+    if hook:
+        args += ["--capture-file", hook]
+    _run_or_exit(args)
+
+
+def cmd_add_marker(a):
+    args = _common("add-marker", a) + ["--target", a.target]
+    hook = _get(a, "marker_file") or _beside("seam_trace.py")
+    if hook:
+        args += ["--marker-file", hook]
+    _run_or_exit(args)
+
+
+def cmd_add_installer(a):
+    args = _common("add-installer", a) + ["--id", a.id, "--module", a.module, "--callable", _get(a, "callable", "install")]
+    for t in _get(a, "target", []) or []:
+        args += ["--target", t]
+    for k in _get(a, "kernel", []) or []:
+        args += ["--kernel", k]
+    _run_or_exit(args)
+
+
+def _in_overlay(path):
+    d = os.path.dirname(os.path.abspath(path))
+    while True:
+        if os.path.isfile(os.path.join(d, "_overlay_manifest.json")):
+            return True
+        up = os.path.dirname(d)
+        if up == d:
+            return False
+        d = up
+
+
+def cmd_check(a):
+    """As `overlay check`, asked of this interpreter as it is now (its sys.path and sys.modules):
+    OVERLAY_ACTIVE for an overlay's _patched/ file, INJECTED for another file of an overlay,
+    INSTALL otherwise (upstream calls every plain top-level module INJECTED)."""
+    f = module_file(a.module)
+    if getattr(a, "path_only", False):
+        print(f)
+        return
+    print("%s -> %s" % (a.module, f))
+    if os.sep + "_patched" + os.sep in f:
+        print("OVERLAY_ACTIVE")
+    elif os.path.isabs(f) and _in_overlay(f):
+        print("INJECTED")
+    else:
+        print("INSTALL (overlay not shadowing this module)")
 
 
 def _ensure_overlay(overlay, base=""):
-    """The overlay exists with a manifest and a sitecustomize.py; returns the manifest's path."""
-    args = ["ensure-overlay", "--overlay", os.fspath(overlay)]
+    """The overlay exists with a manifest and a sitecustomize.py; returns the manifest's path.
+    Silent, as upstream's; FileExistsError when overlay is a file, PermissionError when it
+    cannot be written."""
+    overlay = os.fspath(overlay)
+    if os.path.exists(overlay) and not os.path.isdir(overlay):
+        raise FileExistsError(errno.EEXIST, "overlay is not a directory", overlay)
+    args = ["ensure-overlay", "--overlay", overlay]
     if base:
         args += ["--from", os.fspath(base)]
-    return _json_of(args, "_ensure_overlay")["manifest"]
+    rc, _, err = _call(args, echo_out=False, echo_err=False)
+    if rc != 0:
+        line = _last_line(err, "ensure-overlay failed (exit %d)" % rc)
+        if "Permission denied" in line or "Read-only file system" in line:
+            raise PermissionError(errno.EACCES, line, overlay)
+        raise OverlayExit(_status(rc), line)
+    return os.path.join(overlay, "_overlay_manifest.json")
+
+
+def _load_man(man):
+    with open(man) as fh:
+        return json.load(fh)
+
+
+def _save_man(man, m):
+    """Writes the manifest as upstream does (json, indent 2), whole or not at all, under the
+    overlay's lock (the binary's: flock on the overlay directory)."""
+    import fcntl
+
+    man = os.fspath(man)
+    d = os.path.dirname(os.path.abspath(man))
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        tmp = "%s.%d.tmp" % (man, os.getpid())
+        try:
+            with open(tmp, "w") as fh:
+                json.dump(m, fh, indent=2)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, man)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    finally:
+        os.close(fd)
 
 
 def merge_overlays(output, sources):
-    """A fresh overlay at output holding the union of sources (one or two overlays)."""
+    """A fresh overlay at output holding the union of sources (any number, in order); ValueError
+    naming the conflict when they disagree, with nothing written."""
     sources = [os.fspath(s) for s in sources if s]
-    if not 1 <= len(sources) <= 2:
-        raise ValueError("merge_overlays takes one or two source overlays")
-    args = ["merge", "--overlay", os.fspath(output), "--with", sources[-1]]
-    if len(sources) == 2:
-        args += ["--from", sources[0]]
-    r = _run(args, capture=True)
-    if r.returncode != 0:
-        raise ValueError(r.stderr.strip() or "merge failed (exit %d)" % r.returncode)
+    if not sources:
+        raise ValueError("merge_overlays needs at least one source overlay")
+    args = ["merge", "--overlay", os.fspath(output)]
+    for s in sources:
+        args += ["--with", s]
+    rc, _, err = _call(args, echo_out=False, echo_err=False)
+    if rc != 0:
+        raise ValueError(_last_line(err, "merge failed (exit %d)" % rc))
     return os.path.abspath(output)
 
 
@@ -126,24 +360,27 @@ def pkg_root(package):
     return paths[0]
 
 
-_TEXT = []
+_TEXTS = {}
 
 
-def __getattr__(name):  # PEP 562: SITECUSTOMIZE is asked of the binary when first read
-    if name == "SITECUSTOMIZE":
-        if not _TEXT:
-            r = _run(["sitecustomize-text"], capture=True)
-            if r.returncode != 0:
-                raise AttributeError("SITECUSTOMIZE: overlay sitecustomize-text failed: %s" % r.stderr.strip())
-            _TEXT.append(r.stdout)
-        return _TEXT[0]
+def __getattr__(name):  # PEP 562: the texts are asked of the binary when first read
+    flags = {"SITECUSTOMIZE": [], "LEGACY_SITECUSTOMIZE": ["--legacy"]}
+    if name in flags:
+        if name not in _TEXTS:
+            rc, out, err = _call(["sitecustomize-text"] + flags[name], echo_out=False, echo_err=False)
+            if rc != 0:
+                raise AttributeError("%s: overlay sitecustomize-text failed: %s" % (name, _last_line(err, "exit %d" % rc)))
+            _TEXTS[name] = out.decode("utf-8")
+        return _TEXTS[name]
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 if __name__ == "__main__":
     try:
         binary = overlay_binary()
+        argv = _completed(sys.argv[1:])
     except SystemExit as e:
         sys.stderr.write("%s\n" % e)
         sys.exit(1)
-    os.execv(binary, [binary] + sys.argv[1:])
+    env = _env()
+    os.execve(binary, [binary] + argv, env)

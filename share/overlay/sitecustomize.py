@@ -114,7 +114,9 @@ def _apply(here):
     finder = _Finder(state)
     _sys.meta_path.insert(0, finder)
     state.check_modules()
+    # installers: begin (this file without these lines is LEGACY_SITECUSTOMIZE, the runtime before installers)
     state.run_installers()
+    # installers: end
     state.catch_up()
     import atexit
 

@@ -62,8 +62,10 @@ struct ModuleFlags : Shared {
 int run_add_module(const ModuleFlags& f, const Globals& g) {
   AddModuleRequest r;
   r.common = f.common(g);
-  if (!f.module.empty() && !f.package.empty()) throw Error("give --module or --package/--subpath, not both");
-  if (f.module.empty() && (f.package.empty() || f.subpath.empty())) throw Error("give --module (or --package with --subpath)");
+  // As v3: --module wins over the legacy pair; the pair needs both halves.
+  if (f.module.empty() && (f.package.empty() || f.subpath.empty()))
+    throw Error("add-module requires --module (or legacy --package + --subpath)");
+  if (!f.patched.empty() && !f.patch.empty()) err_line("add-module", "--patch ignored: --patched-file is taken as it is");
   r.module = f.module.empty() ? legacy_module_name(f.package, f.subpath) : f.module;
   if (!f.patched.empty()) r.patched_file = fs::path(f.patched);
   if (!f.patch.empty()) r.patch = fs::path(f.patch);
@@ -74,7 +76,7 @@ int run_add_module(const ModuleFlags& f, const Globals& g) {
 }
 
 struct RebindFlags : Shared {
-  std::string target, impl_module, impl_attr, impl_file;
+  std::string target, impl_module, impl_attr, impl_file, impl_dir;
   bool count_calls = false;
 };
 
@@ -97,14 +99,15 @@ struct InstallerFlags : Shared {
 };
 
 struct MergeFlags {
-  std::string overlay, from, with;
+  std::string overlay, from;
+  std::vector<std::string> with;
 };
 
 int run_merge(const MergeFlags& f) {
   MergeRequest q;
   q.output = f.overlay;
   if (!f.from.empty()) q.base = fs::path(f.from);
-  q.incoming = f.with;
+  for (const auto& w : f.with) q.incoming.emplace_back(w);
   MergeResult r = merge_overlays(cli_disk(), q);
   for (const auto& n : r.notes) err_line("merge", n);
   out_line("OVERLAY_DIR=" + r.output.string());
@@ -147,9 +150,9 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
     mod->add_option("--module", m->module, "Dotted module name (a.b.c)");
     mod->add_option("--package", m->package, "Legacy: package name (with --subpath)");
     mod->add_option("--subpath", m->subpath, "Legacy: file inside the package, e.g. ops/attn.py");
-    mod->add_option("--patched-file", m->patched, "The patched module source");
-    mod->add_option("--patch", m->patch, "Unified diff applied to a copy of the installed module");
-    mod->add_option("--src-file", m->src, "With --patch: the source to patch (default: ask the interpreter)");
+    mod->add_option("--patched-file", m->patched, "The patched module source, taken as it is");
+    mod->add_option("--patch", m->patch, "Unified diff applied to the copy (never to the install)");
+    mod->add_option("--src-file", m->src, "The source to copy (and patch, with --patch); default: the installed module, as the interpreter finds it");
     mod->add_option("--python", m->python, "Interpreter that locates installed modules (env OVERLAY_PYTHON)");
     mod->callback([&run, m, &g] { run = [m, &g] { return guarded("add-module", [&] { return run_add_module(*m, g); }); }; });
   }
@@ -163,12 +166,15 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
     reb->add_option("--impl-module", r->impl_module, "Module holding the implementation")->required();
     reb->add_option("--impl-attr", r->impl_attr, "Attribute of --impl-module to bind")->required();
     reb->add_option("--impl-file", r->impl_file, "File copied into the overlay to provide --impl-module");
+    reb->add_option("--impl-dir", r->impl_dir,
+                    "Folder copied flat into the overlay (its entry module and siblings; __pycache__ and dot-files skipped)");
     reb->add_flag("--count-calls", r->count_calls, "Count calls per process (status shows them)");
     reb->callback([&run, r, &g] {
       run = [r, &g] {
         return guarded("add-rebind", [&] {
-          AddRebindRequest q{r->common(g), r->target, r->impl_module, r->impl_attr, std::nullopt};
+          AddRebindRequest q{r->common(g), r->target, r->impl_module, r->impl_attr, std::nullopt, std::nullopt};
           if (!r->impl_file.empty()) q.impl_file = fs::path(r->impl_file);
+          if (!r->impl_dir.empty()) q.impl_dir = fs::path(r->impl_dir);
           q.count_calls = r->count_calls;
           print_added("add-rebind", add_rebind(cli_disk(), q));
           return int{kOk};
@@ -244,10 +250,10 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
 
   if (want("merge")) {
     auto f = std::make_shared<MergeFlags>();
-    auto* sub = app.add_subcommand("merge", "Compose two overlays into a fresh one; conflicting entries or files refuse");
+    auto* sub = app.add_subcommand("merge", "Compose overlays into a fresh one; conflicting entries or files refuse");
     sub->add_option("--overlay", f->overlay, "The new overlay (absent or empty)")->required();
     sub->add_option("--from", f->from, "The base overlay");
-    sub->add_option("--with", f->with, "The incoming overlay")->required();
+    sub->add_option("--with", f->with, "An incoming overlay (repeatable: merged in order)")->required();
     sub->callback([&run, f] { run = [f] { return guarded("merge", [&] { return run_merge(*f); }); }; });
   }
 
@@ -271,9 +277,12 @@ void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& 
   if (want("sitecustomize-text")) {
     auto* sub = app.add_subcommand("sitecustomize-text", "Print the sitecustomize.py this version writes");
     sub->group("");
-    sub->callback([&run] {
-      run = [] {
-        std::fwrite(sitecustomize_text().data(), 1, sitecustomize_text().size(), stdout);
+    auto legacy = std::make_shared<bool>(false);
+    sub->add_flag("--legacy", *legacy, "The runtime before installers (the shim's LEGACY_SITECUSTOMIZE)");
+    sub->callback([&run, legacy] {
+      run = [legacy] {
+        const std::string& text = *legacy ? legacy_sitecustomize_text() : sitecustomize_text();
+        std::fwrite(text.data(), 1, text.size(), stdout);
         return int{kOk};
       };
     });

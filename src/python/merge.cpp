@@ -1,5 +1,6 @@
 #include "overlay/python/merge.hpp"
 
+#include <algorithm>
 #include <map>
 
 #include "overlay/error.hpp"
@@ -16,7 +17,7 @@ namespace {
 // Everything of an input but its Python entries' files: the tool's own records and runtime.
 bool is_own_name(const fs::path& rel) {
   std::string top = rel.begin()->string(), leaf = rel.filename().string();
-  return top == "sitecustomize.py" || top == kManifestName || top == kBackupDirName || top == "_trash" || top == "_logs" ||
+  return is_runtime_file(top) || top == kManifestName || top == kBackupDirName || top == "_trash" || top == "_logs" ||
          top == kStatsDirName || leaf == "__pycache__" || leaf == ".git" || leaf == ".torch_ext" ||
          (leaf.size() > 4 && leaf.compare(leaf.size() - 4, 4, ".pyc") == 0) || leaf.rfind(".overlay", 0) == 0;
 }
@@ -122,6 +123,39 @@ void add_files(Disk& disk, Union& u, const fs::path& src) {
   });
 }
 
+// The file a dotted module is imported from inside an overlay, relative to it.
+std::vector<std::string> module_files(const std::string& module) {
+  std::string rel = module;
+  std::replace(rel.begin(), rel.end(), '.', '/');
+  return {rel + ".py", rel + "/__init__.py"};
+}
+
+// What the merged overlay would import but lacks: a modules[] file, an installer's package.
+// A modules[] entry that replaces an installer's own package would take the installer away.
+void check_complete(const Union& u) {
+  std::vector<std::string> installer_modules;
+  if (u.doc.contains("installers") && u.doc["installers"].is_array())
+    for (const auto& e : u.doc["installers"]) {
+      if (!e.is_object() || !e.contains("module") || !e["module"].is_string()) continue;
+      std::string m = e["module"].get<std::string>();
+      auto files = module_files(m);
+      if (!u.files.count(files[0]) && !u.files.count(files[1]))
+        throw Error("installer " + e.value("id", m) + " imports " + m + ", which the overlay does not hold (" + files[0] + " or " +
+                    files[1] + ")");
+      installer_modules.push_back(m);
+    }
+  if (!u.doc.contains("modules") || !u.doc["modules"].is_array()) return;
+  for (const auto& e : u.doc["modules"]) {
+    if (!e.is_object() || !e.contains("file") || !e["file"].is_string()) continue;
+    std::string file = e["file"].get<std::string>(), module = e.value("module", std::string());
+    if (!fs::path(file).is_absolute() && !u.files.count(fs::path(file).lexically_normal().string()))
+      throw Error("modules entry " + module + " names a file the overlay does not hold: " + file);
+    for (const auto& m : installer_modules)
+      if (sites_overlap(module, m))
+        throw Error("conflicting overlay target: modules entry " + module + " replaces installer package " + m);
+  }
+}
+
 fs::path checked_input(Disk& disk, const fs::path& p, const fs::path& out, const char* flag) {
   fs::path abs = absolute_normal(p);
   if (disk.info(abs, Follow::yes).type != FileType::directory) throw Error(std::string(flag) + " overlay does not exist: " + abs.string());
@@ -131,7 +165,9 @@ fs::path checked_input(Disk& disk, const fs::path& p, const fs::path& out, const
   };
   if (inside(abs, out) || inside(out, abs)) throw Error("merge inputs and output must not contain one another: " + abs.string());
   if (classify_sitecustomize(disk, abs) == SitecustomizeKind::foreign)
-    throw Error(std::string(flag) + " overlay has a sitecustomize.py someone wrote; merge it by hand: " + (abs / "sitecustomize.py").string());
+    // v7's words (its callers match them): the file's own hooks would be lost.
+    throw Error(std::string("custom sitecustomize cannot be merged automatically: ") + abs.string() + " (" + flag +
+                " overlay; merge it by hand)");
   return abs;
 }
 
@@ -146,7 +182,8 @@ MergeResult merge_overlays(Disk& disk, const MergeRequest& req) {
     throw Error("merge output must be absent or an empty directory: " + r.output.string());
   std::vector<fs::path> inputs;
   if (req.base) inputs.push_back(checked_input(disk, *req.base, r.output, "--from"));
-  inputs.push_back(checked_input(disk, req.incoming, r.output, "--with"));
+  if (req.incoming.empty()) throw Error("merge needs at least one --with overlay");
+  for (const auto& in : req.incoming) inputs.push_back(checked_input(disk, in, r.output, "--with"));
   Union u;
   for (const auto& src : inputs) {
     std::optional<Manifest> m = load_manifest(disk, src);
@@ -155,6 +192,7 @@ MergeResult merge_overlays(Disk& disk, const MergeRequest& req) {
     add_other_keys(u, src, *m);
     add_files(disk, u, src);
   }
+  check_complete(u);
   // Built beside the output and renamed into place: a reader sees no overlay or the whole one.
   make_dirs(disk, r.output.parent_path());
   fs::path staging = r.output.parent_path() / ("." + r.output.filename().string() + ".overlay-merge-" + random_hex(4));

@@ -27,8 +27,20 @@ constexpr std::pair<const char*, const char*> kKnownTexts[] = {
 
 }  // namespace
 
+const std::string& legacy_sitecustomize_text() {
+  static const std::string text = [] {
+    const std::string& t = sitecustomize_text();
+    auto begin = t.find("    # installers: begin");
+    auto end = t.find("# installers: end\n", begin);
+    if (begin == std::string::npos || end == std::string::npos) throw Error("sitecustomize.py lost its installers markers");
+    return t.substr(0, begin) + t.substr(end + std::string("# installers: end\n").size());
+  }();
+  return text;
+}
+
 std::string sitecustomize_generator(const std::string& text) {
   if (text == sitecustomize_text()) return "overlay";
+  if (text == legacy_sitecustomize_text()) return "overlay (before installers)";
   std::string digest = sha256_hex(text);
   for (const auto& [hex, who] : kKnownTexts)
     if (digest == hex) return who;
@@ -46,7 +58,27 @@ SitecustomizeKind classify_sitecustomize(Disk& disk, const fs::path& overlay) {
   return sitecustomize_generator(text).empty() ? SitecustomizeKind::foreign : SitecustomizeKind::generated;
 }
 
+bool is_runtime_file(const std::string& name) {
+  return name == "sitecustomize.py" || name == kWorkerExtName || name == kApplyModuleName;
+}
+
+namespace {
+
+// Each worker module holds our text afterwards; one that already does is not written again.
+void ensure_worker_modules(Disk& disk, const fs::path& overlay) {
+  for (const auto& [name, text] : {std::pair{kWorkerExtName, &worker_ext_text()}, std::pair{kApplyModuleName, &apply_module_text()}}) {
+    fs::path p = overlay / name;
+    FileInfo fi = disk.info(p, Follow::no);
+    if (fi.type == FileType::regular && fi.size == text->size() && read_small_file(disk, p, fi.size + 1) == *text) continue;
+    if (fi.exists() && fi.type != FileType::regular) throw Error("overlay runtime file is not a regular file: " + p.string());
+    write_file_atomically(disk, p, *text, 0644);
+  }
+}
+
+}  // namespace
+
 SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, Replace replace) {
+  ensure_worker_modules(disk, overlay);
   SitecustomizeOutcome o;
   o.before = classify_sitecustomize(disk, overlay);
   if (o.before == SitecustomizeKind::current) return o;

@@ -1,6 +1,8 @@
 #include "overlay/python/verbs.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <sstream>
 
 #include "overlay/error.hpp"
@@ -42,6 +44,12 @@ bool is_identifier(std::string_view s) {
     if (!ok) return false;
   }
   return true;
+}
+
+// A name the overlay keeps for itself, which no implementation file may take.
+bool is_reserved_name(const std::string& name) {
+  return is_runtime_file(name) || name == kManifestName || name == kPatchedDir || name == kBackupDirName ||
+         name == kStatsDirName || name == "_trash" || name == "_logs";
 }
 
 fs::path existing_file(Disk& disk, const fs::path& p, const std::string& what) {
@@ -103,7 +111,9 @@ void check_overlay_target(Disk& disk, const PyCommon& c) {
   if (!c.from) return;
   fs::path base = absolute_normal(*c.from);
   if (base == ov) throw Error("--from names the overlay itself: " + base.string());
-  if (disk.info(base, Follow::yes).type != FileType::directory) throw Error("--from overlay does not exist: " + base.string());
+  FileInfo bi = disk.info(base, Follow::yes);
+  if (!bi.exists()) return;  // the first iteration of a loop: the overlay starts empty (seed_base)
+  if (bi.type != FileType::directory) throw Error("--from is not a directory: " + base.string());
   if (!load_manifest(disk, base)) throw Error("--from overlay has no manifest: " + base.string());
   if (fi.exists() && load_manifest(disk, ov)) throw Error("--from seeds a new overlay, but " + ov.string() + " already has a manifest");
 }
@@ -116,7 +126,8 @@ Manifest seed_from(Disk& disk, const fs::path& base, const fs::path& ov) {
   m.natives.clear();
   walk_tree(disk, base, [&](const fs::path& rel, FileType type) {
     std::string top = rel.begin()->string();
-    bool own_runtime = top == "sitecustomize.py" && classify_sitecustomize(disk, base) != SitecustomizeKind::foreign;
+    bool own_runtime = (top == "sitecustomize.py" && classify_sitecustomize(disk, base) != SitecustomizeKind::foreign) ||
+                       (is_runtime_file(top) && top != "sitecustomize.py");
     if (top == kBackupDirName || top == "_trash" || top == "_logs" || top == kStatsDirName || top == kManifestName || own_runtime ||
         top == "__pycache__" || rel.filename().string().rfind('.', 0) == 0)
       return WalkStep::skip;
@@ -148,11 +159,21 @@ void upsert(json& doc, const char* array, const Identity& identity, const json& 
   doc[array].push_back(entry);
 }
 
+// The overlay --from seeds a new one from: none when it was not given or does not exist yet
+// (v2, v3 and v7 start from nothing then, so a loop's first iteration needs no special case).
+std::optional<fs::path> seed_base(Disk& disk, const PyCommon& c) {
+  if (!c.from) return std::nullopt;
+  fs::path base = absolute_normal(*c.from);
+  if (!disk.info(base, Follow::yes).exists()) return std::nullopt;
+  return base;
+}
+
 // Loads the overlay's manifest, or seeds it from --from, or starts an empty one.
 Manifest load_or_seed(Disk& disk, const PyCommon& c, const fs::path& ov) {
   std::optional<Manifest> m = load_manifest(disk, ov);
   if (m) return *m;
-  Manifest fresh = c.from ? seed_from(disk, absolute_normal(*c.from), ov) : Manifest{};
+  std::optional<fs::path> base = seed_base(disk, c);
+  Manifest fresh = base ? seed_from(disk, *base, ov) : Manifest{};
   // The sections upstream's _ensure_overlay starts a manifest with, so either tool reads it.
   for (const char* k : {"modules", "rebinds", "markers", "captures"})
     if (!fresh.doc.contains(k)) fresh.doc[k] = json::array();
@@ -184,9 +205,36 @@ PyAddResult record(Disk& disk, const PyCommon& c, const char* array, const Ident
 std::optional<fs::path> impl_file_of(Disk& disk, const std::optional<fs::path>& given) {
   if (!given) return std::nullopt;
   fs::path impl = existing_file(disk, *given, "impl file");
-  if (impl.filename() == "sitecustomize.py" || impl.filename() == kManifestName)
+  if (is_reserved_name(impl.filename().string()))
     throw Error("impl file would overwrite the overlay's own " + impl.filename().string());
   return impl;
+}
+
+// What --impl-dir copies: (relative path, source) for each file, checked before anything is
+// written. Symlinks are followed, as shutil.copy2/copytree do; __pycache__ is skipped at every
+// depth, dot-names at the top (v4).
+std::vector<std::pair<fs::path, fs::path>> impl_dir_files(Disk& disk, const fs::path& given) {
+  fs::path dir = absolute_normal(given);
+  if (disk.info(dir, Follow::yes).type != FileType::directory) throw Error("--impl-dir is not a directory: " + dir.string());
+  std::vector<std::pair<fs::path, fs::path>> files;
+  std::function<void(const fs::path&, int)> visit = [&](const fs::path& rel, int depth) {
+    if (depth > 64) throw Error("--impl-dir nests too deep (a symlink loop?): " + (dir / rel).string());
+    std::vector<DirEntry> entries = disk.list_dir(dir / rel);
+    std::sort(entries.begin(), entries.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+    for (const auto& e : entries) {
+      if (e.name == "__pycache__" || (rel.empty() && e.name[0] == '.')) continue;
+      if (rel.empty() && is_reserved_name(e.name))
+        throw Error("--impl-dir holds " + e.name + ", a name the overlay keeps for itself: " + (dir / e.name).string());
+      fs::path r = rel / e.name;
+      FileInfo fi = disk.info(dir / r, Follow::yes);
+      if (fi.type == FileType::directory) visit(r, depth + 1);
+      else if (fi.type == FileType::regular) files.emplace_back(r, dir / r);
+      else throw Error("--impl-dir holds something that is not a file or directory: " + (dir / r).string());
+    }
+  };
+  visit({}, 0);
+  if (files.empty()) throw Error("--impl-dir has no files to copy: " + dir.string());
+  return files;
 }
 
 }  // namespace
@@ -238,18 +286,25 @@ fs::path locate_installed_module(const std::string& module, const std::string& p
 
 PyAddResult add_module(Disk& disk, const AddModuleRequest& req) {
   if (!valid_dotted_name(req.module)) throw Error("invalid module name: '" + req.module + "'");
-  if (req.patched_file.has_value() == req.patch.has_value()) throw Error("give exactly one of --patched-file and --patch");
-  if (req.src_file && !req.patch) throw Error("--src-file goes with --patch");
   check_overlay_target(disk, req.common);
+  // As v3: a patched file is taken verbatim (any --patch ignored); else the source (--src-file,
+  // or the installed module) is copied, with --patch applied to the copy when given.
   std::shared_ptr<PatchedCopy> patched;
   fs::path content;
   if (req.patched_file) {
     content = existing_file(disk, *req.patched_file, "patched file");
   } else {
-    fs::path diff = existing_file(disk, *req.patch, "patch file");
     fs::path src = req.src_file ? existing_file(disk, *req.src_file, "source file") : locate_installed_module(req.module, req.python);
-    patched = std::make_shared<PatchedCopy>(disk, src, diff);  // never applied to the install
-    content = patched->file();
+    content = src;
+    if (req.patch) {
+      fs::path diff = existing_file(disk, *req.patch, "patch file");
+      try {
+        patched = std::make_shared<PatchedCopy>(disk, src, diff);  // never applied to the install
+      } catch (const Error& e) {  // v3's words first: callers match them
+        throw Error(std::string("failed to apply patch: ") + e.what());
+      }
+      content = patched->file();
+    }
   }
   std::string rel = std::string(kPatchedDir) + "/" + req.module + ".py";
   json entry = {{"module", req.module}, {"file", rel}};
@@ -267,10 +322,16 @@ PyAddResult add_rebind(Disk& disk, const AddRebindRequest& req) {
   if (!is_identifier(req.impl_attr)) throw Error("invalid --impl-attr: '" + req.impl_attr + "'");
   check_overlay_target(disk, req.common);
   std::optional<fs::path> impl = impl_file_of(disk, req.impl_file);
+  std::vector<std::pair<fs::path, fs::path>> dir_files;
+  if (req.impl_dir) dir_files = impl_dir_files(disk, *req.impl_dir);
   json entry = {{"target", req.target}, {"impl_module", req.impl_module}, {"impl_attr", req.impl_attr}};
   if (req.count_calls) entry["count_calls"] = true;
   PyAddResult r = record(disk, req.common, "rebinds", {"target"}, entry, [&](const fs::path& o) {
     if (impl) replace_file_atomically(disk, *impl, o / impl->filename(), 0644);
+    for (const auto& [rel, src] : dir_files) {
+      make_dirs(disk, (o / rel).parent_path());
+      replace_file_atomically(disk, src, o / rel, disk.info(src, Follow::yes).mode & 0777);
+    }
   });
   r.summary = "add-rebind " + req.target + " -> " + req.impl_module + "." + req.impl_attr;
   return r;

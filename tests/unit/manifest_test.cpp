@@ -65,8 +65,24 @@ TEST(Manifest, RoundTripKeepsEveryKeyAndType) {
 
 TEST(Manifest, EmptyAndMissingArrays) {
   EXPECT_TRUE(parse_manifest("{}").natives.empty());
-  json j = json::parse(serialize_manifest(parse_manifest("{}")));
+  // Never native: v3's empty manifest, byte for byte (json.dump(..., indent=2)).
+  EXPECT_EQ(serialize_manifest(parse_manifest("{}")), "{\n  \"modules\": [],\n  \"rebinds\": [],\n  \"markers\": [],\n  \"captures\": []\n}");
+  json j = json::parse(serialize_manifest(parse_manifest(R"({"natives": []})")));
   for (const char* k : {"modules", "rebinds", "captures", "natives"}) EXPECT_TRUE(j[k].is_array()) << k;
+  EXPECT_EQ(j["overlay_format"], 1);
+}
+
+// What Python's json.dumps(m, indent=2) writes for the same document in v3's key order:
+// sections and entry keys in upstream's order, non-ASCII escaped, a byte that is not UTF-8 as
+// its surrogate escape (os.fsdecode's), no final newline.
+TEST(Manifest, PythonOnlyIsWrittenAsV3WritesIt) {
+  std::string in;
+  in = "{\"rebinds\": [{\"impl_attr\": \"g\", \"target\": \"m:f\", \"impl_module\": \"i\"}], \"hooks\": [], "
+       "\"modules\": [{\"file\": \"_patched/p.\\u00e9\\udcff.py\", \"module\": \"p.\xc3\xa9\"}]}";
+  EXPECT_EQ(serialize_manifest(parse_manifest(in)),
+            "{\n  \"modules\": [\n    {\n      \"module\": \"p.\\u00e9\",\n      \"file\": \"_patched/p.\\u00e9\\udcff.py\"\n    }\n  ],\n"
+            "  \"rebinds\": [\n    {\n      \"target\": \"m:f\",\n      \"impl_module\": \"i\",\n      \"impl_attr\": \"g\"\n    }\n  ],\n"
+            "  \"markers\": [],\n  \"captures\": [],\n  \"hooks\": []\n}");
 }
 
 TEST(Manifest, RejectsMalformedWithTheKeyNamed) {

@@ -15,7 +15,7 @@ namespace overlay {
 struct MergeRequest {
   fs::path output;                // absent or an empty directory
   std::optional<fs::path> base;   // --from (may be left out)
-  fs::path incoming;              // --with
+  std::vector<fs::path> incoming; // --with, one or more, merged in order
 };
 
 struct MergeResult {

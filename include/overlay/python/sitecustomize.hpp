@@ -10,10 +10,23 @@ namespace overlay {
 
 // The exact text the binary writes.
 const std::string& sitecustomize_text();
+// That text without its installers lines (v7's LEGACY_SITECUSTOMIZE: the runtime before
+// installers); recognised as generated, so add-installer and merge upgrade it.
+const std::string& legacy_sitecustomize_text();
 // The default hook modules add-capture and add-marker copy into overlays: share/overlay's
 // capture_shapes.py and seam_trace.py, byte for byte (embedded: the binary needs no share dir).
 const std::string& capture_hook_text();
 const std::string& marker_hook_text();
+// The worker modules every overlay holds beside its sitecustomize.py (share/overlay): importing
+// _overlay_worker_ext (vLLM's --worker-extension-cls) applies the overlay through
+// _overlay_apply.apply() in a process whose environment lacked it.
+const std::string& worker_ext_text();
+const std::string& apply_module_text();
+inline constexpr const char* kWorkerExtName = "_overlay_worker_ext.py";
+inline constexpr const char* kApplyModuleName = "_overlay_apply.py";
+// sitecustomize.py and the two worker modules: the overlay's runtime, which the tool writes
+// (never copied by --from or merge, never taken by an implementation file).
+bool is_runtime_file(const std::string& name);
 
 // What stands at <overlay>/sitecustomize.py.
 enum class SitecustomizeKind {
@@ -35,7 +48,8 @@ struct SitecustomizeOutcome {
 };
 
 // Writes <overlay>/sitecustomize.py atomically unless it already holds exactly our text, or it is
-// foreign and `replace` is generated_only. Never touches the manifest.
+// foreign and `replace` is generated_only; writes the worker modules wherever they differ from
+// ours. Never touches the manifest.
 SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, Replace replace = Replace::generated_only);
 
 // Refuses (Error naming the problem) an overlay path that cannot sit on PYTHONPATH: the

@@ -42,6 +42,9 @@ struct AddRebindRequest {
   std::string target;  // module:attr (attr may be dotted: Class.method)
   std::string impl_module, impl_attr;
   std::optional<fs::path> impl_file;
+  // v4's --impl-dir: the folder's contents copied flat into the overlay (an implementation whose
+  // entry module loads siblings relative to __file__); __pycache__ and top-level dot-names skipped.
+  std::optional<fs::path> impl_dir;
   // Wrap the bound callable and count its calls per process (manifest key "count_calls").
   bool count_calls = false;
 };

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""The pipeline's calls, round two, through the real binary and the shim, pitted against the real
+upstream script that has each feature (v3 first, v4 for --impl-dir).
+
+    OVERLAY_BIN=build/overlay drop_in_test.py SHIM [--shared DIR]   (unittest arguments after --)
+
+Skips (exit 77) without ../shared. Each test names the issue 40 item it shows.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+PY = sys.executable
+SHIM = None
+UPSTREAM = None
+
+
+def run(argv, env=None, cwd=None, check=True):
+    r = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError("%s failed (%d):\n%s%s" % (argv, r.returncode, r.stdout, r.stderr))
+    return r
+
+
+def tree(root):
+    """{relative path: bytes} of every file under root (the worker modules and caches left out)."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if x != "__pycache__"]
+        for f in files:
+            rel = os.path.relpath(os.path.join(d, f), root)
+            if rel in ("_overlay_apply.py", "_overlay_worker_ext.py", "sitecustomize.py"):
+                continue
+            with open(os.path.join(d, f), "rb") as fh:
+                out[rel] = fh.read()
+    return out
+
+
+class DropIn(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="dropin-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def write(self, rel, text):
+        p = self.path(rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w") as f:
+            f.write(text)
+        return p
+
+    def both(self, calls, upstream="overlay_setup.v3.py", env=None):
+        """Runs the same calls with upstream's script (overlay ref/O) and the shim (overlay
+        ours/O), from the same working directory layout; returns the two overlay dirs."""
+        dirs = {}
+        # The shim laid out as the pipeline lays out its script: GEAK's hook files beside it.
+        scripts = self.path("scripts")
+        if not os.path.isdir(scripts):
+            os.makedirs(scripts)
+            shutil.copy(SHIM, os.path.join(scripts, "overlay_setup.py"))
+            for hook in ("capture_shapes.py", "seam_trace.py"):
+                shutil.copy(os.path.join(UPSTREAM, hook), scripts)
+        for tool, script in (("ref", os.path.join(UPSTREAM, upstream)), ("ours", os.path.join(scripts, "overlay_setup.py"))):
+            cwd = self.path(tool)
+            os.makedirs(cwd, exist_ok=True)
+            for call in calls:
+                run([PY, script] + call, env=env, cwd=cwd)
+            dirs[tool] = os.path.join(cwd, "O")
+        return dirs["ref"], dirs["ours"]
+
+    def assertSameOverlay(self, ref, ours):
+        self.assertEqual(tree(ref), tree(ours))
+        for rt in ("_overlay_apply.py", "_overlay_worker_ext.py"):
+            self.assertTrue(os.path.isfile(os.path.join(ours, rt)), rt)
+
+    # item 1: the shim's interpreter locates modules, not the python3 on PATH.
+    def test_check_asks_the_interpreter_that_ran_the_shim(self):
+        fake = self.write("bin/python3", "#!/bin/sh\nexec %s -S \"$@\"\n" % PY)  # no dist-packages
+        os.chmod(fake, 0o755)
+        env = dict(os.environ, PATH=self.path("bin") + os.pathsep + os.environ["PATH"])
+        env.pop("OVERLAY_PYTHON", None)
+        r = run([PY, SHIM, "check", "--module", "pytest", "--path-only"], env=env)
+        import pytest  # the interpreter running this test has it (Debian: python3-pytest)
+
+        self.assertEqual(r.stdout.strip(), pytest.__file__)
+        bare = run([os.environ["OVERLAY_BIN"], "check", "--module", "pytest"], env=env, check=False)
+        self.assertNotEqual(bare.returncode, 0)  # the binary alone asks python3 on PATH
+
+    # items 2 and 5: add-module's v3 forms, and v3's manifest bytes for the same calls.
+    def test_add_module_forms_give_v3s_overlay_byte_for_byte(self):
+        src = self.write("src/act.py", "def f():\n    return 'stock'\n")
+        cand = self.write("cand.py", "def f():\n    return 'fast'\n")
+        diff = self.write("fix.diff", textwrap.dedent("""\
+            --- a/act.py
+            +++ b/act.py
+            @@ -1,2 +1,2 @@
+             def f():
+            -    return 'stock'
+            +    return 'patched'
+            """))
+        self.write("lib/ovdrop/__init__.py", "")
+        self.write("lib/ovdrop/inst.py", "INSTALLED = 1\n")
+        env = dict(os.environ, PYTHONPATH=self.path("lib"))
+        ref, ours = self.both([
+            ["add-module", "--overlay", "O", "--module", "pkg.copied", "--src-file", src],
+            ["add-module", "--overlay", "O", "--module", "ovdrop.inst"],
+            ["add-module", "--overlay", "O", "--module", "pkg.verbatim", "--patched-file", cand, "--patch", diff],
+            ["add-module", "--overlay", "O", "--module", "pkg.patched", "--src-file", src, "--patch", diff],
+            ["copy-subtree", "--overlay", "O", "--module", "pkg.wins", "--package", "pkg", "--subpath", "x/y.py",
+             "--patched-file", cand],
+            ["add-rebind", "--overlay", "O", "--target", "pkg.copied:f", "--impl-module", "fast", "--impl-attr", "f"],
+            ["add-capture", "--overlay", "O", "--target", "pkg.copied:f", "--out", self.path("out"), "--max", "3"],
+            ["add-marker", "--overlay", "O", "--target", "pkg.copied:f"],
+        ], env=env)
+        self.assertSameOverlay(ref, ours)
+        with open(os.path.join(ours, "_overlay_manifest.json"), "rb") as a, open(os.path.join(ref, "_overlay_manifest.json"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        with open(os.path.join(ours, "_patched", "pkg.patched.py")) as f:
+            self.assertIn("patched", f.read())
+
+    # item 3: the hook files beside the shim are the ones copied, as beside upstream's script.
+    def test_hooks_beside_the_shim_are_copied(self):
+        d = self.path("task")
+        os.makedirs(d)
+        shutil.copy(SHIM, os.path.join(d, "overlay_setup.py"))
+        self.write("task/capture_shapes.py", "def install(target, out_dir, max_cases=5):\n    pass  # GEAK's\n")
+        self.write("task/seam_trace.py", "def install(target):\n    pass  # GEAK's\n")
+        for call in (["add-capture", "--target", "m:f", "--out", self.path("out")], ["add-marker", "--target", "m:f"]):
+            run([PY, os.path.join(d, "overlay_setup.py"), call[0], "--overlay", self.path("O")] + call[1:])
+        for hook in ("capture_shapes.py", "seam_trace.py"):
+            with open(self.path("O", hook)) as a, open(os.path.join(d, hook)) as b:
+                self.assertEqual(a.read(), b.read(), hook)
+
+    # item 6: --from a base that does not exist yet starts from nothing, as v3 does.
+    def test_from_a_base_that_does_not_exist_creates(self):
+        call = ["add-rebind", "--overlay", "O", "--from", self.path("never"), "--target", "m:f",
+                "--impl-module", "i", "--impl-attr", "g"]
+        ref, ours = self.both([call])
+        self.assertSameOverlay(ref, ours)
+        self.assertFalse(os.path.exists(self.path("never")))
+
+    # item 7: v7's words when merge meets a hand-written sitecustomize.py; nothing written.
+    def test_merge_refuses_a_custom_sitecustomize_in_v7s_words(self):
+        run([PY, SHIM, "add-rebind", "--overlay", self.path("A"), "--target", "m:f", "--impl-module", "i", "--impl-attr", "g"])
+        self.write("A/sitecustomize.py", "import custom_hook\n")
+        r = run([os.environ["OVERLAY_BIN"], "merge", "--overlay", self.path("M"), "--with", self.path("A")], check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("custom sitecustomize cannot be merged automatically: " + self.path("A"), r.stderr)
+        self.assertFalse(os.path.exists(self.path("M")))
+
+    # item 8: --impl-dir copies the folder flat as v4 does, and the entry loads its siblings.
+    def test_impl_dir_is_copied_flat_as_v4_copies_it(self):
+        impl = self.path("impl")
+        self.write("impl/fast_entry.py", "from fast_helper import K\nfrom tables.t import T\n\ndef f():\n    return K + T\n")
+        self.write("impl/fast_helper.py", "K = 40\n")
+        self.write("impl/tables/t.py", "T = 2\n")
+        self.write("impl/tables/__pycache__/t.cpython-311.pyc", "junk")
+        self.write("impl/__pycache__/fast_entry.cpython-311.pyc", "junk")
+        self.write("impl/.hidden", "secret")
+        self.write("lib/ovimpl/__init__.py", "")
+        self.write("lib/ovimpl/ops.py", "def f():\n    return 0\n")
+        call = ["add-rebind", "--overlay", "O", "--target", "ovimpl.ops:f", "--impl-module", "fast_entry",
+                "--impl-attr", "f", "--impl-dir", impl]
+        ref, ours = self.both([call], upstream="overlay_setup.v4-impl-dir.py")
+        self.assertSameOverlay(ref, ours)
+        self.assertNotIn(".hidden", os.listdir(ours))
+        env = dict(os.environ, PYTHONPATH=ours + os.pathsep + self.path("lib"))
+        r = run([PY, "-c", "import ovimpl.ops as o; print(o.f())"], env=env)
+        self.assertEqual(r.stdout.strip(), "42")
+        bad = run([os.environ["OVERLAY_BIN"], "add-rebind", "--overlay", self.path("P"), "--target", "m:f",
+                   "--impl-module", "i", "--impl-attr", "g", "--impl-dir", self.path("impl", "fast_helper.py")], check=False)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("--impl-dir is not a directory", bad.stderr)
+        self.assertFalse(os.path.exists(self.path("P")))
+
+
+def main():
+    global SHIM, UPSTREAM
+    args = sys.argv[1:]
+    rest = args[args.index("--") + 1:] if "--" in args else []
+    args = args[:args.index("--")] if "--" in args else args
+    SHIM = os.path.abspath(args[0])
+    shared = args[args.index("--shared") + 1] if "--shared" in args else \
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared")
+    UPSTREAM = os.path.join(os.path.abspath(shared), "reference", "upstream")
+    if not os.path.isfile(os.path.join(UPSTREAM, "overlay_setup.v3.py")):
+        print("SKIP: upstream's scripts are not here (%s): they come with ../shared" % UPSTREAM)
+        return 77
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
