@@ -14,6 +14,7 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
+    {"5ba306870c2abeca55267982d3abe2580e44b2d83b9e05da4d12af9aceae2aa2", "overlay (format 2)"},
     {"525486fde3322edfbdb0a32f6a7ea4e736cdcf10f43ff100b5c585a557dae86e", "overlay (format 1, live records)"},
     {"239e427dcc8500a706c80d889f504e3e77055903dd519c50a5b1cb8440644704", "overlay (format 1, call counts)"},
     {"8051b90796ea83b5a2526b1ed77b73573196000641d3f3847773abc68e769676", "overlay (format 1)"},

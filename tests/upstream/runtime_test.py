@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""The generated overlay runtime, round two, in real interpreters: the vLLM worker extension in
+real spawned workers, the ROCm helper guard, rebinding static and class methods, a typo said
+plainly, a module already imported refused, helper processes silent.
+
+    OVERLAY_BIN=build/overlay runtime_test.py   (unittest arguments after it)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+PY = sys.executable
+BIN = os.environ.get("OVERLAY_BIN", "")
+
+# A worker shaped as vLLM's WorkerWrapperBase.init_worker treats one (vllm/v1/worker/
+# worker_base.py): resolve the extension by its qualified name, refuse any of its attributes the
+# worker class already has, append it to the worker class's bases, build the worker.
+WORKERLIB = '''
+import importlib, os, sys
+
+
+def resolve_obj_by_qualname(qualname):
+    module_name, obj_name = qualname.rsplit(".", 1)
+    return getattr(importlib.import_module(module_name), obj_name)
+
+
+class WorkerBase:  # vLLM's Worker derives from WorkerBase (appending to bases of object alone cannot work)
+    pass
+
+
+class Worker(WorkerBase):
+    def execute_model(self):
+        import ovw_target
+        return ovw_target.compute()
+
+
+def init_worker(worker_class, extension_qualname):
+    ext = resolve_obj_by_qualname(extension_qualname)
+    extended = []
+    if ext not in worker_class.__bases__:
+        for attr in dir(ext):
+            if attr.startswith("__"):
+                continue
+            assert not hasattr(worker_class, attr), "conflicts: %s" % attr
+            if callable(getattr(ext, attr)):
+                extended.append(attr)
+        worker_class.__bases__ = worker_class.__bases__ + (ext,)
+    return worker_class(), extended
+
+
+def worker_main(queue, import_target_first):
+    if import_target_first:  # vLLM has imported much before it builds the worker
+        import ovw_target  # noqa: F401
+    worker, extended = init_worker(Worker, "_overlay_worker_ext.OverlayWorkerExtension")
+    ext = sys.modules["_overlay_worker_ext"]
+    seen = getattr(sys, "_overlay_sitecustomize_seen", {"overlays": set()})["overlays"]
+    queue.put({"result": worker.execute_model(), "extended": extended, "status": worker.overlay_status(),
+               "applied_on_import": ext.APPLIED_ON_IMPORT, "pid": os.getpid(),
+               "env_has_overlay": os.environ.get("PYTHONPATH", ""), "seen": len(seen)})
+'''
+
+PARENT = '''
+import multiprocessing as mp, os, sys
+sys.path.insert(0, sys.argv[1])  # the overlay, on sys.path but not in the environment
+sys.path.insert(0, sys.argv[2])  # workerlib
+import workerlib
+if __name__ == "__main__":
+    if sys.argv[3] == "env":
+        os.environ["PYTHONPATH"] = sys.argv[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=workerlib.worker_main, args=(q, sys.argv[4] == "imported"))
+    p.start()
+    print(__import__("json").dumps(q.get(timeout=60)))
+    p.join(60)
+    sys.exit(p.exitcode)
+'''
+
+
+def run(argv, env=None, check=True, cwd=None):
+    r = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError("%s failed (%d):\n%s%s" % (argv, r.returncode, r.stdout, r.stderr))
+    return r
+
+
+class Case(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="runtime-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OVERLAY_DISABLE")}
+
+    def write(self, rel, text):
+        p = os.path.join(self.tmp, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w") as f:
+            f.write(textwrap.dedent(text))
+        return p
+
+    def overlay(self, *calls):
+        o = os.path.join(self.tmp, "O")
+        for c in calls:
+            run([BIN, c[0], "--overlay", o] + c[1:])
+        return o
+
+    def py(self, code, overlay, extra_path=(), env=None, argv0=None, cwd=None):
+        e = dict(self.env, **(env or {}))
+        e["PYTHONPATH"] = os.pathsep.join([overlay] + list(extra_path))
+        if argv0:  # a script by that name (relative: under the test's folder)
+            script = os.path.join(self.tmp, argv0)
+            os.makedirs(os.path.dirname(script), exist_ok=True)
+            with open(script, "w") as f:
+                f.write(code)
+            return run([PY, script], env=e, check=False, cwd=cwd)
+        return run([PY, "-c", code], env=e, check=False, cwd=cwd)
+
+
+class WorkerExtension(Case):
+    """Item 9: a spawned TP worker whose environment lacks the overlay applies it through the
+    extension, once; one that has it does nothing more."""
+
+    def setUp(self):
+        super().setUp()
+        lib = os.path.join(self.tmp, "lib")
+        self.write("lib/ovw_target.py", "def compute():\n    return 'stock'\n")
+        self.write("lib/workerlib.py", WORKERLIB)
+        impl = self.write("impl/ovw_impl.py", "def compute():\n    return 'fast'\n")
+        self.o = self.overlay(["add-rebind", "--target", "ovw_target:compute", "--impl-module", "ovw_impl",
+                               "--impl-attr", "compute", "--impl-file", impl])
+        self.lib = lib
+        self.parent = self.write("parent.py", PARENT)
+
+    def spawn(self, env_mode, imported):
+        r = run([PY, self.parent, self.o, self.lib, env_mode, imported], env=self.env)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def live_records_of(self, pid):
+        live = os.path.join(self.o, "_stats")
+        return [n for n in os.listdir(live) if n.startswith("%d-" % pid) and n.endswith(".json")] if os.path.isdir(live) else []
+
+    def test_worker_without_the_overlay_in_its_environment_applies_it_once(self):
+        for imported in ("fresh", "imported"):
+            with self.subTest(target=imported):
+                got = self.spawn("noenv", imported)
+                self.assertEqual(got["env_has_overlay"], "")  # the worker really lacked it
+                self.assertEqual(got["result"], "fast")
+                self.assertTrue(got["applied_on_import"])
+                self.assertEqual(got["extended"], ["overlay_status"])
+                self.assertEqual(got["status"]["overlay"], self.o)
+                self.assertTrue(got["status"]["applied"])
+                self.assertEqual(got["seen"], 1)
+                self.assertEqual(len(self.live_records_of(got["pid"])), 1, "one application, one record")
+
+    def test_worker_that_has_the_overlay_does_nothing_more(self):
+        got = self.spawn("env", "fresh")
+        self.assertEqual(got["env_has_overlay"], self.o)
+        self.assertEqual(got["result"], "fast")
+        self.assertFalse(got["applied_on_import"])  # its sitecustomize.py applied it at start
+        self.assertEqual(got["seen"], 1)
+        self.assertEqual(len(self.live_records_of(got["pid"])), 1)
+
+    def test_without_the_extension_a_spawned_worker_runs_stock_code(self):
+        # The claim the extension exists for: the same worker, not extended, is stock.
+        code = "import sys; sys.path.insert(0, %r); import ovw_target; print(ovw_target.compute())" % self.lib
+        r = run([PY, "-c", code], env=self.env)
+        self.assertEqual(r.stdout.strip(), "stock")
+
+
+class Runtime(Case):
+    def test_rocm_helpers_are_skipped_and_say_so(self):
+        self.write("lib/ovr_mod.py", "X = 1\n")
+        o = self.overlay(["add-rebind", "--target", "ovr_mod:X", "--impl-module", "ovr_mod", "--impl-attr", "X"])
+        code = "import ovr_mod\nprint('ran')\n"
+        helpers = [os.path.join(self.tmp, "helpers", n) for n in ("roc-obj", "rocminfo")]
+        opt = "/opt/rocm-overlay-test-%d" % os.getpid()  # a path under /opt/rocm*, where one may be made
+        try:
+            os.makedirs(opt + "/bin")
+            self.addCleanup(shutil.rmtree, opt, True)
+            helpers.append(opt + "/bin/tool.py")
+        except OSError:
+            pass
+        for name in helpers:
+            with self.subTest(helper=name):
+                r = self.py(code, o, [os.path.join(self.tmp, "lib")], argv0=name)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("[overlay] skipped for ROCm toolchain helper", r.stderr)
+                self.assertNotIn("rebound", r.stderr)
+        r = self.py(code, o, [os.path.join(self.tmp, "lib")], argv0="serve.py")
+        self.assertIn("[overlay] rebound ovr_mod:X", r.stderr)
+        self.assertNotIn("skipped", r.stderr)
+
+    def test_a_task_dirs_unittest_py_is_hidden_while_the_overlay_applies(self):
+        self.write("lib/ovu_mod.py", "def f():\n    return 'stock'\n")
+        impl = self.write("impl/ovu_impl.py", "from unittest import mock\n\ndef f():\n    return 'fast:' + mock.__name__\n")
+        o = self.overlay(["add-rebind", "--target", "ovu_mod:f", "--impl-module", "ovu_impl", "--impl-attr", "f",
+                          "--impl-file", impl])
+        task = os.path.join(self.tmp, "task")
+        self.write("task/unittest.py", "raise SystemExit('the task driver was imported as unittest')\n")
+        code = "import sys, ovu_mod\nprint(ovu_mod.f(), sys.path[0] == %r)\n" % task
+        r = self.py(code, o, [os.path.join(self.tmp, "lib")], argv0=os.path.join("task", "leg_runner.py"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["fast:unittest.mock", "True"])  # hidden, then put back
+
+    def test_static_and_class_methods_keep_their_kind(self):
+        self.write("lib/ovs_mod.py", """\
+            class K:
+                @staticmethod
+                def s(x):
+                    return ('stock', x)
+
+                @classmethod
+                def c(cls, x):
+                    return ('stock', cls.__name__, x)
+            """)
+        impl = self.write("impl/ovs_impl.py", """\
+            def s(x):
+                return ('fast', x)
+
+            def c(cls, x):
+                return ('fast', cls.__name__, x)
+            """)
+        o = self.overlay(
+            ["add-rebind", "--target", "ovs_mod:K.s", "--impl-module", "ovs_impl", "--impl-attr", "s", "--impl-file", impl],
+            ["add-rebind", "--target", "ovs_mod:K.c", "--impl-module", "ovs_impl", "--impl-attr", "c"])
+        code = "import ovs_mod\nk = ovs_mod.K()\nprint(k.s(1), ovs_mod.K.s(2), k.c(3), ovs_mod.K.c(4))\n"
+        r = self.py(code, o, [os.path.join(self.tmp, "lib")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "('fast', 1) ('fast', 2) ('fast', 'K', 3) ('fast', 'K', 4)")
+
+    def test_a_typo_is_said_plainly(self):
+        self.write("lib/ovt_mod.py", "def real():\n    pass\n")
+        o = self.overlay(["add-rebind", "--target", "ovt_mod:reall", "--impl-module", "ovt_mod", "--impl-attr", "real"])
+        r = self.py("import ovt_mod", o, [os.path.join(self.tmp, "lib")])
+        self.assertIn("[overlay] rebind FAILED ovt_mod:reall: AttributeError: ovt_mod has no attribute 'reall'", r.stderr)
+        self.assertNotIn("circular import", r.stderr)
+
+    def test_a_module_imported_before_the_overlay_registers_is_refused(self):
+        lib = os.path.join(self.tmp, "lib")
+        self.write("lib/ovi_mod.py", "WHO = 'stock'\n")
+        patched = self.write("patched.py", "WHO = 'patched'\n")
+        o = self.overlay(["add-module", "--module", "ovi_mod", "--patched-file", patched])
+        # Applied late (as in a worker through _overlay_apply) after the module was imported.
+        code = ("import sys; sys.path[:0] = [%r]; import ovi_mod; sys.path.insert(0, %r); import _overlay_apply; "
+                "_overlay_apply.apply(); import ovi_mod as again; print(ovi_mod is again, again.WHO)" % (lib, o))
+        r = run([PY, "-c", code], env=self.env)
+        self.assertEqual(r.stdout.strip(), "True stock")
+        self.assertIn("[overlay] module registration FAILED ovi_mod: target already imported before overlay registration",
+                      r.stderr)
+
+    def test_a_process_that_imports_no_target_says_nothing(self):
+        self.write("lib/ovq_a.py", "def f():\n    pass\n")
+        self.write("lib/ovq_b.py", "def f():\n    pass\n")
+        o = self.overlay(
+            ["add-rebind", "--target", "ovq_a:f", "--impl-module", "ovq_a", "--impl-attr", "f"],
+            ["add-rebind", "--target", "ovq_b:f", "--impl-module", "ovq_b", "--impl-attr", "f"])
+        lib = [os.path.join(self.tmp, "lib")]
+        quiet = self.py("pass", o, lib)
+        self.assertEqual((quiet.returncode, quiet.stderr), (0, ""))
+        tracker = self.py("import multiprocessing.resource_tracker", o, lib)
+        self.assertEqual(tracker.stderr, "")
+        partial = self.py("import ovq_a", o, lib)  # it engaged: what did not apply is worth a line
+        self.assertIn("rebind ovq_b:f never applied: module never imported", partial.stderr)
+        # The start-up plan is used, and a manifest edited behind the tool's back is read afresh.
+        env = {"PYTHONDONTWRITEBYTECODE": ""}
+        self.py("pass", o, lib, env=env)
+        plans = os.listdir(os.path.join(o, "__pycache__"))
+        self.assertTrue(any(p.startswith("_overlay_plan.") for p in plans), plans)
+        with open(os.path.join(o, "_overlay_manifest.json")) as f:
+            m = json.load(f)
+        m["rebinds"][1]["target"] = "ovq_b:missing"
+        with open(os.path.join(o, "_overlay_manifest.json"), "w") as f:
+            json.dump(m, f, indent=2)
+        r = self.py("import ovq_b", o, lib, env=env)
+        self.assertIn("ovq_b:missing", r.stderr)
+
+
+if __name__ == "__main__":
+    if not BIN:
+        sys.exit("set OVERLAY_BIN to the overlay binary")
+    unittest.main(verbosity=2)
