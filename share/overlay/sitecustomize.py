@@ -111,11 +111,36 @@ class _ImportGuard:
         return False
 
 
+_LOG_BUFFER = []  # while a module's entries apply: their lines, written at once after
+
+
 def _log(msg):
+    if _LOG_BUFFER:
+        _LOG_BUFFER.append("[overlay] %s\n" % msg)
+        return
     try:
         _sys.stderr.write("[overlay] %s\n" % msg)
     except Exception:
         pass
+
+
+class _LogBatch:
+    """Holds back [overlay] lines and writes them in one call: 2,000 entries of one module are
+    one write, not 2,000."""
+
+    def __enter__(self):
+        _LOG_BUFFER.append("")
+        return self
+
+    def __exit__(self, *exc):
+        text = "".join(_LOG_BUFFER)
+        del _LOG_BUFFER[:]
+        if text:
+            try:
+                _sys.stderr.write(text)
+            except Exception:
+                pass
+        return False
 
 
 def _overlay_main():
@@ -159,30 +184,88 @@ def _plan_path(here):
     return os.path.join(here, "__pycache__", "_overlay_plan.%s.marshal" % (_sys.implementation.cache_tag or "py"))
 
 
+def _fingerprint(raw):
+    """Which manifest bytes a plan was made from: length and two independent checksums (zlib)."""
+    import zlib
+
+    return (len(raw), zlib.crc32(raw), zlib.adler32(raw))
+
+
 def _read_manifest(here):
     """The manifest: from the start-up plan (__pycache__/_overlay_plan.<tag>.marshal: the
-    manifest's exact bytes and their parse, loaded by marshal, which is built in) while it holds
-    the manifest's exact bytes; else parsed with json (imported only then) and the plan written
-    for the next process, unless bytecode writing is off (PYTHONDONTWRITEBYTECODE)."""
+    fingerprint of the manifest's bytes and their parse, loaded by marshal, which is built in)
+    while it matches the manifest's bytes; else parsed with json (imported only then) and the
+    plan written for the next process, unless bytecode writing is off (PYTHONDONTWRITEBYTECODE)."""
+    import marshal
     import os
 
     with open(os.path.join(here, "_overlay_manifest.json"), "rb") as f:
         raw = f.read()
-    import marshal
-
+    mark = _fingerprint(raw)
     try:
         with open(_plan_path(here), "rb") as f:
-            plan = marshal.load(f)
-        if isinstance(plan, tuple) and len(plan) == 2 and plan[0] == raw:
-            return plan[1]
+            plan = marshal.loads(f.read())
+        if isinstance(plan, tuple) and len(plan) == 3 and plan[0] == mark:
+            return plan[1], plan[2]
     except Exception:
         pass  # none yet, or from another manifest: parse it
-    import json
-
-    manifest = json.loads(raw.decode("utf-8", "surrogateescape"))
+    manifest = _parse_json(raw.decode("utf-8", "surrogateescape"))
+    if not isinstance(manifest, dict):
+        return manifest, None
+    # The section that grows (rebinds) is kept as rows checked once, not as dicts checked by
+    # every process: (module, attr path, impl module, impl attr, count calls), names interned so
+    # marshal writes each repeated one once, or, for a malformed entry, its repr.
+    rows = _rebind_rows(manifest)
+    rest = dict(manifest, rebinds=[])
     if not _sys.dont_write_bytecode:
-        _write_plan(here, marshal.dumps((raw, manifest)))
-    return manifest
+        _write_plan(here, marshal.dumps((mark, rest, rows)))
+    return rest, rows
+
+
+def _parse_json(text):
+    """json.loads(text), through the C scanner json itself uses (_json): importing json costs a
+    process ~8 ms (it pulls in re), the scanner alone a fraction of one."""
+    try:
+        import _json
+
+        class Context(object):
+            strict, object_hook, object_pairs_hook, memo = True, None, None, {}
+            parse_float, parse_int = float, int
+
+            @staticmethod
+            def parse_constant(name):
+                return {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}[name]
+
+        scan = _json.make_scanner(Context())
+    except Exception:  # another implementation of Python
+        import json
+
+        return json.loads(text)
+    n = len(text)
+    i = 0
+    while i < n and text[i] in " \t\n\r":
+        i += 1
+    try:
+        value, end = scan(text, i)
+    except StopIteration:
+        raise ValueError("no JSON value at %d" % i)
+    while end < n and text[end] in " \t\n\r":
+        end += 1
+    if end != n:
+        raise ValueError("extra data after the JSON value at %d" % end)
+    return value
+
+
+def _rebind_rows(manifest):
+    rows = []
+    for e in _entries(manifest, "rebinds"):
+        t, m, a = e.get("target"), e.get("impl_module"), e.get("impl_attr")
+        if type(t) is str and type(m) is str and type(a) is str and m and a and ":" in t:
+            module, _, attr = t.partition(":")
+            rows.append((_sys.intern(module), attr, _sys.intern(m), a, e.get("count_calls") is True))
+        else:
+            rows.append(repr(e))
+    return rows
 
 
 def _write_plan(here, data):
@@ -206,7 +289,7 @@ def _write_plan(here, data):
 
 def _apply(here):
     try:
-        manifest = _read_manifest(here)
+        manifest, rebinds = _read_manifest(here)
     except Exception as e:  # no manifest: nothing to apply
         _log("cannot read manifest in %s: %s" % (here, e))
         return
@@ -218,7 +301,7 @@ def _apply(here):
             _log("manifest section %r (%d entries) is not applied by this version of overlay" % (key, len(manifest[key])))
     state = _State(here, manifest)
     state.register_modules()
-    state.register_lazy()
+    state.register_lazy(rebinds)
     finder = _Finder(state)
     _sys.meta_path.insert(0, finder)
     state.check_modules()
@@ -317,113 +400,110 @@ class _State:
                 self.fail("module:" + name, "module inject FAILED %s: package %s is not importable" % (name, name.split(".", 1)[0]))
 
     # -- entries applied right after their module executes ------------------------------------
-    def add_lazy(self, kind, module, key, what, apply):
+    def add_lazy(self, kind, module, key, what, apply, args):
         self.pending[key] = (kind, what)
         if not _importable(module):
             label = {"rebind": "rebind", "capture": "capture install", "marker": "seam marker install", "hook": "hook"}[kind]
             self.fail(key, "%s FAILED %s: target package %s is not importable" % (label, what, module.split(".")[0]))
             self.retry.add(key)
-        self.lazy.setdefault(module, []).append((_LAZY_ORDER[kind], len(self.lazy.get(module, ())), key, apply))
+        # (order, sequence, key, method, its arguments): no closure per entry, which cost 3 µs each
+        self.lazy.setdefault(module, []).append((_LAZY_ORDER[kind], len(self.lazy.get(module, ())), key, apply, args))
 
-    def register_lazy(self):
-        for e in _entries(self.manifest, "rebinds"):
-            t, m, a = e.get("target"), e.get("impl_module"), e.get("impl_attr")
-            if not (_is_str(t, m, a) and ":" in t):
-                _log("rebind FAILED %r: malformed entry" % (e,))
+    def register_lazy(self, rebinds):
+        # Registered kind by kind in _LAZY_ORDER's order, so each module's list is in applying
+        # order as it is built (no sort).
+        for row in rebinds:  # the hot loop of a large overlay: rows checked when the plan was made
+            if type(row) is str:
+                _log("rebind FAILED %s: malformed entry" % row)
                 continue
-            key = "rebind:%s->%s.%s" % (t, m, a)
-            if not _importable(m) and _importable(t.split(":", 1)[0]):
+            module, attr, m, a, count = row
+            t = module + ":" + attr
+            key = "rebind:" + t + "->" + m + "." + a
+            if not _importable(m) and _importable(module):
                 self.fail(key, "rebind FAILED %s: impl module %s is not importable" % (t, m))
                 self.retry.add(key)
-            self.add_lazy("rebind", t.split(":", 1)[0], key, t, self.rebind(key, t, m, a, e.get("count_calls") is True))
+            self.add_lazy("rebind", module, key, t, self.rebind, (key, t, m, a, count, attr))
         for e in _entries(self.manifest, "captures"):
             t, out, limit = e.get("target"), e.get("out"), e.get("max", 5)
             if not (_is_str(t, out) and ":" in t and isinstance(limit, int) and not isinstance(limit, bool)):
                 _log("capture install FAILED %r: malformed entry" % (e,))
                 continue
-            self.add_lazy("capture", t.split(":", 1)[0], "capture:" + t, t, self.capture("capture:" + t, t, out, limit))
+            self.add_lazy("capture", t.split(":", 1)[0], "capture:" + t, t, self.capture, ("capture:" + t, t, out, limit))
         for e in _entries(self.manifest, "markers"):
             t = e.get("target")
             if not (_is_str(t) and ":" in t):
                 _log("seam marker install FAILED %r: malformed entry" % (e,))
                 continue
-            self.add_lazy("marker", t.split(":", 1)[0], "marker:" + t, t, self.marker("marker:" + t, t))
+            self.add_lazy("marker", t.split(":", 1)[0], "marker:" + t, t, self.marker, ("marker:" + t, t))
         for e in _entries(self.manifest, "hooks"):
             mod, m, a = e.get("module"), e.get("impl_module"), e.get("impl_attr", "install")
             if not _is_str(mod, m, a):
                 _log("hook FAILED %r: malformed entry" % (e,))
                 continue
             key = "hook:%s->%s.%s" % (mod, m, a)
-            self.add_lazy("hook", mod, key, mod, self.hook(key, mod, m, a))
-        for entries in self.lazy.values():  # once: sorting per entry made 2,000 entries quadratic
-            entries.sort(key=lambda x: (x[0], x[1]))
+            self.add_lazy("hook", mod, key, mod, self.hook, (key, mod, m, a))
 
-    def rebind(self, key, target, impl_module, impl_attr, count):
-        def apply(mod):
-            import importlib
+    def rebind(self, mod, key, target, impl_module, impl_attr, count, path):
+        try:
+            impl_mod = _sys.modules.get(impl_module)
+            if impl_mod is None:
+                import importlib
 
-            try:
-                impl = getattr(_sys.modules.get(impl_module) or importlib.import_module(impl_module), impl_attr)
+                impl_mod = importlib.import_module(impl_module)
+            impl = getattr(impl_mod, impl_attr)
+            owner, attr = (mod, path) if "." not in path else _resolve(mod, path)
+            # A rebind replaces something that exists: a typo is an error, said plainly (the
+            # module is still initialising here, so Python's own words blame a circular import).
+            if not hasattr(owner, attr):
+                raise AttributeError("%s has no attribute %r" % (getattr(owner, "__name__", owner), attr))
+            if count:
+                if not callable(impl):
+                    raise TypeError("--count-calls needs a callable, got %s" % type(impl).__name__)
+                impl = _counted(self.counters, key, impl)
+            setattr(owner, attr, _same_kind(owner, attr, impl))
+            self.done(key, "rebound %s -> %s.%s%s" % (target, impl_module, impl_attr, " (counting calls)" if count else ""))
+        except Exception as e:
+            self.fail(key, "rebind FAILED %s: %s: %s" % (target, type(e).__name__, e))
+
+    def capture(self, mod, key, target, out, limit):
+        try:
+            import capture_shapes
+
+            if _takes_legacy_capture_args(capture_shapes.install):  # an earlier overlay's own hook
                 owner, attr = _resolve(mod, target.split(":", 1)[1])
-                # A rebind replaces something that exists: a typo is an error, said plainly (the
-                # module is still initialising here, so Python's own words blame a circular import).
-                if not hasattr(owner, attr):
-                    raise AttributeError("%s has no attribute %r" % (getattr(owner, "__name__", owner), attr))
-                if count:
-                    if not callable(impl):
-                        raise TypeError("--count-calls needs a callable, got %s" % type(impl).__name__)
-                    impl = _counted(self.counters, key, impl)
-                setattr(owner, attr, _same_kind(owner, attr, impl))
-                self.done(key, "rebound %s -> %s.%s%s" % (target, impl_module, impl_attr, " (counting calls)" if count else ""))
-            except Exception as e:
-                self.fail(key, "rebind FAILED %s: %s: %s" % (target, type(e).__name__, e))
-        return apply
+                capture_shapes.install(owner, attr, target, out, limit)
+            else:  # upstream's contract: install(target, out_dir, max_cases)
+                capture_shapes.install(target, out, limit)
+            self.done(key, "capturing %s -> %s (max %s)" % (target, out, limit))
+        except Exception as e:
+            self.fail(key, "capture install FAILED %s: %s: %s" % (target, type(e).__name__, e))
 
-    def capture(self, key, target, out, limit):
-        def apply(mod):
-            try:
-                import capture_shapes
+    def marker(self, mod, key, target):
+        try:
+            import seam_trace
 
-                if _takes_legacy_capture_args(capture_shapes.install):  # an earlier overlay's own hook
-                    owner, attr = _resolve(mod, target.split(":", 1)[1])
-                    capture_shapes.install(owner, attr, target, out, limit)
-                else:  # upstream's contract: install(target, out_dir, max_cases)
-                    capture_shapes.install(target, out, limit)
-                self.done(key, "capturing %s -> %s (max %s)" % (target, out, limit))
-            except Exception as e:
-                self.fail(key, "capture install FAILED %s: %s: %s" % (target, type(e).__name__, e))
-        return apply
+            seam_trace.install(target)  # upstream's contract: install(target)
+            self.done(key, "marked %s" % target)
+        except Exception as e:
+            self.fail(key, "seam marker install FAILED %s: %s: %s" % (target, type(e).__name__, e))
 
-    def marker(self, key, target):
-        def apply(mod):
-            try:
-                import seam_trace
+    def hook(self, mod, key, module, impl_module, impl_attr):
+        import importlib
 
-                seam_trace.install(target)  # upstream's contract: install(target)
-                self.done(key, "marked %s" % target)
-            except Exception as e:
-                self.fail(key, "seam marker install FAILED %s: %s: %s" % (target, type(e).__name__, e))
-        return apply
-
-    def hook(self, key, module, impl_module, impl_attr):
-        def apply(mod):
-            import importlib
-
-            try:
-                getattr(importlib.import_module(impl_module), impl_attr)()
-                self.done(key, "hook %s.%s ran after import %s" % (impl_module, impl_attr, module))
-            except Exception as e:
-                self.fail(key, "hook %s.%s on %s FAILED: %s: %s" % (impl_module, impl_attr, module, type(e).__name__, e))
-        return apply
+        try:
+            getattr(importlib.import_module(impl_module), impl_attr)()
+            self.done(key, "hook %s.%s ran after import %s" % (impl_module, impl_attr, module))
+        except Exception as e:
+            self.fail(key, "hook %s.%s on %s FAILED: %s: %s" % (impl_module, impl_attr, module, type(e).__name__, e))
 
     def run_lazy(self, name, mod):
         entries = [e for e in self.lazy.get(name, ()) if e[2] not in self.applied and (e[2] not in self.failed or e[2] in self.retry)]
         self.retry.difference_update(e[2] for e in entries)  # one more try each
         if not entries:
             return
-        with _HiddenUnittestDirs():
-            for _, _, key, apply in entries:
-                apply(mod)
+        with _HiddenUnittestDirs(), _LogBatch():
+            for _, _, key, apply, args in entries:
+                apply(mod, *args)
 
     # -- installers ---------------------------------------------------------------------------
     def run_installers(self):
@@ -579,6 +659,10 @@ def _json(v):
     if isinstance(v, dict):
         return "{%s}" % ", ".join("%s: %s" % (_json(k), _json(x)) for k, x in v.items())
     if isinstance(v, (list, tuple)):
+        if v and all(type(x) is str for x in v):  # a list of keys: one join when all are plain
+            j = '", "'.join(v)
+            if j.isascii() and j.isprintable() and "\\" not in j and j.count('"') == 2 * (len(v) - 1):
+                return '["%s"]' % j
         return "[%s]" % ", ".join(_json(x) for x in v)
     if isinstance(v, str):
         if v.isascii() and v.isprintable() and '"' not in v and "\\" not in v:  # entry keys: nearly always
@@ -645,11 +729,17 @@ class _LiveRecord:
             _write_json(os.path.join(self.here, "_stats", "live"), self.name, {
                 "pid": pid, "start_ticks": start_ticks, "applied": sorted(self.applied),
                 "failed": sorted(self.failed),
-                "pending": sorted(k for k in self.pending if k not in self.applied and k not in self.failed)})
+                "pending": [k for k in self.pending if k not in self.applied and k not in self.failed]})
         except Exception as e:
             self.broken = True
             if not quiet:
                 _log("cannot record live applications in %s: %s" % (self.here, e))
+
+    def current(self):
+        """Whether this process's live record holds everything applied so far."""
+        import os
+
+        return self.started and not self.broken and not self.dirty and self.name is not None and self.pid == os.getpid()
 
     def finish(self):
         """The final record (in _stats/, same name) is written: this one goes."""
@@ -673,6 +763,13 @@ def _at_exit(state):
             if key not in state.applied and key not in state.failed:
                 _log("%s %s never applied: module never imported" % (kind, name))
     live = state.live
+    if state.applied and not state.counters and live.current():
+        # The live record already says what applied: it becomes the final one, moved, not rewritten.
+        try:
+            os.replace(os.path.join(state.here, "_stats", "live", live.name), os.path.join(state.here, "_stats", live.name))
+            return
+        except OSError:
+            pass
     if state.applied:
         record = {"pid": os.getpid(), "applied": sorted(state.applied),
                   "calls": {k: next(c) for k, c in state.counters.items()}}
@@ -693,19 +790,25 @@ def _chain_next_sitecustomize(here, chained):
     import os
 
     me = os.path.realpath(here)
-    entries = [os.path.realpath(e or os.getcwd()) for e in _sys.path if isinstance(e, str)]
-    if me not in entries:
+    paths = [e for e in _sys.path if isinstance(e, str)]
+    # Our entry, found by its spelling first (site put it there as PYTHONPATH says); resolving
+    # every entry's symlinks costs each process a few hundred lstat calls, so only when needed.
+    at = [i for i, e in enumerate(paths) if os.path.abspath(e or ".") == here]
+    if not at:
+        at = [i for i, e in enumerate(paths) if os.path.realpath(e or ".") == me]
+    if not at:
         return
     # The one site imported, when that is not this file (this overlay applied later, through
     # _overlay_apply): it ran already.
     first = getattr(_sys.modules.get("sitecustomize"), "__file__", None)
     ran = os.path.realpath(first) if isinstance(first, str) else None
-    for entry in entries[entries.index(me) + 1:]:
-        candidate = os.path.join(entry, "sitecustomize.py")
+    for entry in paths[at[0] + 1:]:
+        candidate = os.path.join(entry or os.getcwd(), "sitecustomize.py")
         try:
-            if entry == me or not os.path.isfile(candidate):
+            if not os.path.isfile(candidate) or os.path.realpath(entry or ".") == me:
                 continue
-            if candidate in chained or os.path.realpath(candidate) == ran:
+            candidate = os.path.realpath(candidate)
+            if candidate in chained or candidate == ran:
                 return
             chained.add(candidate)
             _exec_file("_overlay_chained_sitecustomize", candidate)
