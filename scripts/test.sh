@@ -31,6 +31,8 @@ LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS" "$PHASES"' EXIT
 # The static label's empty and Debian 11 roots and the wheel's venv must run here, not skip.
 OVERLAY_REQUIRE_STATIC_ROOTS=1 ctest --test-dir build-test --output-on-failure -j2 -LE long | tee "$LOGS/release.log"
+echo "   upstream's own suites against the shim (ctest upstream_suites):"
+sed -n '/^suite  /,/^shim: /p' build-test/Testing/Temporary/LastTest.log | sed 's/^/   /'
 
 phase "bench smoke"
 echo "   a small workload: keeps bench/ working; it reports, it does not assert"

@@ -169,8 +169,9 @@ std::optional<fs::path> seed_base(Disk& disk, const PyCommon& c) {
 }
 
 // Loads the overlay's manifest, or seeds it from --from, or starts an empty one.
-Manifest load_or_seed(Disk& disk, const PyCommon& c, const fs::path& ov) {
+Manifest load_or_seed(Disk& disk, const PyCommon& c, const fs::path& ov, bool& existed) {
   std::optional<Manifest> m = load_manifest(disk, ov);
+  existed = m.has_value();
   if (m) return *m;
   std::optional<fs::path> base = seed_base(disk, c);
   Manifest fresh = base ? seed_from(disk, *base, ov) : Manifest{};
@@ -188,10 +189,14 @@ PyAddResult record_with(Disk& disk, const PyCommon& c, Edit&& edit, PutFiles&& p
   r.overlay = absolute_normal(c.overlay);
   make_dirs(disk, r.overlay);
   OverlayLock lock(r.overlay, c.lock_timeout);
-  Manifest m = load_or_seed(disk, c, r.overlay);
+  bool existed = false;
+  Manifest m = load_or_seed(disk, c, r.overlay, existed);
+  json before = m.doc;
   edit(m.doc);
   put(r.overlay);
-  save_manifest(disk, r.overlay, m);
+  // A manifest nothing changed keeps its bytes (as upstream's _ensure_overlay leaves it): tools
+  // downstream hash them.
+  if (!existed || m.doc != before) save_manifest(disk, r.overlay, m);
   r.sitecustomize = ensure_sitecustomize(disk, r.overlay, c.replace);
   return r;
 }

@@ -146,6 +146,21 @@ class DropIn(unittest.TestCase):
         self.assertSameOverlay(ref, ours)
         self.assertFalse(os.path.exists(self.path("never")))
 
+    # item 5: _ensure_overlay on an overlay with a manifest leaves its bytes alone, as v3's does.
+    def test_ensure_overlay_keeps_an_existing_manifests_bytes(self):
+        odd = '{"rebinds": [], "captures": [],   "modules": []}'
+        for tool, script in (("ref", os.path.join(UPSTREAM, "overlay_setup.v3.py")), ("ours", SHIM)):
+            o = self.path(tool, "O")
+            self.write(os.path.join(tool, "O", "_overlay_manifest.json"), odd)
+            code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('ov', sys.argv[1]); "
+                    "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); print(m._ensure_overlay(sys.argv[2]))")
+            r = run([PY, "-c", code, script, o])
+            self.assertEqual(r.stdout.strip(), os.path.join(o, "_overlay_manifest.json"))
+            self.assertEqual(r.stderr, "")  # silent, as upstream's
+            with open(os.path.join(o, "_overlay_manifest.json")) as f:
+                self.assertEqual(f.read(), odd, tool)
+            self.assertTrue(os.path.isfile(os.path.join(o, "sitecustomize.py")))
+
     # item 7: v7's words when merge meets a hand-written sitecustomize.py; nothing written.
     def test_merge_refuses_a_custom_sitecustomize_in_v7s_words(self):
         run([PY, SHIM, "add-rebind", "--overlay", self.path("A"), "--target", "m:f", "--impl-module", "i", "--impl-attr", "g"])
