@@ -163,14 +163,11 @@ def _completed(argv):
     if not argv:
         return argv
     verb, argv = argv[0], list(argv)
-    if verb in ("add-module", "copy-subtree") and _flag(argv, "--patched-file") is None and \
+    # (The legacy --package/--subpath pair is left to the binary, which asks this same interpreter.)
+    module = _flag(argv, "--module")
+    if verb in ("add-module", "copy-subtree") and module and _flag(argv, "--patched-file") is None and \
             _flag(argv, "--src-file") is None and _flag(argv, "--python") is None:
-        module = _flag(argv, "--module")
-        if module is None and _flag(argv, "--package") and _flag(argv, "--subpath"):
-            sub = _flag(argv, "--subpath")
-            module = _flag(argv, "--package") + "." + (sub[:-3] if sub.endswith(".py") else sub).replace(os.sep, ".")
-        if module:
-            argv += ["--src-file", module_file(module)]
+        argv += ["--src-file", module_file(module)]
     for v, flag, name in (("add-capture", "--capture-file", "capture_shapes.py"), ("add-marker", "--marker-file", "seam_trace.py")):
         if verb == v and _flag(argv, flag) is None and _beside(name):
             argv += [flag, _beside(name)]
