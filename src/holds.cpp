@@ -297,7 +297,9 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
                                 s.patched_sha256.value_or("") == h.patched_sha256.value_or("");
                        }) ||
            std::any_of(reverted->artifacts.begin(), reverted->artifacts.end(),
-                       [&](const ArtifactItem& a) { return a.path == ps && a.sha256.value_or("") == *h.original_sha256; }) ||
+                       [&](const ArtifactItem& a) {
+                         return a.path == ps && (a.existed ? a.sha256 : "") == *h.original_sha256;
+                       }) ||
            std::any_of(reverted->created.begin(), reverted->created.end(),
                        [&](const CreatedItem& c) { return c.path == ps && h.original_sha256->empty(); });
   };

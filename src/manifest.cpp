@@ -209,26 +209,13 @@ std::vector<std::vector<std::string>> opt_build_cmds(const json& j) {
   return cmds;
 }
 
-// The keys every backed-up file (a source, an artifact) has beside its own: read and written
-// here, one line each, for both.
-template <typename Item>
-void read_file_keys(const json& j, Item& it) {
-  it.mode = opt_mode(j);
-  it.stamp = opt_stamp(j);
-  it.owner = opt_owner(j);
-  it.xattrs = opt_xattrs(j);
-  it.same_inode = opt_backup_path(j, "same_inode");
-  it.parent = opt_at<PinnedDir>(j, "parent");
-}
-
-template <typename Item>
-void write_file_keys(json& j, const Item& it) {
-  if (it.mode) j["mode"] = *it.mode;
-  put_stamp(j, it.stamp);
-  put_owner(j, it.owner);
-  put_xattrs(j, it.xattrs);
-  if (it.same_inode) j["same_inode"] = *it.same_inode;
-  if (it.parent) j["parent"] = *it.parent;
+// A backed-up file's optional keys (an artifact that did not exist still has them validated).
+void read_original_keys(const json& j, FileBackup& f) {
+  f.mode = opt_mode(j);
+  f.stamp = opt_stamp(j);
+  f.owner = opt_owner(j);
+  f.xattrs = opt_xattrs(j);
+  f.same_inode = opt_backup_path(j, "same_inode");
 }
 
 // An entry's caches[] list holds its caches and, first, at most one python_tool_guard item.
@@ -340,12 +327,27 @@ void to_json(json& j, const PinnedDir& p) {
   if (!p.below.empty()) j["below"] = p.below;
 }
 
+void from_json(const json& j, FileBackup& f) {
+  f.backup = backup_path(j, "backup");
+  f.sha256 = sha(j, "sha256");
+  read_original_keys(j, f);
+}
+
+// Its own keys only; an item merges them into its own (json::update).
+void to_json(json& j, const FileBackup& f) {
+  j = {{"backup", f.backup}, {"sha256", f.sha256}};
+  if (f.mode) j["mode"] = *f.mode;
+  put_stamp(j, f.stamp);
+  put_owner(j, f.owner);
+  put_xattrs(j, f.xattrs);
+  if (f.same_inode) j["same_inode"] = *f.same_inode;
+}
+
 void from_json(const json& j, SourceItem& s) {
   s.install_path = abs_path(j, "install_path");
-  s.backup = backup_path(j, "backup");
-  s.sha256 = sha(j, "sha256");
+  from_json(j, static_cast<FileBackup&>(s));
   s.patched_sha256 = opt_sha(j, "patched_sha256");
-  read_file_keys(j, s);
+  s.parent = opt_at<PinnedDir>(j, "parent");
   s.deleted = opt_bool(j, "deleted", false);
   s.raw = j;
 }
@@ -353,10 +355,9 @@ void from_json(const json& j, SourceItem& s) {
 void to_json(json& j, const SourceItem& s) {
   j = s.raw;
   j["install_path"] = s.install_path;
-  j["backup"] = s.backup;
-  j["sha256"] = s.sha256;
+  j.update(json(static_cast<const FileBackup&>(s)));
   if (s.patched_sha256) j["patched_sha256"] = *s.patched_sha256;
-  write_file_keys(j, s);
+  if (s.parent) j["parent"] = *s.parent;
   if (s.deleted) j["deleted"] = true;
 }
 
@@ -377,11 +378,11 @@ void to_json(json& j, const CreatedItem& c) {
 void from_json(const json& j, ArtifactItem& a) {
   a.path = abs_path(j, "path");
   a.existed = opt_bool(j, "existed", present(j, "backup"));
-  if (a.existed) {
-    a.backup = backup_path(j, "backup");
-    a.sha256 = sha(j, "sha256");
-  }
-  read_file_keys(j, a);
+  if (a.existed)
+    from_json(j, static_cast<FileBackup&>(a));
+  else
+    read_original_keys(j, a);
+  a.parent = opt_at<PinnedDir>(j, "parent");
   a.raw = j;
 }
 
@@ -389,9 +390,9 @@ void to_json(json& j, const ArtifactItem& a) {
   j = a.raw;
   j["path"] = a.path;
   j["existed"] = a.existed;
-  j["backup"] = a.backup ? json(*a.backup) : json(nullptr);
-  j["sha256"] = a.sha256 ? json(*a.sha256) : json(nullptr);
-  write_file_keys(j, a);
+  j.update(json(static_cast<const FileBackup&>(a)));
+  if (!a.existed) j["backup"] = j["sha256"] = nullptr;
+  if (a.parent) j["parent"] = *a.parent;
 }
 
 // Its path is checked against the cache dir it belongs to by that cache's from_json.

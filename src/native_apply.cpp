@@ -93,16 +93,10 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     SavedFile s = store.save_file(id, "src_" + std::to_string(e.sources.size()), held.at(swap.target));
     spdlog::info("backed up {} -> {}", swap.target.string(), s.backup);
     SourceItem item;
+    static_cast<FileBackup&>(item) = s;
     item.install_path = swap.target.string();
-    item.backup = s.backup;
-    item.sha256 = s.sha256;
     if (swap.kind == SwapKind::modify) item.patched_sha256 = swap.content_sha256;
     item.deleted = swap.kind == SwapKind::remove;
-    item.mode = s.mode;
-    item.stamp = s.stamp;
-    item.owner = s.owner;
-    item.xattrs = s.xattrs;
-    if (!s.same_inode.empty()) item.same_inode = s.same_inode;
     item.parent = std::move(pin);
     e.sources.push_back(std::move(item));
   }
@@ -114,13 +108,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     if (a.existed) {
       SavedFile s = store.save_file(id, "art_" + std::to_string(k), held.at(plan.artifacts[k]));
       spdlog::info("backed up {} -> {}", a.path, s.backup);
-      a.backup = s.backup;
-      a.sha256 = s.sha256;
-      a.mode = s.mode;
-      a.stamp = s.stamp;
-      a.owner = s.owner;
-      a.xattrs = s.xattrs;
-      if (!s.same_inode.empty()) a.same_inode = s.same_inode;
+      static_cast<FileBackup&>(a) = s;
       if (s.cloned) cloned.push_back({plan.artifacts[k], s});
       if (!e.verify_artifact) {
         e.verify_artifact = a.path;
@@ -226,7 +214,7 @@ void record_untracked(Disk& disk, const NativePlan& plan, const std::string& id,
 // failure here fails the add-native before anything is touched.
 void note_artifact_originals(HoldRegistry& holds, const NativePlan& plan, const NativeEntry& e) {
   std::vector<std::pair<fs::path, std::string>> originals;
-  for (const auto& a : e.artifacts) originals.emplace_back(a.path, a.sha256.value_or(""));
+  for (const auto& a : e.artifacts) originals.emplace_back(a.path, a.existed ? a.sha256 : "");
   holds.note_originals(originals, plan.overlay, plan.lock_timeout);
 }
 

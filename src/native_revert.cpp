@@ -43,7 +43,7 @@ class Reverter {
         // about a replacement that then does not happen.
         PinnedPlace at = place(it->install_path, it->parent);
         if (!opts_.dry_run) warn_if_drifted(*it);
-        return file(at, FileRecord{it->backup, it->sha256, it->mode, it->stamp, it->owner, it->xattrs, it->same_inode}, RestoredTime::now);
+        return file(at, *it, RestoredTime::now);
       });
     return ok;
   }
@@ -84,7 +84,7 @@ class Reverter {
       if (s.same_inode) rels.push_back(*s.same_inode);
     }
     for (const auto& a : e.artifacts) {
-      if (a.backup) rels.push_back(*a.backup);
+      if (a.existed) rels.push_back(a.backup);
       if (a.same_inode) rels.push_back(*a.same_inode);
     }
     for (const auto& c : e.caches) {
@@ -136,8 +136,7 @@ class Reverter {
     return open_pinned(disk_, path, parent);
   }
 
-
-  std::string file(const PinnedPlace& p, const FileRecord& rec, RestoredTime when) {
+  std::string file(const PinnedPlace& p, const FileBackup& rec, RestoredTime when) {
     if (opts_.dry_run) return dry_file(p.path, rec.backup, rec.sha256);
     return store_.restore_file(rec, p.at(), when) ? "restore" : "unchanged";
   }
@@ -153,8 +152,7 @@ class Reverter {
     // A build output goes back a second older than now: the sources restored after it (now)
     // are strictly newer even in whole seconds, and an add-native right after this revert finds
     // no artifact of the current second to wait out (design.md, "No stall between cycles").
-    if (a.existed)
-      return file(p, FileRecord{*a.backup, *a.sha256, a.mode, a.stamp, a.owner, a.xattrs, a.same_inode}, RestoredTime::previous_second);
+    if (a.existed) return file(p, a, RestoredTime::previous_second);
     return created(p);
   }
 

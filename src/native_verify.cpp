@@ -47,8 +47,8 @@ VerifyReport verify_native(Disk& disk, const fs::path& overlay_in) {
       bool same_size = !a.stamp || fi.size == a.stamp->size;
       if (a.existed)
         st = !fi.exists() ? ArtifactState::missing_after_build
-             : (fi.type == FileType::regular && same_size && hash_file(disk, at) == *a.sha256) ? ArtifactState::unchanged
-                                                                                                     : ArtifactState::rebuilt;
+             : (fi.type == FileType::regular && same_size && hash_file(disk, at) == a.sha256) ? ArtifactState::unchanged
+                                                                                              : ArtifactState::rebuilt;
       else
         st = fi.exists() ? ArtifactState::created : ArtifactState::not_created;
       r.items.push_back({a.path, st, ""});

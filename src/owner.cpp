@@ -1,14 +1,30 @@
 #include "overlay/owner.hpp"
 
-#include "overlay/process_scan.hpp"
-
 #include <signal.h>
 
 #include <cerrno>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace overlay {
+
+bool parse_proc_stat(const std::string& stat, pid_t& ppid, std::uint64_t& start_ticks) {
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  try {
+    for (int i = 3; i <= 22; ++i) {
+      if (!(rest >> field)) return false;
+      if (i == 4) ppid = static_cast<pid_t>(std::stol(field));
+    }
+    start_ticks = std::stoull(field);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
 
 std::optional<std::uint64_t> process_start_ticks(pid_t pid) {
   if (pid <= 0) return std::nullopt;

@@ -5,16 +5,16 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
-
-#include <algorithm>
 #include <set>
 #include <sstream>
 #include <tuple>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
+#include "overlay/owner.hpp"
 
 namespace overlay {
 namespace {
@@ -34,23 +34,6 @@ char stat_state(const std::string& stat) {
 }
 
 }  // namespace
-
-bool parse_proc_stat(const std::string& stat, pid_t& ppid, std::uint64_t& start_ticks) {
-  auto close = stat.rfind(')');
-  if (close == std::string::npos) return false;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string field;
-  try {
-    for (int i = 3; i <= 22; ++i) {
-      if (!(rest >> field)) return false;
-      if (i == 4) ppid = static_cast<pid_t>(std::stol(field));
-    }
-    start_ticks = std::stoull(field);
-  } catch (const std::exception&) {
-    return false;
-  }
-  return true;
-}
 
 bool parse_maps_line(const std::string& line, MappedFile& out) {
   // addr perms offset major:minor inode path — the path starts after the inode's spaces.

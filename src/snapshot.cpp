@@ -19,7 +19,7 @@
 namespace overlay {
 namespace {
 
-constexpr std::size_t kChunk = 1 << 20;
+constexpr std::size_t kTarChunk = 1 << 20;
 
 const ArchiveApi& A() { return archive_api(); }
 
@@ -112,7 +112,7 @@ struct ReadSource {
   std::unique_ptr<ReadHandle> in;
   ThreadedSha256* hash = nullptr;  // when set, every byte read is hashed (on its own thread)
   ProgressMeter* meter = nullptr;
-  std::vector<char> buf = std::vector<char>(kChunk);
+  std::vector<char> buf = std::vector<char>(kTarChunk);
   std::string error;
 };
 
@@ -171,7 +171,7 @@ struct Member {
 // Once the archive has been read: hashes what follows its end-of-archive blocks (those bytes
 // count too) and compares the whole file's digest with the recorded one.
 void prove(ReadSource& src, ThreadedSha256& hash, const fs::path& tar_path, const std::string& expected) {
-  std::vector<char> rest(kChunk);
+  std::vector<char> rest(kTarChunk);
   while (std::size_t n = src.in->read(rest.data(), rest.size())) hash.update(rest.data(), n);
   std::string got = hash.finish_hex();
   if (got != expected) throw Error("backup " + tar_path.string() + " is corrupt: sha256 " + got + ", recorded " + expected);
@@ -377,7 +377,7 @@ std::string snapshot_dir_to_tar(Disk& disk, const At& dir_at, const fs::path& ta
   A().archive_write_set_bytes_in_last_block(a.get(), 1);
   if (A().archive_write_open(a.get(), &sink, nullptr, sink_write, nullptr) != ARCHIVE_OK)
     arch_fail(a.get(), "create tar " + tar_path.string());
-  std::vector<char> buf(kChunk);
+  std::vector<char> buf(kTarChunk);
   // overlay_setup.py's layout: it extracts into dirname(dir), so members must carry dir's name.
   const std::string top = dir.filename().string();
   if (top.empty() || top == "." || top == "..") throw Error("cannot snapshot a directory without a name: " + dir.string());

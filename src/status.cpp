@@ -83,7 +83,7 @@ FileState artifact_state(Disk& disk, const ArtifactItem& a) {
   if (fi.type != FileType::regular) return FileState::missing;
   // A different size is a different file: no need to read it.
   if (a.stamp && fi.size != a.stamp->size) return FileState::rebuilt;
-  return hash_file(disk, a.path) == *a.sha256 ? FileState::original : FileState::rebuilt;
+  return hash_file(disk, a.path) == a.sha256 ? FileState::original : FileState::rebuilt;
 }
 
 // A cache renamed aside: original when the recorded directory stands at its path again; its
@@ -180,7 +180,7 @@ NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overl
   for (const auto& c : e.created) st.files.push_back(judge(disk, TrackedKind::created, c, &CreatedItem::path, created_state));
   for (const auto& a : e.artifacts) {
     st.files.push_back(judge(disk, TrackedKind::artifact, a, &ArtifactItem::path, artifact_state));
-    st.snapshot_bytes += backup_bytes(disk, store, a.backup);
+    if (a.existed) st.snapshot_bytes += backup_bytes(disk, store, a.backup);
   }
   for (const auto& c : e.caches) {
     st.files.push_back(judge_cache(disk, store, c));

@@ -259,17 +259,18 @@ bool BackupStore::restore_by_rename(const std::string& rel, const std::string& s
   return true;
 }
 
-bool BackupStore::restore_file(const FileRecord& rec, const At& path, RestoredTime when) {
+bool BackupStore::restore_file(const FileBackup& rec, const At& path, RestoredTime when) {
   // Only a file with other names takes the link-group ways; restore_file() sweeps for the rest.
   FileInfo cur = disk_.info(path, Follow::no);
   if (rec.same_inode || cur.nlink > 1) {
     sweep_leftovers(disk_, path);
     if (auto changed = restore_link_group(rec, path, cur, when)) return *changed;
   }
-  return restore_file(rec.backup, rec.sha256, path, rec.mode, rec.stamp, when, rec.owner, rec.xattrs);
+  return restore_bytes(rec, path, when);
 }
 
-std::optional<bool> BackupStore::restore_link_group(const FileRecord& rec, const At& path, const FileInfo& cur, RestoredTime when) {
+std::optional<bool> BackupStore::restore_link_group(const FileBackup& rec, const At& path, const FileInfo& cur,
+                                                    RestoredTime when) {
   if (rec.same_inode) {
     // The original inode, kept by our link: where it still holds the original bytes it goes back
     // itself, and every other name it has is one file with this one again.
@@ -297,7 +298,7 @@ std::optional<bool> BackupStore::restore_link_group(const FileRecord& rec, const
   return true;
 }
 
-void BackupStore::write_into_inode(const FileRecord& rec, const At& path) {
+void BackupStore::write_into_inode(const FileBackup& rec, const At& path) {
   fs::path backup = resolve(rec.backup);
   std::string got = hash_file(disk_, backup);
   if (got != rec.sha256) throw Error("backup " + rec.backup + " is corrupt (sha256 " + got + ", recorded " + rec.sha256 + ")");
@@ -316,9 +317,11 @@ void BackupStore::write_into_inode(const FileRecord& rec, const At& path) {
                                       rec.mode.value_or(cur.mode), rec.xattrs});
 }
 
-bool BackupStore::restore_file(const std::string& rel, const std::string& sha256, const At& path,
-                               std::optional<mode_t> mode, const std::optional<FileStamp>& stamp, RestoredTime when,
-                               const std::optional<FileOwner>& recorded_owner, const std::optional<Xattrs>& xattrs) {
+bool BackupStore::restore_bytes(const FileBackup& rec, const At& path, RestoredTime when) {
+  const std::string& rel = rec.backup;
+  const std::string& sha256 = rec.sha256;
+  const std::optional<mode_t>& mode = rec.mode;
+  const std::optional<FileStamp>& stamp = rec.stamp;
   sweep_leftovers(disk_, path);  // a temp of an interrupted swap or restore
   FileInfo cur = disk_.info(path, Follow::no);
   if (cur.type == FileType::directory) throw Error("a directory now stands at " + path.full().string());
@@ -335,7 +338,7 @@ bool BackupStore::restore_file(const std::string& rel, const std::string& sha256
   const At dir = path.parent();
   if (path.dir() == nullptr) make_dirs(disk_, path.rel().parent_path());  // a held one exists
   // The recorded owner (a build may have recreated the file as its own user), else the current.
-  RestoredMeta meta{recorded_owner, mode.value_or(bi.mode), xattrs};
+  RestoredMeta meta{rec.owner, mode.value_or(bi.mode), rec.xattrs};
   if (!meta.owner && cur.exists()) meta.owner = FileOwner{cur.uid, cur.gid};
   if (same_mount(bi, disk_.info(dir, Follow::yes)) && restore_by_rename(rel, sha256, backup, path, cur, meta, when))
     return true;

@@ -54,16 +54,27 @@ struct PinnedDir {
   std::string below = {};
 };
 
-struct SourceItem {
+// One backed-up file: where its copy lies in the overlay and what the original was. The store
+// makes one (BackupStore::save_file), a source or artifact item records it, revert restores from
+// it (BackupStore::restore_file): the same seven fields throughout, read and written as JSON in
+// one place (to_json/from_json below). The optional ones are keys this tool adds; an item
+// overlay_setup.py wrote has only backup and sha256.
+struct FileBackup {
+  std::string backup;              // relative to the overlay ("" for an artifact that did not exist)
+  std::string sha256;              // the original bytes
+  std::optional<mode_t> mode;      // original mode
+  std::optional<FileStamp> stamp;  // original size/inode/mtime
+  std::optional<FileOwner> owner;  // original uid/gid
+  std::optional<Xattrs> xattrs;    // original extended attributes
+  // Where the original had other names (a hard-link group): a hard link to the original inode
+  // itself beside the backup, so that revert can put that very inode back and every name is one
+  // file again; absent where it had one name or the link could not be made (another filesystem).
+  std::optional<std::string> same_inode;
+};
+
+struct SourceItem : FileBackup {
   std::string install_path;                   // absolute
-  std::string backup;                         // relative to the overlay
-  std::string sha256;                         // the original contents
   std::optional<std::string> patched_sha256;  // what the tool wrote (added key)
-  std::optional<mode_t> mode;                 // original mode (added key)
-  std::optional<FileStamp> stamp;             // original size/inode/mtime (added keys)
-  std::optional<FileOwner> owner;             // original uid/gid (added keys)
-  std::optional<Xattrs> xattrs;               // original extended attributes (added key)
-  std::optional<std::string> same_inode;      // a hard link to the original inode (added key), see SavedFile
   bool deleted = false;                       // the entry's diff deletes it (added key)
   std::optional<PinnedDir> parent;            // its directory at record time (added key)
   json raw = json::object();                  // the item as read
@@ -77,16 +88,11 @@ struct CreatedItem {
   json raw = json::object();
 };
 
-struct ArtifactItem {
+// A build output: its backup where it existed before the entry (FileBackup's backup and sha256
+// are JSON null, and empty here, where it did not).
+struct ArtifactItem : FileBackup {
   std::string path;  // absolute
   bool existed = false;
-  std::optional<std::string> backup;  // set when existed
-  std::optional<std::string> sha256;  // set when existed
-  std::optional<mode_t> mode;
-  std::optional<FileStamp> stamp;
-  std::optional<FileOwner> owner;   // original uid/gid (added keys)
-  std::optional<Xattrs> xattrs;     // original extended attributes (added key)
-  std::optional<std::string> same_inode;  // a hard link to the original inode (added key), see SavedFile
   std::optional<PinnedDir> parent;  // its directory at record time, when it existed then
   json raw = json::object();
 };
@@ -191,6 +197,8 @@ struct Manifest {
 // and written back by to_json.
 void from_json(const json& j, PinnedDir& p);
 void to_json(json& j, const PinnedDir& p);
+void from_json(const json& j, FileBackup& f);
+void to_json(json& j, const FileBackup& f);
 void from_json(const json& j, SourceItem& s);
 void to_json(json& j, const SourceItem& s);
 void from_json(const json& j, CreatedItem& c);

@@ -54,10 +54,6 @@ Openness probe_open_elsewhere(const fs::path& path);
 // process); nothing when it does not exist or is a zombie (exited, not yet reaped).
 std::optional<ProcessInfo> read_process(Disk& disk, pid_t pid, const fs::path& proc = "/proc");
 
-// Fields 4 (ppid) and 22 (start time, clock ticks since boot) of a /proc/PID/stat line; the
-// command name (field 2) may hold spaces and parentheses. False when malformed.
-bool parse_proc_stat(const std::string& stat, pid_t& ppid, std::uint64_t& start_ticks);
-
 // One maps line's file mapping; false for anonymous, special or malformed lines.
 bool parse_maps_line(const std::string& line, MappedFile& out);
 

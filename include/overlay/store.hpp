@@ -14,29 +14,9 @@ namespace overlay {
 
 inline constexpr const char* kBackupDirName = "_native_backup";
 
-struct SavedFile {
-  std::string backup;  // relative to the overlay
-  std::string sha256;  // of the original bytes (the copy was hashed as it was written)
-  mode_t mode = 0;
-  FileStamp stamp;     // the original's size, inode and mtime
-  FileOwner owner;     // the original's uid and gid
-  Xattrs xattrs;       // the original's extended attributes
-  bool cloned = false; // the backup shares the original's blocks (copy-on-write)
-  // Where the original had other names (a hard-link group): a hard link to the original inode
-  // itself beside the backup, so that revert can put that very inode back and every name is one
-  // file again; "" where it had one name or the link could not be made (another filesystem).
-  std::string same_inode;
-};
-
-// What restore_file needs of a recorded file besides its place.
-struct FileRecord {
-  std::string backup;  // relative to the overlay
-  std::string sha256;  // the original bytes
-  std::optional<mode_t> mode;
-  std::optional<FileStamp> stamp;
-  std::optional<FileOwner> owner;
-  std::optional<Xattrs> xattrs;
-  std::optional<std::string> same_inode;  // SavedFile::same_inode
+// What save_file made: the record of the backed-up file, and how its copy was made.
+struct SavedFile : FileBackup {
+  bool cloned = false;  // the backup shares the original's blocks (copy-on-write)
 };
 
 enum class RestoredTime { now, previous_second };
@@ -89,11 +69,9 @@ class BackupStore {
   // A hard-linked original (rec.same_inode) goes back as the very inode where it still holds the
   // original bytes; where the build wrote into the original inode itself (all its names then
   // hold the build's bytes) the original bytes are written back into that inode, in place.
-  bool restore_file(const FileRecord& rec, const At& path, RestoredTime when);
-  bool restore_file(const std::string& rel, const std::string& sha256, const At& path,
-                    std::optional<mode_t> mode, const std::optional<FileStamp>& stamp,
-                    RestoredTime when = RestoredTime::now, const std::optional<FileOwner>& owner = std::nullopt,
-                    const std::optional<Xattrs>& xattrs = std::nullopt);
+  // Of `rec`, what it lacks (an item overlay_setup.py wrote has no mode, stamp, owner or
+  // attributes) is left as the backup's or the current file's.
+  bool restore_file(const FileBackup& rec, const At& path, RestoredTime when = RestoredTime::now);
   // Moves directory `dir` into the entry as "<label>.dir" (same filesystem: one rename, every
   // inode attribute kept). Returns the backup's relative path; nothing is moved yet.
   std::string moved_dir_name(const std::string& id, const std::string& label) const;
@@ -170,9 +148,11 @@ class BackupStore {
   void copy_dir_back(const fs::path& moved, const At& dir);
   // restore_file for a hard-link group (see there); false where neither way applies.
   // Returns nothing where neither way applies, else whether anything was changed.
-  std::optional<bool> restore_link_group(const FileRecord& rec, const At& path, const FileInfo& cur, RestoredTime when);
+  std::optional<bool> restore_link_group(const FileBackup& rec, const At& path, const FileInfo& cur, RestoredTime when);
   // The original bytes written back into the inode at `path` (every name of it sees them).
-  void write_into_inode(const FileRecord& rec, const At& path);
+  void write_into_inode(const FileBackup& rec, const At& path);
+  // restore_file once no link-group way applied: the bytes proven and put back at `path`.
+  bool restore_bytes(const FileBackup& rec, const At& path, RestoredTime when);
   // Whether directory `dir` (as `di`) can be renamed within its parent: a writable parent on the
   // same filesystem (a mount point cannot be renamed).
   bool renamable(const fs::path& dir, const FileInfo& di);

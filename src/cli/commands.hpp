@@ -1,11 +1,12 @@
 #pragma once
 // The command-line front end: each subcommand parses its flags (CLI11), calls the library and
 // prints. Nothing here touches disk directly.
-#include <CLI/CLI.hpp>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "overlay/disk.hpp"
@@ -47,15 +48,33 @@ struct Wanted {
 // From argv: the first word after the global options, when it is one of our subcommands.
 Wanted wanted_from(int argc, char** argv);
 
-// Registers add-native, apply, verify-native, revert, status (list) and gc-stale; each sets `run`
-// when chosen.
-void add_native_commands(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want);
-// Registers discover (read-only: which build compiles a file).
-void add_discover_command(CLI::App& app, std::function<int()>& run, const Wanted& want);
-// Registers engaged (read-only: which processes run which build of the tracked artifacts).
-void add_engaged_command(CLI::App& app, std::function<int()>& run, const Wanted& want);
-// Registers exec (one A/B step: apply, run CMD, always revert, check clean).
-void add_exec_command(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want);
+// What runs a chosen subcommand: its flags live in what it captures, so they outlive the parse.
+using Handler = std::function<int()>;
+// Adds one subcommand's flags to `sub` and returns its handler.
+using Setup = Handler (*)(CLI::App& sub, const Globals& g);
+
+// One subcommand: a row of the table in command_table.cpp, its setup in a file of its own (or of
+// its family). A new subcommand is that file and one row (with its setup's declaration).
+struct Command {
+  const char* name;
+  const char* alias;  // nullptr: none
+  const char* help;
+  Setup setup;
+  bool hidden = false;  // the shim's plumbing, not a user's: left out of --help
+};
+// Every subcommand, in the order --help lists them.
+std::span<const Command> command_table();
+// Registers the table's rows `want` asks for; the chosen one's handler lands in `run`, wrapped so
+// an error is one line naming the subcommand (guarded()).
+void register_commands(CLI::App& app, const Globals& g, Handler& run, const Wanted& want);
+
+// Flags several subcommands share, written once.
+// --trust-owner: act on an overlay another user owns or can write (revert, status, verify-native).
+void add_trust_flag(CLI::App& sub, bool& flag);
+// Refuses, naming why, an overlay another user owns or can write unless `trust_owner` (or a root
+// of $OVERLAY_TRUSTED_ROOTS above it) says otherwise.
+void check_trusted(Disk& disk, const std::string& overlay, bool trust_owner);
+
 // Prints verify-native's line for each artifact not rebuilt (FRESH_BUILD_FAIL STATE P (WHY)) and
 // returns the closing token, FRESH_BUILD_OK|FAIL (checked N), for the caller to print or record.
 std::string print_verify_items(const VerifyReport& r);
@@ -65,10 +84,10 @@ nlohmann::json processes_json(const EngagementReport& r);
 // What status and engaged print of a live process running the overlay's Python entries.
 std::string python_process_line(const PythonUse& u);
 nlohmann::json python_processes_json(const EngagementReport& r);
+// The files a build created or changed that no entry tracks, as status and add-native's JSON list them.
+nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs);
 // status's line and JSON for the Python entries: applied in how many processes, calls counted.
 std::string python_entry_line(const PythonStatus& p);
 nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons);
-// Registers add-module (copy-subtree), add-rebind (monkeypatch), add-capture and check.
-void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want);
 
 }  // namespace overlay::cli

@@ -65,15 +65,12 @@ int run_discover(const DiscoverFlags& f) {
 
 }  // namespace
 
-void add_discover_command(CLI::App& app, std::function<int()>& run, const Wanted& want) {
-  if (want("discover")) {
-    auto f = std::make_shared<DiscoverFlags>();
-    auto* d = app.add_subcommand("discover", "Find the install's own builds that compile a file (read-only)");
-    d->add_option("--target", f->target, "Source file to look up")->required();
-    d->add_option("--root", f->root, "Stop the walk up from the file here (default /)");
-    d->add_option("--cache-root", f->cache_roots, "More JIT cache roots to search (repeatable)");
-    d->callback([&run, f] { run = [f] { return guarded("discover", [&] { return run_discover(*f); }); }; });
-  }
+Handler discover_command(CLI::App& sub, const Globals&) {
+  auto f = std::make_shared<DiscoverFlags>();
+  sub.add_option("--target", f->target, "Source file to look up")->required();
+  sub.add_option("--root", f->root, "Stop the walk up from the file here (default /)");
+  sub.add_option("--cache-root", f->cache_roots, "More JIT cache roots to search (repeatable)");
+  return [f] { return run_discover(*f); };
 }
 
 }  // namespace overlay::cli

@@ -101,17 +101,14 @@ int run_engaged(Disk& disk, const std::string& overlay_in, const std::vector<pid
 
 }  // namespace
 
-void add_engaged_command(CLI::App& app, std::function<int()>& run, const Wanted& want) {
-  if (!want("engaged")) return;
+Handler engaged_command(CLI::App& sub, const Globals&) {
   auto overlay = std::make_shared<std::string>();
   auto pids = std::make_shared<std::vector<pid_t>>();
-  auto* sub = app.add_subcommand("engaged", "Which running processes map the tracked artifacts (patched, stale or original) and run the Python entries");
-  sub->add_option("--overlay", *overlay, "Overlay directory")->required();
-  sub->add_option("--pid", *pids, "Judge this process and its descendants: ENGAGED (exit 0) or NOT_ENGAGED <why> (exit 1); repeatable")
+  sub.add_option("--overlay", *overlay, "Overlay directory")->required();
+  sub.add_option("--pid", *pids,
+                 "Judge this process and its descendants: ENGAGED (exit 0) or NOT_ENGAGED <why> (exit 1); repeatable")
       ->check(CLI::PositiveNumber);
-  sub->callback([&run, overlay, pids] {
-    run = [overlay, pids] { return guarded("engaged", [&] { return run_engaged(cli_disk(), *overlay, *pids); }); };
-  });
+  return [overlay, pids] { return run_engaged(cli_disk(), *overlay, *pids); };
 }
 
 }  // namespace overlay::cli

@@ -356,28 +356,26 @@ int Exec::run() {
 
 }  // namespace
 
-void add_exec_command(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want) {
-  if (!want("exec")) return;
+// add-native's flags (a diff with --patch-root is routed per file, as apply routes it), apply's
+// --python-root, the build's flags, and exec's own.
+Handler exec_command(CLI::App& sub, const Globals& g) {
   auto f = std::make_shared<ExecFlags>();
-  auto* ex = app.add_subcommand("exec", "One A/B step: [reference run,] apply + build + verify, candidate run, always revert, check clean");
-  ex->add_option("--overlay", f->overlay, "Overlay directory (created if missing)")->required();
-  ex->add_option("--target", f->targets, "Installed source file to replace, as add-native (repeatable)");
-  ex->add_option("--patched-file", f->patched, "Replacement for the matching --target (repeatable)");
-  ex->add_option("--patch", f->patch, "Unified diff: for the single --target, or with --patch-root routed per file as apply");
-  ex->add_option("--patch-root", f->patch_root, "Directory the diff's paths are relative to (as apply: .py files become Python overlays)");
-  f->strip_opt = ex->add_option("-p,--strip", f->strip, "With --patch-root: strip N leading path components (default 1)")->check(CLI::Range(0, 64));
-  ex->add_option("--python-root", f->python_root, "Directory .py paths are module names under (default: --patch-root)");
-  add_build_flags(ex, *f);
+  add_change_flags(sub, *f, Diffs::targets_or_patch);
+  sub.add_option("--python-root", f->python_root, "Directory .py paths are module names under (default: --patch-root)");
+  add_build_flags(sub, *f);
   // exec owns its entries and always reverts: these two of add-native's flags mean nothing here.
-  ex->get_option("--owner-pid")->group("");
-  ex->get_option("--revert-on-failure")->group("");
-  ex->add_flag("--ref", f->ref, "Run CMD on the clean install first (the reference), then apply and run it again");
-  ex->add_flag("--engaged", f->engaged, "While the candidate runs, check that it (or a child) runs the patched code: ENGAGED / NOT_ENGAGED");
-  ex->add_flag("--keep-on-success", f->keep_on_success, "Leave the patch applied when the candidate exits 0 (owner cleared; gc-stale leaves it)");
-  ex->add_option("--timeout", f->timeout, "Stop each run of CMD after SECONDS (SIGTERM, SIGKILL 5 s later); exit 124")->check(CLI::PositiveNumber);
-  ex->add_option("cmd", f->cmd, "The command, after --: run directly, never through a shell");
-  ex->positionals_at_end(true);
-  ex->callback([&run, f, &g] { run = [f, &g] { return guarded("exec", [&] { return Exec(cli_disk(), *f, g).run(); }); }; });
+  sub.get_option("--owner-pid")->group("");
+  sub.get_option("--revert-on-failure")->group("");
+  sub.add_flag("--ref", f->ref, "Run CMD on the clean install first (the reference), then apply and run it again");
+  sub.add_flag("--engaged", f->engaged,
+               "While the candidate runs, check that it (or a child) runs the patched code: ENGAGED / NOT_ENGAGED");
+  sub.add_flag("--keep-on-success", f->keep_on_success,
+               "Leave the patch applied when the candidate exits 0 (owner cleared; gc-stale leaves it)");
+  sub.add_option("--timeout", f->timeout, "Stop each run of CMD after SECONDS (SIGTERM, SIGKILL 5 s later); exit 124")
+      ->check(CLI::PositiveNumber);
+  sub.add_option("cmd", f->cmd, "The command, after --: run directly, never through a shell");
+  sub.positionals_at_end(true);
+  return [f, &g] { return Exec(cli_disk(), *f, g).run(); };
 }
 
 }  // namespace overlay::cli

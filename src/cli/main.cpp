@@ -46,11 +46,6 @@ bool asks_json(int argc, char** argv) {
 namespace overlay::cli {
 
 Wanted wanted_from(int argc, char** argv) {
-  // Every name and alias registered; a name missing here only costs speed (all are registered).
-  static constexpr std::string_view kNames[] = {"add-native", "apply",        "verify-native", "revert",    "status",
-                                                "list",       "gc-stale",     "add-module",    "copy-subtree", "add-rebind",
-                                                "monkeypatch", "add-capture", "check",         "discover",     "engaged",      "which",        "exec",
-                                                "add-marker",  "add-hook",    "add-installer", "merge",        "ensure-overlay", "sitecustomize-text"};
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--lock-timeout") {
@@ -60,8 +55,8 @@ Wanted wanted_from(int argc, char** argv) {
     if (a == "--version") return {Wanted::Which::none, {}};
     if (a == "-h" || a == "--help" || a == "--") return {};
     if (a.starts_with("-")) continue;
-    for (std::string_view n : kNames)
-      if (a == n) return {Wanted::Which::one, std::string(a)};
+    for (const Command& c : command_table())
+      if (a == c.name || (c.alias != nullptr && a == c.alias)) return {Wanted::Which::one, std::string(a)};
     return {};
   }
   return {};
@@ -92,11 +87,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   std::function<int()> run;
   Wanted want = wanted_from(argc, argv);
-  add_python_commands(app, g, run, want);
-  add_native_commands(app, g, run, want);
-  add_discover_command(app, run, want);
-  add_engaged_command(app, run, want);
-  add_exec_command(app, g, run, want);
+  register_commands(app, g, run, want);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -32,7 +32,12 @@ struct ApplyFlags : AddNativeFlags {
 // Fills f.req from the flags (everything but the files to change, which each command adds).
 void fill_request(AddNativeFlags& f, const Globals& g);
 
+// Which way a command takes the files to change: --target/--patched-file pairs or a diff
+// (add-native, exec), or a diff with its root only (apply).
+enum class Diffs { targets_or_patch, patch_only };
+// Registers --overlay and the files to change: --target, --patched-file, --patch, --patch-root, -p.
+void add_change_flags(CLI::App& sub, AddNativeFlags& f, Diffs diffs);
 // Registers --artifact, --invalidate-cache, --build-cmd, --build-cwd and the build's handling.
-void add_build_flags(CLI::App* sub, AddNativeFlags& f);
+void add_build_flags(CLI::App& sub, AddNativeFlags& f);
 
 }  // namespace overlay::cli

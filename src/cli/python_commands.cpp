@@ -43,17 +43,15 @@ void add_shared(CLI::App* sub, Shared& s) {
   sub->add_flag("--force", s.force, "Replace a sitecustomize.py this tool did not generate (kept otherwise)");
 }
 
-// Registers `verb` whose flags live in a shared_ptr<Flags>; `body` runs the library call.
+// A verb whose whole answer is print_added's: registers the shared flags, returns the handler.
 template <typename Flags, typename Body>
-void python_verb(CLI::App& app, std::function<int()>& run, const Globals& g, const char* verb, const char* help,
-                 std::shared_ptr<Flags> f, CLI::App*& sub, Body body) {
-  sub = app.add_subcommand(verb, help);
-  add_shared(sub, *f);
-  sub->callback([&run, f, &g, verb, body] {
-    run = [f, &g, verb, body] { return guarded(verb, [&] { print_added(verb, body(*f, g)); return int{kOk}; }); };
-  });
+Handler python_verb(CLI::App& sub, const Globals& g, const char* verb, std::shared_ptr<Flags> f, Body body) {
+  add_shared(&sub, *f);
+  return [f, &g, verb, body] {
+    print_added(verb, body(*f, g));
+    return int{kOk};
+  };
 }
-
 
 struct ModuleFlags : Shared {
   std::string module, package, subpath, patched, patch, src, python;
@@ -141,161 +139,136 @@ int run_check(const CheckFlags& f) {
 
 }  // namespace
 
-void add_python_commands(CLI::App& app, const Globals& g, std::function<int()>& run, const Wanted& want) {
-  if (want("add-module", "copy-subtree")) {
-    auto m = std::make_shared<ModuleFlags>();
-    auto* mod = app.add_subcommand("add-module", "Inject a patched Python module through the overlay");
-    mod->alias("copy-subtree");
-    add_shared(mod, *m);
-    mod->add_option("--module", m->module, "Dotted module name (a.b.c)");
-    mod->add_option("--package", m->package, "Legacy: package name (with --subpath)");
-    mod->add_option("--subpath", m->subpath, "Legacy: file inside the package, e.g. ops/attn.py");
-    mod->add_option("--patched-file", m->patched, "The patched module source, taken as it is");
-    mod->add_option("--patch", m->patch, "Unified diff applied to the copy (never to the install)");
-    mod->add_option("--src-file", m->src, "The source to copy (and patch, with --patch); default: the installed module, as the interpreter finds it");
-    mod->add_option("--python", m->python, "Interpreter that locates installed modules (env OVERLAY_PYTHON)");
-    mod->callback([&run, m, &g] { run = [m, &g] { return guarded("add-module", [&] { return run_add_module(*m, g); }); }; });
-  }
+Handler add_module_command(CLI::App& sub, const Globals& g) {
+  auto m = std::make_shared<ModuleFlags>();
+  add_shared(&sub, *m);
+  sub.add_option("--module", m->module, "Dotted module name (a.b.c)");
+  sub.add_option("--package", m->package, "Legacy: package name (with --subpath)");
+  sub.add_option("--subpath", m->subpath, "Legacy: file inside the package, e.g. ops/attn.py");
+  sub.add_option("--patched-file", m->patched, "The patched module source, taken as it is");
+  sub.add_option("--patch", m->patch, "Unified diff applied to the copy (never to the install)");
+  sub.add_option(
+      "--src-file", m->src,
+      "The source to copy (and patch, with --patch); default: the installed module, as the interpreter finds it");
+  sub.add_option("--python", m->python, "Interpreter that locates installed modules (env OVERLAY_PYTHON)");
+  return [m, &g] { return run_add_module(*m, g); };
+}
 
-  if (want("add-rebind", "monkeypatch")) {
-    auto r = std::make_shared<RebindFlags>();
-    auto* reb = app.add_subcommand("add-rebind", "Rebind one function (module:attr) to an implementation");
-    reb->alias("monkeypatch");
-    add_shared(reb, *r);
-    reb->add_option("--target", r->target, "module:attr to replace")->required();
-    reb->add_option("--impl-module", r->impl_module, "Module holding the implementation")->required();
-    reb->add_option("--impl-attr", r->impl_attr, "Attribute of --impl-module to bind")->required();
-    reb->add_option("--impl-file", r->impl_file, "File copied into the overlay to provide --impl-module");
-    reb->add_option("--impl-dir", r->impl_dir,
-                    "Folder copied flat into the overlay (its entry module and siblings; __pycache__ and dot-files skipped)");
-    reb->add_flag("--count-calls", r->count_calls, "Count calls per process (status shows them)");
-    reb->callback([&run, r, &g] {
-      run = [r, &g] {
-        return guarded("add-rebind", [&] {
-          AddRebindRequest q{r->common(g), r->target, r->impl_module, r->impl_attr, std::nullopt, std::nullopt};
-          if (!r->impl_file.empty()) q.impl_file = fs::path(r->impl_file);
-          if (!r->impl_dir.empty()) q.impl_dir = fs::path(r->impl_dir);
-          q.count_calls = r->count_calls;
-          print_added("add-rebind", add_rebind(cli_disk(), q));
-          return int{kOk};
-        });
-      };
-    });
-  }
+Handler add_rebind_command(CLI::App& sub, const Globals& g) {
+  auto r = std::make_shared<RebindFlags>();
+  Handler h = python_verb(sub, g, "add-rebind", r, [](const RebindFlags& f, const Globals& gl) {
+    AddRebindRequest q{f.common(gl), f.target, f.impl_module, f.impl_attr, std::nullopt, std::nullopt};
+    if (!f.impl_file.empty()) q.impl_file = fs::path(f.impl_file);
+    if (!f.impl_dir.empty()) q.impl_dir = fs::path(f.impl_dir);
+    q.count_calls = f.count_calls;
+    return add_rebind(cli_disk(), q);
+  });
+  sub.add_option("--target", r->target, "module:attr to replace")->required();
+  sub.add_option("--impl-module", r->impl_module, "Module holding the implementation")->required();
+  sub.add_option("--impl-attr", r->impl_attr, "Attribute of --impl-module to bind")->required();
+  sub.add_option("--impl-file", r->impl_file, "File copied into the overlay to provide --impl-module");
+  sub.add_option(
+      "--impl-dir", r->impl_dir,
+      "Folder copied flat into the overlay (its entry module and siblings; __pycache__ and dot-files skipped)");
+  sub.add_flag("--count-calls", r->count_calls, "Count calls per process (status shows them)");
+  return h;
+}
 
-  if (want("add-capture")) {
-    auto c = std::make_shared<CaptureFlags>();
-    auto* cap = app.add_subcommand("add-capture", "Record argument/return shapes of the first calls of a function");
-    add_shared(cap, *c);
-    cap->add_option("--target", c->target, "module:attr to capture")->required();
-    cap->add_option("--out", c->out, "Directory receiving meta.json (and tensors when torch is present)")->required();
-    cap->add_option("--max", c->max, "Calls to record (default 5)");
-    cap->add_option("--capture-file", c->capture_file, "Capture hook module (default: the binary's own share/overlay/capture_shapes.py)");
-    cap->callback([&run, c, &g] {
-      run = [c, &g] {
-        return guarded("add-capture", [&] {
-          AddCaptureRequest q{c->common(g), c->target, c->out, c->max, {}};
-          q.capture_file = c->capture_file;  // empty: the binary's own capture_shapes.py
-          print_added("add-capture", add_capture(cli_disk(), q));
-          // The caller's hook file, or null: the binary's own copy of share/overlay/capture_shapes.py.
-          result()["capture_file"] = q.capture_file.empty() ? json(nullptr) : json(q.capture_file.string());
-          return int{kOk};
-        });
-      };
-    });
-  }
+Handler add_capture_command(CLI::App& sub, const Globals& g) {
+  auto c = std::make_shared<CaptureFlags>();
+  add_shared(&sub, *c);
+  sub.add_option("--target", c->target, "module:attr to capture")->required();
+  sub.add_option("--out", c->out, "Directory receiving meta.json (and tensors when torch is present)")->required();
+  sub.add_option("--max", c->max, "Calls to record (default 5)");
+  sub.add_option("--capture-file", c->capture_file,
+                 "Capture hook module (default: the binary's own share/overlay/capture_shapes.py)");
+  return [c, &g] {
+    AddCaptureRequest q{c->common(g), c->target, c->out, c->max, {}};
+    q.capture_file = c->capture_file;  // empty: the binary's own capture_shapes.py
+    print_added("add-capture", add_capture(cli_disk(), q));
+    // The caller's hook file, or null: the binary's own copy of share/overlay/capture_shapes.py.
+    result()["capture_file"] = q.capture_file.empty() ? json(nullptr) : json(q.capture_file.string());
+    return int{kOk};
+  };
+}
 
-  if (want("add-marker")) {
-    CLI::App* sub = nullptr;
-    auto f = std::make_shared<MarkerFlags>();
-    python_verb(app, run, g, "add-marker", "Wrap module:attr in a GEAK_TARGET::<target> profiler range (seam_trace.py)", f, sub,
-                [](const MarkerFlags& m, const Globals& gl) {
-                  AddMarkerRequest q{m.common(gl), m.target, {}};
-                  q.marker_file = m.marker_file;  // empty: the binary's own seam_trace.py
-                  return add_marker(cli_disk(), q);
-                });
-    sub->add_option("--target", f->target, "module:attr to mark (attr may be dotted)")->required();
-    sub->add_option("--marker-file", f->marker_file, "Marker hook module, install(target) (default: the binary's own share/overlay/seam_trace.py)");
-  }
+Handler add_marker_command(CLI::App& sub, const Globals& g) {
+  auto f = std::make_shared<MarkerFlags>();
+  Handler h = python_verb(sub, g, "add-marker", f, [](const MarkerFlags& m, const Globals& gl) {
+    AddMarkerRequest q{m.common(gl), m.target, {}};
+    q.marker_file = m.marker_file;  // empty: the binary's own seam_trace.py
+    return add_marker(cli_disk(), q);
+  });
+  sub.add_option("--target", f->target, "module:attr to mark (attr may be dotted)")->required();
+  sub.add_option("--marker-file", f->marker_file,
+                 "Marker hook module, install(target) (default: the binary's own share/overlay/seam_trace.py)");
+  return h;
+}
 
-  if (want("add-hook")) {
-    CLI::App* sub = nullptr;
-    auto f = std::make_shared<HookFlags>();
-    python_verb(app, run, g, "add-hook", "Call impl_module.impl_attr() right after a module finishes importing", f, sub,
-                [](const HookFlags& h, const Globals& gl) {
-                  AddHookRequest q{h.common(gl), h.module, h.impl_module, h.impl_attr, std::nullopt};
-                  if (!h.impl_file.empty()) q.impl_file = fs::path(h.impl_file);
-                  return add_hook(cli_disk(), q);
-                });
-    sub->add_option("--module", f->module, "Module whose import triggers the call")->required();
-    sub->add_option("--impl-module", f->impl_module, "Module holding the callable")->required();
-    sub->add_option("--impl-attr", f->impl_attr, "Callable of --impl-module, called with no arguments (default install)");
-    sub->add_option("--impl-file", f->impl_file, "File copied into the overlay to provide --impl-module");
-  }
+Handler add_hook_command(CLI::App& sub, const Globals& g) {
+  auto f = std::make_shared<HookFlags>();
+  Handler h = python_verb(sub, g, "add-hook", f, [](const HookFlags& k, const Globals& gl) {
+    AddHookRequest q{k.common(gl), k.module, k.impl_module, k.impl_attr, std::nullopt};
+    if (!k.impl_file.empty()) q.impl_file = fs::path(k.impl_file);
+    return add_hook(cli_disk(), q);
+  });
+  sub.add_option("--module", f->module, "Module whose import triggers the call")->required();
+  sub.add_option("--impl-module", f->impl_module, "Module holding the callable")->required();
+  sub.add_option("--impl-attr", f->impl_attr, "Callable of --impl-module, called with no arguments (default install)");
+  sub.add_option("--impl-file", f->impl_file, "File copied into the overlay to provide --impl-module");
+  return h;
+}
 
-  if (want("add-installer")) {
-    CLI::App* sub = nullptr;
-    auto f = std::make_shared<InstallerFlags>();
-    python_verb(app, run, g, "add-installer", "Register a package's deferred installer (its files already in the overlay)", f, sub,
-                [](const InstallerFlags& i, const Globals& gl) {
-                  AddInstallerRequest q{i.common(gl), i.id, i.module, i.callable, i.targets, i.kernels};
-                  return add_installer(cli_disk(), q);
-                });
-    sub->add_option("--id", f->id, "Installer name (one definition per id)")->required();
-    sub->add_option("--module", f->module, "Package whose callable installs the hooks")->required();
-    sub->add_option("--callable", f->callable, "Callable of --module (default install)");
-    sub->add_option("--target", f->targets, "A serving site it owns, module or module:attr (repeatable)");
-    sub->add_option("--kernel", f->kernels, "A kernel it provides (repeatable)");
-  }
+Handler add_installer_command(CLI::App& sub, const Globals& g) {
+  auto f = std::make_shared<InstallerFlags>();
+  Handler h = python_verb(sub, g, "add-installer", f, [](const InstallerFlags& i, const Globals& gl) {
+    AddInstallerRequest q{i.common(gl), i.id, i.module, i.callable, i.targets, i.kernels};
+    return add_installer(cli_disk(), q);
+  });
+  sub.add_option("--id", f->id, "Installer name (one definition per id)")->required();
+  sub.add_option("--module", f->module, "Package whose callable installs the hooks")->required();
+  sub.add_option("--callable", f->callable, "Callable of --module (default install)");
+  sub.add_option("--target", f->targets, "A serving site it owns, module or module:attr (repeatable)");
+  sub.add_option("--kernel", f->kernels, "A kernel it provides (repeatable)");
+  return h;
+}
 
-  if (want("merge")) {
-    auto f = std::make_shared<MergeFlags>();
-    auto* sub = app.add_subcommand("merge", "Compose overlays into a fresh one; conflicting entries or files refuse");
-    sub->add_option("--overlay", f->overlay, "The new overlay (absent or empty)")->required();
-    sub->add_option("--from", f->from, "The base overlay");
-    sub->add_option("--with", f->with, "An incoming overlay (repeatable: merged in order)")->required();
-    sub->callback([&run, f] { run = [f] { return guarded("merge", [&] { return run_merge(*f); }); }; });
-  }
+Handler merge_command(CLI::App& sub, const Globals&) {
+  auto f = std::make_shared<MergeFlags>();
+  sub.add_option("--overlay", f->overlay, "The new overlay (absent or empty)")->required();
+  sub.add_option("--from", f->from, "The base overlay");
+  sub.add_option("--with", f->with, "An incoming overlay (repeatable: merged in order)")->required();
+  return [f] { return run_merge(*f); };
+}
 
-  // For the overlay_setup.py shim: _ensure_overlay(dir, base) and its SITECUSTOMIZE text.
-  if (want("ensure-overlay")) {
-    auto f = std::make_shared<Shared>();
-    auto* sub = app.add_subcommand("ensure-overlay", "Create the overlay (manifest, sitecustomize.py) if missing; add nothing");
-    sub->group("");  // the shim's, not a user's
-    add_shared(sub, *f);
-    sub->callback([&run, f, &g] {
-      run = [f, &g] {
-        return guarded("ensure-overlay", [&] {
-          PyAddResult r = ensure_overlay(cli_disk(), f->common(g));
-          print_added("ensure-overlay", r);
-          result()["manifest"] = (r.overlay / "_overlay_manifest.json").string();
-          return int{kOk};
-        });
-      };
-    });
-  }
-  if (want("sitecustomize-text")) {
-    auto* sub = app.add_subcommand("sitecustomize-text", "Print the sitecustomize.py this version writes");
-    sub->group("");
-    auto legacy = std::make_shared<bool>(false);
-    sub->add_flag("--legacy", *legacy, "The runtime before installers (the shim's LEGACY_SITECUSTOMIZE)");
-    sub->callback([&run, legacy] {
-      run = [legacy] {
-        const std::string& text = *legacy ? legacy_sitecustomize_text() : sitecustomize_text();
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        return int{kOk};
-      };
-    });
-  }
+// For the overlay_setup.py shim: _ensure_overlay(dir, base) and its SITECUSTOMIZE text.
+Handler ensure_overlay_command(CLI::App& sub, const Globals& g) {
+  auto f = std::make_shared<Shared>();
+  add_shared(&sub, *f);
+  return [f, &g] {
+    PyAddResult r = ensure_overlay(cli_disk(), f->common(g));
+    print_added("ensure-overlay", r);
+    result()["manifest"] = (r.overlay / "_overlay_manifest.json").string();
+    return int{kOk};
+  };
+}
 
-  if (want("check")) {
-    auto k = std::make_shared<CheckFlags>();
-    auto* chk = app.add_subcommand("check", "Show where a module resolves from under the current PYTHONPATH");
-    chk->add_option("--module", k->module, "Dotted module name")->required();
-    chk->add_flag("--path-only", k->path_only, "Print only the path");
-    chk->add_option("--python", k->python, "Interpreter to ask (env OVERLAY_PYTHON)");
-    chk->callback([&run, k] { run = [k] { return guarded("check", [&] { return run_check(*k); }); }; });
-  }
+Handler sitecustomize_text_command(CLI::App& sub, const Globals&) {
+  auto legacy = std::make_shared<bool>(false);
+  sub.add_flag("--legacy", *legacy, "The runtime before installers (the shim's LEGACY_SITECUSTOMIZE)");
+  return [legacy] {
+    const std::string& text = *legacy ? legacy_sitecustomize_text() : sitecustomize_text();
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return int{kOk};
+  };
+}
+
+Handler check_command(CLI::App& sub, const Globals&) {
+  auto k = std::make_shared<CheckFlags>();
+  sub.add_option("--module", k->module, "Dotted module name")->required();
+  sub.add_flag("--path-only", k->path_only, "Print only the path");
+  sub.add_option("--python", k->python, "Interpreter to ask (env OVERLAY_PYTHON)");
+  return [k] { return run_check(*k); };
 }
 
 }  // namespace overlay::cli

@@ -17,7 +17,7 @@ namespace {
 // Debian's interpreter: it has python3-torch (the python3 on PATH may be another one).
 const char* kTorchPython = "/usr/bin/python3";
 
-fs::path upstream(const std::string& name) { return source_dir().parent_path() / "shared/reference/upstream" / name; }
+fs::path upstream(const std::string& name) { return shared_reference() / "upstream" / name; }
 
 int count_of(const std::string& s, const std::string& needle) {
   int n = 0;
@@ -54,6 +54,7 @@ struct Pipeline : ::testing::Test {
 }  // namespace
 
 TEST_F(Pipeline, CheckSaysOverlayActiveForAPatchedModule) {
+  OVERLAY_REQUIRE_SHARED_REFERENCE("upstream/overlay_setup.v3.py");
   ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
   Cmd c = run_overlay({"check", "--module", "pkg.sub"}, t.path(), env_with(ov));
   EXPECT_EQ(c.out, "pkg.sub -> " + ov + "/_patched/pkg.sub.py\nOVERLAY_ACTIVE\n") << c.err;
@@ -81,6 +82,7 @@ TEST_F(Pipeline, SummaryAndStartupLinesAreUpstreams) {
 }
 
 TEST_F(Pipeline, UpstreamCaptureHookIsCalledAsItDefinesIt) {
+  OVERLAY_REQUIRE_SHARED_REFERENCE("upstream/capture_shapes.py");
   if (!have_torch()) GTEST_SKIP() << kTorchPython << " has no torch (Debian's python3-torch)";
   Cmd a = ov_cmd({"add-capture", "--overlay", ov, "--target", "pkg.ops:scale", "--out", (t / "cap").string(), "--max", "2",
                   "--capture-file", upstream("capture_shapes.py").string()});
@@ -158,6 +160,7 @@ TEST_F(Pipeline, SeveralProcessesCaptureIntoFoldersOfTheirOwn) {
 }
 
 TEST_F(Pipeline, MarkersWithUpstreamAndDefaultHookInATorchProfile) {
+  OVERLAY_REQUIRE_SHARED_REFERENCE("upstream/seam_trace.py");
   if (!have_torch()) GTEST_SKIP() << kTorchPython << " has no torch (Debian's python3-torch)";
   std::string trace =
       "import torch, pkg.ops\nwith torch.profiler.profile() as prof:\n    pkg.ops.add(1, 2)\n"
@@ -364,6 +367,7 @@ TEST_F(Pipeline, MergeComposesTwoOverlaysOrRefusesAConflict) {
 }
 
 TEST_F(Pipeline, MergeAgreesWithUpstreamV7OnItsOverlays) {
+  OVERLAY_REQUIRE_SHARED_REFERENCE("upstream/overlay_setup.v7.py");
   std::string up = upstream("overlay_setup.v7.py").string();
   std::string base = (t / "base").string(), inc = (t / "inc").string();
   ASSERT_EQ(run({"python3", up, "add-module", "--overlay", base, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()},
@@ -447,6 +451,7 @@ TEST_F(Pipeline, ShimRunByPathImportedAndCopied) {
 }
 
 TEST_F(Pipeline, ThePipelinesCommandLinesThroughTheShim) {
+  OVERLAY_REQUIRE_SHARED_REFERENCE("upstream/capture_shapes.py");
   // As the role documents and the harness run them: the shim copied into the task folder, run by
   // path; upstream's capture hook from the skill's scripts; a marker; _ensure_overlay by import;
   // then N workers, counted by the start-up line.

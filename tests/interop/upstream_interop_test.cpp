@@ -16,7 +16,7 @@ using json = nlohmann::json;
 
 namespace {
 
-fs::path upstream_dir() { return source_dir().parent_path() / "shared/reference/upstream"; }
+fs::path upstream_dir() { return shared_reference() / "upstream"; }
 
 struct Version {
   const char* file;
@@ -40,7 +40,7 @@ struct UpstreamInterop : ::testing::TestWithParam<Version> {
   std::string site = (t / "site").string(), ov = (t / "ov").string();
 
   void SetUp() override {
-    if (!fs::exists(upstream_dir() / GetParam().file)) GTEST_SKIP() << "no " << (upstream_dir() / GetParam().file);
+    OVERLAY_REQUIRE_SHARED_REFERENCE(std::string("upstream/") + GetParam().file);
     write_file(t / "site/pkg/__init__.py", "");
     write_file(t / "site/pkg/sub.py", "def value():\n    return 'original'\n");
     write_file(t / "site/pkg/ops.py", "def add(a, b):\n    return a + b\n\ndef scale(x, k):\n    return x * k\n");

@@ -302,8 +302,8 @@ TEST_F(Field, NamesThatAreNotUtf8AreBytesEndToEnd) {
   EXPECT_EQ(tree_digest(in.root), before);
 
   // overlay_setup.py reverts ours (it reads the names back as the bytes they are)...
-  fs::path py = source_dir().parent_path() / "shared/reference/overlay_setup.py";
-  if (!fs::is_regular_file(py)) GTEST_SKIP() << "overlay_setup.py not found at " << py;
+  fs::path py = shared_reference() / "overlay_setup.py";
+  OVERLAY_REQUIRE_SHARED_REFERENCE("overlay_setup.py");
   ASSERT_EQ(run_overlay({"add-native", "--overlay", (t / "ov2").string(), "--target", in.source.string(),
                          "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string(),
                          "--build-cwd", in.root.string(), "--build-cmd", build},

@@ -42,12 +42,7 @@ case $KIND in
   debian11)
     command -v debootstrap >/dev/null || skip "no debootstrap (apt-get install debootstrap)"
     BASE=$CACHE/debian11
-    if [[ ! -f $BASE/usr/lib/python3.9/json/__init__.py ]]; then  # python3 with its standard library
-      rm -rf "$BASE.new"
-      debootstrap --variant=minbase --include=python3 bullseye "$BASE.new" http://deb.debian.org/debian \
-        >"$CACHE/debootstrap.log" 2>&1 || { tail -5 "$CACHE/debootstrap.log" >&2; fail "debootstrap bullseye failed"; }
-      rm -rf "$BASE" && mv "$BASE.new" "$BASE"
-    fi
+    bash "$(dirname "$0")/debian11_root.sh" "$CACHE" || fail "no Debian 11 root (debian11_root.sh failed)"
     cp -a "$BASE" "$R"
     SH="/bin/sh"
     glibc=$(chroot "$R" /usr/bin/ldd --version | awk 'NR == 1 {print $NF}')

@@ -254,6 +254,19 @@ fs::path source_dir() {
   return env && *env ? fs::path(env) : fs::path(OVERLAY_SOURCE_DIR);
 }
 
+fs::path shared_reference() { return source_dir().parent_path() / "shared/reference"; }
+
+std::string missing_shared_reference(const std::string& rel) {
+  fs::path p = rel.empty() ? shared_reference() : shared_reference() / rel;
+  if (fs::exists(p)) return "";
+  return "needs " + p.string() + ", which is not here (upstream's scripts: keep shared/ beside the checkout)";
+}
+
+bool shared_reference_required() {
+  const char* env = std::getenv("OVERLAY_REQUIRE_SHARED");
+  return env != nullptr && *env != '\0' && std::string(env) != "0";
+}
+
 Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd, const std::vector<std::string>& env) {
   std::vector<std::string> argv{overlay_binary()};
   argv.insert(argv.end(), args.begin(), args.end());

@@ -93,6 +93,21 @@ Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd = {}, 
 const char* overlay_binary();
 fs::path source_dir();
 
+// ../shared/reference beside the checkout: upstream's overlay_setup.py and its other versions,
+// which the compatibility tests run. A clone made alone has none of it.
+fs::path shared_reference();
+// Why a test that needs shared_reference()/rel cannot run here ("" where it can), and whether the
+// environment demands it (OVERLAY_REQUIRE_SHARED=1, CI: then it is a failure, never a skip).
+std::string missing_shared_reference(const std::string& rel = "");
+bool shared_reference_required();
+#define OVERLAY_REQUIRE_SHARED_REFERENCE(rel)                                                          \
+  do {                                                                                                 \
+    if (std::string why_ = ::overlay::test::missing_shared_reference(rel); !why_.empty()) {            \
+      if (::overlay::test::shared_reference_required()) FAIL() << why_ << " (OVERLAY_REQUIRE_SHARED)"; \
+      GTEST_SKIP() << why_;                                                                            \
+    }                                                                                                  \
+  } while (0)
+
 // Starts the overlay binary in the background (stdout/stderr to /dev/null); env entries added.
 pid_t spawn_overlay(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
 // Waits for pid: its exit status, or 128 + the signal that killed it.

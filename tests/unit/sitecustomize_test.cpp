@@ -36,8 +36,8 @@ TEST(Sitecustomize, OneSomeoneWroteIsKeptUnlessForced) {
 
 TEST(Sitecustomize, EveryKnownGeneratorsTextIsRegenerated) {
   // Each upstream version writes its text into a fresh overlay; that text is recognised as theirs.
-  fs::path up = source_dir().parent_path() / "shared/reference";
-  if (!fs::exists(up / "upstream")) GTEST_SKIP() << "no " << up << " (the upstream reference copies)";
+  fs::path up = shared_reference();
+  OVERLAY_REQUIRE_SHARED_REFERENCE("upstream");
   for (fs::path tool : {up / "overlay_setup.py", up / "upstream/overlay_setup.v2.py", up / "upstream/overlay_setup.v3.py",
                         up / "upstream/overlay_setup.v7.py", up / "upstream/overlay_setup.v8-fork.py"}) {
     SCOPED_TRACE(tool.string());

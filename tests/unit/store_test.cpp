@@ -32,10 +32,10 @@ TEST(BackupStore, SaveAndRestoreFile) {
   EXPECT_EQ(saved.mode, 0750u);
   EXPECT_EQ(read_file(t / "ov" / saved.backup), "original");
   write_file(t / "inst/f", "patched", 0644);
-  EXPECT_TRUE(s.restore_file(saved.backup, saved.sha256, t / "inst/f", saved.mode, saved.stamp));
+  EXPECT_TRUE(s.restore_file(saved, t / "inst/f"));
   EXPECT_EQ(read_file(t / "inst/f"), "original");
   EXPECT_EQ(fs::status(t / "inst/f").permissions(), static_cast<fs::perms>(0750));
-  EXPECT_FALSE(s.restore_file(saved.backup, saved.sha256, t / "inst/f", saved.mode, saved.stamp));  // already original
+  EXPECT_FALSE(s.restore_file(saved, t / "inst/f"));  // already original
   s.forget(saved.backup);
   EXPECT_FALSE(fs::exists(t / "ov" / saved.backup));
   EXPECT_FALSE(fs::exists(t / "ov/_native_backup" / id));
@@ -50,7 +50,9 @@ TEST(BackupStore, TamperedBackupRefusedAndTargetUntouched) {
   write_file(t / "ov" / saved.backup, "tampered");
   write_file(t / "inst/f", "patched");
   try {
-    s.restore_file(saved.backup, saved.sha256, t / "inst/f", std::nullopt, saved.stamp);
+    FileBackup without_mode = saved;  // as overlay_setup.py records it: the backup's mode is used
+    without_mode.mode.reset();
+    s.restore_file(without_mode, t / "inst/f");
     FAIL() << "restored from a tampered backup";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos);
@@ -188,7 +190,7 @@ TEST(BackupStore, LargeReplacedFileFreedInTheBackground) {
   BackupStore s(real_disk(), t / "ov");
   SavedFile saved = s.save_file(s.new_entry(), "art_0", t / "inst/big");
   write_file(t / "inst/big", std::string(17 << 20, 'r'));  // the rebuild
-  EXPECT_TRUE(s.restore_file(saved.backup, saved.sha256, t / "inst/big", saved.mode, saved.stamp));
+  EXPECT_TRUE(s.restore_file(saved, t / "inst/big"));
   EXPECT_EQ(file_sha256(t / "inst/big"), saved.sha256);
   EXPECT_EQ(std::distance(fs::directory_iterator(t / "ov/_trash"), fs::directory_iterator()), 1);  // parked, not freed
   s.purge();
