@@ -66,7 +66,8 @@ if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
   # -O1 and line tables only: what ASan's docs recommend, and it halves this phase's compile (a
   # heavy file: 66 s at RelWithDebInfo's -O2 -g, 41 s at -O1 -g1; a test file 56 s -> 29 s);
   # stack traces still name file and line. The libraries compile as unity translation units
-  # (OVERLAY_UNITY): their compile's CPU time is a third of one file at a time.
+  # (OVERLAY_UNITY): their compile's CPU time is a third of one file at a time; the test code is
+  # not instrumented (tests/CMakeLists.txt), only what it drives.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
     -DOVERLAY_BUILD_TESTS=ON -DOVERLAY_SANITIZE=ON -DOVERLAY_UNITY=ON
   cmake --build build-asan
