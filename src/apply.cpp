@@ -115,7 +115,13 @@ AppliedPatch apply_patch(Disk& disk, const ApplyPlan& plan) {
     record_modules(disk, overlay, plan, m);
     save_manifest(disk, overlay, m);
   }
-  if (!plan.modules.empty()) ensure_sitecustomize(disk, overlay);
+  if (!plan.modules.empty()) {
+    // Under the overlay's lock, as every writer of its runtime files: two applies writing
+    // sitecustomize.py at once shared sitecustomize.py.lock, and one's rename failed (exit 1 for a
+    // patch it had recorded; Concurrency.ParallelAppliesRecordWholePatches, 1 apply in 320).
+    OverlayLock lock(overlay, plan.native.lock_timeout);
+    ensure_sitecustomize(disk, overlay);
+  }
   spdlog::info("applied patch {}", plan.patch_id);
   return out;
 }

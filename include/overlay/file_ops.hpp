@@ -16,6 +16,8 @@ std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& d
                                     mode_t mode);
 
 // Writes `data` to dest with git's lockfile shape: dest.lock, fsync, rename over dest, fsync dir.
+// dest.lock is truncated, not created exclusively (a crash may leave one): two writers of one
+// dest must be serialised by the caller (an overlay's files: its OverlayLock).
 void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& data, mode_t mode);
 
 // Reads a whole (small) file; refuses files larger than max_bytes.

@@ -8,6 +8,9 @@
 #   debian11  a Debian 11 root made by debootstrap from Debian's archive (glibc 2.31, older than
 #             the 2.35 of Ubuntu 22.04 serving images), where the Python overlay runs in its own
 #             python3 and the dynamic binary is shown not to start.
+# A STATIC_BINARY for aarch64 (cmake --preset static-aarch64) runs on an x86-64 host under
+# qemu-user-static, named as each command's interpreter inside the root (what binfmt_misc would do;
+# the processes it starts, the build's shell and python3, are the root's own and run natively).
 # Usage: static_root_test.sh empty|debian11 STATIC_BINARY DYNAMIC_BINARY CACHE_DIR
 # Exit 77 (skipped) where chroot is not permitted or busybox/debootstrap is not installed, unless
 # OVERLAY_REQUIRE_STATIC_ROOTS=1 (CI), which makes that a failure.
@@ -25,6 +28,18 @@ fail() { echo "FAILED: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || skip "chroot needs root"
 BUSYBOX=/bin/busybox
 [[ -x $BUSYBOX ]] && [[ $(file -L "$BUSYBOX") == *"statically linked"* ]] || skip "no static busybox (apt-get install busybox-static)"
+[[ -e $BIN ]] || skip "no binary at $BIN"
+# The binary's machine, and the emulator it needs here.
+EMU=()
+case $(file -L "$BIN") in
+  *x86-64*) MACHINE=x86_64 ;;
+  *aarch64*) MACHINE=aarch64 ;;
+  *) fail "$BIN: unknown machine: $(file -L "$BIN")" ;;
+esac
+if [[ $MACHINE != $(uname -m) ]]; then
+  QEMU=$(command -v "qemu-$MACHINE-static") || skip "no qemu-$MACHINE-static to run $BIN (bash scripts/deps.sh --aarch64)"
+  EMU=("/qemu-$MACHINE-static")
+fi
 
 # The binary itself: nothing dynamic.
 [[ $(file -L "$BIN") == *"statically linked"* ]] || fail "$BIN is not statically linked: $(file -L "$BIN")"
@@ -56,9 +71,12 @@ case $KIND in
   *) fail "unknown root kind $KIND" ;;
 esac
 cp "$BIN" "$R/overlay"
+[[ ${#EMU[@]} -eq 0 ]] || cp "$QEMU" "$R${EMU[0]}"
 # Debian 11's own environment (PYTHONPATH passed through); the empty root has no env to run.
 in_root() { chroot "$R" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp ${PYTHONPATH:+PYTHONPATH=$PYTHONPATH} "$@" 2>&1; }
-ov() { if [[ $KIND == empty ]]; then chroot "$R" /overlay "$@" 2>&1; else in_root /overlay "$@"; fi; }
+ov() { if [[ $KIND == empty ]]; then chroot "$R" "${EMU[@]}" /overlay "$@" 2>&1; else in_root "${EMU[@]}" /overlay "$@"; fi; }
+out=$(ov --version) || fail "the $MACHINE binary does not start in the $KIND root: $out"
+echo "$MACHINE binary in the $KIND root${EMU:+ (under ${EMU[0]#/})}: $out"
 
 # --- the native cycle: a kernel source, its object, a 40-file cache, all restored byte for byte.
 I=$R/w/install
@@ -89,7 +107,7 @@ grep -qx 'revert: restored native changes in /w/ov' <<<"$out" || fail "revert pr
 after=$(cd "$I" && find . -print0 | sort -z | xargs -0 stat -c '%n %a %u:%g %F' ; find . -type f -print0 | sort -z | xargs -0 sha256sum)
 [[ $before == "$after" ]] || fail "the install differs after revert: $(diff <(echo "$before") <(echo "$after"))"
 out=$(ov status --overlay /w/ov --check-clean) || fail "status --check-clean after revert: $out"
-echo "native cycle in the $KIND root: add-native (tar cache) -> verify-native -> revert: byte- and metadata-exact"
+echo "native cycle in the $KIND root ($MACHINE): add-native (tar cache) -> verify-native -> revert: byte- and metadata-exact"
 
 # --- a Python overlay: a patched module and a rebind.
 P=$R/w/py
@@ -131,4 +149,4 @@ if [[ $KIND == debian11 ]]; then
 else
   echo "Python overlay in the empty root: add-rebind and add-capture wrote the overlay"
 fi
-echo "static_root_test $KIND: OK"
+echo "static_root_test $KIND ($MACHINE): OK"
