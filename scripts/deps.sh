@@ -42,6 +42,8 @@ PKGS=("${DEMO[@]}" pkg-config python3 openssl time
       xfsprogs btrfs-progs
       # the claims checker (tests/model): hypothesis stateful testing
       python3-hypothesis
+      # the fleet tests (tests/fleet): a 3-node Slurm started on this host, its own munged
+      slurm-wlm munge
       # upstream's own unit suites of overlay_setup.py, run against the shim (tests/upstream)
       python3-pytest
       # bench/plot.py draws bench/sweep.py's curves

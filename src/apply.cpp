@@ -95,7 +95,7 @@ ApplyPlan plan_apply(Disk& disk, const ApplyRequest& req) {
     for (const auto& mod : plan.modules)
       if (has_module_entry(m->doc, mod.module))
         throw Error("module " + mod.module + " already has an entry in " + plan.native.overlay.string());
-  plan.patch_id = new_patch_id();
+  plan.patch_id = req.native.patch_id.value_or(new_patch_id());
   return plan;
 }
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "overlay/error.hpp"
+#include "overlay/liveness.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/in_flight.hpp"
 #include "overlay/manifest.hpp"
@@ -52,7 +53,7 @@ std::string swappable_ancestor(Disk& disk, const fs::path& overlay) {
 
 std::optional<std::string> live_owner(const Manifest& m) {
   for (const auto& e : m.natives) {
-    if (e.owner && owner_alive(*e.owner)) return "owner pid " + std::to_string(e.owner->pid) + " is still running";
+    if (e.owner && owner_alive(*e.owner)) return "owner " + describe_owner(*e.owner) + " is still running";
     if (e.kept) return "entry " + e.id + " was kept applied on purpose (exec --keep-on-success): revert it with `overlay revert`";
   }
   return std::nullopt;

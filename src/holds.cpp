@@ -11,14 +11,33 @@
 #include "overlay/hash.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/owner.hpp"
 
 namespace overlay {
 
+fs::path HoldRegistry::per_host_state_dir(const fs::path& base, long fs_magic, const std::string& host) {
+  // statfs(2) f_type values: NFS, SMB, CIFS, SMB2, Lustre, GPFS, BeeGFS, CephFS, 9p, AFS.
+  static constexpr long kShared[] = {0x6969, 0x517B, 0xFF534D42L, 0xFE534D42L, 0x0BD00BD0, 0x47504653, 0x19830326, 0x00C36400,
+                                     0x01021997, 0x5346414F};
+  bool shared = std::find(std::begin(kShared), std::end(kShared), fs_magic) != std::end(kShared);
+  return shared && !host.empty() ? base / ("host-" + host) : base;
+}
+
 fs::path HoldRegistry::default_state_dir() {
   if (const char* s = std::getenv("OVERLAY_STATE_DIR"); s && *s) return s;
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return fs::path(x) / "overlay";
-  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".local/state/overlay";
-  return fs::path("/tmp") / ("overlay-state-" + std::to_string(::getuid()));
+  fs::path base;
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) base = fs::path(x) / "overlay";
+  else if (const char* h = std::getenv("HOME"); h && *h) base = fs::path(h) / ".local/state/overlay";
+  else return fs::path("/tmp") / ("overlay-state-" + std::to_string(::getuid()));
+  // The filesystem it is (or will be) on: its nearest existing ancestor's.
+  fs::path probe = base;
+  while (!real_disk().info(probe, Follow::yes).exists() && probe.has_relative_path()) probe = probe.parent_path();
+  long magic = 0;
+  try {
+    magic = static_cast<long>(real_disk().fs_type(probe));
+  } catch (const std::exception&) {
+  }  // unknown: the directory as it always was
+  return per_host_state_dir(base, magic, this_host());
 }
 
 fs::path HoldRegistry::hold_file(const fs::path& path) const { return dir_ / (sha256_hex(path.string()) + ".json"); }

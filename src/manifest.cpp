@@ -265,7 +265,17 @@ void read_owner(const json& j, NativeEntry& e) {
   Owner o;
   o.pid = static_cast<pid_t>(pid->get<long long>());
   if (start != nullptr && start->is_number_unsigned()) o.start_ticks = start->get<std::uint64_t>();
+  o.host = opt_string(*v, "host").value_or("");
+  o.slurm_job = opt_string(*v, "slurm_job").value_or("");
   e.owner = o;
+}
+
+// {pid, start_ticks}, and a fleet coordinator's host and Slurm job (added keys, only when set).
+json owner_json(const Owner& o) {
+  json j = {{"pid", o.pid}, {"start_ticks", o.start_ticks}};
+  if (!o.host.empty()) j["host"] = o.host;
+  if (!o.slurm_job.empty()) j["slurm_job"] = o.slurm_job;
+  return j;
 }
 
 // A key this tool wrote once and no longer has a value for goes; one it never knew stays.
@@ -509,7 +519,7 @@ void to_json(json& j, const NativeEntry& e) {
     j["verify"] = {{"artifact", *e.verify_artifact}, {"pre_sha256", e.verify_pre_sha256 ? json(*e.verify_pre_sha256) : json(nullptr)}};
   else if (!j.contains("verify"))
     j["verify"] = nullptr;
-  put_or_erase(j, "owner", e.owner.has_value(), e.owner ? json{{"pid", e.owner->pid}, {"start_ticks", e.owner->start_ticks}} : json());
+  put_or_erase(j, "owner", e.owner.has_value(), e.owner ? owner_json(*e.owner) : json());
   put_or_erase(j, "kept", e.kept, true);
   if (e.build_log) j["build_log"] = *e.build_log;
   if (e.created_at) j["created_at"] = *e.created_at;

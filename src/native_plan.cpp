@@ -250,8 +250,10 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   if (req.owner_pid) {
     auto ticks = process_start_ticks(*req.owner_pid);
     if (!ticks) throw Error("owner pid " + std::to_string(*req.owner_pid) + " is not a running process");
-    plan.owner = Owner{*req.owner_pid, *ticks};
+    plan.owner = Owner{*req.owner_pid, *ticks, {}, {}};
   }
+  if (req.owner) plan.owner = req.owner;
+  plan.patch_id = req.patch_id;
   plan.swaps = checked_swaps(disk, req, plan);
   check_no_overlap(disk, plan);
   check_writable(disk, plan);

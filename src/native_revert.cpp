@@ -296,7 +296,10 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   ProcessScan scan = opts.dry_run ? ProcessScan{} : scan_for_revert(disk, *m);
   report.processes_examined = scan.examined;
   m->running = still_running(m->running, scan);
-  if (opts.only_patch && !has_patch(*m, *opts.only_patch)) throw Error("no entry of patch " + *opts.only_patch + " in " + overlay.string());
+  if (opts.only_patch && !has_patch(*m, *opts.only_patch)) {
+    if (opts.missing_patch_ok) return report;
+    throw Error("no entry of patch " + *opts.only_patch + " in " + overlay.string());
+  }
   for (std::size_t i = m->natives.size(); i-- > 0;) {
     if (opts.only_entry && m->natives[i].id != *opts.only_entry) continue;
     if (opts.only_patch && m->natives[i].patch_id != opts.only_patch) continue;

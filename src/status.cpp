@@ -8,6 +8,7 @@
 
 #include "overlay/build_watch.hpp"
 #include "overlay/error.hpp"
+#include "overlay/liveness.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"

@@ -68,8 +68,12 @@ class HoldRegistry {
  public:
   HoldRegistry(Disk& disk, fs::path state_dir) : disk_(disk), dir_(std::move(state_dir) / "holds") {}
 
-  // The registry of this user (see above).
+  // The registry of this user (see above). Where the home-derived directory is on a network
+  // filesystem (a cluster's shared home: NFS, Lustre, GPFS, CephFS, BeeGFS, SMB, 9p), it gets a
+  // subdirectory per host: each node's installs are its own, and so are their holds.
   static fs::path default_state_dir();
+  // `base` itself, or base/host-NAME when `fs_magic` (statfs's f_type) is a network filesystem's.
+  static fs::path per_host_state_dir(const fs::path& base, long fs_magic, const std::string& host);
 
   // Takes the per-path locks of `paths` (waiting for another add-native's claim to end), then,
   // under the registry's lock, refuses (Error naming the holder) when another overlay whose

@@ -40,6 +40,10 @@ struct AddNativeRequest {
   std::vector<std::string> build_cmds;  // each split like a POSIX shell would, never run by one
   std::optional<fs::path> build_cwd;
   std::optional<pid_t> owner_pid;
+  // A fleet step's node: its coordinator (on another host, or here) owns the entry, and the
+  // step's id is the entry's patch id on every node (`overlay fleet`).
+  std::optional<Owner> owner;
+  std::optional<std::string> patch_id;
   double lock_timeout = 120;
   std::optional<double> build_timeout;
   bool force = false;    // take over installed files another overlay still holds

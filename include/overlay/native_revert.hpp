@@ -22,6 +22,9 @@ struct RevertOptions {
   // (a live owner, an operation in flight) leaves the overlay untouched (RevertReport::spared).
   // Asked there, not before the lock, so no add-native can record an entry between the two.
   std::function<std::optional<std::string>(const Manifest&)> spare_if;
+  // With only_patch: a patch with no entry here is nothing to do, not an error (a fleet's
+  // rollback, on a node that failed before it recorded one).
+  bool missing_patch_ok = false;
 };
 struct RevertProblem {
   std::string path;

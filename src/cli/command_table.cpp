@@ -31,6 +31,8 @@ Handler which_command(CLI::App& sub, const Globals& g);
 Handler discover_command(CLI::App& sub, const Globals& g);
 Handler engaged_command(CLI::App& sub, const Globals& g);
 Handler exec_command(CLI::App& sub, const Globals& g);
+// fleet_command.cpp
+Handler fleet_command(CLI::App& sub, const Globals& g);
 
 namespace {
 
@@ -56,6 +58,7 @@ const Command kCommands[] = {
   {"discover", nullptr, "Find the install's own builds that compile a file (read-only)", discover_command},
   {"engaged", nullptr, "Which running processes map the tracked artifacts (patched, stale or original) and run the Python entries", engaged_command},
   {"exec", nullptr, "One A/B step: [reference run,] apply + build + verify, candidate run, always revert, check clean", exec_command},
+  {"fleet", nullptr, "One step on every node of a multi-node deployment through Slurm: apply|exec|verify|revert|status, all or nothing", fleet_command},
 };
 // clang-format on
 

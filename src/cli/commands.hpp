@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -33,6 +34,7 @@ overlay::Disk& cli_disk();
 
 struct Globals {
   double lock_timeout = 120;
+  std::vector<std::string> argv;  // the command line as given (fleet --slurm-args runs it again under salloc)
 };
 
 // Which subcommands to register: every one (for --help, usage errors and unknown names), none

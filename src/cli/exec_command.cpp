@@ -19,6 +19,7 @@
 #include "overlay/apply.hpp"
 #include "overlay/engagement.hpp"
 #include "overlay/error.hpp"
+#include "overlay/liveness.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
 #include "overlay/in_flight.hpp"
@@ -96,7 +97,7 @@ class Exec {
   ExecFlags& f_;
   const Globals& g_;
   fs::path overlay_;
-  Owner me_{::getpid(), process_start_ticks(::getpid()).value_or(0)};
+  Owner me_{::getpid(), process_start_ticks(::getpid()).value_or(0), {}, {}};
   std::string patch_id_, entry_id_;
   int signal_ = 0;         // forwarded to a run of ours
   int cand_status_ = 0;

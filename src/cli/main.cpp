@@ -36,8 +36,14 @@ bool asks_json(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--") return false;
-    if (a == "--json") return true;
+    if (a == "--json" || a == "--fleet-node") return true;
   }
+  return false;
+}
+
+bool asks_fleet_node(int argc, char** argv) {
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i)
+    if (std::string_view(argv[i]) == "--fleet-node") return true;
   return false;
 }
 
@@ -85,6 +91,9 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "Print one JSON document describing the result on stdout; human text goes to stderr");
   app.add_option("--lock-timeout", g.lock_timeout, "Seconds to wait for another process's lock on the overlay (env OVERLAY_LOCK_TIMEOUT)")
       ->check(CLI::NonNegativeNumber);
+  bool fleet_node = false;
+  app.add_flag("--fleet-node", fleet_node, "A fleet node's run (set by overlay fleet): --json, one line naming the node")->group("");
+  for (int i = 0; i < argc; ++i) g.argv.emplace_back(argv[i]);
   std::function<int()> run;
   Wanted want = wanted_from(argc, argv);
   register_commands(app, g, run, want);
@@ -100,10 +109,12 @@ int main(int argc, char** argv) {
     std::string msg = std::string(e.what()) + " (see --help)";
     err_line(failing_name(app), msg);
     set_json_mode(asks_json(argc, argv));
+    set_fleet_node(fleet_node || asks_fleet_node(argc, argv));
     emit_json(failing_name(app), kUsage, msg);
     return kUsage;
   }
-  set_json_mode(json);
+  set_json_mode(json || fleet_node);
+  set_fleet_node(fleet_node);
   setup_logging(verbose, quiet);
   if (!quiet) install_progress_line();
   return run ? run() : kUsage;

@@ -111,6 +111,22 @@ void fill_request(AddNativeFlags& f, const Globals& g) {
                      : f.cache_snapshot == "tar"   ? CacheSnapshot::tar
                                                    : CacheSnapshot::automatic;
   r.lock_timeout = g.lock_timeout;
+  if (!f.fleet_id.empty()) r.patch_id = f.fleet_id;
+  if (!f.fleet_owner.empty()) r.owner = parse_owner_text(f.fleet_owner);
+}
+
+std::string fleet_id_problem(const std::string& s) {
+  bool ok = !s.empty() && s.size() <= 64 && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos &&
+            s.front() != '.' && s.front() != '-';
+  return ok ? std::string() : "a fleet id is 1-64 letters, digits, '.', '_' or '-' (not first)";
+}
+
+void add_fleet_node_flags(CLI::App& sub, AddNativeFlags& f) {
+  auto valid_id = fleet_id_problem;
+  auto valid_owner = [](const std::string& s) { return parse_owner_text(s) ? std::string() : "expected PID:TICKS@HOST[/JOB]"; };
+  sub.add_option("--fleet-id", f.fleet_id, "A fleet step's id: the entry's patch id (set by overlay fleet)")->check(valid_id)->group("");
+  sub.add_option("--fleet-owner", f.fleet_owner, "The fleet step's coordinator, PID:TICKS@HOST[/JOB] (set by overlay fleet)")
+      ->check(valid_owner)->group("");
 }
 
 namespace {
@@ -258,9 +274,10 @@ std::unique_ptr<InFlight> mark_reverting(Disk& disk, const std::string& overlay)
   }
 }
 
-int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::string& patch_id, const Globals& g) {
+int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::string& patch_id, bool missing_ok, const Globals& g) {
   RevertOptions o{dry_run, g.lock_timeout, {}, std::nullopt, std::nullopt, {}};
   if (!patch_id.empty()) o.only_patch = patch_id;
+  o.missing_patch_ok = missing_ok;
   std::unique_ptr<InFlight> in_flight = dry_run ? nullptr : mark_reverting(disk, overlay);
   RevertReport r = revert_natives(disk, overlay, o);
   auto& j = result();
@@ -300,7 +317,9 @@ int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::
     return kFailed;
   }
   std::string where = fs::absolute(overlay).lexically_normal().string();
-  if (!patch_id.empty() && !dry_run)
+  if (!patch_id.empty() && missing_ok && r.entries_reverted == 0 && r.modules_removed == 0 && r.actions.empty())
+    out_line("revert: no entry of patch " + patch_id + " in " + where + "; nothing to do");
+  else if (!patch_id.empty() && !dry_run)
     out_line("revert: removed patch " + patch_id + " (" + std::to_string(r.entries_reverted) + " native, " +
              std::to_string(r.modules_removed) + " python) from " + where);
   else
@@ -404,6 +423,7 @@ Handler add_native_command(CLI::App& sub, const Globals& g) {
   auto f = std::make_shared<AddNativeFlags>();
   add_change_flags(sub, *f, Diffs::targets_or_patch);
   add_build_flags(sub, *f);
+  add_fleet_node_flags(sub, *f);
   return [f, &g] { return run_add_native(cli_disk(), *f, g); };
 }
 
@@ -412,6 +432,7 @@ Handler apply_command(CLI::App& sub, const Globals& g) {
   add_change_flags(sub, *a, Diffs::patch_only);
   sub.add_option("--python-root", a->python_root, "Directory .py paths are module names under (default: --patch-root)");
   add_build_flags(sub, *a);
+  add_fleet_node_flags(sub, *a);
   return [a, &g] { return run_apply(cli_disk(), *a, g); };
 }
 
@@ -431,14 +452,17 @@ Handler revert_command(CLI::App& sub, const Globals& g) {
   auto dry = std::make_shared<bool>(false);
   auto patch = std::make_shared<std::string>();
   auto trust = std::make_shared<bool>(false);
+  auto missing_ok = std::make_shared<bool>(false);
   sub.add_option("--overlay", *overlay, "Overlay directory")->required();
   sub.add_flag("--dry-run", *dry, "Say what would be restored; change nothing");
-  sub.add_option("--patch-id", *patch,
-                 "Undo only the entries of this patch (from `apply`), its Python entries included");
+  auto* patch_opt = sub.add_option("--patch-id", *patch,
+                                   "Undo only the entries of this patch (from `apply`, or a fleet step's id), its Python entries included");
+  sub.add_flag("--missing-ok", *missing_ok, "With --patch-id: no entry of that patch here is nothing to do, not an error")
+      ->needs(patch_opt);
   add_trust_flag(sub, *trust);
-  return [overlay, dry, patch, trust, &g] {
+  return [overlay, dry, patch, trust, missing_ok, &g] {
     check_trusted(cli_disk(), *overlay, *trust);
-    return run_revert(cli_disk(), *overlay, *dry, *patch, g);
+    return run_revert(cli_disk(), *overlay, *dry, *patch, *missing_ok, g);
   };
 }
 

@@ -23,6 +23,7 @@ struct AddNativeFlags {
   int strip = 1;
   CLI::Option* strip_opt = nullptr;
   bool revert_on_failure = false;
+  std::string fleet_id, fleet_owner;  // a fleet step's node (hidden flags, set by `overlay fleet`)
 };
 
 struct ApplyFlags : AddNativeFlags {
@@ -37,6 +38,11 @@ void fill_request(AddNativeFlags& f, const Globals& g);
 enum class Diffs { targets_or_patch, patch_only };
 // Registers --overlay and the files to change: --target, --patched-file, --patch, --patch-root, -p.
 void add_change_flags(CLI::App& sub, AddNativeFlags& f, Diffs diffs);
+// Registers the hidden flags `overlay fleet` passes a node's add-native or apply: --fleet-id (the
+// entry's patch id) and --fleet-owner PID:TICKS@HOST[/JOB] (the coordinator).
+void add_fleet_node_flags(CLI::App& sub, AddNativeFlags& f);
+// Why `id` cannot be a fleet step's id (it names entries and goes on command lines); "" when it can.
+std::string fleet_id_problem(const std::string& id);
 // Registers --artifact, --invalidate-cache, --build-cmd, --build-cwd and the build's handling.
 void add_build_flags(CLI::App& sub, AddNativeFlags& f);
 

@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "overlay/json_bytes.hpp"
 #include "overlay/error.hpp"
+#include "overlay/owner.hpp"
 #include "overlay/progress.hpp"
 #include "overlay/recording_disk.hpp"
 
@@ -37,10 +38,12 @@ Disk& cli_disk() {
 }
 namespace {
 bool g_json = false;
+bool g_fleet_node = false;
 }  // namespace
 
 void set_json_mode(bool on) { g_json = on; }
 bool json_mode() { return g_json; }
+void set_fleet_node(bool on) { g_fleet_node = on; }
 
 nlohmann::json& result() {
   static nlohmann::json doc = nlohmann::json::object();
@@ -71,7 +74,11 @@ void emit_json(const std::string& subcommand, int rc, const std::string& error) 
   if (rc != kOk && !doc.contains("error")) doc["error"] = "exit status " + std::to_string(rc);
   // Paths are bytes on Linux: a byte that is not UTF-8 is written as Python writes it ("\udcXX"),
   // so an agent's json.loads gives back a str that os.fsencode turns into the very path.
-  std::string text = dump_json_bytes(doc, 2);
+  if (g_fleet_node) {
+    const char* name = std::getenv("SLURMD_NODENAME");
+    doc["node"] = name != nullptr && *name != '\0' ? std::string(name) : this_host();
+  }
+  std::string text = dump_json_bytes(doc, g_fleet_node ? -1 : 2);
   std::fputs(text.c_str(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);

@@ -14,6 +14,9 @@ inline constexpr int kJsonSchema = 1;
 
 void set_json_mode(bool on);
 bool json_mode();
+// A fleet node's run (--fleet-node, set by `overlay fleet`): the document is one line, and names
+// this node ($SLURMD_NODENAME, else the host name) in "node", for the coordinator to read.
+void set_fleet_node(bool on);
 
 // One line of human output: stdout, or stderr under --json.
 void out_line(const std::string& s);

@@ -7,6 +7,7 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
+#include "overlay/liveness.hpp"
 #include "overlay/status.hpp"
 #include "overlay/words.hpp"
 
@@ -41,7 +42,15 @@ double seconds_now() {
 
 std::string owner_text(const NativeStatus& e) {
   if (!e.owner) return "owner -";
-  return "owner pid " + std::to_string(e.owner->pid) + (e.owner_alive ? " (alive)" : " (gone)");
+  return "owner " + describe_owner(*e.owner) + (e.owner_alive ? " (alive)" : " (gone)");
+}
+
+// {pid, alive}, and a fleet coordinator's host and Slurm job where the entry records them.
+nlohmann::json owner_json(const Owner& o, bool alive) {
+  nlohmann::json j = {{"pid", o.pid}, {"alive", alive}};
+  if (!o.host.empty()) j["host"] = o.host;
+  if (!o.slurm_job.empty()) j["slurm_job"] = o.slurm_job;
+  return j;
 }
 
 // Per patch id (in order of first appearance): its native entry ids and its Python entry names.
@@ -180,7 +189,7 @@ nlohmann::json status_json(const StatusReport& r) {
   j["natives"] = nlohmann::json::array();
   for (const auto& e : r.natives) {
     nlohmann::json n = {{"id", e.id}, {"snapshot_bytes", e.snapshot_bytes}};
-    n["owner"] = e.owner ? nlohmann::json{{"pid", e.owner->pid}, {"alive", e.owner_alive}} : nlohmann::json(nullptr);
+    n["owner"] = e.owner ? owner_json(*e.owner, e.owner_alive) : nlohmann::json(nullptr);
     n["created_at"] = e.created_at ? nlohmann::json(*e.created_at) : nlohmann::json(nullptr);
     n["age_s"] = e.created_at ? nlohmann::json(seconds_now() - *e.created_at) : nlohmann::json(nullptr);
     n["build_log"] = e.build_log ? nlohmann::json(*e.build_log) : nlohmann::json(nullptr);

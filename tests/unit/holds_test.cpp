@@ -77,3 +77,14 @@ TEST(HoldRegistry, AClaimInProgressMakesAnotherWaitThenGiveBackRestoresThePrevio
   reg.give_back(fresh, t / "ov3", 1);
   EXPECT_FALSE(reg.holder(t / "free"));
 }
+
+// A cluster's shared home holds every node's registry: each host gets its own there (issue 42),
+// and a local home keeps the one directory it always had.
+TEST(HoldRegistry, StateDirIsPerHostOnlyOnANetworkFilesystem) {
+  fs::path base = "/home/u/.local/state/overlay";
+  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x6969, "node7"), base / "host-node7");        // NFS
+  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x0BD00BD0, "node7"), base / "host-node7");    // Lustre
+  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0xEF53, "node7"), base);                       // ext4
+  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x01021994, "node7"), base);                   // tmpfs
+  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x6969, ""), base);
+}

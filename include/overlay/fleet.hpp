@@ -1,0 +1,100 @@
+#pragma once
+// One A/B step on every node of a multi-node deployment, all or nothing (`overlay fleet`). The
+// coordinator never touches a node's disk: it runs this same binary on every node (one `overlay
+// --json --fleet-node …` per node, each on its own install) through a FleetRunner, reads each node's
+// one-line JSON document, and decides. A node whose document never arrives may have done
+// anything its command does: the coordinator treats it as possibly applied.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace overlay {
+
+// What one node answered to one command.
+struct NodeAnswer {
+  std::string node;
+  bool arrived = false;  // its document came back whole
+  int exit = -1;         // the node's exit status, from its document
+  nlohmann::json doc;    // the document (null when it did not arrive)
+  std::string why;       // when it did not arrive: what the engine said
+  bool ok() const { return arrived && exit == 0; }
+};
+
+// The fan-out: run one argv once on each of some nodes, return each node's answer. The engine
+// the cluster already has does the work (Slurm here; docs/design.md says where Ray or
+// Kubernetes would plug in). No retries, no daemon: one call is one step of the engine.
+class FleetRunner {
+ public:
+  virtual ~FleetRunner() = default;
+  // Every node of the fleet, in the engine's order.
+  virtual const std::vector<std::string>& nodes() const = 0;
+  // Runs argv on each node of `on` (all of nodes() when empty); one answer per node asked.
+  virtual std::vector<NodeAnswer> run(const std::vector<std::string>& argv, const std::vector<std::string>& on) = 0;
+  // "Slurm job 42 (3 nodes: node[1-3])", for the lines that name the fleet.
+  virtual std::string describe() const = 0;
+};
+
+// Slurm: each call is one `srun --ntasks-per-node=1 --label` step inside the job the process
+// runs in ($SLURM_JOB_ID, $SLURM_JOB_NODELIST expanded by `scontrol show hostnames`). A node's
+// answer is its labelled stdout line that parses as a document with "exit".
+class SlurmRunner : public FleetRunner {
+ public:
+  // Throws Error naming what is missing when not inside a Slurm allocation.
+  SlurmRunner();
+  const std::vector<std::string>& nodes() const override { return nodes_; }
+  std::vector<NodeAnswer> run(const std::vector<std::string>& argv, const std::vector<std::string>& on) override;
+  std::string describe() const override;
+
+ private:
+  std::string job_, nodelist_;
+  std::vector<std::string> nodes_;
+};
+
+// The answers of one `srun --label` step: task K's last stdout line that parses as a JSON object
+// with "exit" is the answer of on[K] (or of the node its "node" key names). Exposed for tests.
+std::vector<NodeAnswer> answers_from_labelled(const std::string& out, const std::vector<std::string>& on,
+                                              const std::string& why_missing);
+
+// A fleet step's id: "f<epoch seconds>-<8 hex>", also the patch id of its entries on every node.
+std::string new_fleet_id();
+
+// The commands a fleet step runs on each node (argv, the node binary first).
+struct FleetCommands {
+  std::vector<std::string> apply;   // add-native or apply, with --fleet-id and --fleet-owner
+  std::vector<std::string> verify;  // verify-native
+  std::vector<std::string> revert;  // revert --patch-id ID --missing-ok
+  std::vector<std::string> clean;   // status --check-clean
+};
+
+// Where each node stands after a step.
+enum class NodeState { applied, rolled_back, failed, unreachable, reverted, clean, not_clean };
+const char* to_string(NodeState s);
+
+struct FleetReport {
+  std::string outcome = "ok";  // ok | partial | failed
+  // Per node: its documents per phase ("apply", "verify", "revert", "clean") and its state.
+  std::map<std::string, nlohmann::json> phases;
+  std::map<std::string, NodeState> state;
+  std::vector<std::string> rolled_back, unreachable, failed;
+  bool revert_complete = true;  // every node that may hold the step's entries answered its revert
+  std::map<std::string, double> phase_s;  // wall seconds of each phase's engine steps, all nodes together
+  nlohmann::json to_json() const;
+};
+
+// apply on every node, then verify-native on every node. Any node that fails either, or whose
+// answer never arrives, makes the step fail: every node that may have applied is reverted (the
+// nodes that answered first, then the others in a step of their own, so a dead node cannot hold
+// the live ones' rollback hostage). outcome: ok; partial (some nodes had applied and were rolled
+// back); failed (no node applied).
+FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds);
+
+// revert on every node (answered nodes first, as above); `report` gains each node's answer.
+void fleet_revert(FleetRunner& runner, const FleetCommands& cmds, FleetReport& report);
+
+// status --check-clean on every node; true when every node answered clean.
+bool fleet_clean(FleetRunner& runner, const FleetCommands& cmds, FleetReport& report);
+
+}  // namespace overlay

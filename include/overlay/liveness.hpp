@@ -1,0 +1,25 @@
+#pragma once
+// Whether an entry's owner is still alive, wherever it runs: a process on this machine (its PID
+// and start time), or a fleet step's coordinator on another host (its Slurm job).
+#include <optional>
+#include <string>
+
+#include "overlay/owner.hpp"
+
+namespace overlay {
+
+// Slurm's word on a job: running (pending, running, suspended, completing …), ended (completed,
+// cancelled, failed, gone from the controller), or unknown (no squeue here, no answer).
+enum class JobState { running, ended, unknown };
+JobState slurm_job_state(const std::string& job);
+
+// True when the owner may still be at work. An owner with a Slurm job (a fleet step's
+// coordinator) lives while that job runs, whichever host asks; where Slurm does not answer, or
+// no job is recorded, an owner on this machine is judged by its PID and start time, and one on
+// another host counts as alive: nothing is reverted on a guess.
+bool owner_alive(const Owner& o);
+
+// "pid 123" or "coordinator pid 123 on login1 (Slurm job 42)", for the lines that name an owner.
+std::string describe_owner(const Owner& o);
+
+}  // namespace overlay

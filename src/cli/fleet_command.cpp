@@ -1,0 +1,402 @@
+// `fleet`: one step on every node of a multi-node deployment, through Slurm. Each subcommand
+// takes the flags of its one-node counterpart (registered by the same functions) plus the
+// engine's; the flags given are passed on, as given, to `overlay --fleet-node <counterpart> …`
+// on every node (src/fleet.cpp runs those and decides; this file parses and prints).
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <memory>
+
+#include "commands.hpp"
+#include "native_flags.hpp"
+#include "output.hpp"
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/fleet.hpp"
+#include "overlay/owner.hpp"
+#include "overlay/process.hpp"
+#include "overlay/words.hpp"
+
+namespace overlay::cli {
+
+Handler verify_native_command(CLI::App& sub, const Globals& g);
+Handler revert_command(CLI::App& sub, const Globals& g);
+Handler status_command(CLI::App& sub, const Globals& g);
+
+// A namespace of its own: unity builds (OVERLAY_UNITY) put this file and exec_command.cpp in one
+// translation unit, and both have a signal flag and exit codes of these names.
+namespace fleet_cli {
+namespace {
+
+constexpr int kRevertIncomplete = 121;  // as exec: a node may still hold the step's entries
+constexpr int kNotClean = 122;
+constexpr int kCmdTimedOut = 124;
+
+struct Engine {
+  bool slurm = false;
+  std::string slurm_args, node_bin;
+};
+
+const char* const kEngineFlags[] = {"--slurm", "--slurm-args", "--node-bin", "--help"};
+
+void add_engine_flags(CLI::App& sub, Engine& e) {
+  auto* s = sub.add_flag("--slurm", e.slurm, "Run each phase as one srun step (one task per node) in this Slurm allocation ($SLURM_JOB_ID)");
+  sub.add_option("--slurm-args", e.slurm_args,
+                 "Get an allocation of its own first: salloc ARGS (e.g. \"-N3 -p gpu\"), the whole step inside it")
+      ->excludes(s);
+  sub.add_option("--node-bin", e.node_bin, "The overlay binary on the nodes (default: this one's path)");
+}
+
+// The flags given on our command line, as words to pass on: every option of `sub` that was
+// used, but the engine's and those in `skip`, each value as it was given.
+std::vector<std::string> given_flags(const CLI::App& sub, const std::vector<std::string>& skip) {
+  std::vector<std::string> out;
+  for (const CLI::Option* o : sub.get_options()) {
+    if (o->count() == 0 || (o->get_lnames().empty() && o->get_snames().empty())) continue;
+    std::string name = o->get_lnames().empty() ? "-" + o->get_snames().front() : "--" + o->get_lnames().front();
+    if (std::find(std::begin(kEngineFlags), std::end(kEngineFlags), name) != std::end(kEngineFlags)) continue;
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;
+    if (o->get_expected_max() == 0) {  // a flag: its name, as often as it was given
+      for (std::size_t i = 0; i < o->count(); ++i) out.push_back(name);
+      continue;
+    }
+    for (const auto& v : o->results()) out.insert(out.end(), {name, v});
+  }
+  return out;
+}
+
+std::string self_path() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("overlay") : p.string();
+}
+
+// One phase's command on a node: this binary's path (or --node-bin), one-line JSON.
+std::vector<std::string> node_argv(const Engine& e, const Globals& g, const std::string& sub, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {e.node_bin.empty() ? self_path() : e.node_bin, "--fleet-node", "--lock-timeout",
+                                   std::to_string(g.lock_timeout), sub};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+// --slurm-args: the same command line again, with --slurm for --slurm-args, under salloc.
+int rerun_under_salloc(const Engine& e, const Globals& g) {
+  std::vector<std::string> argv = {"salloc", "--no-kill"};
+  for (auto& w : split_words(e.slurm_args)) argv.push_back(w);
+  argv.push_back(self_path());
+  for (std::size_t i = 1; i < g.argv.size(); ++i) {
+    const std::string& a = g.argv[i];
+    if (a == "--") {
+      argv.insert(argv.end(), g.argv.begin() + static_cast<long>(i), g.argv.end());
+      break;
+    }
+    if (a == "--slurm-args") {
+      ++i;
+      argv.push_back("--slurm");
+    } else if (a.starts_with("--slurm-args=")) {
+      argv.push_back("--slurm");
+    } else {
+      argv.push_back(a);
+    }
+  }
+  RunOptions o;
+  o.output = Output::files;
+  o.out_fd = ::dup(1), o.err_fd = ::dup(2);
+  std::fflush(stdout);
+  RunResult r = run_process(argv, o);
+  if (!r.exec_error.empty()) throw Error("salloc could not start: " + r.exec_error);
+  // The coordinator under salloc printed the one document (with --json); this process prints none.
+  set_json_mode(false);
+  return r.term_signal != 0 ? 128 + r.term_signal : r.exit_code;
+}
+
+std::unique_ptr<FleetRunner> make_runner(const Engine& e) {
+  if (!e.slurm) throw Error("no engine: pass --slurm (inside a Slurm allocation) or --slurm-args \"ARGS\" (salloc ARGS first)");
+  return std::make_unique<SlurmRunner>();
+}
+
+// The one-line verdict of a node's document for one phase.
+std::string answer_text(const nlohmann::json& a) {
+  if (!a.value("arrived", false)) return "NO RESULT (" + a.value("why", std::string()) + ")";
+  if (a.value("exit", -1) == 0) return "ok";
+  return "exit " + std::to_string(a.value("exit", -1)) + (a.contains("error") && a["error"].is_string() ? ": " + a["error"].get<std::string>() : "");
+}
+
+void print_phase(const FleetReport& rep, const char* phase) {
+  for (const auto& [node, ph] : rep.phases)
+    if (ph.contains(phase)) out_line("fleet: " + node + " " + phase + " " + answer_text(ph[phase]));
+}
+
+std::string names(const std::vector<std::string>& v) {
+  if (v.empty()) return "-";
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+void print_outcome(const FleetReport& rep, const FleetRunner& runner, const std::string& id) {
+  for (const auto& n : runner.nodes()) {
+    auto it = rep.state.find(n);
+    out_line(n + "  " + (it == rep.state.end() ? "-" : to_string(it->second)));
+  }
+  std::string up = rep.outcome == "ok" ? "FLEET_OK" : rep.outcome == "partial" ? "FLEET_PARTIAL" : "FLEET_FAILED";
+  out_line(up + " " + id + " on " + runner.describe() + "; failed " + names(rep.failed) + "; rolled back " + names(rep.rolled_back) +
+           "; unreachable " + names(rep.unreachable));
+  if (!rep.revert_complete)
+    err_line("fleet", "a node may still hold fleet step " + id + ": when it is back, run `overlay fleet revert --slurm … --fleet-id " + id +
+                          "` (or gc-stale there: the step's coordinator is gone)");
+}
+
+void put_report(const FleetReport& rep, const FleetRunner& runner, const std::string& id) {
+  auto& j = result();
+  j["fleet_id"] = id;
+  j["engine"] = runner.describe();
+  j["node_list"] = runner.nodes();
+  j.update(rep.to_json());
+}
+
+struct ApplyStep {
+  ApplyFlags f;
+  Engine e;
+  CLI::App* sub = nullptr;
+};
+
+// The node commands of one fleet step with id `id` owned by this process.
+FleetCommands step_commands(const ApplyStep& s, const Globals& g, const std::string& id) {
+  bool as_apply = !s.f.patch_root.empty() && s.f.targets.empty();
+  if (!as_apply && !s.f.python_root.empty()) throw Error("--python-root applies only with --patch-root (apply)");
+  std::vector<std::string> args = given_flags(*s.sub, {"--ref", "--timeout"});
+  if (!as_apply) std::erase(args, std::string("--python-root"));
+  Owner me{::getpid(), process_start_ticks(::getpid()).value_or(0), this_host(), ""};
+  if (const char* job = std::getenv("SLURM_JOB_ID")) me.slurm_job = job;
+  args.insert(args.end(), {"--fleet-id", id, "--fleet-owner", owner_text(me)});
+  std::vector<std::string> ov = {"--overlay", s.f.overlay};
+  FleetCommands c;
+  c.apply = node_argv(s.e, g, as_apply ? "apply" : "add-native", args);
+  c.verify = node_argv(s.e, g, "verify-native", ov);
+  std::vector<std::string> rv = ov;
+  rv.insert(rv.end(), {"--patch-id", id, "--missing-ok"});
+  c.revert = node_argv(s.e, g, "revert", rv);
+  std::vector<std::string> cl = ov;
+  cl.push_back("--check-clean");
+  c.clean = node_argv(s.e, g, "status", cl);
+  return c;
+}
+
+void add_step_flags(CLI::App& sub, ApplyStep& s) {
+  s.sub = &sub;
+  add_change_flags(sub, s.f, Diffs::targets_or_patch);
+  sub.add_option("--python-root", s.f.python_root, "Directory .py paths are module names under (default: --patch-root; apply only)");
+  add_build_flags(sub, s.f);
+  sub.get_option("--owner-pid")->group("");  // the coordinator owns every node's entry
+  sub.get_option("--revert-on-failure")->group("");  // the fleet reverts every node itself
+  add_engine_flags(sub, s.e);
+}
+
+volatile std::sig_atomic_t g_signal = 0;
+void note_signal(int sig) { g_signal = sig; }
+
+// While a step runs, SIGINT/SIGTERM/SIGHUP are noted, never fatal: the rollback still runs
+// (a phase in progress gets them from run_process, which forwards them to srun).
+struct StepSignals {
+  StepSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = note_signal;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old[i]);
+  }
+  ~StepSignals() {
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old[i], nullptr);
+  }
+  StepSignals(const StepSignals&) = delete;
+  StepSignals& operator=(const StepSignals&) = delete;
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old[3] {};
+};
+
+// A step's engine, id and node commands, announced.
+struct Step {
+  std::unique_ptr<FleetRunner> runner;
+  std::string id;
+  FleetCommands cmds;
+};
+Step start_step(const ApplyStep& s, const Globals& g, const char* verb) {
+  Step st{make_runner(s.e), new_fleet_id(), {}};
+  st.cmds = step_commands(s, g, st.id);
+  g_signal = 0;
+  out_line("fleet " + st.id + ": " + verb + " on " + st.runner->describe());
+  return st;
+}
+
+int run_fleet_apply(ApplyStep& s, const Globals& g) {
+  if (!s.e.slurm_args.empty()) return rerun_under_salloc(s.e, g);
+  StepSignals signals;
+  auto [runner, id, cmds] = start_step(s, g, "apply");
+  FleetReport rep = fleet_apply(*runner, cmds);
+  if (rep.outcome == "ok" && g_signal != 0) {  // interrupted after every node applied: undo it
+    fleet_revert(*runner, cmds, rep);
+    rep.outcome = "failed";
+  }
+  print_phase(rep, "apply");
+  print_phase(rep, "verify");
+  print_phase(rep, "revert");
+  put_report(rep, *runner, id);
+  print_outcome(rep, *runner, id);
+  if (rep.outcome == "ok") return kOk;
+  return rep.revert_complete ? kFailed : kRevertIncomplete;
+}
+
+struct ExecStep : ApplyStep {
+  bool ref = false;
+  double timeout = 0;
+  std::vector<std::string> cmd;
+};
+
+// The caller's own command (typically an srun itself), here on the coordinator.
+nlohmann::json run_cmd(const ExecStep& s, const std::string& which, bool with_pythonpath, int& status) {
+  RunOptions o;
+  o.output = Output::files;
+  o.out_fd = ::dup(json_mode() ? 2 : 1), o.err_fd = ::dup(2);
+  if (s.timeout > 0) o.timeout_s = s.timeout;
+  if (with_pythonpath) {  // srun passes our environment to its tasks: the patched .py files engage
+    const char* old = std::getenv("PYTHONPATH");
+    o.env_set.push_back("PYTHONPATH=" + absolute_normal(s.f.overlay).string() + (old && *old ? ":" + std::string(old) : std::string()));
+  }
+  std::fflush(stdout);
+  RunResult r = run_process(s.cmd, o);
+  status = !r.exec_error.empty() ? 127 : r.term_signal != 0 ? 128 + r.term_signal : r.exit_code;
+  if (r.timed_out) status = kCmdTimedOut;
+  out_line("fleet: " + which + " " + describe(r) + " in " + std::to_string(r.wall_s).substr(0, 6) + " s");
+  return {{"argv", s.cmd}, {"status", status}, {"timed_out", r.timed_out}, {"wall_s", r.wall_s}};
+}
+
+int run_fleet_exec(ExecStep& s, const Globals& g) {
+  if (s.cmd.empty()) throw Error("no command: pass it after --, e.g. overlay fleet exec … -- srun python3 bench.py");
+  if (s.f.targets.empty() && s.f.patch_root.empty()) throw Error("pass --target (as add-native) or --patch with --patch-root (as apply)");
+  if (!s.e.slurm_args.empty()) return rerun_under_salloc(s.e, g);
+  StepSignals signals;
+  auto [runner, id, cmds] = start_step(s, g, "exec");
+  auto& j = result();
+  j["ref"] = nullptr, j["cand"] = nullptr;
+  int ref_status = 0, cand_status = 0;
+  if (s.ref) j["ref"] = run_cmd(s, "ref", false, ref_status);
+  FleetReport rep;
+  bool applied = false;
+  if (g_signal == 0) {
+    rep = fleet_apply(*runner, cmds);
+    applied = rep.outcome == "ok";
+  } else {
+    rep.outcome = "failed";  // interrupted during the reference: nothing was applied
+  }
+  if (applied && g_signal == 0) j["cand"] = run_cmd(s, "cand", !s.f.patch_root.empty() && s.f.targets.empty(), cand_status);
+  if (applied) fleet_revert(*runner, cmds, rep);  // a failed apply was rolled back already
+  bool clean = rep.revert_complete && fleet_clean(*runner, cmds, rep);
+  for (const char* phase : {"apply", "verify", "revert", "clean"}) print_phase(rep, phase);
+  put_report(rep, *runner, id);
+  print_outcome(rep, *runner, id);
+  if (!rep.revert_complete) return kRevertIncomplete;
+  if (!clean) return kNotClean;
+  if (g_signal != 0) return 128 + g_signal;
+  if (!applied) return kFailed;
+  return cand_status;
+}
+
+// verify, revert, status: the counterpart's flags passed on; one line per node, then the tally.
+struct PassOn {
+  Engine e;
+  CLI::App* sub = nullptr;
+  std::string fleet_id;
+  std::string counterpart;
+};
+
+std::string node_summary(const std::string& counterpart, const nlohmann::json& doc) {
+  if (counterpart == "verify-native") return doc.value("result", std::string());
+  if (counterpart == "revert") return "reverted " + std::to_string(doc.value("entries_reverted", 0)) + " of " + std::to_string(doc.value("entries", 0)) + " entries";
+  std::string s = doc.value("clean", false) ? "clean" : "NOT clean";
+  if (!doc.contains("natives") || !doc["natives"].is_array()) return s;
+  s += "; " + std::to_string(doc["natives"].size()) + " native entr" + (doc["natives"].size() == 1 ? "y" : "ies");
+  for (const auto& n : doc["natives"]) {
+    s += " [" + n.value("id", std::string()) + (n.contains("patch_id") && n["patch_id"].is_string() ? " patch " + n["patch_id"].get<std::string>() : "");
+    if (n.contains("owner") && n["owner"].is_object())
+      s += " owner " + std::to_string(n["owner"].value("pid", 0)) + (n["owner"].contains("host") ? "@" + n["owner"].value("host", std::string()) : "") +
+           (n["owner"].value("alive", false) ? " alive" : " gone");
+    s += "]";
+  }
+  return s;
+}
+
+int run_pass_on(PassOn& p, const Globals& g) {
+  if (!p.e.slurm_args.empty()) return rerun_under_salloc(p.e, g);
+  auto runner = make_runner(p.e);
+  std::vector<std::string> args = given_flags(*p.sub, {"--fleet-id"});
+  if (!p.fleet_id.empty()) args.insert(args.end(), {"--patch-id", p.fleet_id, "--missing-ok"});
+  std::vector<NodeAnswer> answers = runner->run(node_argv(p.e, g, p.counterpart, args), {});
+  nlohmann::json nodes = nlohmann::json::object();
+  std::vector<std::string> bad, silent;
+  int worst = kOk;
+  for (const auto& a : answers) {
+    nodes[a.node] = a.arrived ? nlohmann::json{{"arrived", true}, {"exit", a.exit}, {"document", a.doc}} : nlohmann::json{{"arrived", false}, {"why", a.why}};
+    if (!a.arrived) {
+      silent.push_back(a.node);
+      out_line("fleet: " + a.node + " " + p.counterpart + " NO RESULT (" + a.why + ")");
+      worst = kFailed;
+      continue;
+    }
+    std::string err = a.doc.contains("error") && a.doc["error"].is_string() ? ": " + a.doc["error"].get<std::string>() : "";
+    out_line("fleet: " + a.node + " " + p.counterpart + " " + node_summary(p.counterpart, a.doc) + (a.ok() ? "" : " (exit " + std::to_string(a.exit) + err + ")"));
+    if (!a.ok()) bad.push_back(a.node), worst = worst == kOk ? a.exit : worst;
+  }
+  auto& j = result();
+  j["engine"] = runner->describe();
+  j["node_list"] = runner->nodes();
+  j["nodes"] = nodes;
+  j["outcome"] = bad.empty() && silent.empty() ? "ok" : bad.size() + silent.size() == answers.size() ? "failed" : "partial";
+  j["failed"] = bad, j["unreachable"] = silent;
+  out_line(std::string(bad.empty() && silent.empty() ? "FLEET_OK " : "FLEET_PARTIAL ") + p.counterpart + " on " + runner->describe() + "; failed " +
+           names(bad) + "; unreachable " + names(silent));
+  return worst;
+}
+
+void add_pass_on(CLI::App& fleet, const Globals& g, const std::shared_ptr<Handler>& chosen, const char* name, const char* counterpart, const char* help,
+                 Setup setup) {
+  auto p = std::make_shared<PassOn>();
+  CLI::App* sub = fleet.add_subcommand(name, help);
+  p->sub = sub;
+  p->counterpart = counterpart;
+  (void)setup(*sub, g);  // the counterpart's flags, as it has them; its handler runs on the nodes
+  if (std::string(name) == "revert")
+    sub->add_option("--fleet-id", p->fleet_id, "Revert only this fleet step's entries (its id: patch id on every node); nodes without any are fine")
+        ->excludes("--patch-id")
+        ->check(fleet_id_problem);
+  add_engine_flags(*sub, p->e);
+  sub->callback([chosen, p, &g] { *chosen = [p, &g] { return run_pass_on(*p, g); }; });
+}
+
+}  // namespace
+}  // namespace fleet_cli
+
+Handler fleet_command(CLI::App& fleet, const Globals& g) {
+  using namespace fleet_cli;
+  auto chosen = std::make_shared<Handler>();
+  fleet.require_subcommand(1);
+  auto a = std::make_shared<ApplyStep>();
+  CLI::App* apply = fleet.add_subcommand("apply", "On every node: add-native (or apply with --patch-root) and verify-native; any failure reverts every node");
+  add_step_flags(*apply, *a);
+  apply->callback([chosen, a, &g] { *chosen = [a, &g] { return run_fleet_apply(*a, g); }; });
+  auto x = std::make_shared<ExecStep>();
+  CLI::App* exec = fleet.add_subcommand("exec", "[reference run,] apply on every node, candidate run, revert on every node, clean check");
+  add_step_flags(*exec, *x);
+  exec->add_flag("--ref", x->ref, "Run CMD on the clean fleet first (the reference)");
+  exec->add_option("--timeout", x->timeout, "Stop each run of CMD after SECONDS; exit 124")->check(CLI::PositiveNumber);
+  exec->add_option("cmd", x->cmd, "The command, after --: run here, directly (typically an srun of its own)");
+  exec->positionals_at_end(true);
+  exec->callback([chosen, x, &g] { *chosen = [x, &g] { return run_fleet_exec(*x, g); }; });
+  add_pass_on(fleet, g, chosen, "verify", "verify-native", "verify-native on every node", verify_native_command);
+  add_pass_on(fleet, g, chosen, "revert", "revert", "revert on every node (a step whose coordinator died: --fleet-id)", revert_command);
+  add_pass_on(fleet, g, chosen, "status", "status", "status on every node: each entry with its fleet id and owner", status_command);
+  return [chosen] { return (*chosen)(); };
+}
+
+}  // namespace overlay::cli

@@ -1,0 +1,151 @@
+// The fleet's decisions (src/fleet.cpp) against a scripted FleetRunner: which nodes are reverted,
+// what the outcome says, and how srun's labelled output is read.
+#include "overlay/fleet.hpp"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+using namespace overlay;
+
+namespace {
+
+// Each call answers per node from `script(phase, node)`: an exit status, or -1 for "no answer".
+class ScriptedRunner : public FleetRunner {
+ public:
+  explicit ScriptedRunner(std::function<int(const std::string&, const std::string&)> s) : script_(std::move(s)) {}
+  const std::vector<std::string>& nodes() const override { return nodes_; }
+  std::vector<NodeAnswer> run(const std::vector<std::string>& argv, const std::vector<std::string>& on) override {
+    calls.push_back({argv.front(), on.empty() ? nodes_ : on});
+    std::vector<NodeAnswer> out;
+    for (const auto& n : calls.back().second) {
+      int rc = script_(argv.front(), n);
+      if (rc < 0) out.push_back({n, false, -1, nullptr, "no result"});
+      else out.push_back({n, true, rc, {{"exit", rc}}, ""});
+    }
+    return out;
+  }
+  std::string describe() const override { return "scripted"; }
+  std::vector<std::pair<std::string, std::vector<std::string>>> calls;
+
+ private:
+  std::vector<std::string> nodes_ = {"n1", "n2", "n3"};
+  std::function<int(const std::string&, const std::string&)> script_;
+};
+
+FleetCommands commands() { return {{"apply"}, {"verify"}, {"revert"}, {"clean"}}; }
+
+}  // namespace
+
+TEST(Fleet, AllAppliedAndVerifiedIsOkWithoutRevert) {
+  ScriptedRunner r([](const std::string&, const std::string&) { return 0; });
+  FleetReport rep = fleet_apply(r, commands());
+  EXPECT_EQ(rep.outcome, "ok");
+  ASSERT_EQ(r.calls.size(), 2u);  // apply, verify: nothing else
+  for (const auto& n : r.nodes()) EXPECT_EQ(rep.state[n], NodeState::applied);
+}
+
+TEST(Fleet, OneBuildFailingRevertsEveryNode) {
+  ScriptedRunner r([](const std::string& phase, const std::string& node) { return phase == "apply" && node == "n2" ? 1 : 0; });
+  FleetReport rep = fleet_apply(r, commands());
+  EXPECT_EQ(rep.outcome, "partial");
+  EXPECT_EQ(rep.failed, std::vector<std::string>{"n2"});
+  EXPECT_EQ(rep.rolled_back, (std::vector<std::string>{"n1", "n3"}));
+  EXPECT_TRUE(rep.revert_complete);
+  ASSERT_EQ(r.calls.size(), 2u);  // no verify after a failed apply
+  EXPECT_EQ(r.calls[1].first, "revert");
+  EXPECT_EQ(r.calls[1].second.size(), 3u);  // n2 too: its failed build keeps its entry recorded
+  EXPECT_EQ(rep.state["n2"], NodeState::failed);
+  EXPECT_EQ(rep.state["n1"], NodeState::rolled_back);
+}
+
+TEST(Fleet, VerifyFailingOnOneNodeRevertsAll) {
+  ScriptedRunner r([](const std::string& phase, const std::string& node) { return phase == "verify" && node == "n3" ? 2 : 0; });
+  FleetReport rep = fleet_apply(r, commands());
+  EXPECT_EQ(rep.outcome, "partial");
+  EXPECT_EQ(rep.failed, std::vector<std::string>{"n3"});
+  EXPECT_EQ(r.calls.back().first, "revert");
+}
+
+TEST(Fleet, SilentNodeIsRevertedInAStepOfItsOwn) {
+  int revert_calls = 0;
+  ScriptedRunner r([&](const std::string& phase, const std::string& node) {
+    if (phase == "revert") ++revert_calls;
+    return phase == "apply" && node == "n2" ? -1 : 0;
+  });
+  FleetReport rep = fleet_apply(r, commands());
+  EXPECT_EQ(rep.outcome, "partial");
+  ASSERT_EQ(r.calls.size(), 3u);  // apply, revert on n1+n3, revert on n2
+  EXPECT_EQ(r.calls[1].second, (std::vector<std::string>{"n1", "n3"}));
+  EXPECT_EQ(r.calls[2].second, std::vector<std::string>{"n2"});
+  EXPECT_TRUE(rep.revert_complete);  // n2 answered its revert
+  EXPECT_TRUE(rep.unreachable.empty());
+  EXPECT_EQ(rep.state["n2"], NodeState::rolled_back);
+}
+
+TEST(Fleet, NodeSilentThroughTheRollbackLeavesItIncompleteAndNamed) {
+  ScriptedRunner r([](const std::string& phase, const std::string& node) {
+    if (node == "n3") return -1;
+    return phase == "apply" && node == "n1" ? 1 : 0;
+  });
+  FleetReport rep = fleet_apply(r, commands());
+  EXPECT_FALSE(rep.revert_complete);
+  EXPECT_EQ(rep.unreachable, std::vector<std::string>{"n3"});
+  EXPECT_EQ(rep.failed, std::vector<std::string>{"n1"});
+  EXPECT_EQ(rep.rolled_back, std::vector<std::string>{"n2"});
+  EXPECT_EQ(rep.state["n3"], NodeState::unreachable);
+  nlohmann::json j = rep.to_json();
+  EXPECT_EQ(j["nodes"]["n3"]["state"], "unreachable");
+  EXPECT_FALSE(j["nodes"]["n3"]["revert"]["arrived"].get<bool>());
+}
+
+TEST(Fleet, EveryNodeFailingIsFailed) {
+  ScriptedRunner r([](const std::string& phase, const std::string&) { return phase == "apply" ? 1 : 0; });
+  EXPECT_EQ(fleet_apply(r, commands()).outcome, "failed");
+}
+
+TEST(Fleet, CleanCheckNamesTheNodeThatIsNot) {
+  ScriptedRunner r([](const std::string& phase, const std::string& node) { return phase == "clean" && node == "n1" ? 1 : 0; });
+  FleetReport rep = fleet_apply(r, commands());
+  fleet_revert(r, commands(), rep);
+  EXPECT_FALSE(fleet_clean(r, commands(), rep));
+  EXPECT_EQ(rep.state["n1"], NodeState::not_clean);
+  EXPECT_EQ(rep.state["n2"], NodeState::clean);
+}
+
+TEST(Fleet, LabelledOutputIsReadPerTask) {
+  std::string out =
+      " 1: {\"exit\":2,\"node\":\"b\",\"error\":\"x\"}\n"
+      "0: not json\n"
+      "0: {\"exit\":0,\"node\":\"a\"}\n"
+      "2: {\"exit\":0,\"no\n"  // cut short: the node's answer never arrived whole
+      "garbage\n"
+      "7: {\"exit\":0}\n";  // no such task
+  auto a = answers_from_labelled(out, {"a", "b", "c"}, "srun: exit 1");
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_TRUE(a[0].ok());
+  EXPECT_TRUE(a[1].arrived);
+  EXPECT_EQ(a[1].exit, 2);
+  EXPECT_FALSE(a[2].arrived);
+  EXPECT_EQ(a[2].why, "srun: exit 1");
+}
+
+TEST(Fleet, ALongDocumentCutIntoLabelledPiecesIsJoined) {
+  std::string out = "1: {\"exit\":0,\"nod\n0: {\"exit\":3}\n1: e\":\"b\",\"pad\":\"xx\"}\n";
+  auto a = answers_from_labelled(out, {"a", "b"}, "none");
+  ASSERT_TRUE(a[1].arrived);
+  EXPECT_EQ(a[1].doc["pad"], "xx");
+  EXPECT_EQ(a[0].exit, 3);
+}
+
+TEST(Fleet, TheNodesOwnNameWinsOverTheTaskOrder) {
+  auto a = answers_from_labelled("0: {\"exit\":0,\"node\":\"c\"}\n", {"a", "b", "c"}, "none");
+  EXPECT_FALSE(a[0].arrived);
+  EXPECT_TRUE(a[2].arrived);
+}
+
+TEST(Fleet, IdsAreDistinctSafeNames) {
+  std::string a = new_fleet_id(), b = new_fleet_id();
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.find_first_not_of("f0123456789abcdef-"), std::string::npos) << a;
+}
