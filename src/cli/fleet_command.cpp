@@ -309,6 +309,7 @@ struct PassOn {
   CLI::App* sub = nullptr;
   std::string fleet_id;
   std::string counterpart;
+  Handler counterpart_handler;  // unused, but it owns the storage the counterpart's flags write to
 };
 
 std::string node_summary(const std::string& counterpart, const nlohmann::json& doc) {
@@ -365,7 +366,7 @@ void add_pass_on(CLI::App& fleet, const Globals& g, const std::shared_ptr<Handle
   CLI::App* sub = fleet.add_subcommand(name, help);
   p->sub = sub;
   p->counterpart = counterpart;
-  (void)setup(*sub, g);  // the counterpart's flags, as it has them; its handler runs on the nodes
+  p->counterpart_handler = setup(*sub, g);  // the counterpart's flags, as it has them; its handler runs on the nodes
   if (std::string(name) == "revert")
     sub->add_option("--fleet-id", p->fleet_id, "Revert only this fleet step's entries (its id: patch id on every node); nodes without any are fine")
         ->excludes("--patch-id")
