@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 #include "overlay/error.hpp"
 #include "overlay/liveness.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/in_flight.hpp"
+#include "overlay/layers.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/native.hpp"
 #include "overlay/store.hpp"
@@ -74,7 +76,8 @@ double age_seconds(const FileInfo& fi) {
 }
 
 RevertOptions gc_revert_options(Disk& disk, const fs::path& overlay, const GcOptions& opts) {
-  RevertOptions o{false, opts.lock_timeout, {}, std::nullopt, std::nullopt, {}};
+  RevertOptions o;
+  o.lock_timeout = opts.lock_timeout;
   o.spare_if = [&disk, overlay](const Manifest& m) { return why_live(disk, overlay, m); };
   return o;
 }
@@ -106,6 +109,11 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
   if (opts.dry_run) return {overlay, GcOutcome::would_revert, ""};
   RevertReport r = revert_natives(disk, overlay, gc_revert_options(disk, overlay, opts));
   if (r.spared) return {overlay, GcOutcome::skipped, *r.spared};  // became live before the lock was ours
+  if (!r.blocked_by.empty()) {
+    std::string who;
+    for (const auto& b : r.blocked_by) who += (who.empty() ? "" : ", ") + b;
+    return {overlay, GcOutcome::skipped, "a layer stacked on it is still applied (" + who + "): it goes first"};
+  }
   if (r.ok()) {
     // Reverted on disk; a process that still maps a replaced artifact runs the patched code.
     std::string still;
@@ -128,6 +136,19 @@ GcItem consider_one(Disk& disk, const fs::path& overlay, const FileInfo& mfi, co
     relevant = true;
     return {overlay, GcOutcome::failed, e.what()};
   }
+}
+
+// How many layers an overlay stands on (0: none), by its items' layer refs; a cycle stops at 8.
+std::size_t layer_depth(ManifestCache& cache, const std::string& overlay, int guard) {
+  const auto& m = cache.get(overlay);
+  if (!m || guard > 8) return 0;
+  std::set<std::string> lowers;
+  for (const auto& e : m->natives)
+    for (const auto& p : tracked_paths(e))
+      if (const LayerRef* l = layer_of(e, p)) lowers.insert(l->overlay);
+  std::size_t d = 0;
+  for (const auto& l : lowers) d = std::max(d, 1 + layer_depth(cache, l, guard + 1));
+  return d;
 }
 
 }  // namespace
@@ -169,6 +190,14 @@ GcReport gc_stale(Disk& disk, const fs::path& root_in, const GcOptions& opts) {
   });
   for (const auto& [path, fi] : found) with_backups.erase(path.parent_path());
   for (const auto& ov : with_backups) found.emplace_back(ov / kManifestName, disk.info(ov / kBackupDirName, Follow::no));
+  // Layers top-down: an overlay stacked on others (add-native --over) before those under it, so
+  // a dead run's candidate goes before the accepted changes it stands on.
+  ManifestCache cache(disk);
+  std::map<std::string, std::size_t> depth;
+  for (const auto& [path, fi] : found) depth[path.parent_path().string()] = layer_depth(cache, path.parent_path().string(), 0);
+  std::stable_sort(found.begin(), found.end(), [&](const auto& a, const auto& b) {
+    return depth[a.first.parent_path().string()] > depth[b.first.parent_path().string()];
+  });
   for (const auto& [path, fi] : found) {
     bool relevant = false;
     GcItem item = consider_one(disk, path.parent_path(), fi, opts, relevant);

@@ -44,13 +44,28 @@ fs::path HoldRegistry::hold_file(const fs::path& path) const { return dir_ / (sh
 
 namespace {
 
+std::optional<std::string> opt_sha_of(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? std::optional<std::string>(j[key].get<std::string>()) : std::nullopt;
+}
+
+// The layers under the holder, nearest first: a path each (as an earlier version wrote them), or
+// {overlay, original_sha256, patched_sha256}.
+std::vector<HoldLayer> under_of(const json& j) {
+  std::vector<HoldLayer> out;
+  if (!j.contains("under") || !j["under"].is_array()) return out;
+  for (const auto& u : j["under"]) {
+    if (u.is_string()) out.push_back({u.get<std::string>(), std::nullopt, std::nullopt});
+    else if (u.is_object() && u.contains("overlay") && u["overlay"].is_string())
+      out.push_back({u["overlay"].get<std::string>(), opt_sha_of(u, "original_sha256"), opt_sha_of(u, "patched_sha256")});
+  }
+  return out;
+}
+
 // The overlays a hold record names: the holder first, then those under it.
 std::vector<fs::path> named_overlays(const json& j) {
   std::vector<fs::path> out;
   if (j.contains("overlay") && j["overlay"].is_string()) out.emplace_back(j["overlay"].get<std::string>());
-  if (j.contains("under") && j["under"].is_array())
-    for (const auto& u : j["under"])
-      if (u.is_string()) out.emplace_back(u.get<std::string>());
+  for (auto& u : under_of(j)) out.push_back(std::move(u.overlay));
   return out;
 }
 
@@ -62,10 +77,7 @@ std::optional<Hold> HoldRegistry::hold_of(const fs::path& path) {
   try {
     json j = parse_json_bytes(read_small_file(disk_, f, 1 << 16));
     if (j.value("path", "") != path.string() || !j.contains("overlay") || !j["overlay"].is_string()) return std::nullopt;
-    std::vector<fs::path> all = named_overlays(j);
-    Hold h{all.front(), std::vector<fs::path>(all.begin() + 1, all.end()), std::nullopt, std::nullopt, false};
-    if (j.contains("original_sha256") && j["original_sha256"].is_string()) h.original_sha256 = j["original_sha256"].get<std::string>();
-    if (j.contains("patched_sha256") && j["patched_sha256"].is_string()) h.patched_sha256 = j["patched_sha256"].get<std::string>();
+    Hold h{j["overlay"].get<std::string>(), under_of(j), opt_sha_of(j, "original_sha256"), opt_sha_of(j, "patched_sha256"), false};
     h.artifact = j.value("artifact", false);
     return h;
   } catch (const std::exception&) {
@@ -126,7 +138,12 @@ void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   if (hold.artifact) j["artifact"] = true;
   if (!hold.under.empty()) {
     j["under"] = json::array();
-    for (const auto& u : hold.under) j["under"].push_back(u.string());
+    for (const auto& u : hold.under) {
+      json l = {{"overlay", u.overlay.string()}};
+      if (u.original_sha256) l["original_sha256"] = *u.original_sha256;
+      if (u.patched_sha256) l["patched_sha256"] = *u.patched_sha256;
+      j["under"].push_back(std::move(l));
+    }
   }
   fs::path tmp = hold_file(p);
   tmp += ".tmp";
@@ -212,7 +229,13 @@ std::vector<OrphanHold> HoldRegistry::orphans() {
     try {
       json j = parse_json_bytes(read_small_file(disk_, dir_ / e.name, 1 << 16));
       if (!j.contains("path") || !j["path"].is_string()) continue;
-      if (auto o = orphan_of(j["path"].get<std::string>())) out.push_back(std::move(*o));
+      std::string path = j["path"].get<std::string>();
+      if (auto o = orphan_of(path)) out.push_back(std::move(*o));
+      // A layer under the holder that vanished: its original went with it, whatever is on top.
+      auto h = hold_of(path);
+      for (const auto& u : h ? h->under : std::vector<HoldLayer>{})
+        if (vanished(u.overlay))
+          if (auto o = judge_orphan(path, Hold{u.overlay, {}, u.original_sha256, u.patched_sha256, h->artifact})) out.push_back(std::move(*o));
     } catch (const std::exception&) {
       // an unreadable hold names nothing
     }
@@ -230,45 +253,89 @@ std::optional<OrphanHold> HoldRegistry::lost_original(const fs::path& p, const H
   return o;
 }
 
-std::optional<std::string> HoldRegistry::why_taken(const fs::path& p, const fs::path& overlay) {
+std::optional<std::string> HoldRegistry::why_taken(const fs::path& p, const fs::path& overlay, const std::optional<fs::path>& over) {
   auto h = hold_of(p);
   if (!h) return std::nullopt;
+  if (over && h->overlay == *over && still_holds(*over, p)) return std::nullopt;
   if (still_holds(h->overlay, p))
-    return h->overlay == overlay ? std::nullopt : std::optional<std::string>(p.string() + " is held by overlay " + h->overlay.string() + " (revert it first)");
+    return h->overlay == overlay ? std::nullopt
+                                 : std::optional<std::string>(p.string() + " is held by overlay " + h->overlay.string() +
+                                                              " (revert it first, or stack on it with --over " + h->overlay.string() + ")");
   if (auto o = lost_original(p, *h)) return p.string() + " was changed by " + o->describe();
   return std::nullopt;
 }
 
-HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force, double lock_timeout) {
+// Whether `p` is taken as a layer on `lower`: lower records a change to it, `overlay` does not
+// (a second entry of its own stacks on its own change), and no overlay above lower holds it;
+// refused (Error naming the one above) where one does. A vanished holder above lower whose bytes
+// are in place is refused too, unless forced (then taken over as a plain --force does).
+bool HoldRegistry::layered_on(const fs::path& p, const std::optional<Hold>& h, const fs::path& overlay, const fs::path& lower,
+                              bool force) {
+  if (!still_holds(lower, p) || still_holds(overlay, p)) return false;
+  if (!h || h->overlay == lower || h->overlay == overlay) return true;
+  if (still_holds(h->overlay, p))
+    throw Error(p.string() + " is held by overlay " + h->overlay.string() + ", above " + lower.string() +
+                " (revert it first, or stack on it with --over " + h->overlay.string() + ")");
+  auto o = lost_original(p, *h);
+  if (!o) return true;
+  if (force) return false;
+  throw Error(p.string() + " was changed by " + o->describe() + ", on top of " + lower.string() +
+              ": revert that overlay where it is now, or revert " + lower.string() + " (which restores the original)");
+}
+
+std::optional<fs::path> HoldRegistry::live_under(const fs::path& p, const Hold& h, const fs::path& overlay) {
+  for (const auto& u : h.under)
+    if (u.overlay != overlay && still_holds(u.overlay, p)) return u.overlay;
+  return std::nullopt;
+}
+
+HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force, double lock_timeout,
+                                const std::optional<fs::path>& over) {
   make_dirs(disk_, dir_, 0700);
   HoldClaim claim;
   std::vector<fs::path> paths;
   for (const auto& f : files) paths.push_back(f.path);
   claim.locks = lock_paths(paths, lock_timeout);
   OverlayLock lock(dir_, lock_timeout);
-  for (const auto& p : paths) {
+  std::vector<bool> layer(paths.size(), false);
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    const fs::path& p = paths[i];
     auto h = hold_of(p);
+    if (over && (layer[i] = layered_on(p, h, overlay, *over, force))) {
+      claim.previous.emplace_back(p, h);
+      continue;
+    }
     // Our own path counts as another holder once its record no longer lists the file: a harness
     // that deletes the candidate folder and makes it again at the same path.
     if (h && (h->overlay != overlay || !still_holds(overlay, p))) {
       if (!force && h->overlay != overlay && still_holds(h->overlay, p))
-        throw Error(p.string() + " is held by overlay " + h->overlay.string() + " (revert it first, or pass --force)");
+        throw Error(p.string() + " is held by overlay " + h->overlay.string() + " (revert it first, stack on it with --over " +
+                    h->overlay.string() + ", or pass --force)");
       if (auto o = lost_original(p, *h)) {
         if (!force)
           throw Error(p.string() + " was changed by " + o->describe() + ": revert that overlay where it is now, restore the file, or pass --force to take its current bytes as the original");
         claim.warnings.push_back("taking over " + p.string() + " from " + o->describe() + ": the original bytes are lost; what it holds now is backed up as the original");
+      } else if (auto below = live_under(p, *h, overlay); below && !force) {
+        // The top vanished after putting back the bytes below it: the layer under it still holds.
+        throw Error(p.string() + " is held by overlay " + below->string() + " (under " + h->overlay.string() +
+                    ", which has vanished): revert it first, stack on it with --over " + below->string() + ", or pass --force");
       }
     }
     claim.previous.emplace_back(p, h);
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
     const auto& [p, before] = claim.previous[i];
-    // Taken over with --force: the overlays whose changes this one stacks on stay named under it.
-    // An artifact's original is noted from its backup (note_originals): never read twice.
+    // Stacked on another overlay (--over, or taken over with --force): the overlays whose changes
+    // this one stacks on stay named under it, each with its checksums. An artifact's original is
+    // noted from its backup (note_originals): never read twice.
     Hold now{overlay, {}, files[i].artifact ? std::nullopt : sha_now(disk_, p), files[i].patched_sha256.value_or(""),
              files[i].artifact};
-    if (before && before->overlay != overlay) {
-      now.under.push_back(before->overlay);
+    if (layer[i] && (!before || before->overlay != *over)) {
+      // The registry lost the lower's hold (or names a vanished one above it): the lower is named
+      // from its record, its checksums unknown here.
+      now.under.push_back({*over, std::nullopt, std::nullopt});
+    } else if (before && before->overlay != overlay) {
+      now.under.push_back({before->overlay, before->original_sha256, before->patched_sha256});
       now.under.insert(now.under.end(), before->under.begin(), before->under.end());
     } else if (before && still_holds(overlay, p)) {
       now.under = before->under;
@@ -324,13 +391,50 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
   };
   for (const auto& p : paths) {
     auto h = hold_of(p);
-    if (!h || (h->overlay != overlay && !moved_here(p, *h)) || records_change_to(recorded, p)) continue;
-    // The nearest overlay under it whose change to p is still on record holds p again.
-    auto next = std::find_if(h->under.begin(), h->under.end(), [&](const fs::path& u) { return u != overlay && still_holds(u, p); });
-    if (next == h->under.end())
+    if (!h || records_change_to(recorded, p)) continue;
+    std::vector<HoldLayer> chain{{h->overlay, h->original_sha256, h->patched_sha256}};
+    chain.insert(chain.end(), h->under.begin(), h->under.end());
+    // Where the reverted overlay stands in the file's stack: on top (or on top under its old path,
+    // moved since), or under layers that all vanished (their bytes just gave way to its original).
+    std::size_t at = h->overlay == overlay || moved_here(p, *h) ? 0 : chain.size();
+    for (std::size_t i = 1; at == chain.size() && i < chain.size() && vanished(chain[i - 1].overlay); ++i)
+      if (chain[i].overlay == overlay) at = i;
+    if (at == chain.size()) continue;
+    // The nearest layer under it whose change to p is still on record holds p again, with the
+    // checksums it had there; so does one that vanished, whose bytes may be what this revert put
+    // back (status --all and which then name it, and what the file holds against its record).
+    auto next = std::find_if(chain.begin() + static_cast<std::ptrdiff_t>(at) + 1, chain.end(), [&](const HoldLayer& u) {
+      return u.overlay != overlay && (still_holds(u.overlay, p) || vanished(u.overlay));
+    });
+    if (next == chain.end())
       disk_.remove(hold_file(p));
     else
-      write_hold(p, Hold{*next, std::vector<fs::path>(next + 1, h->under.end()), std::nullopt, std::nullopt, false});
+      write_hold(p, Hold{next->overlay, std::vector<HoldLayer>(next + 1, chain.end()), next->original_sha256,
+                         next->patched_sha256, h->artifact});
+  }
+}
+
+bool HoldRegistry::vanished(const fs::path& ov) {
+  try {
+    return !load_manifest(disk_, ov);
+  } catch (const Error&) {
+    return false;  // there, but unreadable
+  }
+}
+
+void HoldRegistry::transfer(const std::vector<fs::path>& paths, const fs::path& from, const fs::path& into, double lock_timeout) {
+  if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
+  OverlayLock lock(dir_, lock_timeout);
+  for (const auto& p : paths) {
+    auto h = hold_of(p);
+    if (!h || h->overlay != from) continue;
+    Hold now = *h;
+    now.overlay = into;
+    if (!h->under.empty() && h->under.front().overlay == into) {
+      now.original_sha256 = h->under.front().original_sha256;  // the lower's original: one layer fewer
+      now.under.erase(now.under.begin());
+    }
+    write_hold(p, now);
   }
 }
 

@@ -321,7 +321,75 @@ std::vector<std::string> read_litter(const json& doc) {
   return out;
 }
 
+// A plain name (an entry or fold id): no '/', not empty, no NUL.
+std::string plain_name(const json& obj, const char* key) {
+  std::string s = req_string(obj, key);
+  if (!is_safe_relative(s) || s.find('/') != std::string::npos) bad(key, "not a plain name: " + s);
+  return s;
+}
+
+std::vector<std::string> names_at(const json& obj, const char* key, bool absolute) {
+  std::vector<std::string> out;
+  const json* v = find(obj, key);
+  if (v == nullptr || v->is_null()) return out;
+  if (!v->is_array()) bad(key, "expected an array");
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    json one = {{index_key(key, i), (*v)[i]}};  // read as a key of its own, so a problem names it
+    const std::string k = index_key(key, i);
+    out.push_back(absolute ? abs_path(one, k.c_str()) : plain_name(one, k.c_str()));
+  }
+  return out;
+}
+
+json fold_json(const FoldMark& f, const char* side) {
+  json j = {{side, f.overlay}, {"fold", f.fold}, {"entries", f.entries}};
+  if (std::string(side) == "from") j["state"] = f.committed ? "committed" : "pending";
+  return j;
+}
+
+void read_folds(const json& doc, Manifest& m) {
+  if (present(doc, "fold_out")) {
+    const json& v = doc["fold_out"];
+    if (!v.is_object() || !v.contains("into")) bad("fold_out", "expected {into, fold, entries}");
+    m.fold_out = read_at<FoldMark>(doc, "fold_out");
+  }
+  for (const json& f : array_of_objects(doc, "folds_in"))
+    if (!f.contains("from")) bad("folds_in", "expected {from, fold, entries, state}");
+  m.folds_in = read_items<FoldMark>(doc, "folds_in");
+}
+
 }  // namespace
+
+void from_json(const json& j, FoldMark& f) {
+  if (!j.is_object()) bad("", "expected an object");
+  f.overlay = abs_path(j, j.contains("into") ? "into" : "from");
+  f.fold = plain_name(j, "fold");
+  f.entries = names_at(j, "entries", false);
+  std::string state = opt_string(j, "state").value_or("pending");
+  if (state != "pending" && state != "committed") bad("state", "expected pending or committed");
+  f.committed = state == "committed";
+}
+
+void from_json(const json& j, LayerRef& l) {
+  if (!j.is_object()) bad("", "expected {overlay, entry, pristine_sha256}");
+  l.overlay = abs_path(j, "overlay");
+  l.entry = plain_name(j, "entry");
+  l.pristine_sha256 = req_string(j, "pristine_sha256");
+  if (!l.pristine_sha256.empty() && !is_sha256_hex(l.pristine_sha256))
+    bad("pristine_sha256", "expected a 64-digit hex SHA-256 or \"\"");
+}
+
+void to_json(json& j, const LayerRef& l) {
+  j = {{"overlay", l.overlay}, {"entry", l.entry}, {"pristine_sha256", l.pristine_sha256}};
+}
+
+void from_json(const json& j, UpperRef& u) {
+  u.overlay = abs_path(j, "overlay");
+  u.entry = plain_name(j, "entry");
+  u.paths = names_at(j, "paths", true);
+}
+
+void to_json(json& j, const UpperRef& u) { j = {{"overlay", u.overlay}, {"entry", u.entry}, {"paths", u.paths}}; }
 
 void from_json(const json& j, PinnedDir& p) {
   if (!j.is_object()) bad("", "expected {path, dev, ino}");
@@ -359,6 +427,7 @@ void from_json(const json& j, SourceItem& s) {
   s.patched_sha256 = opt_sha(j, "patched_sha256");
   s.parent = opt_at<PinnedDir>(j, "parent");
   s.deleted = opt_bool(j, "deleted", false);
+  s.layer = opt_at<LayerRef>(j, "layer");
   s.raw = j;
 }
 
@@ -369,12 +438,14 @@ void to_json(json& j, const SourceItem& s) {
   if (s.patched_sha256) j["patched_sha256"] = *s.patched_sha256;
   if (s.parent) j["parent"] = *s.parent;
   if (s.deleted) j["deleted"] = true;
+  put_or_erase(j, "layer", s.layer.has_value(), s.layer ? json(*s.layer) : json());
 }
 
 void from_json(const json& j, CreatedItem& c) {
   c.path = abs_path(j, "path");
   c.sha256 = sha(j, "sha256");
   c.parent = opt_at<PinnedDir>(j, "parent");
+  c.layer = opt_at<LayerRef>(j, "layer");
   c.raw = j;
 }
 
@@ -383,6 +454,7 @@ void to_json(json& j, const CreatedItem& c) {
   j["path"] = c.path;
   j["sha256"] = c.sha256;
   if (c.parent) j["parent"] = *c.parent;
+  put_or_erase(j, "layer", c.layer.has_value(), c.layer ? json(*c.layer) : json());
 }
 
 void from_json(const json& j, ArtifactItem& a) {
@@ -393,6 +465,7 @@ void from_json(const json& j, ArtifactItem& a) {
   else
     read_original_keys(j, a);
   a.parent = opt_at<PinnedDir>(j, "parent");
+  a.layer = opt_at<LayerRef>(j, "layer");
   a.raw = j;
 }
 
@@ -403,6 +476,7 @@ void to_json(json& j, const ArtifactItem& a) {
   j.update(json(static_cast<const FileBackup&>(a)));
   if (!a.existed) j["backup"] = j["sha256"] = nullptr;
   if (a.parent) j["parent"] = *a.parent;
+  put_or_erase(j, "layer", a.layer.has_value(), a.layer ? json(*a.layer) : json());
 }
 
 // Its path is checked against the cache dir it belongs to by that cache's from_json.
@@ -603,6 +677,8 @@ Manifest parse_manifest(const std::string& text) {
   m.untracked = read_items<UntrackedOutput>(m.doc, "untracked_outputs");
   m.running = read_items<RunningPatched>(m.doc, "running_patched");
   m.litter = read_litter(m.doc);
+  m.layers_above = read_items<UpperRef>(m.doc, "layers_above");
+  read_folds(m.doc, m);
   return m;
 }
 
@@ -652,7 +728,8 @@ std::string serialize_manifest(const Manifest& m) {
   json doc = m.doc.is_object() ? m.doc : json::object();
   // Never a native entry or record: the bytes v3 writes. Once native, always this tool's form.
   bool python_only = m.natives.empty() && m.running.empty() && m.untracked.empty() && m.litter.empty() &&
-                     !doc.contains("natives") && !doc.contains("overlay_format");
+                     m.layers_above.empty() && !m.fold_out && m.folds_in.empty() && !doc.contains("natives") &&
+                     !doc.contains("overlay_format");
   if (python_only) {
     for (const char* key : {"modules", "rebinds", "markers", "captures"})
       if (!doc.contains(key) || doc[key].is_null()) doc[key] = json::array();
@@ -664,6 +741,11 @@ std::string serialize_manifest(const Manifest& m) {
   put_or_erase(doc, "running_patched", !m.running.empty(), m.running);
   put_or_erase(doc, "untracked_outputs", !m.untracked.empty(), m.untracked);
   put_or_erase(doc, "litter", !m.litter.empty(), m.litter);
+  put_or_erase(doc, "layers_above", !m.layers_above.empty(), m.layers_above);
+  put_or_erase(doc, "fold_out", m.fold_out.has_value(), m.fold_out ? fold_json(*m.fold_out, "into") : json());
+  json folds = json::array();
+  for (const auto& f : m.folds_in) folds.push_back(fold_json(f, "from"));
+  put_or_erase(doc, "folds_in", !m.folds_in.empty(), folds);
   if (!doc.contains("overlay_format")) doc["overlay_format"] = kManifestFormat;
   return dump_json_bytes(doc, 2) + "\n";
 }

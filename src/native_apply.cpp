@@ -13,6 +13,7 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
+#include "overlay/layers.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"
@@ -86,7 +87,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
   e.id = id;
   for (const auto& swap : plan.swaps) {
     if (swap.kind == SwapKind::create) {
-      e.created.push_back(CreatedItem{swap.target.string(), swap.content_sha256, held.pin(swap.target), json::object()});
+      e.created.push_back(CreatedItem{swap.target.string(), swap.content_sha256, held.pin(swap.target), std::nullopt, json::object()});
       continue;
     }
     auto pin = held.pin(swap.target);
@@ -218,6 +219,36 @@ void note_artifact_originals(HoldRegistry& holds, const NativePlan& plan, const 
   holds.note_originals(originals, plan.overlay, plan.lock_timeout);
 }
 
+// The items of the new entry `e` that stack on the lower overlay's changes become layers
+// (add-native --over): each names the lower's entry and the file's pristine digest, and its
+// backup must be the very bytes the lower's change left there. The lower records the entry
+// ("layers_above") before our record names it, under the lower's lock, which the caller holds
+// from before the backups until that record: no revert of the lower can come in between.
+// A file our own record already changes stacks on our change instead. Throws, nothing touched in
+// the install, where a file holds other bytes than the lower's change left.
+std::vector<std::string> stack_on(Disk& disk, const NativePlan& plan, Manifest& lower, const Manifest& ours, NativeEntry& e) {
+  std::vector<std::string> paths;
+  auto stack = [&](const std::string& path, std::optional<LayerRef>& layer, const std::string& found) {
+    if (recorded_change(ours, path)) return;
+    auto c = recorded_change(lower, path);
+    if (!c) return;
+    if (c->after && *c->after != found)
+      throw Error(path + " holds other bytes than the change of overlay " + plan.over->string() + " (entry " + c->entry +
+                  ") left there (sha256 " + (found.empty() ? std::string("none: missing") : found.substr(0, 16)) + ", not " +
+                  (c->after->empty() ? std::string("missing") : c->after->substr(0, 16)) +
+                  "): changed since; revert that overlay or restore its bytes first");
+    layer = LayerRef{plan.over->string(), c->entry, c->pristine};
+    paths.push_back(path);
+  };
+  for (auto& s : e.sources) stack(s.install_path, s.layer, s.sha256);
+  for (auto& c : e.created) stack(c.path, c.layer, "");
+  for (auto& a : e.artifacts) stack(a.path, a.layer, a.existed ? a.sha256 : "");
+  if (paths.empty()) return paths;
+  lower.layers_above.push_back(UpperRef{plan.overlay.string(), e.id, paths});
+  save_manifest(disk, *plan.over, lower);
+  return paths;
+}
+
 }  // namespace
 
 AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
@@ -230,7 +261,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   // Refused here (nothing touched yet) when another overlay still holds a target; from here to
   // the end of the swap no other add-native can take one of them (the claim's locks).
   HoldRegistry holds(disk, plan.state_dir);
-  HoldClaim claim = holds.acquire(targets, plan.overlay, plan.force, plan.lock_timeout);
+  HoldClaim claim = holds.acquire(targets, plan.overlay, plan.force, plan.lock_timeout, plan.over);
   for (const auto& w : claim.warnings) spdlog::warn("{}", w);
   std::optional<OverlayLock> lock;
   BackupStore store(disk, plan.overlay);
@@ -239,6 +270,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   Manifest m;
   std::string id;
   std::shared_ptr<InFlight> in_flight;
+  std::vector<std::string> layered;
   try {
     make_dirs(disk, plan.overlay);
     lock.emplace(plan.overlay, plan.lock_timeout);
@@ -246,8 +278,18 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     // on record without its operation marked live.
     in_flight = std::make_shared<InFlight>(disk, plan.overlay, plan.op);
     m = load_manifest(disk, plan.overlay).value_or(Manifest{});
+    // --over: the lower's lock (ours first, then the lower's: the one order every verb takes
+    // them in), held from before the backups read its change until our record names the entry.
+    std::optional<OverlayLock> lower_lock;
+    std::optional<Manifest> lower;
+    if (plan.over && disk.info(*plan.over / kManifestName, Follow::no).exists()) {
+      lower_lock.emplace(*plan.over, plan.lock_timeout);
+      lower = load_manifest(disk, *plan.over);
+    }
     id = store.new_entry();
-    m.natives.push_back(back_up(disk, store, plan, id, cloned, held));
+    NativeEntry e = back_up(disk, store, plan, id, cloned, held);
+    if (lower) layered = stack_on(disk, plan, *lower, m, e);
+    m.natives.push_back(std::move(e));
     m.natives.back().patch_id = plan.patch_id;
     if (plan.record_with) plan.record_with(m);
     note_artifact_originals(holds, plan, m.natives.back());
@@ -298,7 +340,8 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     }
   }
   store.purge(store.take_litter());
-  return {id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size(), in_flight};
+  return {id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size(), in_flight,
+          layered};
 }
 
 BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry) {

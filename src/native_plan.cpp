@@ -40,6 +40,15 @@ void check_overlay_dir(Disk& disk, const fs::path& overlay) {
   if (fi.exists()) load_manifest(disk, overlay);  // a malformed manifest is refused up front
 }
 
+// --over LOWER: another overlay than this one; one that does not exist yet is a plain add.
+fs::path checked_lower(Disk& disk, const fs::path& lower, const fs::path& overlay) {
+  if (lower == overlay) throw Error("--over names this overlay itself: " + lower.string());
+  FileInfo fi = disk.info(lower, Follow::yes);
+  if (fi.exists() && fi.type != FileType::directory) throw Error("--over: not an overlay directory: " + lower.string());
+  if (fi.exists()) load_manifest(disk, lower);  // a malformed record is refused up front
+  return lower;
+}
+
 std::vector<fs::path> checked_artifacts(Disk& disk, const AddNativeRequest& req) {
   std::vector<fs::path> out;
   for (const auto& a : req.artifacts) {
@@ -112,7 +121,36 @@ std::vector<NativePlan::Swap> tree_swaps(Disk& disk, const AddNativeRequest& req
   return swaps;
 }
 
+// Changes given whole (replay): each target checked as a diff's would be.
+std::vector<NativePlan::Swap> given_swaps(Disk& disk, const AddNativeRequest& req, const NativePlan& plan) {
+  if (!req.targets.empty() || !req.patched_files.empty() || req.patch || req.patch_root)
+    throw Error("changes given whole take no --target, --patched-file or --patch");
+  std::vector<NativePlan::Swap> swaps;
+  for (const auto& c : req.changes) {
+    NativePlan::Swap s;
+    s.kind = c.kind;
+    fs::path target = absolute_normal(c.target);
+    if (c.kind == SwapKind::create) {
+      if (disk.info(target, Follow::no).exists()) throw Error("file to create already exists: " + target.string());
+      s.target = disk.real_path(existing_dir(disk, target.parent_path(), "directory of the file to create")) / target.filename();
+    } else {
+      s.target = existing_file(disk, target, "file to change");
+    }
+    if (inside(s.target, plan.overlay)) throw Error("file to change lies inside the overlay: " + s.target.string());
+    for (const auto& other : swaps)
+      if (other.target == s.target) throw Error("file changed twice: " + s.target.string());
+    if (c.kind != SwapKind::remove) {
+      s.content = existing_file(disk, absolute_normal(c.content), "new content");
+      s.content_mode = disk.info(s.content, Follow::no).mode;
+      s.content_sha256 = hash_file(disk, s.content);
+    }
+    swaps.push_back(std::move(s));
+  }
+  return swaps;
+}
+
 std::vector<NativePlan::Swap> checked_swaps(Disk& disk, const AddNativeRequest& req, NativePlan& plan) {
+  if (!req.changes.empty()) return given_swaps(disk, req, plan);
   if (req.patch_root) return tree_swaps(disk, req, plan);
   if (req.targets.empty()) throw Error("no --target given (or --patch with --patch-root)");
   if (req.patch && (req.targets.size() != 1 || !req.patched_files.empty()))
@@ -242,6 +280,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   plan.force = req.force;
   plan.state_dir = req.state_dir.empty() ? HoldRegistry::default_state_dir() : req.state_dir;
   check_overlay_dir(disk, plan.overlay);
+  if (req.over) plan.over = checked_lower(disk, absolute_normal(*req.over), plan.overlay);
   plan.artifacts = checked_artifacts(disk, req);
   plan.caches = checked_caches(disk, req, plan.overlay);
   plan.cache_ways = cache_decisions(disk, plan.caches, plan.overlay, req.cache_snapshot);

@@ -1,6 +1,7 @@
 #include "overlay/native_revert.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -8,7 +9,9 @@
 #include "overlay/engagement.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
+#include "overlay/fold.hpp"
 #include "overlay/holds.hpp"
+#include "overlay/layers.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"
@@ -25,7 +28,7 @@ HoldRegistry holds_of(Disk& disk, const RevertOptions& opts) {
 class Reverter {
  public:
   Reverter(Disk& disk, const fs::path& overlay, const RevertOptions& opts, RevertReport& report)
-      : disk_(disk), store_(disk, overlay), opts_(opts), report_(report) {}
+      : disk_(disk), store_(disk, overlay), opts_(opts), report_(report), lowers_(disk) {}
 
   // Restores one entry; true when every item is back at its original state. Each item is acted
   // on under the directory add-native pinned for it, or refused when that no longer stands.
@@ -34,15 +37,22 @@ class Reverter {
     for (auto it = e.caches.rbegin(); it != e.caches.rend(); ++it)
       ok &= attempt(it->dir, [&] { return cache(*it, place(it->dir, it->parent)); });
     for (auto it = e.artifacts.rbegin(); it != e.artifacts.rend(); ++it)
-      ok &= attempt(it->path, [&] { return artifact(*it, place(it->path, it->parent)); });
+      ok &= attempt(it->path, [&] {
+        PinnedPlace at = place(it->path, it->parent);
+        return reverted_under(it->layer, it->path, at) ? std::string("unchanged") : artifact(*it, at);
+      });
     for (auto it = e.created.rbegin(); it != e.created.rend(); ++it)
-      ok &= attempt(it->path, [&] { return created(place(it->path, it->parent)); });
+      ok &= attempt(it->path, [&] {
+        PinnedPlace at = place(it->path, it->parent);
+        return reverted_under(it->layer, it->path, at) ? std::string("unchanged") : created(at);
+      });
     for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
       ok &= attempt(it->install_path, [&] {
         // Where it goes first: a refusal there is the item's one story, with no warning before it
         // about a replacement that then does not happen.
         PinnedPlace at = place(it->install_path, it->parent);
-        if (!opts_.dry_run) warn_if_drifted(*it);
+        if (reverted_under(it->layer, it->install_path, at)) return std::string("unchanged");
+        if (!opts_.dry_run && vanished_above.count(it->install_path) == 0) warn_if_drifted(*it);
         return file(at, *it, RestoredTime::now);
       });
     return ok;
@@ -115,6 +125,29 @@ class Reverter {
   }
 
   HoldRegistry holds() { return holds_of(disk_, opts_); }
+
+  // A layered item (add-native --over) whose lower overlay no longer holds the file: where the
+  // file holds its pristine bytes again (the lower was reverted under this layer: moved away from
+  // it, or reverted by a tool that knows no layers), putting the lower's bytes back would put a
+  // change nobody records into the install, so the item is left as it is. Where the lower
+  // vanished and the file holds anything else, the lower's bytes go back as recorded, and a note
+  // says the pristine original went with that overlay.
+  bool reverted_under(const std::optional<LayerRef>& layer, const std::string& path, const PinnedPlace& at) {
+    if (!layer) return false;
+    RefState st = lower_state(lowers_, *layer, path);
+    if (st == RefState::live || st == RefState::unreadable) return false;
+    FileInfo fi = disk_.info(at.at(), Follow::no);
+    bool pristine = layer->pristine_sha256.empty() ? !fi.exists()
+                                                   : fi.type == FileType::regular && hash_file(disk_, at.at()) == layer->pristine_sha256;
+    if (pristine) {
+      report_.notes.push_back(path + ": the layer below (" + layer->overlay + ") was reverted under this one; the file already holds its pristine bytes");
+      return true;
+    }
+    if (st == RefState::vanished && !opts_.dry_run)
+      report_.notes.push_back(path + ": the layer below (" + layer->overlay + ", entry " + layer->entry +
+                              ") has vanished: the file gets back that layer's bytes, and its pristine original went with it");
+    return false;
+  }
 
   // A source that holds neither the bytes add-native wrote nor the original was changed since by
   // someone else: its change is about to be replaced by the original, which is said, never silent.
@@ -219,8 +252,11 @@ class Reverter {
   BackupStore store_;
   const RevertOptions& opts_;
   RevertReport& report_;
+  ManifestCache lowers_;
 
  public:
+  // Files a vanished layer above changed (its bytes give way to the originals, said in a note).
+  std::set<std::string> vanished_above;
   BackupStore& store() { return store_; }
 };
 
@@ -268,10 +304,182 @@ void sweep_partial_backups(Disk& disk, const fs::path& overlay, const Manifest& 
   }
 }
 
+// The entries revert_natives is asked for.
+bool selected(const RevertOptions& opts, const NativeEntry& e) {
+  return (!opts.only_entry || e.id == *opts.only_entry) && (!opts.only_patch || e.patch_id == opts.only_patch);
+}
+
+std::set<std::string> selected_paths(const Manifest& m, const RevertOptions& opts) {
+  std::set<std::string> out;
+  for (const auto& e : m.natives)
+    if (selected(opts, e))
+      for (auto& p : tracked_paths(e)) out.insert(std::move(p));
+  return out;
+}
+
+bool stacks_on(const UpperRef& u, const std::set<std::string>& paths) {
+  return std::any_of(u.paths.begin(), u.paths.end(), [&](const std::string& p) { return paths.count(p) != 0; });
+}
+
+std::string layer_name(const UpperRef& u) { return u.overlay + " [" + u.entry + "]"; }
+
+// --with-layers: each live layer stacked on the entries asked for goes first, newest first (its
+// own layers before it, by the same call).
+void unwind_layers(Disk& disk, const fs::path& overlay, const RevertOptions& opts, RevertReport& report) {
+  std::optional<Manifest> m;
+  try {
+    m = load_manifest(disk, overlay);
+  } catch (const Error&) {
+    return;  // the revert itself says why
+  }
+  if (!m) return;
+  ManifestCache cache(disk);
+  std::set<std::string> paths = selected_paths(*m, opts);
+  auto ups = uppers_of(cache, *m);
+  for (auto it = ups.rbegin(); it != ups.rend(); ++it) {
+    const auto& seen = opts.unwinding;
+    if (!it->blocks() || !stacks_on(it->ref, paths) || std::find(seen.begin(), seen.end(), it->ref.overlay) != seen.end()) continue;
+    RevertOptions up = opts;
+    up.only_entry = it->ref.entry;
+    up.only_patch.reset();
+    up.unwinding.push_back(overlay.string());
+    RevertReport r = revert_natives(disk, it->ref.overlay, up);
+    for (auto& p : r.problems) report.problems.push_back({p.path, "layer " + layer_name(it->ref) + ": " + p.reason});
+    report.actions.insert(report.actions.end(), r.actions.begin(), r.actions.end());
+    report.notes.insert(report.notes.end(), r.notes.begin(), r.notes.end());
+    report.layers_reverted.insert(report.layers_reverted.end(), r.layers_reverted.begin(), r.layers_reverted.end());
+    if (r.ok() && r.entries_reverted > 0) report.layers_reverted.push_back(layer_name(it->ref));
+  }
+}
+
+// A live layer stacked on one of the files asked for refuses the whole revert, before anything
+// changes: reverted first, this overlay would put the pristine bytes back under that layer, whose
+// own revert would then put this overlay's change back with nothing on record to say so. A layer
+// that vanished (deleted or moved) refuses nothing: its bytes give way to the originals.
+bool refused_under_layers(const std::vector<Upper>& ups, const Manifest& m, const RevertOptions& opts, RevertReport& report) {
+  std::set<std::string> paths = selected_paths(m, opts), ids;
+  for (const auto& e : m.natives)
+    if (selected(opts, e)) ids.insert(e.id);
+  for (const auto& u : ups) {
+    // A layer stands on the entries its items name (where its record could be read); an entry of
+    // ours stacked on top of it with --force is not under it.
+    bool under = u.on_entries.empty() ? stacks_on(u.ref, paths)
+                                      : std::any_of(u.on_entries.begin(), u.on_entries.end(), [&](const std::string& id) { return ids.count(id) != 0; });
+    if (!under) continue;
+    std::string at = u.ref.paths.front();
+    if (u.blocks()) {
+      report.blocked_by.push_back(layer_name(u.ref));
+      report.problems.push_back({at, "layer " + layer_name(u.ref) + " is stacked on this overlay's change" +
+                                         (u.state == RefState::unreadable ? " (its record cannot be read)" : "") +
+                                         ": revert it first, or revert this overlay with --with-layers"});
+    } else if (u.state == RefState::vanished) {
+      report.notes.push_back(at + ": the layer above (" + layer_name(u.ref) +
+                             ") has vanished (deleted or moved): its bytes give way to the originals");
+    }
+  }
+  return !report.blocked_by.empty();
+}
+
+// The layers above that still stand on a file this overlay records (stale ones, and those on
+// files it no longer records, go); true when any went.
+bool prune_uppers(const std::vector<Upper>& ups, Manifest& m) {
+  std::set<std::string> paths;
+  for (const auto& e : m.natives)
+    for (auto& p : tracked_paths(e)) paths.insert(std::move(p));
+  std::size_t before = m.layers_above.size();
+  std::erase_if(m.layers_above, [&](const UpperRef& r) {
+    auto u = std::find_if(ups.begin(), ups.end(), [&](const Upper& x) { return x.ref == r; });
+    return !stacks_on(r, paths) || (u != ups.end() && u->state == RefState::stale);
+  });
+  return m.layers_above.size() != before;
+}
+
+// A reverted layer is no longer stacked on its lower overlays: each forgets it (matched by its
+// entry id, unique, so an upper moved since is found too). A failure leaves a reference the lower
+// judges stale, never a refusal: it is only a warning here.
+void leave_lowers(Disk& disk, const RevertOptions& opts, const NativeEntry& e) {
+  std::set<std::string> lowers;
+  for (const auto& p : tracked_paths(e))
+    if (const LayerRef* l = layer_of(e, p)) lowers.insert(l->overlay);
+  for (const auto& lower : lowers) {
+    try {
+      if (!disk.info(fs::path(lower) / kManifestName, Follow::no).exists()) continue;
+      OverlayLock lock(lower, opts.lock_timeout);
+      auto lm = load_manifest(disk, lower);
+      if (!lm || std::erase_if(lm->layers_above, [&](const UpperRef& r) { return r.entry == e.id; }) == 0) continue;
+      save_manifest(disk, lower, *lm);
+    } catch (const Error& err) {
+      spdlog::warn("cannot drop layer {} from {}: {}", e.id, lower, err.what());
+    }
+  }
+}
+
+// The entries of `overlay` a live layer stands on (as revert_natives would find them now).
+std::set<std::string> entries_under_layers(Disk& disk, const fs::path& overlay) {
+  std::set<std::string> out;
+  try {
+    auto m = load_manifest(disk, overlay);
+    ManifestCache cache(disk);
+    for (const auto& u : m ? uppers_of(cache, *m) : std::vector<Upper>{})
+      if (u.blocks()) out.insert(u.on_entries.begin(), u.on_entries.end());
+  } catch (const Error&) {
+  }
+  return out;
+}
+
+void merge_report(RevertReport& into, RevertReport&& r) {
+  into.had_manifest = into.had_manifest || r.had_manifest;
+  into.entries = std::max(into.entries, r.entries);
+  into.entries_reverted += r.entries_reverted;
+  into.modules_removed += r.modules_removed;
+  into.actions.insert(into.actions.end(), r.actions.begin(), r.actions.end());
+  into.notes.insert(into.notes.end(), r.notes.begin(), r.notes.end());
+  into.layers_reverted.insert(into.layers_reverted.end(), r.layers_reverted.begin(), r.layers_reverted.end());
+  into.partial_backups_swept.insert(into.partial_backups_swept.end(), r.partial_backups_swept.begin(), r.partial_backups_swept.end());
+  into.problems = std::move(r.problems);
+  into.blocked_by = std::move(r.blocked_by);
+  into.untracked_left = std::move(r.untracked_left);
+  into.still_running = std::move(r.still_running);
+  into.processes_examined += r.processes_examined;
+  into.spared = r.spared;
+}
+
 }  // namespace
 
 RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const RevertOptions& opts) {
   fs::path overlay = absolute_normal(overlay_in);
+  if (opts.with_layers && !opts.dry_run) {
+    // Top-down: the layers above go first. Where one cannot, because an entry of ours was
+    // stacked on top of it with --force (a criss-cross), our entries that no layer stands on go
+    // first, newest first, and the layers are tried again.
+    RevertOptions plain = opts;
+    plain.with_layers = false;
+    RevertReport report;
+    for (int round = 0; round < 8; ++round) {
+      report.problems.clear();
+      unwind_layers(disk, overlay, opts, report);
+      std::vector<RevertProblem> above = report.problems;  // why a layer above could not go
+      merge_report(report, revert_natives(disk, overlay, plain));
+      report.problems.insert(report.problems.begin(), above.begin(), above.end());
+      if (report.blocked_by.empty() || round == 7) return report;
+      std::set<std::string> under = entries_under_layers(disk, overlay);
+      auto m = load_manifest(disk, overlay);
+      bool progress = false;
+      for (std::size_t i = m ? m->natives.size() : 0; i-- > 0;) {
+        const NativeEntry& e = m->natives[i];
+        if (under.count(e.id) != 0) break;  // below here, everything stands under a layer still
+        if (!selected(opts, e)) continue;
+        RevertOptions one = plain;
+        one.only_entry = e.id;
+        one.only_patch.reset();
+        RevertReport r = revert_natives(disk, overlay, one);
+        progress = progress || r.entries_reverted > 0;
+        merge_report(report, std::move(r));
+      }
+      if (!progress) return report;
+    }
+    return report;
+  }
   RevertReport report;
   FileInfo fi = disk.info(overlay / kManifestName, Follow::no);
   if (!fi.exists()) {
@@ -287,6 +495,9 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   auto m = load_manifest(disk, overlay);
   if (!m) return report;
   report.had_manifest = true;
+  // A fold a crash interrupted is settled first: its entries are here, or they are not.
+  if (m->fold_out && !opts.dry_run) settle_fold_out(disk, overlay, *m, opts.lock_timeout, opts.state_dir);
+  bool folds_settled = !opts.dry_run && settle_folds_in(disk, overlay, *m);
   if (opts.spare_if && (report.spared = opts.spare_if(*m))) return report;
   report.entries = m->natives.size();
   std::size_t litter_recorded = m->litter.size();
@@ -300,9 +511,14 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     if (opts.missing_patch_ok) return report;
     throw Error("no entry of patch " + *opts.only_patch + " in " + overlay.string());
   }
+  ManifestCache uppers_cache(disk);
+  std::vector<Upper> ups = uppers_of(uppers_cache, *m);
+  if (refused_under_layers(ups, *m, opts, report) && !(opts.dry_run && opts.with_layers)) return report;
+  bool pruned = !opts.dry_run && prune_uppers(ups, *m);
+  for (const auto& u : ups)
+    if (u.state == RefState::vanished) rev.vanished_above.insert(u.ref.paths.begin(), u.ref.paths.end());
   for (std::size_t i = m->natives.size(); i-- > 0;) {
-    if (opts.only_entry && m->natives[i].id != *opts.only_entry) continue;
-    if (opts.only_patch && m->natives[i].patch_id != opts.only_patch) continue;
+    if (!selected(opts, m->natives[i])) continue;
     if (auto stacked = rev.stacked_over(*m, m->natives[i])) {
       report.problems.push_back(*stacked);  // refused before any of the entry is touched
       continue;
@@ -318,10 +534,13 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     // A patch's Python entries leave the record in the same write as its native entry.
     std::vector<std::string> files = done.patch_id ? remove_patch_modules(*m, *done.patch_id) : std::vector<std::string>{};
     keep_untracked_of_reverted(disk, *m, done);
+    prune_uppers(ups, *m);
     save_manifest(disk, overlay, *m);  // the entry is gone from the record before its backups are
+    pruned = false;
     rev.forget_backups(done);
     remove_module_files(disk, overlay, files, report);
     release_holds(disk, opts, overlay, done, *m);
+    leave_lowers(disk, opts, done);
     ++report.entries_reverted;
   }
   // A patch of Python files only (or whose native entry went earlier): its entries go now.
@@ -335,7 +554,8 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   if (!opts.dry_run) {
     sweep_partial_backups(disk, overlay, *m, report);
     // Litter that went since it was recorded leaves the record (when nothing else rewrote it).
-    if (report.entries_reverted == 0 && m->litter.size() != litter_recorded) save_manifest(disk, overlay, *m);
+    if (pruned || folds_settled || (report.entries_reverted == 0 && m->litter.size() != litter_recorded))
+      save_manifest(disk, overlay, *m);
     // A kept entry's trash is not on the record, but it lies beside the entry's cache dir, where
     // the next revert of that entry finds it if this purge does not finish.
     std::vector<std::string> doomed = m->litter;

@@ -10,6 +10,7 @@
 #include "overlay/error.hpp"
 #include "overlay/liveness.hpp"
 #include "overlay/file_ops.hpp"
+#include "overlay/layers.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"
 #include "overlay/python/entries.hpp"
@@ -163,7 +164,56 @@ TrackedFile judge_cache(Disk& disk, BackupStore& store, const CacheItem& c) {
   return t;
 }
 
-NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overlay, const NativeEntry& e) {
+// The stack around this overlay's files (layers.hpp): read once per status.
+struct LayerView {
+  LayerView(Disk& disk, const Manifest& manifest, const fs::path& ov) : cache(disk), m(manifest), overlay(ov.string()) {
+    uppers = uppers_of(cache, m);
+  }
+  ManifestCache cache;
+  const Manifest& m;
+  std::string overlay;
+  std::vector<Upper> uppers;
+};
+
+bool holds_pristine(Disk& disk, const std::string& path, const std::string& pristine) {
+  FileInfo fi = disk.info(path, Follow::no);
+  if (pristine.empty()) return !fi.exists();
+  return fi.type == FileType::regular && hash_file(disk, path) == pristine;
+}
+
+// A tracked file judged with its layers. A layered item whose file holds the pristine bytes is
+// original (the layer below was reverted under it); one holding the bytes of a lower layer that
+// no longer records them is stranded (that layer's original went with it). A file a layer above
+// changed again is covered, never drifted: its bytes are that layer's, on top of this entry's.
+void judge_layers(Disk& disk, LayerView& v, const std::optional<LayerRef>& layer, TrackedFile& t) {
+  if (t.state == FileState::redirected) return;
+  if (FileStack st = stack_of(v.cache, v.overlay, v.m, t.path); st.size() > 1) t.layers = std::move(st);
+  if (layer && t.state != FileState::patched) {
+    RefState ls = lower_state(v.cache, *layer, t.path);
+    bool gone = ls == RefState::stale || ls == RefState::vanished;
+    if (gone && t.state == FileState::original) {
+      t.state = FileState::stranded;
+      t.note = "the bytes of layer " + layer->overlay + " [" + layer->entry + "], which " +
+               (ls == RefState::vanished ? "has vanished" : "no longer records them") + ": the pristine original is not here";
+      return;
+    }
+    if (gone && t.state != FileState::original && t.state != FileState::invalidated && holds_pristine(disk, t.path, layer->pristine_sha256)) {
+      t.state = FileState::original;
+      t.note = "the layer below (" + layer->overlay + ") was reverted under this one: pristine";
+      return;
+    }
+  }
+  if (t.state != FileState::drifted && t.state != FileState::rebuilt && t.state != FileState::missing) return;
+  for (const auto& u : v.uppers) {
+    if (u.state == RefState::stale || std::find(u.ref.paths.begin(), u.ref.paths.end(), t.path) == u.ref.paths.end()) continue;
+    t.state = FileState::covered;
+    t.note = "under layer " + u.ref.overlay + " [" + u.ref.entry + "]" +
+             (u.state == RefState::vanished ? ", which has vanished: revert this overlay to put the original back" : "");
+    return;
+  }
+}
+
+NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overlay, const NativeEntry& e, LayerView& view) {
   NativeStatus st;
   st.id = e.id;
   st.patch_id = e.patch_id;
@@ -175,12 +225,17 @@ NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overl
     TrackedFile t = judge(disk, s.deleted ? TrackedKind::deleted : TrackedKind::source, s, &SourceItem::install_path, source_state);
     if (!s.deleted && (t.state == FileState::patched || t.state == FileState::original))
       t.metadata = metadata_drift(disk, pinned_path(disk, s.install_path, s.parent), s);
+    judge_layers(disk, view, s.layer, t);
     st.files.push_back(std::move(t));
     st.snapshot_bytes += backup_bytes(disk, store, s.backup);
   }
-  for (const auto& c : e.created) st.files.push_back(judge(disk, TrackedKind::created, c, &CreatedItem::path, created_state));
+  for (const auto& c : e.created) {
+    st.files.push_back(judge(disk, TrackedKind::created, c, &CreatedItem::path, created_state));
+    judge_layers(disk, view, c.layer, st.files.back());
+  }
   for (const auto& a : e.artifacts) {
     st.files.push_back(judge(disk, TrackedKind::artifact, a, &ArtifactItem::path, artifact_state));
+    judge_layers(disk, view, a.layer, st.files.back());
     if (a.existed) st.snapshot_bytes += backup_bytes(disk, store, a.backup);
   }
   for (const auto& c : e.caches) {
@@ -294,6 +349,8 @@ const char* to_string(FileState s) {
     case FileState::drifted: return "drifted";
     case FileState::missing: return "missing";
     case FileState::redirected: return "redirected";
+    case FileState::covered: return "covered";
+    case FileState::stranded: return "stranded";
   }
   return "?";
 }
@@ -328,8 +385,9 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
   if (!m) return r;
   r.has_manifest = true;
   BackupStore store(disk, r.overlay);
+  LayerView view(disk, *m, r.overlay);
   for (const auto& e : m->natives) {
-    r.natives.push_back(native_status(disk, store, r.overlay, e));
+    r.natives.push_back(native_status(disk, store, r.overlay, e, view));
     r.natives.back().untracked = still_as_built(disk, e.untracked);
   }
   r.untracked_left = still_as_built(disk, m->untracked);
@@ -362,7 +420,7 @@ std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& ove
     }
     for (const auto& e : r.natives) {
       for (const auto& f : e.files)
-        if (is_it(f.path)) hits.push_back({r.overlay, e.id, e.patch_id, to_string(f.kind), to_string(f.state)});
+        if (is_it(f.path)) hits.push_back({r.overlay, e.id, e.patch_id, to_string(f.kind), to_string(f.state), f.layers});
       for (const auto& u : e.untracked)
         if (is_it(u.path)) hits.push_back({r.overlay, e.id, e.patch_id, "untracked output", u.change});
     }

@@ -198,6 +198,8 @@ std::set<std::string> named_entries(const Manifest& m) {
     if (e.python_guard) add(e.python_guard->stop);
     add(e.build_log);
   }
+  // A fold into this overlay not yet settled has staged the entries it moves here (fold.hpp).
+  for (const auto& f : m.folds_in) out.insert(f.entries.begin(), f.entries.end());
   return out;
 }
 

@@ -15,15 +15,21 @@ namespace overlay {
 struct Manifest;
 struct NativeEntry;
 
+// One overlay of a file's stack of changes and the bytes it protects: its original (what it puts
+// back) and patched SHA-256 of the file ("" where it had no such bytes: a file it created, or
+// deleted). Unknown (nullopt) in holds an earlier version wrote.
+struct HoldLayer {
+  fs::path overlay;
+  std::optional<std::string> original_sha256, patched_sha256;
+};
+
 // Who holds a path: the overlay whose change is on top, and the overlays whose changes it was
-// stacked on with --force (nearest first, key "under"), which hold it again as each above goes.
-// The holder's original and patched SHA-256 of the file ("" where it had no such bytes: a file
-// it created, or deleted), so that a file whose holder vanished is never backed up again as the
-// original without saying so. Unknown (nullopt) in holds an earlier version wrote, and for the
-// overlays under the top one.
+// stacked on (--over, or --force; nearest first, key "under"), which hold it again, with their
+// own checksums, as each above goes. The holder's original and patched SHA-256 of the file, so
+// that a file whose holder vanished is never backed up again as the original without saying so.
 struct Hold {
   fs::path overlay;
-  std::vector<fs::path> under;
+  std::vector<HoldLayer> under;
   std::optional<std::string> original_sha256, patched_sha256;
   // An artifact's hold, taken before its backup: its original is noted from the backup before the
   // entry is recorded, so one without an original belongs to a run that never recorded (never
@@ -84,11 +90,17 @@ class HoldRegistry {
   // the file still holds the original the hold recorded; elsewhere refused (Error naming the
   // vanished overlay and what the file holds), or with force taken with a warning that the
   // original bytes are lost (claim.warnings).
-  [[nodiscard]] HoldClaim acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force, double lock_timeout);
+  // With `over` (add-native --over LOWER): a path LOWER's manifest records a change to, and that
+  // no overlay above LOWER holds, is taken as a layer on LOWER: held by `overlay` with LOWER (and
+  // what was under it) under it, with their checksums; no --force needed.
+  [[nodiscard]] HoldClaim acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force, double lock_timeout,
+                                  const std::optional<fs::path>& over = std::nullopt);
 
   // Why acquire would refuse `overlay` the path now (another overlay's change on record, or a
   // vanished holder's bytes in place), or nothing; read-only, without --force.
-  std::optional<std::string> why_taken(const fs::path& path, const fs::path& overlay);
+  // With `over`, a path that overlay holds on top is not taken: `overlay` would stack on it.
+  std::optional<std::string> why_taken(const fs::path& path, const fs::path& overlay,
+                                       const std::optional<fs::path>& over = std::nullopt);
 
   // Records the original SHA-256 of paths `overlay` holds and has none for yet (artifacts, whose
   // bytes are hashed once, by their backup).
@@ -106,6 +118,11 @@ class HoldRegistry {
   // overlay, moved since its add-native.
   void release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded, double lock_timeout,
                const NativeEntry* reverted = nullptr);
+
+  // A fold (fold.hpp) moved `from`'s changes to `paths` into `into`: each hold whose top is `from`
+  // is `into`'s now; where `into` was under it, `into` keeps its own original and takes `from`'s
+  // patched bytes (one layer fewer).
+  void transfer(const std::vector<fs::path>& paths, const fs::path& from, const fs::path& into, double lock_timeout);
 
   // The overlay recorded as holding `path`, whether or not that hold is still live.
   std::optional<fs::path> holder(const fs::path& path);
@@ -130,6 +147,10 @@ class HoldRegistry {
   // and given back).
   std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
   bool still_holds(const fs::path& holder, const fs::path& path);
+  bool vanished(const fs::path& overlay);  // no manifest there (an unreadable one is not vanished)
+  // The nearest overlay under the holder (other than `overlay`) whose record still holds `p`.
+  std::optional<fs::path> live_under(const fs::path& p, const Hold& h, const fs::path& overlay);
+  bool layered_on(const fs::path& p, const std::optional<Hold>& h, const fs::path& overlay, const fs::path& lower, bool force);
   std::optional<OrphanHold> judge_orphan(const fs::path& path, const Hold& hold);
   std::optional<OrphanHold> lost_original(const fs::path& path, const Hold& hold);
 

@@ -54,6 +54,18 @@ struct PinnedDir {
   std::string below = {};
 };
 
+// A layer (added key "layer" of a source, created or artifact item): the item was stacked on the
+// change another overlay's entry made to the same file (add-native --over LOWER). Its backup holds
+// that change's bytes, which are what it must find and put back; `pristine_sha256` is what the
+// file held before the whole stack ("" where it did not exist), so that a layer whose lower
+// overlay went is never taken for the original and a fold keeps the pristine bytes' name.
+struct LayerRef {
+  std::string overlay;          // the lower overlay, absolute
+  std::string entry;            // its entry's id
+  std::string pristine_sha256;  // "" : absent before the stack
+  bool operator==(const LayerRef&) const = default;
+};
+
 // One backed-up file: where its copy lies in the overlay and what the original was. The store
 // makes one (BackupStore::save_file), a source or artifact item records it, revert restores from
 // it (BackupStore::restore_file): the same seven fields throughout, read and written as JSON in
@@ -77,6 +89,7 @@ struct SourceItem : FileBackup {
   std::optional<std::string> patched_sha256;  // what the tool wrote (added key)
   bool deleted = false;                       // the entry's diff deletes it (added key)
   std::optional<PinnedDir> parent;            // its directory at record time (added key)
+  std::optional<LayerRef> layer;              // stacked on a lower overlay's change (added key)
   json raw = json::object();                  // the item as read
 };
 
@@ -85,6 +98,7 @@ struct CreatedItem {
   std::string path;    // absolute
   std::string sha256;  // what the tool wrote
   std::optional<PinnedDir> parent;  // its directory at record time, when it existed then
+  std::optional<LayerRef> layer;    // created over a file a lower overlay's change deleted
   json raw = json::object();
 };
 
@@ -94,6 +108,7 @@ struct ArtifactItem : FileBackup {
   std::string path;  // absolute
   bool existed = false;
   std::optional<PinnedDir> parent;  // its directory at record time, when it existed then
+  std::optional<LayerRef> layer;    // its backup is a lower overlay's build of it (added key)
   json raw = json::object();
 };
 
@@ -179,6 +194,29 @@ struct NativeEntry {
   json raw = json::object();
 };
 
+// An entry of another overlay stacked on this overlay's changes (added top-level key
+// "layers_above"): written here, under this overlay's lock, by that overlay's add-native before
+// its own record names the entry, and dropped by its revert. A reference whose upper no longer
+// records the entry (a crash between the two writes, a revert between its two) is stale and
+// ignored; one whose upper still does refuses this overlay's revert (layers.hpp).
+struct UpperRef {
+  std::string overlay;             // the upper overlay, absolute
+  std::string entry;               // its entry's id
+  std::vector<std::string> paths;  // the files it stacks on (absolute)
+  bool operator==(const UpperRef&) const = default;
+};
+
+// A fold between two overlays (fold.hpp), as each side records it until it is settled: in the
+// overlay folded from, "fold_out" {into, fold, entries}; in the overlay folded into, "folds_in"
+// [{from, fold, entries, state: pending|committed}]. Committed is the fold's one point of no return.
+struct FoldMark {
+  std::string overlay;  // the other side, absolute
+  std::string fold;     // the fold's id
+  std::vector<std::string> entries;  // the entry ids it moves
+  bool committed = false;            // folds_in only
+  bool operator==(const FoldMark&) const = default;
+};
+
 struct Manifest {
   json doc = json::object();  // the whole document as read (modules, rebinds, captures, …)
   std::vector<NativeEntry> natives;
@@ -188,6 +226,9 @@ struct Manifest {
   // left to a detached process to delete (added top-level key "litter"): recorded in the same
   // write that forgets their entry, so a killed deleter's leftovers are still found and deleted.
   std::vector<std::string> litter;
+  std::vector<UpperRef> layers_above;  // entries of other overlays stacked on ours
+  std::optional<FoldMark> fold_out;    // this overlay's entries on their way into another
+  std::vector<FoldMark> folds_in;      // folds into this overlay not yet settled
 };
 
 // Each item's JSON form, one pair per type in nlohmann's ADL convention (`j.get<SourceItem>()`,
@@ -215,6 +256,11 @@ void from_json(const json& j, RunningPatched& r);
 void to_json(json& j, const RunningPatched& r);
 void from_json(const json& j, NativeEntry& e);
 void to_json(json& j, const NativeEntry& e);
+void from_json(const json& j, LayerRef& l);
+void to_json(json& j, const LayerRef& l);
+void from_json(const json& j, UpperRef& u);
+void from_json(const json& j, FoldMark& f);  // "into" or "from" names the other side
+void to_json(json& j, const UpperRef& u);
 
 // Whether `path` (absolute) may be litter: a trash or half-restored sibling of ours,
 // ".<name>.overlay-trash-<hex>" or ".<name>.overlay-restore-<hex>"; nothing else is ever deleted

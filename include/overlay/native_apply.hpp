@@ -20,6 +20,8 @@ struct AppliedEntry {
   // The overlay is marked live (plan.op) from before the entry is recorded until the last copy of
   // this goes: keep it through the build, so gc-stale never reverts an entry still being built.
   std::shared_ptr<InFlight> in_flight;
+  // --over: the files taken as layers on the lower overlay's changes (none: a plain add).
+  std::vector<std::string> layered;
 };
 
 // Backs up every source, artifact and cache durably, records the entry in the manifest

@@ -28,8 +28,21 @@ enum class CacheSnapshot { automatic, move, aside, tar };
 // What the plan decided for one cache dir.
 enum class CacheWay { move, aside, tar };
 
+// What an entry does to one installed file: replace its bytes, create it, or delete it.
+enum class SwapKind { modify, create, remove };
+const char* to_string(SwapKind k);
+
+// A change given whole (replay of a bundle): the file, what happens to it, and its new bytes
+// (none for a delete).
+struct GivenChange {
+  fs::path target;
+  SwapKind kind = SwapKind::modify;
+  fs::path content;
+};
+
 struct AddNativeRequest {
   fs::path overlay;
+  std::vector<GivenChange> changes;     // instead of targets or a patch (replay)
   std::vector<fs::path> targets;
   std::vector<fs::path> patched_files;  // one per target, or empty with `patch`
   std::optional<fs::path> patch;        // a unified diff: for the single target, or for patch_root
@@ -47,14 +60,13 @@ struct AddNativeRequest {
   double lock_timeout = 120;
   std::optional<double> build_timeout;
   bool force = false;    // take over installed files another overlay still holds
+  // --over LOWER: stacked on LOWER's changes (layers.hpp); a file LOWER holds is taken as a layer.
+  std::optional<fs::path> over;
   fs::path state_dir;    // the hold registry; empty: HoldRegistry::default_state_dir()
   CacheSnapshot cache_snapshot = CacheSnapshot::automatic;
 };
 
 // A validated request: every input checked, every patched content ready. Nothing touched yet.
-// What an entry does to one installed file: replace its bytes, create it, or delete it.
-enum class SwapKind { modify, create, remove };
-const char* to_string(SwapKind k);
 
 struct NativePlan {
   struct Swap {
@@ -79,6 +91,7 @@ struct NativePlan {
   double lock_timeout = 120;
   std::optional<double> build_timeout;
   bool force = false;
+  std::optional<fs::path> over;  // the lower overlay (absolute), where --over named one
   fs::path state_dir;
   std::vector<std::shared_ptr<PatchedCopy>> patched;  // keeps --patch results alive
   std::shared_ptr<PatchedTree> patched_tree;          // keeps a --patch-root result alive

@@ -25,6 +25,10 @@ struct RevertOptions {
   // With only_patch: a patch with no entry here is nothing to do, not an error (a fleet's
   // rollback, on a node that failed before it recorded one).
   bool missing_patch_ok = false;
+  // --with-layers: the layers stacked on this overlay's changes (layers.hpp) are reverted first,
+  // top-down; without it, a live layer above refuses the revert before anything changes.
+  bool with_layers = false;
+  std::vector<std::string> unwinding = {};  // the overlays whose unwind led here (a cycle stops)
 };
 struct RevertProblem {
   std::string path;
@@ -53,6 +57,14 @@ struct RevertReport {
   std::size_t processes_examined = 0;
   // Entry directories of backups no record named (an interrupted add-native's), deleted.
   std::vector<std::string> partial_backups_swept;
+  // Live layers stacked on the entries asked for ("OVERLAY [ENTRY]"): the revert was refused
+  // before anything changed (each also a problem).
+  std::vector<std::string> blocked_by;
+  // --with-layers: the upper layers reverted first, top-down ("OVERLAY [ENTRY]").
+  std::vector<std::string> layers_reverted;
+  // What the stack made of the revert, each a line: an upper layer that vanished (its bytes gave
+  // way to the originals), a lower one that vanished or was reverted under this one.
+  std::vector<std::string> notes;
   bool ok() const { return problems.empty(); }
 };
 

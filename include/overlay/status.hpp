@@ -8,6 +8,7 @@
 
 #include "overlay/disk.hpp"
 #include "overlay/engagement.hpp"
+#include "overlay/layers.hpp"
 #include "overlay/python/sitecustomize.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/owner.hpp"
@@ -19,8 +20,11 @@ enum class TrackedKind { source, created, deleted, artifact, cache };
 // removed); rebuilt: a build output that changed, as intended; invalidated: a cache the tool
 // cleared, not yet rebuilt; drifted: neither original nor what the tool wrote; missing: gone;
 // redirected: a directory on its path was swapped since add-native (pinned.hpp), so it is not
-// judged, and revert will not act on it.
-enum class FileState { original, patched, rebuilt, invalidated, drifted, missing, redirected };
+// judged, and revert will not act on it. Layers (layers.hpp): covered: a layer stacked above
+// this entry changed the file again (its bytes are on top; this entry's are under them);
+// stranded: a layer's item holds the bytes of the layer below, which no longer records them
+// (vanished): the pristine original went with it.
+enum class FileState { original, patched, rebuilt, invalidated, drifted, missing, redirected, covered, stranded };
 
 const char* to_string(TrackedKind k);
 const char* to_string(FileState s);
@@ -34,6 +38,8 @@ struct TrackedFile {
   // A source's mode, owner or extended attributes that differ from the original's as recorded
   // (the patched file is given the original's): what differs, or "".
   std::string metadata = {};
+  // The file's stack of layers, bottom first, where more than this overlay changes it.
+  FileStack layers = {};
 };
 
 struct NativeStatus {
@@ -101,6 +107,7 @@ struct WhichHit {
   std::optional<std::string> patch_id;
   std::string kind;   // source | created | deleted | artifact | cache | untracked output
   std::string state;  // as status says it
+  FileStack layers = {};  // the file's stack, bottom first, where more than one overlay changes it
 };
 std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& overlays, const fs::path& path);
 

@@ -24,7 +24,7 @@ _GUARD_ENV = "OVERLAY_IMPORTING_TARGET"
 # Sections this version applies, and the keys the tool itself keeps at the top level.
 _KNOWN_SECTIONS = frozenset((
     "modules", "rebinds", "captures", "markers", "hooks", "installers", "natives",
-    "running_patched", "untracked_outputs", "litter"))
+    "running_patched", "untracked_outputs", "litter", "layers_above", "folds_in"))
 
 
 def _skip_reason():

@@ -33,6 +33,10 @@ Handler engaged_command(CLI::App& sub, const Globals& g);
 Handler exec_command(CLI::App& sub, const Globals& g);
 // fleet_command.cpp
 Handler fleet_command(CLI::App& sub, const Globals& g);
+// layer_commands.cpp
+Handler fold_command(CLI::App& sub, const Globals& g);
+Handler export_command(CLI::App& sub, const Globals& g);
+Handler replay_command(CLI::App& sub, const Globals& g);
 
 namespace {
 
@@ -54,6 +58,9 @@ const Command kCommands[] = {
   {"revert", nullptr, "Restore every native change of an overlay, byte-exact", revert_command},
   {"status", "list", "Show every entry and whether each tracked file is original, patched, rebuilt, drifted or missing", status_command},
   {"which", nullptr, "Which overlay (entry, patch) changed an installed file, like dpkg -S; read-only", which_command},
+  {"fold", nullptr, "Accept a candidate: its native entries become another overlay's, no build (fold --from CAND --into ACCEPTED)", fold_command},
+  {"export", nullptr, "Write an overlay's native changes as a bundle another install can replay", export_command},
+  {"replay", nullptr, "Apply an exported bundle to an install (pristine files only), build and verify", replay_command},
   {"gc-stale", nullptr, "Revert every overlay under ROOT whose native changes are still applied", gc_stale_command},
   {"discover", nullptr, "Find the install's own builds that compile a file (read-only)", discover_command},
   {"engaged", nullptr, "Which running processes map the tracked artifacts (patched, stale or original) and run the Python entries", engaged_command},

@@ -139,7 +139,9 @@ void Exec::refuse_held_targets() {
   for (const auto& t : files) {
     fs::path p = absolute_normal(t);
     if (disk_.info(p, Follow::yes).exists()) p = disk_.real_path(p);
-    if (auto why = holds.why_taken(p, overlay_)) throw Error(*why + "; the reference would not run on the original install");
+    std::optional<fs::path> over;
+    if (!f_.over.empty()) over = absolute_normal(f_.over);
+    if (auto why = holds.why_taken(p, overlay_, over)) throw Error(*why + "; the reference would not run on the original install");
   }
 }
 
@@ -324,8 +326,9 @@ int Exec::run() {
   auto& j = result();
   j["overlay"] = overlay_.string();
   j["ref"] = nullptr, j["cand"] = nullptr, j["engaged"] = nullptr, j["clean"] = nullptr;
-  // The reference runs on the clean install, or not at all: a target another overlay holds
-  // would make it run that overlay's candidate (and our apply would be refused anyway).
+  // The reference runs on the clean install (with --over, on the install as LOWER leaves it), or
+  // not at all: a target another overlay holds would make it run that overlay's candidate (and
+  // our apply would be refused anyway).
   refuse_held_targets();
   out_line("OVERLAY_DIR=" + overlay_.string());
   if (f_.ref) j["ref"] = run_cmd("ref", false);

@@ -111,6 +111,7 @@ void fill_request(AddNativeFlags& f, const Globals& g) {
                      : f.cache_snapshot == "tar"   ? CacheSnapshot::tar
                                                    : CacheSnapshot::automatic;
   r.lock_timeout = g.lock_timeout;
+  if (!f.over.empty()) r.over = f.over;
   if (!f.fleet_id.empty()) r.patch_id = f.fleet_id;
   if (!f.fleet_owner.empty()) r.owner = parse_owner_text(f.fleet_owner);
 }
@@ -130,6 +131,17 @@ void add_fleet_node_flags(CLI::App& sub, AddNativeFlags& f) {
 }
 
 namespace {
+
+// --over: which files were taken as layers on the lower overlay (stderr, and "over" in --json).
+void report_layers(const std::string& cmd, const NativePlan& plan, const AppliedEntry& entry, nlohmann::json& j) {
+  if (!plan.over) return;
+  j["over"] = {{"overlay", plan.over->string()}, {"layered", entry.layered}};
+  if (entry.layered.empty())
+    err_line(cmd, "--over " + plan.over->string() + ": it holds none of these files; a plain add");
+  else
+    err_line(cmd, "stacked on " + plan.over->string() + ": " + std::to_string(entry.layered.size()) +
+                      " file(s) taken as layers on its changes (revert puts its bytes back)");
+}
 
 nlohmann::json files_json(const NativePlan& plan) {
   nlohmann::json files = nlohmann::json::array();
@@ -173,6 +185,7 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
   j["entry"] = entry.id;
   j["files"] = files_json(plan);
   j["counts"] = {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}};
+  report_layers("add-native", plan, entry, j);
   int rc = build_and_report(disk, "add-native", plan, entry, f.revert_on_failure,
                             [&] { return revert_entry_now(disk, plan, entry, g); }, j);
   if (rc != kOk) return rc;  // stdout carries the summary only on success, as overlay_setup.py's does
@@ -228,6 +241,7 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
   const AppliedEntry& entry = *applied.native;
   nlohmann::json n = {{"entry", entry.id}, {"files", files_json(plan.native)},
                       {"counts", {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}}}};
+  report_layers("apply", plan.native, entry, n);
   int rc = build_and_report(disk, "apply", plan.native, entry, f.revert_on_failure,
                             [&] { return revert_patch_now(disk, ov, applied.patch_id, g); }, n);
   j["native"] = n;
@@ -274,10 +288,14 @@ std::unique_ptr<InFlight> mark_reverting(Disk& disk, const std::string& overlay)
   }
 }
 
-int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::string& patch_id, bool missing_ok, const Globals& g) {
-  RevertOptions o{dry_run, g.lock_timeout, {}, std::nullopt, std::nullopt, {}};
+int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::string& patch_id, bool missing_ok, bool with_layers,
+               const Globals& g) {
+  RevertOptions o;
+  o.dry_run = dry_run;
+  o.lock_timeout = g.lock_timeout;
   if (!patch_id.empty()) o.only_patch = patch_id;
   o.missing_patch_ok = missing_ok;
+  o.with_layers = with_layers;
   std::unique_ptr<InFlight> in_flight = dry_run ? nullptr : mark_reverting(disk, overlay);
   RevertReport r = revert_natives(disk, overlay, o);
   auto& j = result();
@@ -298,6 +316,17 @@ int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::
     running.uses.push_back({static_cast<pid_t>(x.pid), x.start_ticks, x.cmdline, x.path, x.entry, MapState::patched, true});
   j["still_running"] = processes_json(running);
   j["processes_examined"] = r.processes_examined;
+  j["layers_reverted"] = r.layers_reverted;
+  j["blocked_by"] = r.blocked_by;
+  j["notes"] = r.notes;
+  for (const auto& l : r.layers_reverted) err_line("revert", "reverted layer " + l + " first (--with-layers)");
+  for (const auto& n : r.notes) err_line("revert", "note: " + n);
+  if (!r.blocked_by.empty()) {
+    for (const auto& p : r.problems) err_line("revert", "refused: " + p.path + ": " + p.reason);
+    j["error"] = "refused: " + std::to_string(r.blocked_by.size()) + " layer(s) stacked on this overlay's changes; nothing changed";
+    err_line("revert", j["error"]);
+    return kFailed;
+  }
   for (const auto& u : running.uses) err_line("revert", "warning: " + process_line(u));
   for (const auto& u : r.untracked_left)
     err_line("revert", "warning: " + u.path + " was " + u.change + " by the build of entry " + u.entry +
@@ -410,7 +439,11 @@ void add_build_flags(CLI::App& sub, AddNativeFlags& f) {
                  "How caches are kept: auto (move when on the overlay's filesystem, else aside when the cache's "
                  "parent is writable, else tar), move (into the overlay), aside (renamed beside itself), tar")
       ->check(CLI::IsMember({"auto", "move", "aside", "tar"}));
-  sub.add_flag("--force", f.req.force, "Patch files another overlay still holds (stacking its in-place changes)");
+  sub.add_option("--over", f.over,
+                 "Stack on overlay LOWER's in-place changes: a file it holds is taken as a layer on it (revert puts "
+                 "LOWER's bytes back; LOWER cannot be reverted under it); one it does not hold, a plain add");
+  sub.add_flag("--force", f.req.force,
+               "Patch files another overlay still holds, taking its bytes as the original (the loss path: prefer --over)");
   sub.add_option("--owner-pid", f.owner_pid,
                  "Process owning this run; gc-stale spares it while alive (env OVERLAY_OWNER_PID)");
   sub.add_option("--build-timeout", f.build_timeout,
@@ -453,16 +486,20 @@ Handler revert_command(CLI::App& sub, const Globals& g) {
   auto patch = std::make_shared<std::string>();
   auto trust = std::make_shared<bool>(false);
   auto missing_ok = std::make_shared<bool>(false);
+  auto with_layers = std::make_shared<bool>(false);
   sub.add_option("--overlay", *overlay, "Overlay directory")->required();
   sub.add_flag("--dry-run", *dry, "Say what would be restored; change nothing");
+  sub.add_flag("--with-layers", *with_layers,
+               "Revert the layers stacked on this overlay's changes (add-native --over) first, top-down; without it "
+               "a layer above refuses the revert");
   auto* patch_opt = sub.add_option("--patch-id", *patch,
                                    "Undo only the entries of this patch (from `apply`, or a fleet step's id), its Python entries included");
   sub.add_flag("--missing-ok", *missing_ok, "With --patch-id: no entry of that patch here is nothing to do, not an error")
       ->needs(patch_opt);
   add_trust_flag(sub, *trust);
-  return [overlay, dry, patch, trust, missing_ok, &g] {
+  return [overlay, dry, patch, trust, missing_ok, with_layers, &g] {
     check_trusted(cli_disk(), *overlay, *trust);
-    return run_revert(cli_disk(), *overlay, *dry, *patch, *missing_ok, g);
+    return run_revert(cli_disk(), *overlay, *dry, *patch, *missing_ok, *with_layers, g);
   };
 }
 

@@ -24,6 +24,7 @@ struct AddNativeFlags {
   CLI::Option* strip_opt = nullptr;
   bool revert_on_failure = false;
   std::string fleet_id, fleet_owner;  // a fleet step's node (hidden flags, set by `overlay fleet`)
+  std::string over;                   // --over LOWER
 };
 
 struct ApplyFlags : AddNativeFlags {

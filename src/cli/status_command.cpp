@@ -117,6 +117,7 @@ void print_status_table(const StatusReport& r) {
                          : !f.note.empty() ? "  (" + f.note + ")"
                                            : "";
       if (!f.metadata.empty()) more += "  (metadata drifted: " + f.metadata + ")";
+      if (!f.layers.empty()) more += "  (layers, bottom first: " + describe_stack(f.layers) + ")";
       out_line(line + f.path + more);
     }
     for (const auto& u : e.untracked)
@@ -178,6 +179,27 @@ nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons) {
 
 namespace {
 
+// A file's stack, bottom first: [{overlay, entry, state}].
+nlohmann::json layers_json(const FileStack& stack) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& l : stack) a.push_back({{"overlay", l.overlay}, {"entry", l.entry}, {"state", to_string(l.state)}});
+  return a;
+}
+
+// The files of `r` whose stack names a layer that vanished (deleted or moved) or whose layer
+// below no longer records its bytes: one line each for `status --all`.
+std::vector<std::string> broken_layers(const StatusReport& r) {
+  std::vector<std::string> lines;
+  for (const auto& e : r.natives)
+    for (const auto& f : e.files) {
+      bool broken = f.state == FileState::stranded ||
+                    std::any_of(f.layers.begin(), f.layers.end(), [](const StackLayer& l) { return l.state == RefState::vanished; });
+      if (broken) lines.push_back("  " + f.path + ": " + to_string(f.state) + "; layers, bottom first: " + describe_stack(f.layers) +
+                                  (f.note.empty() ? "" : " (" + f.note + ")"));
+    }
+  return lines;
+}
+
 nlohmann::json status_json(const StatusReport& r) {
   nlohmann::json j = {{"overlay", r.overlay.string()},
                       {"has_manifest", r.has_manifest},
@@ -200,6 +222,7 @@ nlohmann::json status_json(const StatusReport& r) {
       if (!f.aside.empty()) fj["aside"] = f.aside;
       if (!f.note.empty()) fj["note"] = f.note;
       if (!f.metadata.empty()) fj["metadata_drift"] = f.metadata;
+      if (!f.layers.empty()) fj["layers"] = layers_json(f.layers);
       n["files"].push_back(std::move(fj));
     }
     n["untracked_outputs"] = untracked_json(e.untracked);
@@ -291,6 +314,7 @@ int run_status_all(Disk& disk, bool check_clean) {
         std::to_string(std::count_if(r.engagement.uses.begin(), r.engagement.uses.end(),
                                      [](const ArtifactUse& u) { return u.reverted || u.state == MapState::patched; })) +
         (clean ? "  clean" : "  NOT clean"));
+    for (const auto& line : broken_layers(r)) out_line(line);
     j["overlays"].push_back(status_json(r));
     j["overlays"].back()["owners_alive"] = alive;
     if (orphan_dirty) j["overlays"].back()["clean"] = false;
@@ -317,15 +341,19 @@ int run_which(Disk& disk, const std::string& path) {
   auto& j = result();
   j["path"] = absolute_normal(path).string();
   j["changed_by"] = nlohmann::json::array();
+  const FileStack* stack = nullptr;
   for (const auto& h : hits) {
     out_line(j["path"].get<std::string>() + ": overlay " + h.overlay.string() + "  entry " + h.entry +
              (h.patch_id ? "  patch " + *h.patch_id : "") + "  (" + h.kind + ", " + h.state + ")");
+    if (!h.layers.empty() && (stack == nullptr || h.layers.size() > stack->size())) stack = &h.layers;
     j["changed_by"].push_back({{"overlay", h.overlay.string()},
                                {"entry", h.entry},
                                {"patch_id", h.patch_id ? nlohmann::json(*h.patch_id) : nlohmann::json(nullptr)},
                                {"kind", h.kind},
                                {"state", h.state}});
   }
+  j["layers"] = stack != nullptr ? layers_json(*stack) : nlohmann::json::array();
+  if (stack != nullptr) out_line(j["path"].get<std::string>() + ": layers, bottom first: " + describe_stack(*stack));
   std::optional<OrphanHold> orphan = holds.orphan_of(j["path"].get<std::string>());
   if (!orphan) {
     try {

@@ -13,7 +13,7 @@ std::string text(const json& e, const char* k, const char* fallback = "") {
 }
 
 // The top-level keys that are not Python entry sections: native entries and the tool's own records.
-const char* const kOwnKeys[] = {"natives", "running_patched", "untracked_outputs", "litter"};
+const char* const kOwnKeys[] = {"natives", "running_patched", "untracked_outputs", "litter", "layers_above", "fold_out", "folds_in"};
 
 }  // namespace
 

@@ -14,6 +14,8 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
+    {"e83ffc8276e6f1f5b2e920856e1cdbf2a35af5eee5c8ccf0e11e4f06c687445f", "overlay (format 2, before layers)"},
+    {"b9537508d67439ca994879cce2fca733d319b7a2a790661d93d683ffff5d007a", "overlay (format 2, before layers and installers)"},
     {"5ba306870c2abeca55267982d3abe2580e44b2d83b9e05da4d12af9aceae2aa2", "overlay (format 2)"},
     {"525486fde3322edfbdb0a32f6a7ea4e736cdcf10f43ff100b5c585a557dae86e", "overlay (format 1, live records)"},
     {"239e427dcc8500a706c80d889f504e3e77055903dd519c50a5b1cb8440644704", "overlay (format 1, call counts)"},

@@ -356,7 +356,7 @@ TEST_F(Cli, SecondOverlayRefusedOnAHeldFileUnlessForced) {
   std::string other = (t / "ov2").string();
   Cmd refused = add_to(other, {});
   EXPECT_EQ(refused.rc, 1);
-  EXPECT_EQ(refused.err, "add-native: " + in.source.string() + " is held by overlay " + ov + " (revert it first, or pass --force)\n");
+  EXPECT_EQ(refused.err, "add-native: " + in.source.string() + " is held by overlay " + ov + " (revert it first, stack on it with --over " + ov + ", or pass --force)\n");
   EXPECT_FALSE(fs::exists(t / "ov2"));
   EXPECT_EQ(add_to(ov, {}).rc, 0);  // the same overlay may stack
   Cmd forced = add_to(other, {"--force"});

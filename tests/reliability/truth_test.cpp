@@ -298,15 +298,21 @@ TEST_F(Truth, AVanishedOverlaysPatchedBytesAreNeverTakenForTheOriginal) {
   EXPECT_NE(third.err.find("third version"), std::string::npos) << third.err;
   write_file(in.source, first);
 
-  // --force adopts, saying the original is lost; its revert gives back what it adopted.
+  // --force adopts, saying the original is lost; its revert gives back what it adopted, and the
+  // hold passed back down keeps the vanished holder's checksums: the file holds that overlay's
+  // candidate, and nothing calls it clean (issue 49; before, the hold lost them and it was "clean").
   Cmd forced = add(t / "ov2", t / "second.cpp", {"--force"});
   ASSERT_EQ(forced.rc, 0) << forced.err;
   EXPECT_NE(forced.err.find("the original bytes are lost"), std::string::npos) << forced.err;
   ASSERT_EQ(overlay({"revert", "--overlay", (t / "ov2").string()}).rc, 0);
   EXPECT_EQ(read_file(in.source), first);
+  Cmd dirty = overlay({"status", "--all", "--check-clean"});
+  EXPECT_EQ(dirty.rc, 1) << "the file holds a vanished overlay's candidate, yet status called it clean:\n" << dirty.out;
+  EXPECT_NE(dirty.out.find((t / "ov1").string() + ", which has vanished"), std::string::npos) << dirty.out;
+  // The original put back by hand (a reinstall): clean.
+  write_file(in.source, orig);
   Cmd clean = overlay({"status", "--all", "--check-clean"});
-  EXPECT_EQ(clean.rc, 0) << "the file holds a candidate's code, yet nothing on record knows:\n" << clean.out;
-  (void)orig;
+  EXPECT_EQ(clean.rc, 0) << clean.out;
 }
 
 // Shape 7, second half: an overlay mv'd after add-native and reverted from its new path used to

@@ -1,0 +1,432 @@
+#include "overlay/fold.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+#include "overlay/copy_pipeline.hpp"
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/holds.hpp"
+#include "overlay/in_flight.hpp"
+#include "overlay/layers.hpp"
+#include "overlay/lock.hpp"
+#include "overlay/snapshot.hpp"
+#include "overlay/store.hpp"
+
+namespace overlay {
+namespace {
+
+fs::path state_of(const fs::path& s) { return s.empty() ? HoldRegistry::default_state_dir() : s; }
+
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The item of ACCEPTED's that is on top of `path` (the newest entry's): the change a fold's item
+// on that file must have found there.
+struct Top {
+  std::size_t entry = 0;
+  SourceItem* source = nullptr;
+  CreatedItem* created = nullptr;
+  bool found() const { return source != nullptr || created != nullptr; }
+  // What that change left at the file ("" where it deleted it).
+  std::string after() const {
+    if (source != nullptr) return source->deleted ? std::string() : source->patched_sha256.value_or("");
+    return created->sha256;
+  }
+};
+
+Top top_of(std::vector<NativeEntry>& natives, const std::string& path) {
+  Top t;
+  for (std::size_t i = 0; i < natives.size(); ++i) {
+    for (auto& s : natives[i].sources)
+      if (s.install_path == path) t = {i, &s, nullptr};
+    for (auto& c : natives[i].created)
+      if (c.path == path) t = {i, nullptr, &c};
+  }
+  return t;
+}
+
+template <typename Item, typename Key>
+bool tracks(const std::vector<NativeEntry>& natives, std::vector<Item> NativeEntry::*list, Key Item::*key,
+            const Key& value) {
+  return std::any_of(natives.begin(), natives.end(), [&](const NativeEntry& e) {
+    return std::any_of((e.*list).begin(), (e.*list).end(), [&](const Item& i) { return i.*key == value; });
+  });
+}
+
+// The fold worked out in memory: ACCEPTED's record as the commit writes it (less its mark).
+struct FoldPlan {
+  Manifest into;
+  std::vector<std::string> ids;    // CAND's entries, all folded
+  std::vector<std::size_t> moved;  // indices into into.natives of the entries moved whole
+  std::vector<fs::path> paths;     // every file CAND held
+  FoldReport report;
+};
+
+[[noreturn]] void unmet(const std::string& path, const NativeEntry& e, const std::string& found, const NativeEntry& a,
+                        const std::string& left) {
+  auto sha = [](const std::string& s) { return s.empty() ? std::string("none: absent") : s.substr(0, 16); };
+  throw Error(path + ": entry " + e.id + " found bytes (sha256 " + sha(found) + ") that entry " + a.id +
+              " of the overlay folded into did not leave there (sha256 " + sha(left) + "): not stacked on its change");
+}
+
+// One CAND source item: merged into ACCEPTED's change to the same file, or kept for the entry
+// that moves whole.
+void fold_source(FoldPlan& p, const NativeEntry& e, const SourceItem& s, NativeEntry& whole) {
+  Top t = top_of(p.into.natives, s.install_path);
+  if (!t.found()) {
+    if (s.layer) throw Error(s.install_path + ": stacked on a change the overlay folded into no longer records");
+    whole.sources.push_back(s);
+    p.report.moved.push_back(s.install_path);
+    return;
+  }
+  if (t.after() != s.sha256) unmet(s.install_path, e, s.sha256, p.into.natives[t.entry], t.after());
+  if (t.source != nullptr) {
+    t.source->deleted = s.deleted;
+    t.source->patched_sha256 = s.deleted ? std::nullopt : s.patched_sha256;
+  } else if (s.deleted) {  // created below, deleted here: absent before and after
+    auto& c = p.into.natives[t.entry].created;
+    std::erase_if(c, [&](const CreatedItem& x) { return x.path == s.install_path; });
+  } else {
+    t.created->sha256 = *s.patched_sha256;
+  }
+  p.report.merged.push_back(s.install_path);
+  ++p.report.backups_dropped;
+}
+
+void fold_created(FoldPlan& p, const NativeEntry& e, const CreatedItem& c, NativeEntry& whole) {
+  Top t = top_of(p.into.natives, c.path);
+  if (!t.found()) {
+    whole.created.push_back(c);
+    p.report.moved.push_back(c.path);
+    return;
+  }
+  if (t.source == nullptr || !t.after().empty()) unmet(c.path, e, "", p.into.natives[t.entry], t.after());
+  t.source->deleted = false;  // deleted below, created again here
+  t.source->patched_sha256 = c.sha256;
+  p.report.merged.push_back(c.path);
+}
+
+FoldPlan plan_fold(const fs::path& into, const Manifest& cm, const Manifest& am) {
+  FoldPlan p;
+  p.into = am;
+  for (const auto& e : cm.natives) {
+    p.ids.push_back(e.id);
+    for (const auto& path : tracked_paths(e))
+      if (const LayerRef* l = layer_of(e, path); l && l->overlay != into.string())
+        throw Error(path + ": stacked on overlay " + l->overlay + ", not on " + into.string() +
+                    ": fold it into that one");
+    NativeEntry whole = e;
+    whole.sources.clear(), whole.created.clear(), whole.artifacts.clear(), whole.caches.clear();
+    whole.python_guard.reset();
+    std::optional<std::size_t> receiver;  // the entry of ACCEPTED's that took the first merged file
+    auto merged_into = [&](const std::string& path) {
+      if (!receiver) receiver = top_of(p.into.natives, path).entry;
+    };
+    for (const auto& s : e.sources) {
+      if (top_of(p.into.natives, s.install_path).found()) merged_into(s.install_path);
+      fold_source(p, e, s, whole);
+      p.paths.emplace_back(s.install_path);
+    }
+    for (const auto& c : e.created) {
+      if (top_of(p.into.natives, c.path).found()) merged_into(c.path);
+      fold_created(p, e, c, whole);
+      p.paths.emplace_back(c.path);
+    }
+    for (const auto& a : e.artifacts) {
+      p.paths.emplace_back(a.path);
+      // ACCEPTED's own item keeps the artifact's original; CAND's backup is ACCEPTED's build.
+      if (tracks(p.into.natives, &NativeEntry::artifacts, &ArtifactItem::path, a.path)) {
+        p.report.backups_dropped += a.existed ? 1 : 0;
+        continue;
+      }
+      if (a.layer) throw Error(a.path + ": stacked on an artifact the overlay folded into no longer tracks");
+      whole.artifacts.push_back(a);
+    }
+    for (const auto& c : e.caches) {
+      if (tracks(p.into.natives, &NativeEntry::caches, &CacheItem::dir, c.dir)) {
+        ++p.report.backups_dropped;  // ACCEPTED keeps the cache as it was before its own change
+        continue;
+      }
+      whole.caches.push_back(c);
+    }
+    if (!whole.sources.empty() || !whole.created.empty() || !whole.artifacts.empty() || !whole.caches.empty()) {
+      p.moved.push_back(p.into.natives.size());
+      p.report.moved_entries.push_back(e.id);
+      p.into.natives.push_back(std::move(whole));
+    } else if (receiver) {
+      // Nothing moves whole: the build that made what is installed now is named where the files went.
+      NativeEntry& r = p.into.natives[*receiver];
+      for (const auto& cmd : e.build_cmds)
+        if (std::find(r.build_cmds.begin(), r.build_cmds.end(), cmd) == r.build_cmds.end()) r.build_cmds.push_back(cmd);
+      r.untracked.insert(r.untracked.end(), e.untracked.begin(), e.untracked.end());
+    }
+  }
+  // CAND is no longer a layer on ACCEPTED: its changes are ACCEPTED's own.
+  std::erase_if(p.into.layers_above, [&](const UpperRef& u) { return contains(p.ids, u.entry); });
+  p.report.entries = p.ids;
+  return p;
+}
+
+// What must hold before a fold: something to fold, nothing in flight on either side, nothing
+// stacked on CAND, no patch whose Python half would stay behind.
+void check_foldable(Disk& disk, const fs::path& from, const fs::path& into, const Manifest& cm) {
+  if (cm.natives.empty()) throw Error("nothing to fold: " + from.string() + " has no native entry");
+  for (const auto& ov : {from, into})
+    if (disk.info(ov, Follow::no).type == FileType::directory)
+      if (std::string busy = describe_live(live_operations(disk, ov)); !busy.empty())
+        throw Error("an operation is in flight on " + ov.string() + " (" + busy + "): fold once it has ended");
+  ManifestCache cache(disk);
+  for (const auto& u : uppers_of(cache, cm))
+    if (u.blocks())
+      throw Error("layer " + u.ref.overlay + " [" + u.ref.entry + "] is stacked on " + from.string() +
+                  ": revert it, or fold it into " + from.string() + ", first");
+  Manifest python_part = cm;
+  python_part.natives.clear();
+  for (const auto& e : cm.natives)
+    if (e.patch_id && has_patch(python_part, *e.patch_id))
+      throw Error("patch " + *e.patch_id + " of " + from.string() +
+                  " has Python entries too: fold moves native entries only (revert the patch, or keep it there)");
+}
+
+// The backups of an entry that moves whole, as CAND's record names them.
+std::vector<std::string> backup_files(const NativeEntry& e) {
+  std::vector<std::string> out;
+  auto add = [&](const std::optional<std::string>& rel) {
+    if (rel && !rel->empty()) out.push_back(*rel);
+  };
+  for (const auto& s : e.sources) add(s.backup), add(s.same_inode);
+  for (const auto& a : e.artifacts)
+    if (a.existed) add(a.backup), add(a.same_inode);
+  for (const auto& c : e.caches) add(c.backup_tar);
+  add(e.build_log);
+  return out;
+}
+
+// A backup of CAND's given the same name in ACCEPTED: a second name for the same inode where
+// both share a filesystem, else a durable copy.
+void link_or_copy(Disk& disk, const fs::path& src, const fs::path& dest) {
+  FileInfo si = disk.info(src, Follow::no);
+  if (si.type != FileType::regular) return;  // a build log never written, say: nothing to carry
+  make_dirs(disk, dest.parent_path(), 0700);
+  if (disk.info(dest, Follow::no).exists()) disk.remove(dest);  // an interrupted stage's
+  try {
+    disk.make_hardlink(src, dest);
+    return;
+  } catch (const DiskError& e) {
+    if (e.code() != EXDEV) throw;
+  }
+  copy_file_hashing(disk, src, dest, si.mode, Durable::yes);
+}
+
+// Stages the entries that move whole in ACCEPTED (CAND keeps every backup until the commit):
+// files linked, moved cache dirs renamed (across filesystems: kept as a tar instead), the guard
+// against overlay_setup.py made again; then every name made durable.
+void stage(Disk& disk, const fs::path& from, const fs::path& into, FoldPlan& p) {
+  BackupStore src(disk, from), dst(disk, into);
+  make_dirs(disk, into / kBackupDirName);
+  for (std::size_t i : p.moved) {
+    NativeEntry& e = p.into.natives[i];
+    make_dirs(disk, into / kBackupDirName / e.id, 0700);
+    for (const auto& rel : backup_files(e)) link_or_copy(disk, src.resolve(rel), into / rel);
+    for (std::size_t k = 0; k < e.caches.size(); ++k) {
+      CacheItem& c = e.caches[k];
+      if (!c.backup_dir) continue;
+      fs::path moved = src.resolve(*c.backup_dir), dest = into / *c.backup_dir;
+      if (disk.info(moved, Follow::no).type != FileType::directory) continue;  // never moved (a crash before)
+      try {
+        disk.rename(moved, dest);
+        disk.sync_dir(moved.parent_path());
+      } catch (const DiskError& err) {
+        if (err.code() != EXDEV) throw;
+        SavedFile t = dst.save_dir_tar(e.id, "cache_" + std::to_string(k), At(moved));
+        c.backup_dir.reset();
+        c.backup_tar = t.backup;
+        c.sha256 = t.sha256;
+      }
+    }
+    bool guard = !e.created.empty() || std::any_of(e.caches.begin(), e.caches.end(),
+                                                   [](const CacheItem& c) { return c.backup_dir || c.aside; });
+    if (guard) e.python_guard = dst.make_python_guard(e.id);
+    dst.sync_entry(e.id);
+  }
+}
+
+// CAND lets go of the entries the fold committed into ACCEPTED (`into_record`): they leave its
+// record, then their backups go. A merged cache kept aside beside the install's cache dir holds
+// ACCEPTED's build of it: renamed to a trash sibling first (named by the record that drops the
+// entry, deleted after it); one ACCEPTED now holds (moved whole) stays where it is.
+void let_go(Disk& disk, const fs::path& from, Manifest& cm, const FoldMark& mark, const Manifest& into_record) {
+  BackupStore store(disk, from);
+  std::vector<NativeEntry> gone;
+  for (const auto& e : cm.natives)
+    if (contains(mark.entries, e.id)) gone.push_back(e);
+  for (const auto& e : gone)
+    for (const auto& c : e.caches)
+      if (c.aside && !tracks(into_record.natives, &NativeEntry::caches, &CacheItem::dir, c.dir) &&
+          disk.info(c.aside->path, Follow::no).type == FileType::directory)
+        store.discard_dir(At(c.aside->path));
+  std::erase_if(cm.natives, [&](const NativeEntry& e) { return contains(mark.entries, e.id); });
+  cm.fold_out.reset();
+  for (auto& l : store.take_litter()) cm.litter.push_back(std::move(l));
+  save_manifest(disk, from, cm);
+  for (const auto& e : gone) {
+    fs::path dir = from / kBackupDirName / e.id;
+    if (disk.info(dir, Follow::no).type == FileType::directory) remove_tree(disk, dir);
+  }
+  store.purge(cm.litter);
+}
+
+// ACCEPTED forgets the fold's mark (its record already holds what the fold moved).
+void clear_mark(Disk& disk, const fs::path& into, const std::string& fold) {
+  auto am = load_manifest(disk, into);
+  if (!am || std::erase_if(am->folds_in, [&](const FoldMark& f) { return f.fold == fold; }) == 0) return;
+  save_manifest(disk, into, *am);
+}
+
+// An uncommitted fold undone on ACCEPTED's side: the moved cache dirs staged there go back to
+// CAND (whose record still names them), then the staged entry dirs go, then the mark.
+void unstage(Disk& disk, const fs::path& from, const fs::path& into, const Manifest& cm, Manifest& am,
+             const FoldMark& mark) {
+  for (const auto& e : cm.natives) {
+    if (!contains(mark.entries, e.id)) continue;
+    for (const auto& c : e.caches) {
+      if (!c.backup_dir) continue;
+      fs::path staged = into / *c.backup_dir, home = from / *c.backup_dir;
+      if (disk.info(staged, Follow::no).type == FileType::directory && !disk.info(home, Follow::no).exists()) {
+        disk.rename(staged, home);
+        disk.sync_dir(home.parent_path());
+      }
+    }
+  }
+  std::erase_if(am.folds_in, [&](const FoldMark& f) { return f.fold == mark.fold; });
+  for (const auto& id : mark.entries)
+    if (std::none_of(am.natives.begin(), am.natives.end(), [&](const NativeEntry& e) { return e.id == id; }))
+      if (disk.info(into / kBackupDirName / id, Follow::no).type == FileType::directory)
+        remove_tree(disk, into / kBackupDirName / id);
+  save_manifest(disk, into, am);
+}
+
+std::string new_fold_id() {
+  auto secs =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return "f" + std::to_string(secs) + "-" + random_hex(4);
+}
+
+}  // namespace
+
+bool settle_folds_in(Disk& disk, const fs::path& into, Manifest& m) {
+  bool changed = false;
+  for (std::size_t i = m.folds_in.size(); i-- > 0;) {
+    const FoldMark mark = m.folds_in[i];
+    std::optional<Manifest> cm;
+    try {
+      cm = load_manifest(disk, mark.overlay);
+    } catch (const Error&) {
+      continue;  // cannot tell what the other side holds: the mark stays
+    }
+    if (cm && cm->fold_out && cm->fold_out->fold == mark.fold) continue;  // the other side settles it
+    // The other side let go (or vanished): a committed mark has done its work; a pending one's
+    // staged entry dirs are nobody's (the other side undid the fold, or is gone with its record).
+    if (!mark.committed)
+      for (const auto& id : mark.entries)
+        if (std::none_of(m.natives.begin(), m.natives.end(), [&](const NativeEntry& e) { return e.id == id; }) &&
+            disk.info(into / kBackupDirName / id, Follow::no).type == FileType::directory)
+          remove_tree(disk, into / kBackupDirName / id);
+    m.folds_in.erase(m.folds_in.begin() + static_cast<std::ptrdiff_t>(i));
+    changed = true;
+  }
+  return changed;
+}
+
+void settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_timeout, const fs::path& state_dir) {
+  FoldMark out = *m.fold_out;
+  fs::path into = out.overlay;
+  std::optional<OverlayLock> lock;
+  if (disk.info(into, Follow::no).type == FileType::directory) lock.emplace(into, lock_timeout);
+  std::optional<Manifest> am;
+  try {
+    am = load_manifest(disk, into);
+  } catch (const Error& e) {
+    throw Error("a fold of " + from.string() + " into " + into.string() +
+                " was interrupted, and that overlay's record cannot be read (" + e.what() +
+                "): repair it, then run this again");
+  }
+  auto mark =
+      am ? std::find_if(am->folds_in.begin(), am->folds_in.end(), [&](const FoldMark& f) { return f.fold == out.fold; })
+         : std::vector<FoldMark>::iterator();
+  if (am && mark != am->folds_in.end() && mark->committed) {
+    spdlog::warn("finishing fold {} of {} into {} (interrupted after it committed)", out.fold, from.string(),
+                 into.string());
+    std::vector<fs::path> paths;
+    for (const auto& e : m.natives)
+      if (contains(out.entries, e.id))
+        for (const auto& p : tracked_paths(e)) paths.emplace_back(p);
+    let_go(disk, from, m, out, *am);
+    clear_mark(disk, into, out.fold);
+    try {
+      HoldRegistry(disk, state_of(state_dir)).transfer(paths, from, into, lock_timeout);
+    } catch (const Error& e) {
+      spdlog::warn("holds of the fold not moved: {}", e.what());
+    }
+    return;
+  }
+  spdlog::warn("undoing fold {} of {} into {} (interrupted before it committed)", out.fold, from.string(),
+               into.string());
+  if (am && mark != am->folds_in.end()) unstage(disk, from, into, m, *am, *mark);
+  m.fold_out.reset();
+  save_manifest(disk, from, m);
+}
+
+FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
+  fs::path from = absolute_normal(req.from), into = absolute_normal(req.into);
+  if (from == into) throw Error("--from and --into name the same overlay: " + from.string());
+  FileInfo fi = disk.info(from, Follow::yes), ii = disk.info(into, Follow::yes);
+  if (!fi.exists()) throw Error("overlay does not exist: " + from.string());
+  if (fi.type != FileType::directory) throw Error("overlay is not a directory: " + from.string());
+  if (ii.exists() && ii.type != FileType::directory) throw Error("overlay is not a directory: " + into.string());
+  if (!load_manifest(disk, from)) throw Error("nothing to fold: no manifest in " + from.string());
+  if (ii.exists()) load_manifest(disk, into);  // a malformed record is refused before any lock
+  // CAND first, then ACCEPTED: the order every verb takes an upper layer's lock and its lower's.
+  OverlayLock from_lock(from, req.lock_timeout);
+  auto cm = load_manifest(disk, from);
+  if (!cm) throw Error("nothing to fold: no manifest in " + from.string());
+  if (cm->fold_out && !req.dry_run) settle_fold_out(disk, from, *cm, req.lock_timeout, req.state_dir);
+  if (!req.dry_run) make_dirs(disk, into);
+  std::optional<OverlayLock> into_lock;
+  if (disk.info(into, Follow::yes).exists()) into_lock.emplace(into, req.lock_timeout);
+  Manifest am = load_manifest(disk, into).value_or(Manifest{});
+  if (!req.dry_run && settle_folds_in(disk, into, am)) save_manifest(disk, into, am);
+  check_foldable(disk, from, into, *cm);
+  FoldPlan p = plan_fold(into, *cm, am);
+  if (req.dry_run) return p.report;
+  std::string fold = new_fold_id();
+  // 1. CAND says where its entries are going; 2. ACCEPTED shields what will be staged in it.
+  cm->fold_out = FoldMark{into.string(), fold, p.ids, false};
+  save_manifest(disk, from, *cm);
+  std::vector<std::string> staged;
+  for (std::size_t i : p.moved) staged.push_back(p.into.natives[i].id);
+  am.folds_in.push_back(FoldMark{from.string(), fold, staged, false});
+  save_manifest(disk, into, am);
+  // 3. Stage; 4. commit: ACCEPTED's record holds the fold (the point of no return).
+  stage(disk, from, into, p);
+  p.into.folds_in = am.folds_in;
+  p.into.folds_in.back().committed = true;
+  save_manifest(disk, into, p.into);
+  // 5. CAND lets go; 6. the mark goes; 7. the holds follow.
+  FoldMark out = *cm->fold_out;
+  let_go(disk, from, *cm, out, p.into);
+  clear_mark(disk, into, fold);
+  try {
+    HoldRegistry(disk, state_of(req.state_dir)).transfer(p.paths, from, into, req.lock_timeout);
+  } catch (const Error& e) {
+    spdlog::warn("holds of the fold not moved: {}", e.what());
+  }
+  p.report.fold_id = fold;
+  return p.report;
+}
+
+}  // namespace overlay

@@ -1,0 +1,411 @@
+// Layers, fold, export and replay (issue 49) through the real binary: the optimisation loop as
+// the pipeline runs it, each claim checked against the disk.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+using json = nlohmann::json;
+
+namespace {
+
+std::string kernel(int v) { return "int kernel() { return " + std::to_string(v) + "; }\n"; }
+
+// An install whose "build" copies the source into the library and counts itself, so every value
+// a leg runs is readable from the artifact and every build is seen.
+struct Layers : ::testing::Test {
+  TempDir t;
+  Install in = make_install(t / "inst");
+  std::string pristine = tree_digest(in.root);
+  std::vector<std::string> env{"OVERLAY_STATE_DIR=" + (t / "state").string()};
+  const char* build = "sh -c 'cat src/kernel.cpp > lib/libk.so; echo b >> ../builds'";
+
+  std::string ov(const std::string& name) { return (t / "ev" / name).string(); }
+  fs::path cand(int v) {
+    fs::path p = t / ("c" + std::to_string(v) + ".cpp");
+    write_file(p, kernel(v));
+    return p;
+  }
+  Cmd run(std::vector<std::string> args) { return run_overlay(args, t.path(), env); }
+  Cmd add(const std::string& overlay, int v, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a{
+        "add-native",     "--overlay",      ov(overlay),  "--target",           in.source.string(),
+        "--patched-file", cand(v).string(), "--artifact", in.artifact.string(), "--build-cwd",
+        in.root.string(), "--build-cmd",    build};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a);
+  }
+  json manifest(const std::string& overlay) {
+    return json::parse(read_file(fs::path(ov(overlay)) / "_overlay_manifest.json"));
+  }
+  json doc(std::vector<std::string> args) {
+    args.insert(args.begin(), "--json");
+    return json::parse(run(args).out);
+  }
+  int builds() {
+    std::string b = fs::exists(t / "builds") ? read_file(t / "builds") : "";
+    return static_cast<int>(std::count(b.begin(), b.end(), '\n'));
+  }
+  std::string value() { return read_file(in.artifact); }  // what a leg would run
+};
+
+std::string sha(const std::string& s) {
+  TempDir d;
+  write_file(d / "x", s);
+  return file_sha256(d / "x");
+}
+
+}  // namespace
+
+// The pipeline's candidate leg: stacked on the accepted overlay with --over, no --force, no
+// loss warning; the accepted overlay's own entry is "covered", never "drifted"; reject puts the
+// accepted change back exactly; the accepted overlay then reverts to pristine.
+TEST_F(Layers, AStackedCandidateNeedsNoForceAndRejectRestoresTheLayerBelow) {
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  std::string accepted = tree_digest(in.root);
+  Cmd c = add("cand", 6, {"--over", ov("acc")});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_EQ(c.err.find("original bytes are lost"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find("stacked on " + ov("acc") + ": 2 file(s) taken as layers"), std::string::npos) << c.err;
+  EXPECT_EQ(value(), kernel(6));
+  json src = manifest("cand")["natives"][0]["sources"][0];
+  EXPECT_EQ(src["layer"]["overlay"], ov("acc"));
+  EXPECT_EQ(src["layer"]["entry"], manifest("acc")["natives"][0]["id"]);
+  EXPECT_EQ(src["layer"]["pristine_sha256"], sha(kernel(4)));
+  EXPECT_EQ(src["sha256"], sha(kernel(5)));  // the bytes it must find and put back
+  EXPECT_EQ(manifest("acc")["layers_above"][0]["overlay"], ov("cand"));
+
+  json st = doc({"status", "--overlay", ov("acc")});
+  for (const auto& f : st["natives"][0]["files"]) {
+    EXPECT_EQ(f["state"], "covered") << f;
+    ASSERT_EQ(f["layers"].size(), 2u) << f;
+    EXPECT_EQ(f["layers"][0]["overlay"], ov("acc"));
+    EXPECT_EQ(f["layers"][1]["overlay"], ov("cand"));
+  }
+  json which = doc({"which", in.source.string()});
+  ASSERT_EQ(which["layers"].size(), 2u) << which;
+  EXPECT_EQ(which["layers"][1]["overlay"], ov("cand"));
+
+  Cmd r = run({"revert", "--overlay", ov("cand")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), accepted);
+  EXPECT_FALSE(manifest("acc").contains("layers_above")) << manifest("acc");
+  json after = doc({"status", "--overlay", ov("acc")});
+  EXPECT_EQ(after["natives"][0]["files"][0]["state"], "patched") << after;
+  // The hold passed back down kept its checksums: the accepted overlay holds the file again.
+  json all = doc({"status", "--all"});
+  EXPECT_TRUE(all["orphan_holds"].empty()) << all;
+  ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+  EXPECT_EQ(run({"status", "--all", "--check-clean"}).rc, 0);
+}
+
+// A lower layer is never reverted under a live one: refused before anything changes, naming
+// the layer; --with-layers unwinds top-down.
+TEST_F(Layers, ALowerLayerIsRefusedUnderALiveOneAndWithLayersUnwindsTopDown) {
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  ASSERT_EQ(add("cand", 6, {"--over", ov("acc")}).rc, 0);
+  std::string stacked = tree_digest(t.path());
+  for (bool dry : {false, true}) {
+    std::vector<std::string> a{"revert", "--overlay", ov("acc")};
+    if (dry) a.push_back("--dry-run");
+    Cmd r = run(a);
+    EXPECT_EQ(r.rc, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("layer " + ov("cand") + " ["), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("revert it first, or revert this overlay with --with-layers"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("restored"), std::string::npos) << r.out;
+    EXPECT_EQ(tree_digest(t.path()), stacked) << "dry run " << dry;
+  }
+  Cmd w = run({"revert", "--overlay", ov("acc"), "--with-layers"});
+  ASSERT_EQ(w.rc, 0) << w.err;
+  EXPECT_NE(w.err.find("reverted layer " + ov("cand")), std::string::npos) << w.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+  EXPECT_TRUE(manifest("cand")["natives"].empty());
+  EXPECT_EQ(run({"status", "--all", "--check-clean"}).rc, 0);
+}
+
+// --force stacked an entry of the accepted overlay on top of a candidate stacked on it (the old
+// way of folding): both plain reverts refuse, nothing changes, and --with-layers still unwinds
+// the criss-cross to pristine.
+TEST_F(Layers, ACrissCrossOfForcedEntriesRefusesPlainRevertsAndUnwinds) {
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  ASSERT_EQ(add("cand", 6, {"--over", ov("acc")}).rc, 0);
+  Cmd held = add("acc", 7);
+  EXPECT_EQ(held.rc, 1);
+  EXPECT_NE(held.err.find("is held by overlay " + ov("cand")), std::string::npos) << held.err;
+  ASSERT_EQ(add("acc", 7, {"--force"}).rc, 0);
+  std::string state = tree_digest(t.path());
+  for (const char* o : {"acc", "cand"}) {
+    Cmd r = run({"revert", "--overlay", ov(o)});
+    EXPECT_NE(r.rc, 0) << o << ": " << r.out;
+    EXPECT_EQ(tree_digest(t.path()), state) << o;
+  }
+  Cmd w = run({"revert", "--overlay", ov("acc"), "--with-layers"});
+  ASSERT_EQ(w.rc, 0) << w.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}
+
+// gc-stale unwinds a dead run's layers top-down, whatever order its walk meets them in, and
+// spares the layer under a live one.
+TEST_F(Layers, GcStaleRevertsTopDownAndSparesTheLayerUnderALiveOne) {
+  // "a" is the candidate, "b" the accepted overlay: a walk by name meets the candidate first only by chance.
+  ASSERT_EQ(add("b", 5).rc, 0);
+  ASSERT_EQ(add("a", 6, {"--over", ov("b")}).rc, 0);
+  Cmd g = run({"gc-stale", "--root", (t / "ev").string()});
+  ASSERT_EQ(g.rc, 0) << g.err;
+  EXPECT_LT(g.out.find("reverted " + ov("a")), g.out.find("reverted " + ov("b"))) << g.out;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+
+  pid_t live = ::fork();
+  if (live == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_EQ(add("b", 5).rc, 0);
+  ASSERT_EQ(add("a", 6, {"--over", ov("b"), "--owner-pid", std::to_string(live)}).rc, 0);
+  json j = json::parse(run({"--json", "gc-stale", "--root", (t / "ev").string()}).out);
+  ::kill(live, SIGKILL);
+  ::waitpid(live, nullptr, 0);
+  ASSERT_EQ(j["overlays"].size(), 2u) << j;
+  for (const auto& o : j["overlays"]) EXPECT_EQ(o["outcome"], "skipped") << o;
+  EXPECT_EQ(value(), kernel(6));
+  Cmd again = run({"gc-stale", "--root", (t / "ev").string()});  // the owner is dead now
+  ASSERT_EQ(again.rc, 0) << again.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}
+
+// Accept: fold the candidate into the accepted overlay. No build; the accepted overlay keeps the
+// pristine original; the candidate folder can then be deleted (as the harness does) and finalize
+// still leaves the install pristine.
+TEST_F(Layers, FoldKeepsThePristineOriginalNeedsNoBuildAndSurvivesTheCandidatesDeletion) {
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  ASSERT_EQ(add("cand", 7, {"--over", ov("acc")}).rc, 0);
+  int built = builds();
+  Cmd f = run({"fold", "--from", ov("cand"), "--into", ov("acc")});
+  ASSERT_EQ(f.rc, 0) << f.err;
+  EXPECT_NE(f.out.find("fold: merged " + in.source.string()), std::string::npos) << f.out;
+  EXPECT_EQ(builds(), built) << "a fold builds nothing";
+  EXPECT_EQ(value(), kernel(7));
+  json a = manifest("acc");
+  ASSERT_EQ(a["natives"].size(), 1u) << a;
+  EXPECT_EQ(a["natives"][0]["sources"][0]["sha256"], sha(kernel(4)));
+  EXPECT_EQ(a["natives"][0]["sources"][0]["patched_sha256"], sha(kernel(7)));
+  EXPECT_FALSE(a.contains("layers_above")) << a;
+  EXPECT_FALSE(a.contains("folds_in")) << a;
+  EXPECT_TRUE(manifest("cand")["natives"].empty());
+  EXPECT_FALSE(manifest("cand").contains("fold_out"));
+  EXPECT_TRUE(!fs::exists(t / "ev/cand/_native_backup") || fs::is_empty(t / "ev/cand/_native_backup"));
+  EXPECT_EQ(run({"verify-native", "--overlay", ov("acc")}).out, "FRESH_BUILD_OK (checked 1)\n");
+  fs::remove_all(t / "ev/cand");
+  Cmd dirty = run({"status", "--all", "--check-clean"});
+  EXPECT_EQ(dirty.rc, 1) << dirty.out;
+  ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+  EXPECT_EQ(run({"status", "--all", "--check-clean"}).rc, 0);
+  EXPECT_EQ(run({"which", in.source.string()}).rc, 1);
+}
+
+// A candidate on other files than the accepted overlay's moves whole: a created and a deleted
+// file, a second source, a cache moved into the overlay; deleted afterwards, nothing is lost.
+TEST_F(Layers, FoldMovesAnEntryOfOtherFilesWholeWithItsBackups) {
+  write_file(in.root / "src/old.c", "int old;\n");
+  write_file(in.root / "src/util.h", "#define U 1\n");
+  pristine = tree_digest(in.root);
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  write_file(t / "d.diff",
+             "--- a/src/util.h\n+++ b/src/util.h\n@@ -1 +1 @@\n-#define U 1\n+#define U 8\n"
+             "--- /dev/null\n+++ b/src/extra.c\n@@ -0,0 +1 @@\n+int extra;\n"
+             "--- a/src/old.c\n+++ /dev/null\n@@ -1 +0,0 @@\n-int old;\n");
+  Cmd c = run({"add-native", "--overlay", ov("cand"), "--over", ov("acc"), "--patch", (t / "d.diff").string(),
+               "--patch-root", in.root.string(), "--invalidate-cache", in.cache.string(), "--cache-snapshot", "move",
+               "--build-cwd", in.root.string(), "--build-cmd", "sh -c 'mkdir -p cache && echo rebuilt > cache/f'"});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_NE(c.err.find("it holds none of these files; a plain add"), std::string::npos) << c.err;
+  Cmd f = run({"fold", "--from", ov("cand"), "--into", ov("acc")});
+  ASSERT_EQ(f.rc, 0) << f.err;
+  EXPECT_NE(f.out.find("0 file(s) merged, 3 moved"), std::string::npos) << f.out;
+  fs::remove_all(t / "ev/cand");
+  EXPECT_EQ(manifest("acc")["natives"].size(), 2u);
+  EXPECT_EQ(read_file(in.cache / "f"), "rebuilt\n");
+  Cmd r = run({"revert", "--overlay", ov("acc")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}
+
+// What a fold cannot do is refused, one line, nothing changed.
+TEST_F(Layers, FoldRefusesWhatItCannotDoAndChangesNothing) {
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  ASSERT_EQ(add("cand", 6, {"--over", ov("acc")}).rc, 0);
+  ASSERT_EQ(add("top", 8, {"--over", ov("cand")}).rc, 0);  // a layer on the candidate
+  fs::create_directories(t / "ev/empty");
+  write_file(t / "x.cpp", kernel(9));
+  ASSERT_EQ(run({"add-native", "--overlay", ov("other"), "--target", (t / "x.cpp").string(), "--patched-file",
+                 cand(3).string()})
+                .rc,
+            0);
+  ASSERT_EQ(run({"add-native", "--overlay", ov("third"), "--over", ov("other"), "--target", (t / "x.cpp").string(),
+                 "--patched-file", cand(2).string()})
+                .rc,
+            0);
+  expect_refused_unchanged({{"fold", "--from", ov("cand"), "--into", ov("acc")},   // a layer stands on it
+                            {"fold", "--from", ov("empty"), "--into", ov("acc")},  // nothing to fold
+                            {"fold", "--from", ov("acc"), "--into", ov("acc")},
+                            {"fold", "--from", ov("nowhere"), "--into", ov("acc")},
+                            {"fold", "--from", ov("third"), "--into", ov("acc")}},  // stacked on another overlay
+                           t.path(), [&](const std::vector<std::string>& a) { return run(a); });
+}
+
+// Finalize: export, revert (the install pristine), then replay on the same root and on a copy:
+// the bundle holds no path of this machine but its default root, and a file of another version
+// is refused, naming it, before anything changes.
+TEST_F(Layers, ExportRevertReplayRoundTripsAndRefusesAnotherVersion) {
+  write_file(in.root / "src/util.h", "#define U 1\n");
+  pristine = tree_digest(in.root);
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  write_file(t / "u.diff",
+             "--- a/src/util.h\n+++ b/src/util.h\n@@ -1 +1 @@\n-#define U 1\n+#define U 8\n"
+             "--- /dev/null\n+++ b/src/extra.c\n@@ -0,0 +1 @@\n+int extra;\n");
+  ASSERT_EQ(
+      run({"add-native", "--overlay", ov("acc"), "--patch", (t / "u.diff").string(), "--patch-root", in.root.string()})
+          .rc,
+      0);
+  std::string applied = tree_digest(in.root);
+  Cmd e = run({"export", "--overlay", ov("acc"), "--out", (t / "bundle").string()});
+  ASSERT_EQ(e.rc, 0) << e.err;
+  std::string text = read_file(t / "bundle/bundle.json");
+  json b = json::parse(text);
+  EXPECT_EQ(b["root"], in.root.string());
+  std::size_t n = 0;
+  for (std::size_t at = text.find(t.path().string()); at != std::string::npos;
+       at = text.find(t.path().string(), at + 1))
+    ++n;
+  EXPECT_EQ(n, 1u) << "only the default root names this machine:\n" << text;
+  EXPECT_EQ(b["entries"].size(), 2u);
+  EXPECT_EQ(b["entries"][0]["build_cmds"][0][2], "cat src/kernel.cpp > lib/libk.so; echo b >> ../builds");
+  EXPECT_FALSE(fs::exists(t / "bundle/_native_backup"));
+  // An --out that exists is refused.
+  expect_refused_unchanged({{"export", "--overlay", ov("acc"), "--out", (t / "bundle").string()},
+                            {"export", "--overlay", ov("none"), "--out", (t / "b2").string()}},
+                           t.path(), [&](const std::vector<std::string>& a) { return run(a); });
+  ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+
+  Cmd r = run({"replay", "--bundle", (t / "bundle").string(), "--overlay", ov("rep")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("FRESH_BUILD_OK (checked 1)"), std::string::npos) << r.out;
+  EXPECT_EQ(value(), kernel(5));
+  EXPECT_EQ(read_file(in.root / "src/extra.c"), "int extra;\n");
+  ASSERT_EQ(run({"revert", "--overlay", ov("rep")}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+
+  // Another version of the install: refused, naming the file, nothing changed.
+  write_file(in.root / "src/util.h", "#define U 2\n");
+  Cmd other = run({"replay", "--bundle", (t / "bundle").string(), "--overlay", ov("rep2")});
+  EXPECT_EQ(other.rc, 1);
+  EXPECT_NE(other.err.find((in.root / "src/util.h").string() + " does not hold the bytes the bundle was made from"),
+            std::string::npos)
+      << other.err;
+  EXPECT_FALSE(fs::exists(ov("rep2")));
+  EXPECT_EQ(read_file(in.source), kernel(4));
+  write_file(in.root / "src/util.h", "#define U 1\n");
+
+  // A copy of the install elsewhere: --root.
+  fs::path copy = t / "inst2";
+  ASSERT_EQ(::overlay::test::run({"cp", "-a", in.root.string(), copy.string()}).rc, 0);
+  Cmd there = run({"replay", "--bundle", (t / "bundle").string(), "--overlay", ov("rep3"), "--root", copy.string()});
+  ASSERT_EQ(there.rc, 0) << there.err;
+  EXPECT_EQ(read_file(copy / "lib/libk.so"), kernel(5));
+  EXPECT_EQ(tree_digest(in.root), pristine);  // the install it was made from is left alone
+  (void)applied;
+}
+
+// A layer whose lower overlay vanished, or the reverse, is reported and never called clean while
+// the install holds anything but original bytes.
+TEST_F(Layers, VanishedLayersAreReportedAndNeverCalledClean) {
+  // The accepted overlay deleted under a live candidate: the candidate's revert puts the accepted
+  // bytes back (the pristine original went with that folder), and nothing calls that clean.
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  ASSERT_EQ(add("cand", 6, {"--over", ov("acc")}).rc, 0);
+  fs::remove_all(t / "ev/acc");
+  json all = doc({"status", "--all"});
+  EXPECT_NE(all.dump().find("\"vanished\""), std::string::npos) << all;
+  Cmd r = run({"revert", "--overlay", ov("cand")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("the layer below (" + ov("acc")), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(in.source), kernel(5));
+  Cmd clean = run({"status", "--all", "--check-clean"});
+  EXPECT_EQ(clean.rc, 1) << clean.out;
+  Cmd which = run({"which", in.source.string()});
+  EXPECT_NE(which.out.find("held by overlay " + ov("acc") + ", which has vanished"), std::string::npos) << which.out;
+  EXPECT_NE(which.out.find("holds that overlay's patched bytes"), std::string::npos) << which.out;
+
+  // The candidate deleted over a live accepted overlay: the accepted overlay's status says its
+  // change is covered by a vanished layer; its revert restores the pristine install, and then
+  // status --all is clean.
+  write_file(in.source, kernel(4));
+  fs::remove_all(t / "state");
+  ASSERT_EQ(add("acc2", 5).rc, 0);
+  ASSERT_EQ(add("cand2", 6, {"--over", ov("acc2")}).rc, 0);
+  fs::remove_all(t / "ev/cand2");
+  json st = doc({"status", "--overlay", ov("acc2")});
+  EXPECT_EQ(st["natives"][0]["files"][0]["state"], "covered") << st;
+  EXPECT_NE(st["natives"][0]["files"][0]["note"].get<std::string>().find("which has vanished"), std::string::npos)
+      << st;
+  EXPECT_EQ(run({"status", "--all", "--check-clean"}).rc, 1);
+  Cmd r2 = run({"revert", "--overlay", ov("acc2")});
+  ASSERT_EQ(r2.rc, 0) << r2.err;
+  EXPECT_NE(r2.err.find("the layer above (" + ov("cand2")), std::string::npos) << r2.err;
+  EXPECT_EQ(read_file(in.source), kernel(4));
+  EXPECT_EQ(run({"status", "--all", "--check-clean"}).rc, 0);
+}
+
+// exec --over: the reference runs on the install as the accepted changes leave it, the candidate
+// on top, and exec's revert puts the accepted bytes back.
+TEST_F(Layers, ExecOverRunsTheReferenceOnTheAcceptedInstall) {
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  fs::path rec = t / "runs";
+  Cmd e = run({"exec",
+               "--ref",
+               "--overlay",
+               ov("cand"),
+               "--over",
+               ov("acc"),
+               "--target",
+               in.source.string(),
+               "--patched-file",
+               cand(7).string(),
+               "--artifact",
+               in.artifact.string(),
+               "--build-cwd",
+               in.root.string(),
+               "--build-cmd",
+               build,
+               "--",
+               "sh",
+               "-c",
+               "cat " + in.artifact.string() + " >> " + rec.string()});
+  ASSERT_EQ(e.rc, 0) << e.out << e.err;
+  EXPECT_EQ(read_file(rec), kernel(5) + kernel(7));
+  EXPECT_NE(e.out.find("exec: install clean"), std::string::npos) << e.out;
+  EXPECT_EQ(value(), kernel(5));
+  Cmd refused = run({"exec", "--ref", "--overlay", ov("cand"), "--target", in.source.string(), "--patched-file",
+                     cand(7).string(), "--", "true"});
+  EXPECT_EQ(refused.rc, 1);
+  EXPECT_NE(refused.err.find("stack on it with --over " + ov("acc")), std::string::npos) << refused.err;
+}
