@@ -151,6 +151,7 @@ FoldPlan plan_fold(const fs::path& into, const Manifest& cm, const Manifest& am)
         ++p.report.backups_dropped;  // ACCEPTED keeps the cache as it was before its own change
         continue;
       }
+      if (c.layer) throw Error(c.dir + ": stacked on a cache the overlay folded into no longer tracks");
       whole.caches.push_back(c);
     }
     if (!whole.sources.empty() || !whole.created.empty() || !whole.artifacts.empty() || !whole.caches.empty()) {
@@ -376,7 +377,10 @@ void settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_
   }
   spdlog::warn("undoing fold {} of {} into {} (interrupted before it committed)", out.fold, from.string(),
                into.string());
-  if (am && mark != am->folds_in.end()) unstage(disk, from, into, m, *am, *mark);
+  if (am && mark != am->folds_in.end()) {
+    const FoldMark pending = *mark;  // unstage() erases it from the record
+    unstage(disk, from, into, m, *am, pending);
+  }
   m.fold_out.reset();
   save_manifest(disk, from, m);
 }

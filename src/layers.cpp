@@ -31,6 +31,8 @@ const LayerRef* layer_of(const NativeEntry& e, const std::string& path) {
     if (c.path == path && c.layer) return &*c.layer;
   for (const auto& a : e.artifacts)
     if (a.path == path && a.layer) return &*a.layer;
+  for (const auto& c : e.caches)
+    if (c.dir == path && c.layer) return &*c.layer;
   return nullptr;
 }
 
@@ -39,6 +41,7 @@ std::vector<std::string> tracked_paths(const NativeEntry& e) {
   for (const auto& s : e.sources) out.push_back(s.install_path);
   for (const auto& c : e.created) out.push_back(c.path);
   for (const auto& a : e.artifacts) out.push_back(a.path);
+  for (const auto& c : e.caches) out.push_back(c.dir);
   return out;
 }
 
@@ -62,6 +65,8 @@ std::optional<EntryChange> change_of(const NativeEntry& e, const std::string& pa
   for (const auto& a : e.artifacts)
     if (a.path == path)
       return EntryChange{a.existed ? a.sha256 : "", std::nullopt, a.layer ? &*a.layer : nullptr, true};
+  for (const auto& c : e.caches)  // a directory: no digest of it either way
+    if (c.dir == path) return EntryChange{std::string(), std::nullopt, c.layer ? &*c.layer : nullptr, true};
   return std::nullopt;
 }
 

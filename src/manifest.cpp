@@ -505,6 +505,7 @@ void from_json(const json& j, CacheItem& c) {
   if (c.existed && !has_dir && !c.aside) c.backup_tar = backup_path(j, "backup_tar");
   c.sha256 = opt_sha(j, "sha256");
   c.parent = opt_at<PinnedDir>(j, "parent");
+  c.layer = opt_at<LayerRef>(j, "layer");
   c.raw = j;
 }
 
@@ -517,6 +518,7 @@ void to_json(json& j, const CacheItem& c) {
   if (c.backup_dir) j["backup_dir"] = *c.backup_dir;
   if (c.aside) j["aside"] = *c.aside;
   if (c.parent) j["parent"] = *c.parent;
+  put_or_erase(j, "layer", c.layer.has_value(), c.layer ? json(*c.layer) : json());
 }
 
 void from_json(const json& j, UntrackedOutput& u) {

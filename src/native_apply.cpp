@@ -243,6 +243,7 @@ std::vector<std::string> stack_on(Disk& disk, const NativePlan& plan, Manifest& 
   for (auto& s : e.sources) stack(s.install_path, s.layer, s.sha256);
   for (auto& c : e.created) stack(c.path, c.layer, "");
   for (auto& a : e.artifacts) stack(a.path, a.layer, a.existed ? a.sha256 : "");
+  for (auto& c : e.caches) stack(c.dir, c.layer, "");
   if (paths.empty()) return paths;
   lower.layers_above.push_back(UpperRef{plan.overlay.string(), e.id, paths});
   save_manifest(disk, *plan.over, lower);
@@ -289,6 +290,12 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     id = store.new_entry();
     NativeEntry e = back_up(disk, store, plan, id, cloned, held);
     if (lower) layered = stack_on(disk, plan, *lower, m, e);
+    // overlay_setup.py knows no layers: reverted in the wrong order (the lower first), a layer's
+    // revert would put the lower's bytes back over the pristine install. It stops at the guard.
+    if (!layered.empty() && !e.python_guard) {
+      e.python_guard = store.make_python_guard(id);
+      store.sync_entry(id);
+    }
     m.natives.push_back(std::move(e));
     m.natives.back().patch_id = plan.patch_id;
     if (plan.record_with) plan.record_with(m);

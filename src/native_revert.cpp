@@ -35,7 +35,10 @@ class Reverter {
   bool revert_entry(const NativeEntry& e) {
     bool ok = true;
     for (auto it = e.caches.rbegin(); it != e.caches.rend(); ++it)
-      ok &= attempt(it->dir, [&] { return cache(*it, place(it->dir, it->parent)); });
+      ok &= attempt(it->dir, [&] {
+        PinnedPlace at = place(it->dir, it->parent);
+        return cache_reverted_under(it->layer, it->dir) ? std::string("unchanged") : cache(*it, at);
+      });
     for (auto it = e.artifacts.rbegin(); it != e.artifacts.rend(); ++it)
       ok &= attempt(it->path, [&] {
         PinnedPlace at = place(it->path, it->parent);
@@ -125,6 +128,15 @@ class Reverter {
   }
 
   HoldRegistry holds() { return holds_of(disk_, opts_); }
+
+  // A layered cache dir whose lower overlay was reverted under this layer (its record no longer
+  // tracks the dir): the lower put the cache as it was before the stack back; this layer's
+  // snapshot is the lower's build of it, which must not come back. Left as it is, said in a note.
+  bool cache_reverted_under(const std::optional<LayerRef>& layer, const std::string& dir) {
+    if (!layer || lower_state(lowers_, *layer, dir) != RefState::stale) return false;
+    report_.notes.push_back(dir + ": the layer below (" + layer->overlay + ") was reverted under this one; its cache stays as that revert left it");
+    return true;
+  }
 
   // A layered item (add-native --over) whose lower overlay no longer holds the file: where the
   // file holds its pristine bytes again (the lower was reverted under this layer: moved away from

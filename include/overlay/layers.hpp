@@ -44,7 +44,7 @@ std::optional<RecordedChange> recorded_change(const Manifest& m, const std::stri
 
 // The layer ref of the item of `e` on `path`, if that item is one.
 const LayerRef* layer_of(const NativeEntry& e, const std::string& path);
-// Every file an entry tracks (sources, created files, artifacts), absolute.
+// Every path an entry tracks (sources, created files, artifacts, cache dirs), absolute.
 std::vector<std::string> tracked_paths(const NativeEntry& e);
 
 // How a reference to another overlay's entry stands now.

@@ -136,6 +136,7 @@ struct CacheItem {
   std::optional<std::string> backup_dir;  // the cache dir itself, moved into the overlay (added key)
   std::optional<AsideDir> aside;          // the cache dir itself, renamed aside beside it (added key)
   std::optional<PinnedDir> parent;        // its parent at record time, when it existed then
+  std::optional<LayerRef> layer;          // its snapshot is a lower overlay's build of it (added key)
   json raw = json::object();
 };
 

@@ -327,6 +327,51 @@ std::vector<OvShape> overlay_shapes() {
   };
 }
 
+// Issue 49: a layer (add-native --over) is guarded against overlay_setup.py, which knows no
+// layers. Whatever order its revert or gc-stale meets the two overlays in, it restores the lower
+// one byte-exact or stops at the layer's guard, and `overlay revert` finishes: the install ends
+// original, never with the lower's bytes put back over it.
+TEST_F(Interop, LayeredOverlaysRevertedByPythonTool) {
+  REQUIRE_REFERENCE();
+  fs::path low = ovs / "low";
+  write_file(p / "kernel8.cpp", "int kernel() { return 8; }\n");
+  for (std::string how : {"revert upper", "revert lower", "gc-stale"}) {
+    SCOPED_TRACE(how);
+    int f0 = failures();
+    fs::remove_all(ov);
+    fs::remove_all(low);
+    auto lower = with(entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), {"--cache-snapshot", "tar"});
+    lower[1] = low.string();
+    ASSERT_EQ(ov_add(lower).rc, 0);
+    std::string accepted = tree_digest(inst);
+    Cmd up = ov_add(with(entry("src/kernel.cpp", "kernel8.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}),
+                         {"--cache-snapshot", "tar", "--over", low.string()}));
+    ASSERT_EQ(up.rc, 0) << up.err;
+    EXPECT_TRUE(manifest()["natives"][0]["caches"][0].value("python_tool_guard", false)) << manifest();
+    std::string stacked = tree_digest(inst);
+    Cmd py = how == "revert upper"   ? py_tool({"revert", "--overlay", ov.string()})
+             : how == "revert lower" ? py_tool({"revert", "--overlay", low.string()})
+                                     : py_tool({"gc-stale", "--root", ovs.string()});
+    if (how == "revert upper") {
+      EXPECT_NE(py.rc, 0);
+      EXPECT_NE(py.err.find("STOP--overlay_setup.py-cannot-restore-this-entry"), std::string::npos) << py.err;
+      EXPECT_EQ(tree_digest(inst), stacked);
+    } else if (how == "revert lower") {
+      EXPECT_EQ(py.rc, 0) << py.err;
+      EXPECT_EQ(tree_digest(inst), original);  // the lower's backups are the pristine bytes
+    }
+    // overlay finishes, in whatever state the tool left: the layer first, then the lower.
+    Cmd r = run_overlay({"revert", "--overlay", ov.string()});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(tree_digest(inst), stacked);
+    EXPECT_TRUE(tree_digest(inst) == accepted || tree_digest(inst) == original);
+    EXPECT_EQ(run_overlay({"revert", "--overlay", low.string()}).rc, 0);
+    EXPECT_EQ(tree_digest(inst), original);
+    matrix("layer (--over) on a tar-cache entry", "overlay add-native --over -> overlay_setup.py " + how,
+           how == "revert lower" ? "restored (lower), then overlay revert" : "stopped at the layer, then overlay revert", f0);
+  }
+}
+
 TEST_F(Interop, OverlayEntriesRevertedByPythonTool) {
   REQUIRE_REFERENCE();
   for (const auto& shape : overlay_shapes()) {

@@ -19,6 +19,15 @@ against the disk:
 * at the end (every run finished, every overlay reverted): a file that is not original is one
   `status --all --check-clean` reports (no original lost without a line saying so).
 
+Layers (issue 49): an integrator's overlay of accepted changes ("acc") that agents stack their
+candidates on (add-native --over), fold candidates into (accept), kill -9 mid-fold, finalize
+(export, revert --with-layers) and replay; the harness deletes and moves it too. Claims: a revert
+puts back exactly what the entry found (the layer below's bytes, or the original); fold exit 0
+moves every entry and changes no byte of the install; FRESH_BUILD_OK only over an artifact built
+from its entry's candidate (or a layer above it, where one stands); finalize leaves the install
+pristine or `status --all --check-clean` says which file is not; replay exit 0 runs the bundle's
+candidates, and FRESH_BUILD_OK.
+
 Usage: claims_checker.py OVERLAY_BIN [--examples N] [--steps N] [--seed S]
 A failure prints the seed and the steps (hypothesis' own reproduction); --seed replays it.
 """
@@ -36,13 +45,15 @@ import time
 
 from hypothesis import HealthCheck, Phase, settings, seed as hseed
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 OVERLAY = None
 WORK = None
 TEMPLATE = None
-STATS = {"steps": 0, "claims": 0, "examples": 0, "in_flight_steps": 0}
+STATS = {"steps": 0, "claims": 0, "examples": 0, "in_flight_steps": 0, "layered": 0, "folds": 0, "folds_killed": 0,
+         "finalized": 0, "replayed": 0}
 AGENTS = ("a1", "a2", "a3")
+ACC = "acc"  # the integrator's overlay of accepted changes (issue 49)
 TARGETS = ("ka", "kb")
 STAMP = re.compile(rb"STAMP-[A-Za-z0-9-]+")
 
@@ -105,8 +116,8 @@ class Claims(RuleBasedStateMachine):
         for t in TARGETS:
             self.original[self.src(t)] = read(self.src(t))
             self.original[self.lib(t)] = read(self.lib(t))
-        self.overlay = {a: os.path.join(self.root, "runs", a, "ov") for a in AGENTS}
-        for a in AGENTS:
+        self.overlay = {a: os.path.join(self.root, "runs", a, "ov") for a in AGENTS + (ACC,)}
+        for a in AGENTS + (ACC,):
             os.makedirs(os.path.dirname(self.overlay[a]), exist_ok=True)
         self.proc = {}       # agent -> (Popen, target, stamp, gate)
         self.n = 0
@@ -160,21 +171,23 @@ class Claims(RuleBasedStateMachine):
     def idle(self, agent):
         return agent not in self.proc
 
-    def add_args(self, agent, t, patched, gate=None):
+    def add_args(self, agent, t, patched, gate=None, over=False):
         build = "cmake --build build --target " + t
         if gate:
             build = "sh -c 'while [ ! -e %s ]; do sleep 0.01; done; %s'" % (gate, build)
-        return ["add-native", "--overlay", self.overlay[agent], "--target", self.src(t), "--patched-file", patched,
+        layer = ["--over", self.overlay[ACC]] if over else []
+        return ["add-native", "--overlay", self.overlay[agent], *layer, "--target", self.src(t), "--patched-file", patched,
                 "--artifact", self.lib(t), "--build-cwd", self.inst, "--build-cmd", build]
 
     # ---- the agents
-    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS))
-    def start_add_native(self, agent, t):
+    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS), over=st.sampled_from((True, True, False)))
+    def start_add_native(self, agent, t, over):
+        """A candidate, stacked on the accepted overlay's changes (--over) or not."""
         if not self.idle(agent) or self.applied(agent):
             return
         patched, stamp = self.fresh_candidate(agent, t)
         gate = os.path.join(self.root, "gate-%d" % self.n)
-        p = subprocess.Popen([OVERLAY, *self.add_args(agent, t, patched, gate)], env=self.env, stdout=subprocess.PIPE,
+        p = subprocess.Popen([OVERLAY, *self.add_args(agent, t, patched, gate, over)], env=self.env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.proc[agent] = (p, t, stamp, gate)
 
@@ -186,6 +199,7 @@ class Claims(RuleBasedStateMachine):
         open(gate, "w").close()
         out, err = p.communicate(timeout=120)
         if p.returncode == 0:
+            STATS["layered"] += "taken as layers" in err
             self.claim("add-native " in out and "OVERLAY_DIR=" in out, "add-native exit 0 without its summary", out, err)
             self.claim(stamp_of(self.lib(t)) == stamp, "add-native succeeded but the artifact was not built from the candidate",
                        "artifact stamp %s, candidate %s" % (stamp_of(self.lib(t)), stamp), err)
@@ -206,13 +220,27 @@ class Claims(RuleBasedStateMachine):
         m = re.search(r"FRESH_BUILD_OK \(checked (\d+)\)", r.stdout)
         if not m or int(m.group(1)) == 0:
             return
-        for e in (self.manifest(agent) or {}).get("natives", []):
+        m = self.manifest(agent) or {}
+        # A layer stacked above (add-native --over this overlay) rebuilt the artifact again: it
+        # carries that layer's candidate, whose own verify speaks for it.
+        covered = {p for u in m.get("layers_above", []) if self.records_entry(u) for p in u["paths"]}
+        for e in m.get("natives", []):
             for s in e["sources"]:
                 cand = self.stamps.get(s.get("patched_sha256"))
                 for a in e["artifacts"]:
+                    if a["path"] in covered:
+                        continue
                     self.claim(cand is not None and stamp_of(a["path"]) == cand,
                                "FRESH_BUILD_OK but an artifact does not carry its entry's candidate",
                                a["path"], stamp_of(a["path"]), cand, r.stdout)
+
+    def records_entry(self, upper):
+        """Whether the overlay an upper-layer reference names still records that entry."""
+        try:
+            with open(os.path.join(upper["overlay"], "_overlay_manifest.json")) as f:
+                return any(e.get("id") == upper["entry"] for e in json.load(f).get("natives", []))
+        except (FileNotFoundError, ValueError):
+            return False
 
     @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS))
     def exec_ab(self, agent, t):
@@ -285,13 +313,107 @@ class Claims(RuleBasedStateMachine):
         # revert lets it go, and swap its candidate in before the check below reads it (seen:
         # seed 673430012, STAMP-a2-kb-6 read after a3's revert): there the file is original or that
         # candidate, and nothing else. Every other file this revert restored must be original.
+        # A layer (add-native --over) puts back the bytes it found: the layer below's.
         in_flight = {t: stamp for (_, t, stamp, _) in self.proc.values()}
         target_of = {p: t for t in TARGETS for p in (self.src(t), self.lib(t))}
+        covered = {p for u in m.get("layers_above", []) if self.records_entry(u) for p in u["paths"]}
         for e in m.get("natives", []):
-            for path in [s["install_path"] for s in e["sources"]] + [a["path"] for a in e["artifacts"]]:
+            items = [(i["install_path"], i["sha256"]) for i in e["sources"]] + \
+                [(i["path"], i.get("sha256") if i.get("existed") else None) for i in e["artifacts"]]
+            for path, found in items:
+                if path in covered:
+                    continue  # refused: nothing of this overlay was reverted
                 taker = in_flight.get(target_of.get(path))
-                self.claim(read(path) == self.original[path] or (taker is not None and stamp_of(path) == taker),
-                           "revert exit 0 but a file it restored is not original", path, stamp_of(path), taker, r.stderr)
+                now = read(path)
+                put_back = now is not None and found is not None and hashlib.sha256(now).hexdigest() == found
+                self.claim(now == self.original[path] or put_back or (taker is not None and stamp_of(path) == taker),
+                           "revert exit 0 but a file it restored holds neither the original nor what its entry found",
+                           path, stamp_of(path), taker, r.stderr)
+
+    # ---- the integrator (issue 49): accept by fold, finalize, replay
+    def install_bytes(self):
+        return {p: read(p) for p in self.original}
+
+    @initialize(t=st.sampled_from(TARGETS + (None,)))
+    def accepted_so_far(self, t):
+        """Most runs are under way: the accepted overlay already holds a change (or none yet)."""
+        if t is not None:
+            self.integrator_applies(t)
+
+    @rule(t=st.sampled_from(TARGETS))
+    def integrator_applies(self, t):
+        """The integrator applies an accepted change to the accepted overlay itself (or a replay does)."""
+        if t in self.busy_targets():
+            return
+        patched, stamp = self.fresh_candidate(ACC, t)
+        r = self.tool(*self.add_args(ACC, t, patched))
+        if r.returncode == 0:
+            self.claim(stamp_of(self.lib(t)) == stamp, "add-native succeeded but the artifact was not built from the candidate",
+                       stamp_of(self.lib(t)), stamp, r.stderr)
+
+    @rule(agent=st.sampled_from(AGENTS))
+    def fold_into_accepted(self, agent):
+        if not self.idle(agent) or not self.applied(agent) or ACC in self.proc:
+            return
+        ids = self.entry_ids(agent)
+        before = self.install_bytes()
+        r = self.tool("fold", "--from", self.overlay[agent], "--into", self.overlay[ACC])
+        busy = {p for t in self.busy_targets() for p in (self.src(t), self.lib(t))}
+        if r.returncode == 0:
+            STATS["folds"] += 1
+            self.claim(not self.applied(agent), "fold exit 0 but the candidate still has entries", r.stdout, r.stderr)
+            self.claim(self.applied(ACC), "fold exit 0 but the accepted overlay records nothing", ids, r.stdout)
+            after = self.install_bytes()
+            for p, data in before.items():
+                if p not in busy:
+                    self.claim(after[p] == data, "fold changed a byte of the install", p, stamp_of(p), r.stdout)
+
+    @rule(agent=st.sampled_from(AGENTS), delay_ms=st.integers(0, 10))
+    def kill_9_fold(self, agent, delay_ms):
+        """fold kill -9'd at a random instant: the next verb on the candidate settles it."""
+        if not self.idle(agent) or not self.applied(agent) or ACC in self.proc:
+            return
+        p = subprocess.Popen([OVERLAY, "fold", "--from", self.overlay[agent], "--into", self.overlay[ACC]], env=self.env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(delay_ms / 1000.0)
+        kill_group(p)
+        p.wait()
+        STATS["folds_killed"] += 1
+
+    @rule(replay=st.booleans())
+    def finalize(self, replay):
+        """export the accepted overlay, revert it with its layers: the install is pristine, or
+        status --all --check-clean names the file that is not. Then, on a pristine install, replay."""
+        if self.proc or not self.applied(ACC):
+            return
+        self.n += 1
+        bundle = os.path.join(self.root, "final-%d" % self.n)
+        e = self.tool("export", "--overlay", self.overlay[ACC], "--out", bundle)
+        r = self.tool("revert", "--overlay", self.overlay[ACC], "--with-layers")
+        if r.returncode != 0:
+            return
+        STATS["finalized"] += 1
+        lost = [p for p, d in self.original.items() if read(p) != d]
+        if lost and not any(self.applied(a) for a in AGENTS):
+            s = self.tool("status", "--all", "--check-clean")
+            self.claim(s.returncode != 0 and all(p in s.stdout for p in lost),
+                       "finalize left files that are not original, and status --all --check-clean does not name them",
+                       lost, s.stdout)
+        if e.returncode != 0 or not replay or lost or any(self.applied(a) for a in AGENTS):
+            return
+        with open(os.path.join(bundle, "bundle.json")) as f:
+            want = {os.path.join(self.inst, x["path"]): x["patched_sha256"] for en in json.load(f)["entries"] for x in en["files"]}
+        rep = self.overlay[ACC] + "-replayed-%d" % self.n
+        p = self.tool("replay", "--bundle", bundle, "--overlay", rep)
+        if p.returncode == 0:
+            STATS["replayed"] += 1
+            self.claim("FRESH_BUILD_OK" in p.stdout, "replay exit 0 without FRESH_BUILD_OK", p.stdout, p.stderr)
+            for path, sha in want.items():
+                t = next(t for t in TARGETS if self.src(t) == path)
+                self.claim(hashlib.sha256(read(path)).hexdigest() == sha and stamp_of(self.lib(t)) == self.stamps.get(sha),
+                           "replay exit 0 but the install does not run the bundle's candidate", path, stamp_of(self.lib(t)), p.stdout)
+        self.tool("revert", "--overlay", rep)
+        self.claim(all(read(x) == d for x, d in self.original.items()), "the replay's revert did not leave the install pristine")
 
     # ---- CI and the harness
     def entry_ids(self, agent):
@@ -310,12 +432,12 @@ class Claims(RuleBasedStateMachine):
             if a in self.proc:
                 self.claim(ids <= self.entry_ids(a), "gc-stale reverted the entry of an add-native in flight", a, r.stdout, r.stderr)
 
-    @rule(agent=st.sampled_from(AGENTS))
+    @rule(agent=st.sampled_from(AGENTS + (ACC,)))
     def harness_rm_overlay(self, agent):
         if self.idle(agent):
             shutil.rmtree(self.overlay[agent], ignore_errors=True)
 
-    @rule(agent=st.sampled_from(AGENTS))
+    @rule(agent=st.sampled_from(AGENTS + (ACC,)))
     def harness_mv_overlay(self, agent):
         if self.idle(agent) and os.path.isdir(self.overlay[agent]):
             self.n += 1
@@ -369,6 +491,7 @@ class Claims(RuleBasedStateMachine):
                 self.finish_add_native(agent)
             for agent in AGENTS:
                 self.tool("revert", "--overlay", self.overlay[agent])
+            self.tool("revert", "--overlay", self.overlay[ACC], "--with-layers")
             lost = [p for p, d in self.original.items() if read(p) != d]
             if lost:
                 r = self.tool("status", "--all", "--check-clean")
@@ -410,6 +533,8 @@ def main():
         finally:
             print("claims checker: %d examples, %d steps (%d while an add-native was building), %d claims checked, seed %d" %
                   (STATS["examples"], STATS["steps"], STATS["in_flight_steps"], STATS["claims"], seed), flush=True)
+            print("claims checker: layers: %d candidates stacked, %d folds (%d killed mid-fold), %d finalized, %d replayed" %
+                  (STATS["layered"], STATS["folds"], STATS["folds_killed"], STATS["finalized"], STATS["replayed"]), flush=True)
     sys.exit(0 if result and result.wasSuccessful() else 1)
 
 

@@ -174,11 +174,12 @@ struct Tally {
   std::vector<std::string> first_failures;
 };
 
-// The backups a manifest names that are missing from `state`, or hold other bytes than it records.
-std::vector<std::string> bad_backups(const Tree& state, const overlay::Manifest& m) {
+// The backups a manifest (of overlay `ov`, relative to the work dir) names that are missing from
+// `state`, or hold other bytes than it records.
+std::vector<std::string> bad_backups(const Tree& state, const overlay::Manifest& m, const std::string& ov = "ov") {
   std::vector<std::string> bad;
   auto check = [&](const std::string& rel, const std::optional<std::string>& sha, char type) {
-    auto it = state.find("ov/" + rel);
+    auto it = state.find(ov + "/" + rel);
     if (it == state.end() || it->second.type != type || (sha && overlay::sha256_hex(it->second.data) != *sha)) bad.push_back(rel);
   };
   for (const auto& e : m.natives) {
@@ -197,8 +198,8 @@ std::vector<std::string> bad_backups(const Tree& state, const overlay::Manifest&
 // directory identity a manifest records — an aside copy's, each item's pinned parent (issue 24) —
 // is carried over to the directory that is, in this state, the same replayed inode as the one
 // the record named when the trace started, wherever it now stands.
-void carry_identities(const Explorer& x, const Tree& state) {
-  fs::path mf = x.w / "ov/_overlay_manifest.json";
+void carry_identities(const Explorer& x, const Tree& state, const std::string& ov = "ov") {
+  fs::path mf = x.w / ov / "_overlay_manifest.json";
   if (!fs::exists(mf)) return;
   overlay::json doc;
   try {
@@ -233,21 +234,48 @@ void carry_identities(const Explorer& x, const Tree& state) {
   if (changed) write_file(mf, doc.dump(2) + "\n", 0644);
 }
 
+// How a crash state is recovered and judged beyond "the install ends original": the overlays whose
+// records may name the install's changes (relative to the work dir), and the recovery itself,
+// run with the real binary: "" when what it saw holds, else why not. `bad` are the backups the
+// records named that the state lost; `said` collects what the commands printed.
+struct Recovery {
+  std::vector<std::string> overlays{"ov"};
+  std::function<std::string(Explorer&, const std::vector<std::string>& bad, std::string& said)> run;
+};
+
+// revert, then gc-stale; a failed revert is acceptable only where a backup the manifest names
+// was already gone, and then it must say which.
+std::string revert_then_gc(Explorer& x, const std::vector<std::string>& bad, std::string& said) {
+  Cmd rv = run_overlay(x.revert(), x.t.path(), x.env);
+  Cmd gc = run_overlay(x.gc(), x.t.path(), x.env);
+  said = "revert exit " + std::to_string(rv.rc) + ": " + rv.out + rv.err + "; gc-stale exit " + std::to_string(gc.rc) + ": " + gc.err;
+  if (!settle_litter(x.w / "inst")) return "trees left to the detached deleter were never deleted";
+  std::string diff = tree_diff(x.original_install, subtree(read_tree(x.w), "inst"));
+  if (!diff.empty()) return "the install is not original after recovery (" + said + "):\n" + diff;
+  if (rv.rc != 0 && bad.empty()) return "revert failed with every backup intact (" + said + ")";
+  for (const auto& b : bad)
+    if (rv.rc != 0 && rv.err.find(b) == std::string::npos) return "revert failed without naming the missing backup " + b + " (" + said + ")";
+  return "";
+}
+
+const Recovery kRevertThenGc{{"ov"}, revert_then_gc};
+
 // Recovers one crash state with the real binary and checks it; "" when it holds.
-std::string check_state(Explorer& x, const Tree& state) {
+std::string check_state(Explorer& x, const Tree& state, const Recovery& how = kRevertThenGc) {
   write_tree(x.w, state);
-  carry_identities(x, state);
-  auto m = state.find("ov/_overlay_manifest.json");
   std::size_t entries = 0;
   std::vector<std::string> bad, litter;
-  if (m != state.end()) {
+  for (const auto& ov : how.overlays) {
+    carry_identities(x, state, ov);
+    auto m = state.find(ov + "/_overlay_manifest.json");
+    if (m == state.end()) continue;
     try {
       auto manifest = overlay::parse_manifest(m->second.data);
-      entries = manifest.natives.size();
-      bad = bad_backups(state, manifest);
-      litter = manifest.litter;
+      entries += manifest.natives.size();
+      for (auto& b : bad_backups(state, manifest, ov)) bad.push_back(std::move(b));
+      litter.insert(litter.end(), manifest.litter.begin(), manifest.litter.end());
     } catch (const std::exception& e) {
-      return std::string("the manifest does not parse: ") + e.what();
+      return "the manifest of " + ov + " does not parse: " + e.what();
     }
   }
   // Trees the manifest names as litter are the recovery's to delete, not a lost change.
@@ -259,18 +287,8 @@ std::string check_state(Explorer& x, const Tree& state) {
   bool touched = !(install == x.original_install);
   if (touched && entries == 0)
     return "the install was touched and no manifest entry records it (lost):\n" + tree_diff(x.original_install, subtree(state, "inst"));
-  Cmd rv = run_overlay(x.revert(), x.t.path(), x.env);
-  Cmd gc = run_overlay(x.gc(), x.t.path(), x.env);
-  if (!settle_litter(x.w / "inst")) return "trees left to the detached deleter were never deleted";
-  std::string diff = tree_diff(x.original_install, subtree(read_tree(x.w), "inst"));
-  std::string said = "revert exit " + std::to_string(rv.rc) + ": " + rv.out + rv.err + "; gc-stale exit " + std::to_string(gc.rc) + ": " + gc.err;
-  if (!diff.empty()) return "the install is not original after recovery (" + said + "):\n" + diff;
-  // A failed revert is acceptable only where a backup the manifest names was already gone, and
-  // then it must say which.
-  if (rv.rc != 0 && bad.empty()) return "revert failed with every backup intact (" + said + ")";
-  for (const auto& b : bad)
-    if (rv.rc != 0 && rv.err.find(b) == std::string::npos) return "revert failed without naming the missing backup " + b + " (" + said + ")";
-  return "";
+  std::string said;
+  return how.run(x, bad, said);
 }
 
 std::uint64_t explored_stride() { return std::max<std::uint64_t>(1, env_number("OVERLAY_POWERLOSS_STRIDE", 1)); }
@@ -279,7 +297,7 @@ std::uint64_t explored_stride() { return std::max<std::uint64_t>(1, env_number("
 // every state (a full run of one is minutes of real reverts).
 enum class Enough { every_state, three_failures };
 
-Tally explore(Explorer& x, const Trace& tr, Model model, Enough enough = Enough::every_state) {
+Tally explore(Explorer& x, const Trace& tr, Model model, Enough enough = Enough::every_state, const Recovery& how = kRevertThenGc) {
   const std::uint64_t bound = env_number("OVERLAY_POWERLOSS_BOUND", 64);
   const std::uint64_t samples = env_number("OVERLAY_POWERLOSS_SAMPLES", 8);
   std::mt19937_64 rng(env_number("OVERLAY_POWERLOSS_SEED", 14));
@@ -301,7 +319,7 @@ Tally explore(Explorer& x, const Trace& tr, Model model, Enough enough = Enough:
       if (!seen.insert(tree_key(state)).second) continue;
       ++t.distinct;
       if (!(subtree(state, "inst") == x.original_install)) ++t.touched;
-      std::string why = check_state(x, state);
+      std::string why = check_state(x, state, how);
       if (why.empty()) continue;
       ++t.failures;
       if (t.first_failures.size() < 3) t.first_failures.push_back(point.describe(pick) + "\n" + why);
@@ -403,6 +421,84 @@ TEST(PowerLoss, RevertMovedCacheMultiFileDiff) { explore_both("revert (moved, di
 
 TEST(PowerLoss, GcStale) {
   explore_both("gc-stale", {kAddTar}, [](const Explorer& e) { return e.gc(); });
+}
+
+// Issue 49: fold --from CAND --into ACCEPTED. The candidate is stacked on the accepted overlay
+// (k.c, both artifacts and the cache: merged, ACCEPTED keeps their originals) and changes util.h
+// too (its entry moves whole, backups linked into ACCEPTED). Every crash state is recovered two
+// ways, each of which must end with the install original: both reverted (the candidate, then the
+// accepted overlay with its layers), and the fold run again — after which it is done (the
+// candidate has no entry; ACCEPTED records k.c's pristine original and patched bytes) — then
+// ACCEPTED reverted. No state may lose a file's original or leave the fold half done.
+struct FoldExplorer {
+  static std::vector<std::string> add_candidate(const Explorer& e) {
+    return {"add-native", "--overlay", (e.w / "ov2").string(), "--over", (e.w / "ov").string(), "--target",
+            (e.w / "inst/src/k.c").string(), "--patched-file", (e.t / "in/patched2.c").string(), "--target",
+            (e.w / "inst/src/util.h").string(), "--patched-file", (e.t / "in/util2.h").string(), "--artifact",
+            (e.w / "inst/lib/libk.so").string(), "--artifact", (e.w / "inst/lib/new.so").string(), "--invalidate-cache",
+            (e.w / "inst/cache").string(), "--cache-snapshot", "tar", "--build-cwd", (e.w / "inst").string(), "--build-cmd", kBuild};
+  }
+  static std::vector<std::string> fold(const Explorer& e) {
+    return {"fold", "--from", (e.w / "ov2").string(), "--into", (e.w / "ov").string()};
+  }
+  // Reverts the accepted overlay with its layers, then gc-stale; the install must end original.
+  static std::string revert_accepted(Explorer& x, const std::vector<std::string>& bad, std::string& said, const std::string& before) {
+    Cmd a = run_overlay({"revert", "--overlay", (x.w / "ov").string(), "--with-layers"}, x.t.path(), x.env);
+    Cmd gc = run_overlay(x.gc(), x.t.path(), x.env);
+    said = before + "; revert --with-layers exit " + std::to_string(a.rc) + ": " + a.out + a.err + "; gc-stale exit " +
+           std::to_string(gc.rc) + ": " + gc.err;
+    if (!settle_litter(x.w / "inst")) return "trees left to the detached deleter were never deleted";
+    std::string diff = tree_diff(x.original_install, subtree(read_tree(x.w), "inst"));
+    if (!diff.empty()) return "the install is not original after recovery (" + said + "):\n" + diff;
+    if (a.rc != 0 && bad.empty()) return "a revert failed with every backup intact (" + said + ")";
+    return "";
+  }
+  static std::string revert_both(Explorer& x, const std::vector<std::string>& bad, std::string& said) {
+    Cmd c = run_overlay({"revert", "--overlay", (x.w / "ov2").string()}, x.t.path(), x.env);
+    std::string first = "revert of the candidate exit " + std::to_string(c.rc) + ": " + c.out + c.err;
+    if (c.rc != 0 && bad.empty()) return "the candidate's revert failed with every backup intact (" + first + ")";
+    return revert_accepted(x, bad, said, first);
+  }
+  static std::string fold_again(Explorer& x, const std::vector<std::string>& bad, std::string& said) {
+    Cmd f = run_overlay(fold(x), x.t.path(), x.env);
+    std::string first = "fold again exit " + std::to_string(f.rc) + ": " + f.out + f.err;
+    if (f.rc != 0 && f.err.find("nothing to fold") == std::string::npos && bad.empty()) return first;
+    auto am = overlay::load_manifest(overlay::real_disk(), x.w / "ov");
+    auto cm = overlay::load_manifest(overlay::real_disk(), x.w / "ov2");
+    if (cm && !cm->natives.empty()) return "the fold ran again, yet the candidate still has entries (" + first + ")";
+    if (!am || am->natives.empty()) return "the fold ran again, and the accepted overlay records nothing (" + first + ")";
+    const std::string k = (x.w / "inst/src/k.c").string();
+    const overlay::SourceItem* oldest = nullptr;
+    std::string top;
+    for (const auto& e : am->natives)
+      for (const auto& src : e.sources)
+        if (src.install_path == k) {
+          if (oldest == nullptr) oldest = &src;
+          top = src.patched_sha256.value_or("");
+        }
+    if (oldest == nullptr || oldest->sha256 != overlay::sha256_hex("int k() { return 4; }\n") ||
+        top != overlay::sha256_hex(read_file(x.t / "in/patched2.c")))
+      return "after the fold, the accepted overlay does not hold k.c's pristine original and the candidate's bytes (" + first + ")";
+    return revert_accepted(x, bad, said, first);
+  }
+};
+
+TEST(PowerLoss, FoldOfAStackedCandidate) {
+  Explorer x;
+  write_file(x.t / "in/patched2.c", "int k() { return 9; }\n");
+  write_file(x.t / "in/util2.h", "#define UNROLL 4\n");
+  x.must(x.add_tar());
+  x.must(FoldExplorer::add_candidate(x));
+  Trace tr = x.record(FoldExplorer::fold(x));
+  const Recovery both{{"ov", "ov2"}, FoldExplorer::revert_both}, again{{"ov", "ov2"}, FoldExplorer::fold_again};
+  for (Model m : {Model::ordered, Model::writeback}) {
+    Tally a = explore(x, tr, m, Enough::every_state, both);
+    report("fold (revert both)", tr, m, a);
+    Tally b = explore(x, tr, m, Enough::every_state, again);
+    report("fold (fold again)", tr, m, b);
+    EXPECT_GT(a.distinct, tr.size() / (2 * explored_stride())) << "the explorer must see many states";
+  }
+  EXPECT_TRUE(has_op(tr, "link")) << "the entry that moves whole was not linked into the accepted overlay";
 }
 
 // Issue 15: where the artifact's backup is a clone (XFS with reflink, btrfs: the ctest cow runs),
