@@ -44,6 +44,36 @@ fi
 # The release preset resolves (the static archives are found); its binary is the one the test
 # build links as build-test/static/overlay from the same objects, which the static label runs.
 cmake --preset static >/dev/null
+if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
+  # The sanitizer build compiles while the release tests run, at the lowest priority: it takes
+  # the CPU they leave idle (a good part of their time is waiting: on Slurm's nodes, on kill -9'd
+  # runs, on loop devices and fsyncs) and gives it back the moment they want it; what is left of
+  # it once they end runs at full speed. Its configure reads the release build's test lists.
+  # Not repeated here: the large real-world runs whose time is a third-party compile (the torch
+  # JIT extension, googletest's CMake build, and their discover runs: ≈ 340 s at release speed;
+  # the Make, setuptools and back-to-back real-world cycles still run sanitized), the claims
+  # checker (its interleavings are the binary's release behaviour), and on the XFS and btrfs
+  # images all but the unit tests (the clone and traded-backup code with its fault sweeps: the
+  # CLI, crash, power-loss and interop runs there reach that same code through the binary; ≈ 500 s
+  # of this phase; and the unit tests on XFS only: btrfs runs the same FICLONE path of ours). The
+  # power-loss explorer takes every 8th crash point (each model its own offset) with fewer states
+  # per point; release explores them all. Of the fleet cases, the two that wait out Slurm's node
+  # timeouts (≈ 20 s each) run in release only; the A/B and the partial failure run sanitized.
+  # -O1 and line tables only: what ASan's docs recommend, and it halves this phase's compile (a
+  # heavy file: 66 s at RelWithDebInfo's -O2 -g, 41 s at -O1 -g1; a test file 56 s -> 29 s);
+  # stack traces still name file and line. The libraries compile as unity translation units
+  # (OVERLAY_UNITY): their compile's CPU time is a third of one file at a time; the test code is
+  # not instrumented (tests/CMakeLists.txt), only what it drives; and the suites that only drive
+  # the binary (cli, reliability, realworld, interop, smoke) are not compiled again: the release
+  # build's executables run them against the sanitized binary (OVERLAY_DRIVER_TESTS_FROM).
+  asan_build() {
+    cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+      -DOVERLAY_BUILD_TESTS=ON -DOVERLAY_SANITIZE=ON -DOVERLAY_UNITY=ON -DOVERLAY_DRIVER_TESTS_FROM="$PWD/build-test"
+    cmake --build build-asan
+  }
+  nice -n 19 bash -c "$(declare -f asan_build); asan_build" >"$LOGS/asan-build.log" 2>&1 &
+  ASAN_BUILD=$!
+fi
 phase "release tests"
 # The static label's empty and Debian 11 roots and the wheel's venv must run here, not skip.
 ctest --test-dir build-test --output-on-failure -j2 -LE long | tee "$LOGS/release.log"
@@ -63,27 +93,12 @@ python3 bench/sweep.py --overlay build-test/overlay --sizes-mib 2,4 --cache-file
 /usr/bin/python3 bench/plot.py "$LOGS/sweep.csv" "$LOGS/plots"
 
 if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
-  phase "ASan + UBSan build"
-  # Not repeated here: the large real-world runs whose time is a third-party compile (the torch
-  # JIT extension, googletest's CMake build, and their discover runs: ≈ 340 s at release speed;
-  # the Make, setuptools and back-to-back real-world cycles still run sanitized), the claims
-  # checker (its interleavings are the binary's release behaviour), and on the XFS and btrfs
-  # images all but the unit tests (the clone and traded-backup code with its fault sweeps: the
-  # CLI, crash, power-loss and interop runs there reach that same code through the binary; ≈ 500 s
-  # of this phase; and the unit tests on XFS only: btrfs runs the same FICLONE path of ours). The
-  # power-loss explorer takes every 8th crash point (each model its own offset) with fewer states
-  # per point; release explores them all. Of the fleet cases, the two that wait out Slurm's node
-  # timeouts (≈ 20 s each) run in release only; the A/B and the partial failure run sanitized.
-  # -O1 and line tables only: what ASan's docs recommend, and it halves this phase's compile (a
-  # heavy file: 66 s at RelWithDebInfo's -O2 -g, 41 s at -O1 -g1; a test file 56 s -> 29 s);
-  # stack traces still name file and line. The libraries compile as unity translation units
-  # (OVERLAY_UNITY): their compile's CPU time is a third of one file at a time; the test code is
-  # not instrumented (tests/CMakeLists.txt), only what it drives; and the suites that only drive
-  # the binary (cli, reliability, realworld, interop, smoke) are not compiled again: the release
-  # build's executables run them against the sanitized binary (OVERLAY_DRIVER_TESTS_FROM).
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-    -DOVERLAY_BUILD_TESTS=ON -DOVERLAY_SANITIZE=ON -DOVERLAY_UNITY=ON -DOVERLAY_DRIVER_TESTS_FROM="$PWD/build-test"
-  cmake --build build-asan
+  phase "ASan + UBSan build (what is left of it)"
+  if ! wait "$ASAN_BUILD"; then
+    cat "$LOGS/asan-build.log" >&2
+    echo "test.sh: the ASan + UBSan build failed (above)" >&2
+    exit 1
+  fi
   phase "ASan + UBSan tests"
   OVERLAY_CRASH_TRIALS=6 OVERLAY_CONCURRENCY_TRIALS=5 OVERLAY_POWERLOSS_BOUND=8 OVERLAY_POWERLOSS_SAMPLES=2 OVERLAY_POWERLOSS_STRIDE=8 \
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
