@@ -12,6 +12,7 @@
 #include "overlay/in_flight.hpp"
 #include "overlay/layers.hpp"
 #include "overlay/lock.hpp"
+#include "overlay/native_verify.hpp"
 #include "overlay/snapshot.hpp"
 #include "overlay/store.hpp"
 
@@ -185,6 +186,14 @@ void check_foldable(Disk& disk, const fs::path& from, const fs::path& into, cons
     if (u.blocks())
       throw Error("layer " + u.ref.overlay + " [" + u.ref.entry + "] is stacked on " + from.string() +
                   ": revert it, or fold it into " + from.string() + ", first");
+  // A candidate whose build did not rebuild what it tracks is not the change it claims to be: once
+  // folded, the accepted overlay's verify (which compares with the pristine artifacts) would call
+  // it fresh (found by a probe: FRESH_BUILD_OK over the old accepted build).
+  VerifyReport v = verify_native(disk, from);
+  for (const auto& i : v.items)
+    if (i.state != ArtifactState::rebuilt && i.state != ArtifactState::created)
+      throw Error(std::string("the candidate was not built: FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path +
+                  " (verify-native --overlay " + from.string() + "); fold accepts a verified candidate only: rebuild it, or revert it");
   Manifest python_part = cm;
   python_part.natives.clear();
   for (const auto& e : cm.natives)

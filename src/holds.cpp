@@ -396,21 +396,47 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
     chain.insert(chain.end(), h->under.begin(), h->under.end());
     // Where the reverted overlay stands in the file's stack: on top (or on top under its old path,
     // moved since), or under layers that all vanished (their bytes just gave way to its original).
+    // An add-native between its claim and its record holds the path's lock, and its overlay has
+    // no record yet: it is not vanished, and its hold is left to it (found by the claims checker:
+    // gc-stale reverting the lower under a candidate's claim dropped the candidate's hold, and a
+    // third add-native took the file over while the candidate built).
+    //
+    // Layers above it that no longer record the file (vanished, or a revert killed between its
+    // record and its release) stood on what this revert just replaced: they go too.
     std::size_t at = h->overlay == overlay || moved_here(p, *h) ? 0 : chain.size();
-    for (std::size_t i = 1; at == chain.size() && i < chain.size() && vanished(chain[i - 1].overlay); ++i)
+    bool claimed = at == chain.size() && being_claimed(p);
+    for (std::size_t i = 1; !claimed && at == chain.size() && i < chain.size() && !still_holds(chain[i - 1].overlay, p); ++i)
       if (chain[i].overlay == overlay) at = i;
     if (at == chain.size()) continue;
     // The nearest layer under it whose change to p is still on record holds p again, with the
     // checksums it had there; so does one that vanished, whose bytes may be what this revert put
-    // back (status --all and which then name it, and what the file holds against its record).
+    // back (status --all and which then name it, and what the file holds against its record) —
+    // unless the file holds the bytes from before the whole stack: then nothing of it is there.
+    const std::optional<std::string>& bottom = chain.back().original_sha256;
+    std::optional<bool> pristine;
+    auto is_pristine = [&] {
+      if (!pristine) pristine = bottom && sha_now(disk_, p) == *bottom;
+      return *pristine;
+    };
     auto next = std::find_if(chain.begin() + static_cast<std::ptrdiff_t>(at) + 1, chain.end(), [&](const HoldLayer& u) {
-      return u.overlay != overlay && (still_holds(u.overlay, p) || vanished(u.overlay));
+      return u.overlay != overlay && (still_holds(u.overlay, p) || (vanished(u.overlay) && !is_pristine()));
     });
     if (next == chain.end())
       disk_.remove(hold_file(p));
     else
       write_hold(p, Hold{next->overlay, std::vector<HoldLayer>(next + 1, chain.end()), next->original_sha256,
                          next->patched_sha256, h->artifact});
+  }
+}
+
+bool HoldRegistry::being_claimed(const fs::path& p) {
+  fs::path lock = dir_.parent_path() / "hold-locks" / sha256_hex(p.string());
+  if (disk_.info(lock, Follow::no).type != FileType::directory) return false;
+  try {
+    OverlayLock free_now(lock, 0);
+    return false;
+  } catch (const Error&) {
+    return true;  // held (LockTimeout), or not to be told: leaving the hold is the safe side
   }
 }
 

@@ -42,19 +42,20 @@ class Reverter {
     for (auto it = e.artifacts.rbegin(); it != e.artifacts.rend(); ++it)
       ok &= attempt(it->path, [&] {
         PinnedPlace at = place(it->path, it->parent);
-        return reverted_under(it->layer, it->path, at) ? std::string("unchanged") : artifact(*it, at);
+        return reverted_under(it->layer, it->path, at, std::nullopt) ? std::string("unchanged") : artifact(*it, at);
       });
     for (auto it = e.created.rbegin(); it != e.created.rend(); ++it)
       ok &= attempt(it->path, [&] {
         PinnedPlace at = place(it->path, it->parent);
-        return reverted_under(it->layer, it->path, at) ? std::string("unchanged") : created(at);
+        return reverted_under(it->layer, it->path, at, it->sha256) ? std::string("unchanged") : created(at);
       });
     for (auto it = e.sources.rbegin(); it != e.sources.rend(); ++it)
       ok &= attempt(it->install_path, [&] {
         // Where it goes first: a refusal there is the item's one story, with no warning before it
         // about a replacement that then does not happen.
         PinnedPlace at = place(it->install_path, it->parent);
-        if (reverted_under(it->layer, it->install_path, at)) return std::string("unchanged");
+        if (reverted_under(it->layer, it->install_path, at, it->deleted ? std::optional<std::string>("") : it->patched_sha256))
+          return std::string("unchanged");
         if (!opts_.dry_run && vanished_above.count(it->install_path) == 0) warn_if_drifted(*it);
         return file(at, *it, RestoredTime::now);
       });
@@ -138,27 +139,41 @@ class Reverter {
     return true;
   }
 
-  // A layered item (add-native --over) whose lower overlay no longer holds the file: where the
-  // file holds its pristine bytes again (the lower was reverted under this layer: moved away from
-  // it, or reverted by a tool that knows no layers), putting the lower's bytes back would put a
-  // change nobody records into the install, so the item is left as it is. Where the lower
-  // vanished and the file holds anything else, the lower's bytes go back as recorded, and a note
-  // says the pristine original went with that overlay.
-  bool reverted_under(const std::optional<LayerRef>& layer, const std::string& path, const PinnedPlace& at) {
+  // A layered item (add-native --over) whose lower overlay no longer holds the file.
+  // * The file holds the pristine bytes: nothing of the stack is there; left as it is.
+  // * The lower vanished (deleted or moved): its backups are not here; its bytes, which this
+  //   layer's backup holds, go back (all there is), and a note says the original is with it.
+  // * The lower was reverted under this layer (its record no longer names the file: reverted
+  //   while this layer was moved away, or by a tool that knows no layers): putting its bytes back
+  //   would bring back a change it reverted. Where the file holds other bytes since (an install
+  //   update, another overlay's patch), they are left as they are; where it still holds this
+  //   layer's own bytes, nothing on record says what goes there: refused, naming the original.
+  bool reverted_under(const std::optional<LayerRef>& layer, const std::string& path, const PinnedPlace& at,
+                      const std::optional<std::string>& ours) {
     if (!layer) return false;
     RefState st = lower_state(lowers_, *layer, path);
     if (st == RefState::live || st == RefState::unreadable) return false;
     FileInfo fi = disk_.info(at.at(), Follow::no);
-    bool pristine = layer->pristine_sha256.empty() ? !fi.exists()
-                                                   : fi.type == FileType::regular && hash_file(disk_, at.at()) == layer->pristine_sha256;
-    if (pristine) {
-      report_.notes.push_back(path + ": the layer below (" + layer->overlay + ") was reverted under this one; the file already holds its pristine bytes");
+    std::optional<std::string> now = !fi.exists() ? std::optional<std::string>("")
+                                     : fi.type == FileType::regular ? std::optional<std::string>(hash_file(disk_, at.at()))
+                                                                    : std::nullopt;
+    const std::string below = "the layer below (" + layer->overlay + ", entry " + layer->entry + ")";
+    if (now == layer->pristine_sha256) {
+      report_.notes.push_back(path + ": " + below + " no longer records it; the file already holds its pristine bytes");
       return true;
     }
-    if (st == RefState::vanished && !opts_.dry_run)
-      report_.notes.push_back(path + ": the layer below (" + layer->overlay + ", entry " + layer->entry +
-                              ") has vanished: the file gets back that layer's bytes, and its pristine original went with it");
-    return false;
+    if (st == RefState::vanished) {
+      if (!opts_.dry_run)
+        report_.notes.push_back(path + ": " + below + " has vanished (deleted or moved): the file gets back that layer's bytes; "
+                                "its original is with that overlay wherever it is now, or lost with it");
+      return false;
+    }
+    if (ours && now == *ours)
+      throw Error(below + " was reverted under this layer, whose change is still in place: its bytes would bring back a change it "
+                  "reverted, and the original (sha256 " + (layer->pristine_sha256.empty() ? std::string("none: absent") : layer->pristine_sha256.substr(0, 16)) +
+                  ") is not on record here; put it back by hand, then revert again");
+    report_.notes.push_back(path + ": " + below + " was reverted under this one and the file has changed since: left as it is");
+    return true;
   }
 
   // A source that holds neither the bytes add-native wrote nor the original was changed since by

@@ -391,6 +391,7 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
     r.natives.back().untracked = still_as_built(disk, e.untracked);
   }
   r.untracked_left = still_as_built(disk, m->untracked);
+  r.fold_out = m->fold_out;
   r.engagement = judge_engagement(disk, *m, scan_for_artifacts(disk, *m));
   r.engagement.python = live_python_uses(disk, r.overlay);
   r.pythons = python_entries_status(disk, r.overlay, *m);

@@ -148,6 +148,7 @@ class HoldRegistry {
   std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
   bool still_holds(const fs::path& holder, const fs::path& path);
   bool vanished(const fs::path& overlay);  // no manifest there (an unreadable one is not vanished)
+  bool being_claimed(const fs::path& path);  // an add-native holds its path lock (claimed, not yet swapped)
   // The nearest overlay under the holder (other than `overlay`) whose record still holds `p`.
   std::optional<fs::path> live_under(const fs::path& p, const Hold& h, const fs::path& overlay);
   bool layered_on(const fs::path& p, const std::optional<Hold>& h, const fs::path& overlay, const fs::path& lower, bool force);

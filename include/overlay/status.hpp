@@ -83,6 +83,9 @@ struct StatusReport {
   std::vector<UntrackedOutput> untracked_left;
   // Processes mapping tracked artifacts, judged; those with `reverted` run code revert replaced.
   EngagementReport engagement;
+  // A fold of this overlay's entries into another that a crash interrupted (fold.hpp): its next
+  // revert, gc-stale or fold settles it.
+  std::optional<FoldMark> fold_out;
   // Processes that still run an artifact revert replaced (restart them).
   std::size_t running_reverted() const;
   // Tracked installed files that are not at their original bytes.

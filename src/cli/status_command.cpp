@@ -131,6 +131,11 @@ void print_status_table(const StatusReport& r) {
              "; may hold patched code until " +
              (u.build_cmds.empty() ? std::string("the next build") : join_words(u.build_cmds.front())) +
              " regenerates it)");
+  if (r.fold_out)
+    out_line("fold " + r.fold_out->fold + " of " + std::to_string(r.fold_out->entries.size()) + " entr" +
+             (r.fold_out->entries.size() == 1 ? "y" : "ies") + " into " + r.fold_out->overlay +
+             " was interrupted: the next revert, gc-stale or fold of this overlay settles it (finished where it committed, "
+             "else undone)");
   for (const auto& u : r.engagement.uses) out_line(process_line(u));
   for (const auto& u : r.engagement.python) out_line(python_process_line(u));
   for (const auto& p : r.pythons) out_line(python_entry_line(p));
@@ -228,6 +233,8 @@ nlohmann::json status_json(const StatusReport& r) {
     n["untracked_outputs"] = untracked_json(e.untracked);
     j["natives"].push_back(std::move(n));
   }
+  j["fold_out"] = r.fold_out ? nlohmann::json{{"into", r.fold_out->overlay}, {"fold", r.fold_out->fold}, {"entries", r.fold_out->entries}}
+                             : nlohmann::json(nullptr);
   j["python"] = python_entries_json(r.pythons);
   j["sitecustomize"] =
       r.pythons.empty() ? nlohmann::json(nullptr) : nlohmann::json(sitecustomize_word(r.sitecustomize));

@@ -409,3 +409,52 @@ TEST_F(Layers, ExecOverRunsTheReferenceOnTheAcceptedInstall) {
   EXPECT_EQ(refused.rc, 1);
   EXPECT_NE(refused.err.find("stack on it with --over " + ov("acc")), std::string::npos) << refused.err;
 }
+
+// Found by a probe: the candidate moved away, the accepted overlay reverted under it (the install
+// pristine), then the file changed (an install update, another overlay's patch): the moved
+// candidate's revert put the accepted bytes back over it, said "restored", and status called
+// that clean. Now it leaves what is there; where the file holds its own bytes still, it refuses,
+// naming the original.
+TEST_F(Layers, AMovedLayerNeverBringsBackTheChangeOfALowerRevertedUnderIt) {
+  for (bool own_bytes : {false, true}) {
+    SCOPED_TRACE(own_bytes ? "the layer's own bytes in place" : "an install update");
+    fs::remove_all(t / "ev");
+    fs::remove_all(t / "state");
+    write_file(in.source, kernel(4));
+    ASSERT_EQ(add("acc", 5).rc, 0);
+    ASSERT_EQ(add("cand", 6, {"--over", ov("acc")}).rc, 0);
+    fs::rename(t / "ev/cand", t / "ev/moved");
+    ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
+    ASSERT_TRUE(settle_litter(in.root));
+    EXPECT_EQ(read_file(in.source), kernel(4));
+    write_file(in.source, kernel(own_bytes ? 6 : 9));
+    Cmd r = run({"revert", "--overlay", ov("moved")});
+    if (own_bytes) {
+      EXPECT_EQ(r.rc, 1) << r.err;
+      EXPECT_NE(r.err.find("the original (sha256 " + sha(kernel(4)).substr(0, 16)), std::string::npos) << r.err;
+      EXPECT_EQ(read_file(in.source), kernel(6));
+    } else {
+      EXPECT_EQ(r.rc, 0) << r.err;
+      EXPECT_NE(r.err.find("has changed since: left as it is"), std::string::npos) << r.err;
+      EXPECT_EQ(read_file(in.source), kernel(9)) << "the reverted accepted change came back";
+      EXPECT_NE(read_file(in.artifact), kernel(5));
+    }
+  }
+}
+
+// Found by a probe: a candidate whose build did not rebuild its artifact (FRESH_BUILD_FAIL) was
+// folded, and the accepted overlay's verify then said FRESH_BUILD_OK over the old build. A fold
+// takes a verified candidate only; and an overlay stacked on another is not exported on its own.
+TEST_F(Layers, FoldTakesOnlyAVerifiedCandidateAndExportOnlyABottomLayer) {
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  ASSERT_EQ(run({"add-native", "--overlay", ov("cand"), "--over", ov("acc"), "--target", in.source.string(), "--patched-file",
+                 cand(6).string(), "--artifact", in.artifact.string(), "--build-cmd", "true"}).rc, 0);
+  EXPECT_EQ(run({"verify-native", "--overlay", ov("cand")}).rc, 2);
+  expect_refused_unchanged({{"fold", "--from", ov("cand"), "--into", ov("acc")},
+                            {"export", "--overlay", ov("cand"), "--out", (t / "b").string()}},
+                           t.path(), [&](const std::vector<std::string>& a) { return run(a); });
+  Cmd f = run({"fold", "--from", ov("cand"), "--into", ov("acc")});
+  EXPECT_NE(f.err.find("the candidate was not built: FRESH_BUILD_FAIL unchanged " + in.artifact.string()), std::string::npos) << f.err;
+  Cmd e = run({"export", "--overlay", ov("cand"), "--out", (t / "b").string()});
+  EXPECT_NE(e.err.find("is stacked on " + ov("acc")), std::string::npos) << e.err;
+}

@@ -94,6 +94,16 @@ def kill_group(p):
         pass  # already gone
 
 
+def log(*what):
+    """$OVERLAY_CLAIMS_LOG: every command the checker runs, with what it said (for a replay)."""
+    if LOG:
+        with open(LOG, "a") as f:
+            f.write(" | ".join(str(w) for w in what).replace("\n", "\\n") + "\n")
+
+
+LOG = os.environ.get("OVERLAY_CLAIMS_LOG")
+
+
 def read(path):
     try:
         with open(path, "rb") as f:
@@ -106,6 +116,8 @@ class Claims(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         STATS["examples"] += 1
+        if LOG:
+            open(LOG, "w").close()  # one example at a time: the failing one is what is left
         self.root = os.path.join(WORK, "run")
         shutil.rmtree(self.root, ignore_errors=True)
         # Same path every example: the copied build dir's absolute paths stay right.
@@ -132,6 +144,7 @@ class Claims(RuleBasedStateMachine):
 
     def tool(self, *args):
         r = subprocess.run([OVERLAY, *args], env=self.env, capture_output=True, text=True, timeout=120)
+        log("run", args, "exit %d" % r.returncode, r.stdout[-300:], r.stderr[-600:])
         return r
 
     def claim(self, ok, what, *detail):
@@ -187,8 +200,10 @@ class Claims(RuleBasedStateMachine):
             return
         patched, stamp = self.fresh_candidate(agent, t)
         gate = os.path.join(self.root, "gate-%d" % self.n)
-        p = subprocess.Popen([OVERLAY, *self.add_args(agent, t, patched, gate, over)], env=self.env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        args = self.add_args(agent, t, patched, gate, over)
+        p = subprocess.Popen([OVERLAY, *args], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        log("start", agent, stamp, args)
         self.proc[agent] = (p, t, stamp, gate)
 
     @rule(agent=st.sampled_from(AGENTS))
@@ -198,6 +213,7 @@ class Claims(RuleBasedStateMachine):
         p, t, stamp, gate = self.proc.pop(agent)
         open(gate, "w").close()
         out, err = p.communicate(timeout=120)
+        log("finish", agent, stamp, "exit %d" % p.returncode, out[-300:], err[-600:])
         if p.returncode == 0:
             STATS["layered"] += "taken as layers" in err
             self.claim("add-native " in out and "OVERLAY_DIR=" in out, "add-native exit 0 without its summary", out, err)
@@ -210,9 +226,10 @@ class Claims(RuleBasedStateMachine):
     def kill_9(self, agent):
         if self.idle(agent):
             return
-        p, _, _, _ = self.proc.pop(agent)
+        p, _, stamp, _ = self.proc.pop(agent)
         kill_group(p)
         p.communicate(timeout=60)
+        log("kill -9", agent, stamp)
 
     @rule(agent=st.sampled_from(AGENTS))
     def verify(self, agent):
@@ -378,6 +395,7 @@ class Claims(RuleBasedStateMachine):
         time.sleep(delay_ms / 1000.0)
         kill_group(p)
         p.wait()
+        log("fold killed", agent, delay_ms)
         STATS["folds_killed"] += 1
 
     @rule(replay=st.booleans())
@@ -436,6 +454,7 @@ class Claims(RuleBasedStateMachine):
     def harness_rm_overlay(self, agent):
         if self.idle(agent):
             shutil.rmtree(self.overlay[agent], ignore_errors=True)
+            log("rm -rf", self.overlay[agent])
 
     @rule(agent=st.sampled_from(AGENTS + (ACC,)))
     def harness_mv_overlay(self, agent):
@@ -443,6 +462,7 @@ class Claims(RuleBasedStateMachine):
             self.n += 1
             moved = os.path.join(self.root, "runs", agent, "ov-moved-%d" % self.n)
             os.rename(self.overlay[agent], moved)
+            log("mv", self.overlay[agent], moved)
             self.overlay[agent] = moved
 
     @rule()

@@ -78,6 +78,73 @@ TEST(HoldRegistry, AClaimInProgressMakesAnotherWaitThenGiveBackRestoresThePrevio
   EXPECT_FALSE(reg.holder(t / "free"));
 }
 
+// Issue 49, found by the claims checker: a lower layer reverted (by gc-stale) while a candidate's
+// add-native --over it had claimed the file but not yet recorded its entry. The candidate's
+// overlay has no record yet, so it looked vanished, and release() dropped its hold: a third
+// add-native then took the file over while the candidate built. While a claim lives, the hold
+// stays; once the claimant is really gone (no claim, no record), the lower's revert drops it.
+TEST(HoldRegistry, ALowersRevertLeavesTheHoldOfACandidateStillClaimingTheFile) {
+  TempDir t;
+  HoldRegistry reg(real_disk(), t / "state");
+  fs::path file = t / "inst/k.cu", low = t / "low", cand = t / "cand";
+  record_change(low, file);
+  (void)reg.acquire({file}, low, false, 1);
+  Manifest reverted;  // the lower's record once its entry is reverted
+  {
+    HoldClaim claim = reg.acquire({file}, cand, false, 1, low);  // layered on low; cand records nothing yet
+    ASSERT_EQ(*reg.holder(file), cand);
+    ASSERT_EQ(reg.hold_of(file)->under.at(0).overlay, low);
+    reg.release({file}, low, reverted, 1);
+    EXPECT_EQ(*reg.holder(file), cand) << "a claim in progress lost its hold";
+  }
+  // The claim ended without a record (the candidate's add-native died): its overlay is gone, the
+  // layer under it reverted; the hold goes.
+  reg.release({file}, low, reverted, 1);
+  EXPECT_FALSE(reg.holder(file));
+}
+
+// Found by a probe (issue 49): a layer's revert killed after its record dropped the entry and before
+// it released its holds left the layer on top of a hold nothing cleared: once the layer under it
+// was reverted too, the install was pristine and `status --all` NOT clean for ever. A layer above
+// that no longer records the file goes with the revert of the one under it.
+TEST(HoldRegistry, ALayerAboveThatNoLongerRecordsTheFileGoesWithTheRevertUnderIt) {
+  TempDir t;
+  HoldRegistry reg(real_disk(), t / "state");
+  fs::path file = t / "inst/k.cu", low = t / "low", up = t / "up";
+  write_file(file, "pristine\n");
+  record_change(low, file);
+  (void)reg.acquire({file}, low, false, 1);
+  (void)reg.acquire({file}, up, false, 1, low);
+  record_change(up, file);
+  save_manifest(real_disk(), up, Manifest{});  // the upper's revert, killed before its release
+  ASSERT_EQ(*reg.holder(file), up);
+  reg.release({file}, low, Manifest{}, 1);
+  EXPECT_FALSE(reg.holder(file));
+}
+
+// A middle layer deleted (rm -rf) and the file pristine again (every live layer reverted around
+// it): the vanished layer does not keep a hold over bytes that are none of its own.
+TEST(HoldRegistry, AVanishedMiddleLayerKeepsNoHoldOverThePristineFile) {
+  TempDir t;
+  HoldRegistry reg(real_disk(), t / "state");
+  fs::path file = t / "inst/k.cu", a = t / "a", b = t / "b", c = t / "c";
+  write_file(file, "pristine\n");
+  (void)reg.acquire({file}, a, false, 1, std::nullopt);
+  record_change(a, file);
+  write_file(file, "a's\n");
+  (void)reg.acquire({file}, b, false, 1, a);
+  record_change(b, file);
+  write_file(file, "b's\n");
+  (void)reg.acquire({file}, c, false, 1, b);
+  record_change(c, file);
+  fs::remove_all(b);                            // the harness
+  save_manifest(real_disk(), a, Manifest{});    // a reverted (the file pristine again)
+  write_file(file, "pristine\n");
+  save_manifest(real_disk(), c, Manifest{});    // c reverted: its bytes gave way
+  reg.release({file}, c, Manifest{}, 1);
+  EXPECT_FALSE(reg.holder(file)) << "a vanished layer kept a hold over the pristine file";
+}
+
 // A cluster's shared home holds every node's registry: each host gets its own there (issue 42),
 // and a local home keeps the one directory it always had.
 TEST(HoldRegistry, StateDirIsPerHostOnlyOnANetworkFilesystem) {
