@@ -262,6 +262,11 @@ std::optional<std::string> HoldRegistry::why_taken(const fs::path& p, const fs::
                                  : std::optional<std::string>(p.string() + " is held by overlay " + h->overlay.string() +
                                                               " (revert it first, or stack on it with --over " + h->overlay.string() + ")");
   if (auto o = lost_original(p, *h)) return p.string() + " was changed by " + o->describe();
+  // The holder on top no longer records the file, but a layer under it does: its change is in
+  // place (found by the claims checker: exec --ref ran over the accepted overlay's bytes).
+  if (auto below = live_under(p, *h, overlay); below && (!over || *below != *over))
+    return p.string() + " is held by overlay " + below->string() + " (under " + h->overlay.string() +
+           ", which no longer records it): revert it first, or stack on it with --over " + below->string();
   return std::nullopt;
 }
 

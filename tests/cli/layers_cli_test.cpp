@@ -99,9 +99,14 @@ TEST_F(Layers, AStackedCandidateNeedsNoForceAndRejectRestoresTheLayerBelow) {
   EXPECT_FALSE(manifest("acc").contains("layers_above")) << manifest("acc");
   json after = doc({"status", "--overlay", ov("acc")});
   EXPECT_EQ(after["natives"][0]["files"][0]["state"], "patched") << after;
-  // The hold passed back down kept its checksums: the accepted overlay holds the file again.
+  // The hold passed back down kept its checksums: the accepted overlay holds the file again, with
+  // the original and patched digests it recorded (before, they were lost on the way down).
   json all = doc({"status", "--all"});
   EXPECT_TRUE(all["orphan_holds"].empty()) << all;
+  json hold = json::parse(read_file(t / "state/holds" / (sha(in.source.string()) + ".json")));
+  EXPECT_EQ(hold["overlay"], ov("acc")) << hold;
+  EXPECT_EQ(hold["original_sha256"], sha(kernel(4))) << hold;
+  EXPECT_EQ(hold["patched_sha256"], sha(kernel(5))) << hold;
   ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
   ASSERT_TRUE(settle_litter(in.root));
   EXPECT_EQ(tree_digest(in.root), pristine);

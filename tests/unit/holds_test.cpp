@@ -103,6 +103,25 @@ TEST(HoldRegistry, ALowersRevertLeavesTheHoldOfACandidateStillClaimingTheFile) {
   EXPECT_FALSE(reg.holder(file));
 }
 
+// Found by the claims checker (issue 49): a candidate's add-native --over the accepted overlay killed
+// before its record left its hold on top; `exec --ref` of another agent asked why_taken, which
+// judged only that holder (gone, the file at the bytes it found) and let the reference run over
+// the accepted overlay's change. The layer under it still holds the file.
+TEST(HoldRegistry, ALayerUnderAHolderThatNeverRecordedStillHoldsTheFile) {
+  TempDir t;
+  HoldRegistry reg(real_disk(), t / "state");
+  fs::path file = t / "inst/k.cu", low = t / "low";
+  write_file(file, "low's\n");
+  (void)reg.acquire({file}, low, false, 1);
+  record_change(low, file);
+  { HoldClaim killed = reg.acquire({file}, t / "cand", false, 1, low); }  // killed before its record: nothing given back
+  ASSERT_EQ(*reg.holder(file), t / "cand");
+  auto why = reg.why_taken(file, t / "other");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("held by overlay " + low.string()), std::string::npos) << *why;
+  EXPECT_FALSE(reg.why_taken(file, t / "other", low)) << "stacking on it is what --over asks";
+}
+
 // Found by a probe (issue 49): a layer's revert killed after its record dropped the entry and before
 // it released its holds left the layer on top of a hold nothing cleared: once the layer under it
 // was reverted too, the install was pristine and `status --all` NOT clean for ever. A layer above
