@@ -308,6 +308,7 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
     auto h = hold_of(p);
     if (over && (layer[i] = layered_on(p, h, overlay, *over, force))) {
       claim.previous.emplace_back(p, h);
+      claim.layered.push_back(p);
       continue;
     }
     // Our own path counts as another holder once its record no longer lists the file: a harness
@@ -414,9 +415,12 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
       if (chain[i].overlay == overlay) at = i;
     if (at == chain.size()) continue;
     // The nearest layer under it whose change to p is still on record holds p again, with the
-    // checksums it had there; so does one that vanished, whose bytes may be what this revert put
-    // back (status --all and which then name it, and what the file holds against its record) —
-    // unless the file holds the bytes from before the whole stack: then nothing of it is there.
+    // checksums it had there; so does one that no longer records it (vanished, or deleted and
+    // made again at its path), whose bytes may be what this revert put back (status --all and
+    // which then name it, and what the file holds against its record) — unless the file holds the
+    // bytes from before the whole stack: then nothing of it is there. (Found by the claims
+    // checker: the accepted overlay deleted and made again under a candidate's revert, the hold
+    // on its library dropped over its build, and `status --all --check-clean` said clean.)
     const std::optional<std::string>& bottom = chain.back().original_sha256;
     std::optional<bool> pristine;
     auto is_pristine = [&] {
@@ -424,7 +428,7 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
       return *pristine;
     };
     auto next = std::find_if(chain.begin() + static_cast<std::ptrdiff_t>(at) + 1, chain.end(), [&](const HoldLayer& u) {
-      return u.overlay != overlay && (still_holds(u.overlay, p) || (vanished(u.overlay) && !is_pristine()));
+      return u.overlay != overlay && (still_holds(u.overlay, p) || !is_pristine());
     });
     if (next == chain.end())
       disk_.remove(hold_file(p));

@@ -250,6 +250,18 @@ std::vector<std::string> stack_on(Disk& disk, const NativePlan& plan, Manifest& 
   return paths;
 }
 
+// A file the claim took as a layer is still the lower's change now that its lock is held. The
+// claim judged the lower's record before: deleted, moved or reverted in between (found by the
+// claims checker: the accepted overlay rm -rf'd there), its bytes may be in place with their
+// backup gone, and backing them up as this entry's original would lose the original unsaid.
+void require_lower_records(const HoldClaim& claim, const std::optional<Manifest>& lower, const NativePlan& plan) {
+  for (const auto& p : claim.layered)
+    if (!lower || !recorded_change(*lower, p.string()))
+      throw Error(p.string() + ": overlay " + plan.over->string() +
+                  " no longer records a change to it (deleted, moved or reverted while this add-native claimed the file); "
+                  "nothing changed: look at `overlay status --all`, then run it again");
+}
+
 }  // namespace
 
 AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
@@ -287,6 +299,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
       lower_lock.emplace(*plan.over, plan.lock_timeout);
       lower = load_manifest(disk, *plan.over);
     }
+    require_lower_records(claim, lower, plan);
     id = store.new_entry();
     NativeEntry e = back_up(disk, store, plan, id, cloned, held);
     if (lower) layered = stack_on(disk, plan, *lower, m, e);

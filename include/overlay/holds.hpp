@@ -68,6 +68,9 @@ struct HoldClaim {
   std::vector<std::unique_ptr<OverlayLock>> locks;
   std::vector<std::pair<fs::path, std::optional<Hold>>> previous;
   std::vector<std::string> warnings;  // holds of vanished overlays taken over with --force
+  // The paths taken as layers on the lower overlay (--over): the lower's record must still name
+  // each of them once its lock is held, or the claim was judged on a record that went meanwhile.
+  std::vector<fs::path> layered;
 };
 
 class HoldRegistry {

@@ -2,6 +2,7 @@
 // A Disk that forwards to the real one and fails the Nth mutating operation with a chosen errno:
 // the way tests prove every step of a protocol leaves a recoverable state.
 #include <cerrno>
+#include <functional>
 
 #include "overlay/disk.hpp"
 #include "overlay/error.hpp"
@@ -14,6 +15,8 @@ class FaultyDisk : public Disk {
   // Fail the n-th (1-based) mutating operation from now on with `err`; 0 disables.
   void fail_at(long n, int err = EIO) { fail_at_ = n; err_ = err; count_ = 0; }
   long count() const { return count_; }
+  // Run before each mutating operation: another process's step put at an exact point.
+  std::function<void(const char* op, const fs::path& path)> before_op;
   bool fired() const { return fired_; }
 
   FileInfo info(const At& p, Follow f) override { return inner_.info(p, f); }
@@ -70,6 +73,7 @@ class FaultyDisk : public Disk {
   };
 
   void tick(const char* op, const At& p) {
+    if (before_op) before_op(op, p.full());
     if (fail_at_ > 0 && ++count_ == fail_at_) {
       fired_ = true;
       throw DiskError(op, p.full().string(), err_);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "overlay/error.hpp"
+#include "overlay/hash.hpp"
 #include "overlay/manifest.hpp"
 #include "test_util.hpp"
 
@@ -162,6 +163,41 @@ TEST(HoldRegistry, AVanishedMiddleLayerKeepsNoHoldOverThePristineFile) {
   save_manifest(real_disk(), c, Manifest{});    // c reverted: its bytes gave way
   reg.release({file}, c, Manifest{}, 1);
   EXPECT_FALSE(reg.holder(file)) << "a vanished layer kept a hold over the pristine file";
+}
+
+// Found by the claims checker (issue 49, seed 1222697785): the accepted overlay deleted (rm -rf)
+// and made again at its path with other changes, under a candidate stacked on it; the candidate's
+// revert put back what it found, the accepted overlay's build, and dropped the hold: the library
+// held a build whose original was lost, and `status --all --check-clean` said clean. The layer
+// under it keeps the hold while the file holds anything but the bytes from before the stack.
+TEST(HoldRegistry, ALayerMadeAgainAtItsPathKeepsTheHoldOverBytesThatAreNotPristine) {
+  for (bool pristine : {false, true}) {
+    TempDir t;
+    HoldRegistry reg(real_disk(), t / "state");
+    fs::path file = t / "inst/k.cu", acc = t / "acc", cand = t / "cand";
+    write_file(file, "pristine\n");
+    (void)reg.acquire({HeldFile(file, sha256_hex(std::string("acc's\n")))}, acc, false, 1);
+    record_change(acc, file);
+    write_file(file, "acc's\n");
+    (void)reg.acquire({HeldFile(file, sha256_hex(std::string("cand's\n")))}, cand, false, 1, acc);
+    record_change(cand, file);
+    write_file(file, "cand's\n");
+    fs::remove_all(acc);                                 // the harness
+    fs::create_directories(acc);
+    save_manifest(real_disk(), acc, Manifest{});          // made again: records none of the file
+    write_file(file, pristine ? "pristine\n" : "acc's\n");  // cand reverted: what it found, or a reinstall
+    save_manifest(real_disk(), cand, Manifest{});
+    reg.release({file}, cand, Manifest{}, 1);
+    if (pristine) {
+      EXPECT_FALSE(reg.holder(file)) << "a hold kept over the pristine file";
+      continue;
+    }
+    ASSERT_TRUE(reg.holder(file)) << "the hold on bytes whose original is lost was dropped";
+    EXPECT_EQ(*reg.holder(file), acc);
+    auto o = reg.orphan_of(file);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->file_state, "patched") << o->describe();
+  }
 }
 
 // A cluster's shared home holds every node's registry: each host gets its own there (issue 42),

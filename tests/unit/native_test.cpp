@@ -4,6 +4,7 @@
 
 #include "faulty_disk.hpp"
 #include "overlay/error.hpp"
+#include "overlay/holds.hpp"
 #include "overlay/manifest.hpp"
 #include "test_util.hpp"
 
@@ -189,4 +190,41 @@ TEST(Native, DryRunChangesNothing) {
   EXPECT_EQ(r.actions.size(), 4u);
   EXPECT_EQ(tree_digest(f.in.root), applied);
   EXPECT_EQ(tree_digest(f.t / "ov"), ov);
+}
+
+// Found by the claims checker (issue 49, seed 1222697785): the accepted overlay deleted (rm -rf by
+// the harness) between a stacked candidate's hold claim, which took the files as layers on it,
+// and the candidate's lock on it; the candidate went on as a plain add and backed up the accepted
+// overlay's build as the original. Refused there, nothing changed, the holds given back.
+TEST(Native, ALowerDeletedWhileItsFilesAreClaimedAsLayersRefusesWithNothingChanged) {
+  Fixture f;
+  AddNativeRequest acc = f.request();
+  acc.overlay = f.t / "acc";
+  acc.caches.clear();
+  acc.state_dir = f.t / "state";
+  apply_and_build(real_disk(), acc);
+  const std::string lib = read_file(f.in.artifact), src = read_file(f.in.source);
+  write_file(f.t / "cand.cpp", "int kernel() { return 9; }\n");
+  AddNativeRequest cand = acc;
+  cand.overlay = f.t / "cand";
+  cand.patched_files = {f.t / "cand.cpp"};
+  cand.over = acc.overlay;
+  FaultyDisk disk(real_disk());
+  bool deleted = false;
+  disk.before_op = [&](const char*, const fs::path& p) {
+    if (!deleted && p.string().rfind(cand.overlay.string(), 0) == 0) deleted = true, fs::remove_all(acc.overlay);
+  };
+  NativePlan plan = plan_add_native(disk, cand);
+  try {
+    (void)apply_native(disk, plan);
+    FAIL() << "stacked on a lower that was deleted under the claim";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no longer records a change to it"), std::string::npos) << e.what();
+  }
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(read_file(f.in.source), src);
+  EXPECT_EQ(read_file(f.in.artifact), lib);
+  auto m = load_manifest(real_disk(), cand.overlay);
+  EXPECT_TRUE(!m || m->natives.empty());
+  EXPECT_EQ(HoldRegistry(real_disk(), f.t / "state").holder(f.in.source), acc.overlay) << "the claim was not given back";
 }
