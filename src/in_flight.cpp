@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
 #include "overlay/lock.hpp"
 
 namespace overlay {
@@ -17,7 +18,8 @@ constexpr std::string_view kTempPrefix = ".overlay-live.tmp-";
 
 bool starts_with(const std::string& s, std::string_view p) { return s.compare(0, p.size(), p) == 0; }
 
-// "<op>-<pid>" -> {op, pid}; false for a name of another shape.
+// "<op>.<token>-<pid>" (or an earlier version's "<op>-<pid>") -> {op, pid}; false for a name of
+// another shape. The pid stays last, where earlier versions read it: they still see the mark.
 bool parse_mark(const std::string& name, LiveOperation& out) {
   if (!starts_with(name, kPrefix)) return false;
   std::string rest = name.substr(kPrefix.size());
@@ -26,18 +28,21 @@ bool parse_mark(const std::string& name, LiveOperation& out) {
   char* end = nullptr;
   long pid = std::strtol(rest.c_str() + dash + 1, &end, 10);
   if (end == rest.c_str() + dash + 1 || *end != '\0' || pid <= 0) return false;
-  out = {rest.substr(0, dash), static_cast<pid_t>(pid)};
+  std::string op = rest.substr(0, dash);
+  out = {op.substr(0, op.find('.')), static_cast<pid_t>(pid)};
   return true;
 }
 
 }  // namespace
 
 InFlight::InFlight(Disk& disk, const fs::path& overlay, const std::string& op) : disk_(disk) {
-  std::string pid = std::to_string(::getpid());
-  fs::path temp = overlay / (std::string(kTempPrefix) + op + "-" + pid);
-  mark_ = overlay / (std::string(kPrefix) + op + "-" + pid);
-  if (!disk_.make_dir(temp, 0700) && disk_.info(temp, Follow::no).type != FileType::directory)
-    throw Error("cannot mark " + overlay.string() + " in use: " + temp.string() + " is not a directory");
+  // A token makes the name this run's alone: the pid is only unique in its PID namespace, and two
+  // containers' pid 2 must never take (rename over, then remove) each other's mark.
+  std::string name = op + "." + random_hex(4) + "-" + std::to_string(::getpid());
+  fs::path temp = overlay / (std::string(kTempPrefix) + name);
+  mark_ = overlay / (std::string(kPrefix) + name);
+  if (!disk_.make_dir(temp, 0700))
+    throw Error("cannot mark " + overlay.string() + " in use: " + temp.string() + " exists already");
   try {
     lock_ = std::make_unique<OverlayLock>(temp, 0, "in-flight mark " + temp.string());
     disk_.rename(temp, mark_);

@@ -127,6 +127,9 @@ struct ChildSetup {
   std::vector<char*> argv, envp, sh_argv;  // sh_argv: execvp's fallback for a script with no #!
   const char* cwd = nullptr;               // nullptr: ours
   int out_fd = -1, err_fd = -1, report_fd = -1;
+  // Ours: the child's parent while we live. Not "1": as a container's entrypoint we are pid 1
+  // (every child would take itself for an orphan), and an orphan may go to a subreaper instead.
+  pid_t parent = ::getpid();
 };
 
 // Not instrumented by AddressSanitizer: in the child its shadow-memory writes would land in ours.
@@ -142,7 +145,7 @@ OVERLAY_CHILD_CODE int child_main(void* arg) {
   const ChildSetup& c = *static_cast<const ChildSetup*>(arg);
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a build must not outlive an overlay killed with -9
-  if (::getppid() == 1) ::_exit(127);  // the parent died before prctl took effect
+  if (::getppid() != c.parent) ::_exit(127);  // the parent died before prctl took effect
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);

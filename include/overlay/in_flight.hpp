@@ -1,7 +1,7 @@
 #pragma once
 // An operation in flight owns its overlay: while an InFlight lives, gc-stale leaves the overlay
 // alone, whether or not the run named an --owner-pid. The mark is a directory in the overlay,
-// .overlay-live-<op>-<pid>, flocked by its maker for as long as the operation runs. The kernel
+// .overlay-live-<op>.<token>-<pid>, flocked by its maker for as long as the operation runs. The kernel
 // drops a flock the instant its holder dies (kill -9 included), so a crashed operation is stale
 // at once, with no timeout, whatever PID namespace it ran in and whatever process later reuses
 // its PID: a mark is live exactly while its lock is held, and its name only says who to blame.
