@@ -222,4 +222,9 @@ fs::path absolute_normal(const fs::path& p) {
   return n;
 }
 
+bool is_within(const fs::path& p, const fs::path& dir) {
+  fs::path rel = absolute_normal(p).lexically_relative(absolute_normal(dir));
+  return !rel.empty() && *rel.begin() != "..";
+}
+
 }  // namespace overlay

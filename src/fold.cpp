@@ -274,10 +274,17 @@ void let_go(Disk& disk, const fs::path& from, Manifest& cm, const FoldMark& mark
   std::vector<NativeEntry> gone;
   for (const auto& e : cm.natives)
     if (contains(mark.entries, e.id)) gone.push_back(e);
+  // Kept only where ACCEPTED's record names that very aside copy (the entry moved whole): a cache
+  // ACCEPTED tracks itself was merged, and CAND's copy of it is ACCEPTED's build (found by a
+  // probe: it stayed in the install after the final revert, and check-clean said clean).
+  auto kept_by_into = [&](const AsideDir& a) {
+    return std::any_of(into_record.natives.begin(), into_record.natives.end(), [&](const NativeEntry& x) {
+      return std::any_of(x.caches.begin(), x.caches.end(), [&](const CacheItem& i) { return i.aside && i.aside->path == a.path; });
+    });
+  };
   for (const auto& e : gone)
     for (const auto& c : e.caches)
-      if (c.aside && !tracks(into_record.natives, &NativeEntry::caches, &CacheItem::dir, c.dir) &&
-          disk.info(c.aside->path, Follow::no).type == FileType::directory)
+      if (c.aside && !kept_by_into(*c.aside) && disk.info(c.aside->path, Follow::no).type == FileType::directory)
         store.discard_dir(At(c.aside->path));
   std::erase_if(cm.natives, [&](const NativeEntry& e) { return contains(mark.entries, e.id); });
   cm.fold_out.reset();
@@ -287,7 +294,7 @@ void let_go(Disk& disk, const fs::path& from, Manifest& cm, const FoldMark& mark
     fs::path dir = from / kBackupDirName / e.id;
     if (disk.info(dir, Follow::no).type == FileType::directory) remove_tree(disk, dir);
   }
-  store.purge(cm.litter);
+  store.purge(cm.litter, Litter::out_of_install);
 }
 
 // ACCEPTED forgets the fold's mark (its record already holds what the fold moved).
@@ -401,6 +408,9 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   if (!fi.exists()) throw Error("overlay does not exist: " + from.string());
   if (fi.type != FileType::directory) throw Error("overlay is not a directory: " + from.string());
   if (ii.exists() && ii.type != FileType::directory) throw Error("overlay is not a directory: " + into.string());
+  // One directory by two names (a symlink, a bind mount): its lock would be waited for by itself.
+  if (ii.exists() && ii.dev == fi.dev && ii.ino == fi.ino)
+    throw Error("--from and --into name the same overlay: " + into.string() + " is " + from.string());
   if (!load_manifest(disk, from)) throw Error("nothing to fold: no manifest in " + from.string());
   if (ii.exists()) load_manifest(disk, into);  // a malformed record is refused before any lock
   // CAND first, then ACCEPTED: the order every verb takes an upper layer's lock and its lower's.

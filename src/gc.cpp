@@ -16,6 +16,7 @@
 #include "overlay/manifest.hpp"
 #include "overlay/native.hpp"
 #include "overlay/store.hpp"
+#include "overlay/trust.hpp"
 
 namespace overlay {
 namespace {
@@ -27,28 +28,6 @@ std::string distrust(const FileInfo& manifest, const FileInfo& dir) {
     const char* what = fi == &manifest ? "manifest" : "overlay directory";
     if (fi->mode & 022) return std::string(what) + " is group- or world-writable";
     if (fi->uid != me && fi->uid != 0) return std::string(what) + " is owned by another user (uid " + std::to_string(fi->uid) + ")";
-  }
-  return "";
-}
-
-// Why another user could swap a directory on the way to `overlay`, so that the manifest and
-// backups we judge are not the ones we then read and restore from; "" when nobody can: every
-// directory from "/" to the overlay's parent is a real directory (no symlink), owned by root or
-// us, and writable by no one else — or sticky, where others cannot rename what is not theirs
-// (the next directory down must then be ours or root's, which its own check asks). With that,
-// each path below stays the one checked for as long as we act on it (ssh's StrictModes rule).
-std::string swappable_ancestor(Disk& disk, const fs::path& overlay) {
-  uid_t me = ::geteuid();
-  fs::path dir;
-  for (const auto& part : overlay.parent_path()) {
-    dir /= part;
-    FileInfo fi = disk.info(dir, Follow::no);
-    if (fi.type == FileType::symlink) return "directory " + dir.string() + " above it is a symlink";
-    if (fi.type != FileType::directory) return "directory " + dir.string() + " above it is not a directory";
-    if (fi.uid != me && fi.uid != 0)
-      return "directory " + dir.string() + " above it is owned by another user (uid " + std::to_string(fi.uid) + ")";
-    if ((fi.mode & 022) && !(fi.mode & S_ISVTX))
-      return "directory " + dir.string() + " above it is group- or world-writable (another user could swap it)";
   }
   return "";
 }
@@ -104,11 +83,17 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
     return {overlay, GcOutcome::skipped, "no native entries"};
   }
   if (auto live = why_live(disk, overlay, *m)) return {overlay, GcOutcome::skipped, *live};
+  // An archived or restored copy of another overlay (or a superseded record): left alone, said so.
+  for (const auto& e : m->natives)
+    if (auto copy = held_elsewhere(disk, overlay, e)) return {overlay, GcOutcome::skipped, copy->path + " is " + copy->reason};
   if (opts.min_age_s && age_seconds(mfi) < *opts.min_age_s)
     return {overlay, GcOutcome::skipped, "changed less than --min-age ago"};
   if (opts.dry_run) return {overlay, GcOutcome::would_revert, ""};
   RevertReport r = revert_natives(disk, overlay, gc_revert_options(disk, overlay, opts));
   if (r.spared) return {overlay, GcOutcome::skipped, *r.spared};  // became live before the lock was ours
+  // Its entries went before the lock was ours (a fold took them, a revert finished): nothing was
+  // reverted here (found by a probe: "reverted" printed for a candidate a fold had just taken).
+  if (r.entries == 0 && r.problems.empty()) return {overlay, GcOutcome::skipped, "no native entries by the time it was locked"};
   if (!r.blocked_by.empty()) {
     std::string who;
     for (const auto& b : r.blocked_by) who += (who.empty() ? "" : ", ") + b;

@@ -85,6 +85,17 @@ std::optional<Hold> HoldRegistry::hold_of(const fs::path& path) {
   }
 }
 
+std::optional<fs::path> HoldRegistry::held_instead(const fs::path& path, const fs::path& overlay) {
+  auto h = hold_of(path);
+  if (!h || h->overlay == overlay) return std::nullopt;
+  for (const auto& u : h->under)
+    if (u.overlay == overlay) return std::nullopt;  // a layer under it: the stack's rules decide
+  // The same directory by another name (a bind mount, a symlink): ours. A copy is another inode.
+  FileInfo held = disk_.info(h->overlay, Follow::yes), ours = disk_.info(overlay, Follow::yes);
+  if (held.exists() && held.dev == ours.dev && held.ino == ours.ino) return std::nullopt;
+  return still_holds(h->overlay, path) ? std::optional<fs::path>(h->overlay) : std::nullopt;
+}
+
 std::optional<fs::path> HoldRegistry::holder(const fs::path& path) {
   auto h = hold_of(path);
   return h ? std::optional<fs::path>(h->overlay) : std::nullopt;
@@ -165,7 +176,7 @@ std::vector<std::unique_ptr<OverlayLock>> HoldRegistry::lock_paths(const std::ve
   for (const auto& p : names) {
     fs::path lock = dir / sha256_hex(p);
     disk_.make_dir(lock, 0700);
-    held.push_back(std::make_unique<OverlayLock>(lock, lock_timeout, p + " (another add-native taking it)"));
+    held.push_back(std::make_unique<OverlayLock>(lock, lock_timeout, p + " (another add-native taking it)", LockOn::directory));
   }
   return held;
 }
@@ -247,10 +258,25 @@ std::vector<OrphanHold> HoldRegistry::orphans() {
 // A hold whose holder is gone (or no longer lists the file) while the file is not the original
 // it recorded: backing the file up now would take another candidate's bytes for the original. A
 // hold without checksums (an earlier version's) is judged as before unless its holder vanished.
+// The layers under a holder that no longer records the file are judged too, down to the first
+// that still does: the holder's "original" is the bytes of the layer under it (found by the claims
+// checker, seed 647990305: a candidate killed after its claim on top of the accepted overlay, the
+// accepted overlay then deleted with its backups; the next exec judged only the candidate's hold,
+// found its "original" — the accepted overlay's patched bytes — and backed them up as the
+// original).
 std::optional<OrphanHold> HoldRegistry::lost_original(const fs::path& p, const Hold& h) {
-  auto o = judge_orphan(p, h);
-  if (!o || o->file_state == "original" || (!o->vanished && o->file_state == "unknown")) return std::nullopt;
-  return o;
+  auto lost = [&](const Hold& one) -> std::optional<OrphanHold> {
+    auto o = judge_orphan(p, one);
+    if (!o || o->file_state == "original" || (!o->vanished && o->file_state == "unknown")) return std::nullopt;
+    return o;
+  };
+  if (auto o = lost(h)) return o;
+  if (still_holds(h.overlay, p)) return std::nullopt;
+  for (const auto& u : h.under) {
+    if (still_holds(u.overlay, p)) break;  // a live layer: its change, its original
+    if (auto o = lost(Hold{u.overlay, {}, u.original_sha256, u.patched_sha256, h.artifact})) return o;
+  }
+  return std::nullopt;
 }
 
 std::optional<std::string> HoldRegistry::why_taken(const fs::path& p, const fs::path& overlay, const std::optional<fs::path>& over) {
@@ -301,7 +327,7 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
   std::vector<fs::path> paths;
   for (const auto& f : files) paths.push_back(f.path);
   claim.locks = lock_paths(paths, lock_timeout);
-  OverlayLock lock(dir_, lock_timeout);
+  OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
   std::vector<bool> layer(paths.size(), false);
   for (std::size_t i = 0; i < paths.size(); ++i) {
     const fs::path& p = paths[i];
@@ -354,7 +380,7 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
 
 void HoldRegistry::note_originals(const std::vector<std::pair<fs::path, std::string>>& originals, const fs::path& overlay,
                                   double lock_timeout) {
-  OverlayLock lock(dir_, lock_timeout);
+  OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
   for (const auto& [p, sha] : originals) {
     auto h = hold_of(p);
     if (!h || h->overlay != overlay || h->original_sha256) continue;
@@ -364,7 +390,7 @@ void HoldRegistry::note_originals(const std::vector<std::pair<fs::path, std::str
 }
 
 void HoldRegistry::give_back(const HoldClaim& claim, const fs::path& overlay, double lock_timeout) {
-  OverlayLock lock(dir_, lock_timeout);
+  OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
   for (const auto& [p, before] : claim.previous) {
     auto h = holder(p);
     if (!h || *h != overlay || (before && before->overlay == overlay)) continue;
@@ -378,7 +404,7 @@ void HoldRegistry::give_back(const HoldClaim& claim, const fs::path& overlay, do
 void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded,
                            double lock_timeout, const NativeEntry* reverted) {
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
-  OverlayLock lock(dir_, lock_timeout);
+  OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
   // Whether the hold on p is the reverted entry's own, recorded under the overlay's old path.
   auto moved_here = [&](const fs::path& p, const Hold& h) {
     if (reverted == nullptr || !h.original_sha256 || still_holds(h.overlay, p)) return false;
@@ -442,7 +468,7 @@ bool HoldRegistry::being_claimed(const fs::path& p) {
   fs::path lock = dir_.parent_path() / "hold-locks" / sha256_hex(p.string());
   if (disk_.info(lock, Follow::no).type != FileType::directory) return false;
   try {
-    OverlayLock free_now(lock, 0);
+    OverlayLock free_now(lock, 0, {}, LockOn::directory);
     return false;
   } catch (const Error&) {
     return true;  // held (LockTimeout), or not to be told: leaving the hold is the safe side
@@ -459,7 +485,7 @@ bool HoldRegistry::vanished(const fs::path& ov) {
 
 void HoldRegistry::transfer(const std::vector<fs::path>& paths, const fs::path& from, const fs::path& into, double lock_timeout) {
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
-  OverlayLock lock(dir_, lock_timeout);
+  OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
   for (const auto& p : paths) {
     auto h = hold_of(p);
     if (!h || h->overlay != from) continue;

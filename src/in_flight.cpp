@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -33,6 +34,12 @@ bool parse_mark(const std::string& name, LiveOperation& out) {
   return true;
 }
 
+// The marks this process holds (their paths), so that its own operation never counts against it.
+std::set<std::string>& own_marks() {
+  static std::set<std::string> marks;
+  return marks;
+}
+
 }  // namespace
 
 InFlight::InFlight(Disk& disk, const fs::path& overlay, const std::string& op) : disk_(disk) {
@@ -44,8 +51,9 @@ InFlight::InFlight(Disk& disk, const fs::path& overlay, const std::string& op) :
   if (!disk_.make_dir(temp, 0700))
     throw Error("cannot mark " + overlay.string() + " in use: " + temp.string() + " exists already");
   try {
-    lock_ = std::make_unique<OverlayLock>(temp, 0, "in-flight mark " + temp.string());
+    lock_ = std::make_unique<OverlayLock>(temp, 0, "in-flight mark " + temp.string(), LockOn::directory);
     disk_.rename(temp, mark_);
+    own_marks().insert(mark_.string());
   } catch (...) {
     lock_.reset();
     try {
@@ -57,6 +65,7 @@ InFlight::InFlight(Disk& disk, const fs::path& overlay, const std::string& op) :
 }
 
 InFlight::~InFlight() {
+  own_marks().erase(mark_.string());
   // Removed before the lock goes: a mark is never seen unlocked while its maker lives.
   try {
     disk_.remove(mark_);
@@ -75,8 +84,9 @@ std::vector<LiveOperation> live_operations(Disk& disk, const fs::path& overlay) 
     if (!parse_mark(e.name, op)) continue;
     fs::path mark = overlay / e.name;
     try {
-      OverlayLock probe(mark, 0, "in-flight mark " + mark.string());
+      OverlayLock probe(mark, 0, "in-flight mark " + mark.string(), LockOn::directory);
     } catch (const LockTimeout&) {
+      op.ours = own_marks().count(mark.string()) > 0;
       live.push_back(op);  // its maker runs
       continue;
     } catch (const std::exception&) {

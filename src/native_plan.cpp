@@ -10,6 +10,7 @@
 #include "overlay/holds.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/patch.hpp"
+#include "overlay/trust.hpp"
 #include "overlay/words.hpp"
 
 namespace overlay {
@@ -34,17 +35,20 @@ bool inside(const fs::path& child, const fs::path& parent) {
   return !rel.empty() && *rel.begin() != "..";
 }
 
-void check_overlay_dir(Disk& disk, const fs::path& overlay) {
+void check_overlay_dir(Disk& disk, const fs::path& overlay, bool trust_owner) {
   FileInfo fi = disk.info(overlay, Follow::yes);
   if (fi.exists() && fi.type != FileType::directory) throw Error("overlay is not a directory: " + overlay.string());
   if (fi.exists()) load_manifest(disk, overlay);  // a malformed manifest is refused up front
+  refuse_unrevertable(disk, overlay, trust_owner);
 }
 
 // --over LOWER: another overlay than this one; one that does not exist yet is a plain add.
 fs::path checked_lower(Disk& disk, const fs::path& lower, const fs::path& overlay) {
   if (lower == overlay) throw Error("--over names this overlay itself: " + lower.string());
-  FileInfo fi = disk.info(lower, Follow::yes);
+  FileInfo fi = disk.info(lower, Follow::yes), oi = disk.info(overlay, Follow::yes);
   if (fi.exists() && fi.type != FileType::directory) throw Error("--over: not an overlay directory: " + lower.string());
+  if (fi.exists() && oi.exists() && fi.dev == oi.dev && fi.ino == oi.ino)
+    throw Error("--over names this overlay itself: " + lower.string() + " is " + overlay.string());
   if (fi.exists()) load_manifest(disk, lower);  // a malformed record is refused up front
   return lower;
 }
@@ -279,7 +283,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   plan.build_timeout = req.build_timeout;
   plan.force = req.force;
   plan.state_dir = req.state_dir.empty() ? HoldRegistry::default_state_dir() : req.state_dir;
-  check_overlay_dir(disk, plan.overlay);
+  check_overlay_dir(disk, plan.overlay, req.trust_owner);
   if (req.over) plan.over = checked_lower(disk, absolute_normal(*req.over), plan.overlay);
   plan.artifacts = checked_artifacts(disk, req);
   plan.caches = checked_caches(disk, req, plan.overlay);

@@ -11,6 +11,7 @@
 #include "overlay/file_ops.hpp"
 #include "overlay/fold.hpp"
 #include "overlay/holds.hpp"
+#include "overlay/in_flight.hpp"
 #include "overlay/layers.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
@@ -19,6 +20,29 @@
 
 namespace overlay {
 namespace {
+
+// Another process's operation on the overlay (an add-native building, an exec running its legs):
+// its change is being made, and undoing it under it would leave that run verifying, and running,
+// what it did not build (found by a probe: `revert --with-layers` under an `exec --over` building,
+// then `FRESH_BUILD_OK (checked 0)` and the candidate run on the stock build). Refused, nothing
+// changed; a killed operation's mark is stale at once. (gc-stale skips such an overlay before.)
+void refuse_while_in_flight(Disk& disk, const fs::path& overlay) {
+  auto live = live_operations(disk, overlay);
+  // Another revert is no change being made: reverts take turns under the overlay lock.
+  std::erase_if(live, [](const LiveOperation& op) { return op.ours || op.op == "revert"; });
+  if (!live.empty())
+    throw Error("overlay " + overlay.string() + ": " + describe_live(live) +
+                " on it; revert it once that ends (or stop that process: its mark goes with it)");
+}
+
+// The installed files an entry changes: its sources, the files it created, its artifacts.
+std::vector<fs::path> installed_paths(const NativeEntry& e) {
+  std::vector<fs::path> paths;
+  for (const auto& s : e.sources) paths.emplace_back(s.install_path);
+  for (const auto& c : e.created) paths.emplace_back(c.path);
+  for (const auto& a : e.artifacts) paths.emplace_back(a.path);
+  return paths;
+}
 
 // The holds of the state dir the options name (the default one when they name none).
 HoldRegistry holds_of(Disk& disk, const RevertOptions& opts) {
@@ -298,10 +322,7 @@ std::vector<std::string> litter_left(Disk& disk, const std::vector<std::string>&
 // Holds are a convenience for the next add-native; a failure to drop one never fails a revert
 // (a stale hold is ignored once no manifest records the change).
 void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overlay, const NativeEntry& e, const Manifest& now) {
-  std::vector<fs::path> paths;
-  for (const auto& s : e.sources) paths.emplace_back(s.install_path);
-  for (const auto& c : e.created) paths.emplace_back(c.path);
-  for (const auto& a : e.artifacts) paths.emplace_back(a.path);
+  std::vector<fs::path> paths = installed_paths(e);
   try {
     holds_of(disk, opts).release(paths, overlay, now, opts.lock_timeout, &e);
   } catch (const Error& err) {
@@ -526,6 +547,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   if (m->fold_out && !opts.dry_run) settle_fold_out(disk, overlay, *m, opts.lock_timeout, opts.state_dir);
   bool folds_settled = !opts.dry_run && settle_folds_in(disk, overlay, *m);
   if (opts.spare_if && (report.spared = opts.spare_if(*m))) return report;
+  if (!opts.dry_run) refuse_while_in_flight(disk, overlay);
   report.entries = m->natives.size();
   std::size_t litter_recorded = m->litter.size();
   if (!opts.dry_run) m->litter = litter_left(disk, m->litter);
@@ -548,6 +570,10 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     if (!selected(opts, m->natives[i])) continue;
     if (auto stacked = rev.stacked_over(*m, m->natives[i])) {
       report.problems.push_back(*stacked);  // refused before any of the entry is touched
+      continue;
+    }
+    if (auto copy = held_elsewhere(disk, overlay, m->natives[i], opts.state_dir)) {
+      report.problems.push_back(*copy);  // refused before any of the entry is touched
       continue;
     }
     std::vector<RunningPatched> running = running_patched_of(disk, m->natives[i], scan);
@@ -587,11 +613,22 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     // the next revert of that entry finds it if this purge does not finish.
     std::vector<std::string> doomed = m->litter;
     for (auto& l : rev.store().take_litter()) doomed.push_back(std::move(l));
-    BackupStore(disk, overlay).purge(doomed);
+    BackupStore(disk, overlay).purge(doomed, Litter::out_of_install);
   }
   report.untracked_left = still_as_built(disk, m->untracked);
   report.still_running = m->running;
   return report;
+}
+
+std::optional<RevertProblem> held_elsewhere(Disk& disk, const fs::path& overlay, const NativeEntry& e, const fs::path& state_dir) {
+  HoldRegistry holds(disk, state_dir.empty() ? HoldRegistry::default_state_dir() : state_dir);
+  for (const auto& p : installed_paths(e))
+    if (auto other = holds.held_instead(p, overlay))
+      return RevertProblem{p.string(), "held by overlay " + other->string() +
+                                           ", whose record names a change to it now: this record of entry " + e.id +
+                                           " is a copy of that overlay's (archived, restored) or superseded; left alone "
+                                           "(revert that overlay; delete this copy)"};
+  return std::nullopt;
 }
 
 }  // namespace overlay

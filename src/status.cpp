@@ -392,6 +392,8 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
   }
   r.untracked_left = still_as_built(disk, m->untracked);
   r.fold_out = m->fold_out;
+  for (const auto& l : m->litter)
+    if (!is_within(fs::path(l), r.overlay) && disk.info(l, Follow::no).exists()) r.litter_left.push_back(l);
   r.engagement = judge_engagement(disk, *m, scan_for_artifacts(disk, *m));
   r.engagement.python = live_python_uses(disk, r.overlay);
   r.pythons = python_entries_status(disk, r.overlay, *m);

@@ -559,11 +559,24 @@ void close_inherited_dirs() {
 
 }  // namespace
 
-void BackupStore::purge(const std::vector<std::string>& litter) {
+void BackupStore::purge(const std::vector<std::string>& litter, Litter how) {
   fs::path trash = overlay_ / "_trash";
   std::vector<fs::path> doomed;
-  for (const auto& l : litter)
-    if (disk_.info(l, Follow::no).exists()) doomed.emplace_back(l);
+  for (const auto& l : litter) {
+    if (!disk_.info(l, Follow::no).exists()) continue;
+    if (how == Litter::deleted_later || is_within(l, overlay_)) {
+      doomed.emplace_back(l);
+      continue;
+    }
+    try {
+      if (!park(At(fs::path(l)), false)) remove_tree(disk_, fs::path(l));  // another filesystem: here and now
+      disk_.sync_dir(fs::path(l).parent_path());  // gone for good: a power cut cannot bring it back
+    } catch (const std::exception& e) {
+      // Still named by the record (status says so until it goes): left to the deleter below.
+      spdlog::warn("cannot get {} out of the install now: {}", l, e.what());
+      doomed.emplace_back(l);
+    }
+  }
   bool trash_full = false;
   try {
     trash_full = disk_.info(trash, Follow::no).type == FileType::directory && !disk_.list_dir(trash).empty();

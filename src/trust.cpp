@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
+#include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/store.hpp"
@@ -40,6 +43,22 @@ std::string why_untrusted(Disk& disk, const fs::path& overlay) {
   return "";
 }
 
+std::string swappable_ancestor(Disk& disk, const fs::path& overlay) {
+  uid_t me = ::geteuid();
+  fs::path dir;
+  for (const auto& part : overlay.parent_path()) {
+    dir /= part;
+    FileInfo fi = disk.info(dir, Follow::no);
+    if (fi.type == FileType::symlink) return "directory " + dir.string() + " above it is a symlink";
+    if (fi.type != FileType::directory) return "directory " + dir.string() + " above it is not a directory";
+    if (fi.uid != me && fi.uid != 0)
+      return "directory " + dir.string() + " above it is owned by another user (uid " + std::to_string(fi.uid) + ")";
+    if ((fi.mode & 022) && !(fi.mode & S_ISVTX))
+      return "directory " + dir.string() + " above it is group- or world-writable (another user could swap it)";
+  }
+  return "";
+}
+
 bool under_trusted_root(const fs::path& overlay) {
   const char* env = std::getenv("OVERLAY_TRUSTED_ROOTS");
   if (env == nullptr || *env == '\0') return false;
@@ -51,6 +70,15 @@ bool under_trusted_root(const fs::path& overlay) {
     if (!rel.empty() && *rel.begin() != "..") return true;
   }
   return false;
+}
+
+void refuse_unrevertable(Disk& disk, const fs::path& overlay, bool trust_owner) {
+  if (trust_owner || under_trusted_root(overlay)) return;
+  if (std::string why = why_untrusted(disk, overlay); !why.empty())
+    throw Error("refusing to record a change in overlay " + overlay.string() + ": " + why +
+                ", so revert and gc-stale would refuse to undo it (chmod go-w it, or pass --trust-owner here and to revert)");
+  if (std::string why = swappable_ancestor(disk, overlay); !why.empty())
+    spdlog::warn("gc-stale will leave {} alone ({}): only `overlay revert` undoes it", overlay.string(), why);
 }
 
 }  // namespace overlay

@@ -88,4 +88,7 @@ std::string random_hex(std::size_t bytes);
 // Absolute, lexically normal form of p (no symlink resolution).
 fs::path absolute_normal(const fs::path& p);
 
+// Whether p is dir or lies below it, lexically (both absolute_normal'ed; no symlink resolution).
+bool is_within(const fs::path& p, const fs::path& dir);
+
 }  // namespace overlay

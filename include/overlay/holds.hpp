@@ -127,6 +127,13 @@ class HoldRegistry {
   // patched bytes (one layer fewer).
   void transfer(const std::vector<fs::path>& paths, const fs::path& from, const fs::path& into, double lock_timeout);
 
+  // The overlay that holds `path` in place of `overlay`: the holder on top, when it is another
+  // overlay whose record names a change to the path now and `overlay` is not a layer under it.
+  // A record of `overlay` that names the path is then a copy (archived, restored from a tarball)
+  // or superseded: reverting it would write over that overlay's change. Nothing otherwise (no
+  // hold, ours, or a holder that vanished or no longer records it: `overlay` may be it, moved).
+  std::optional<fs::path> held_instead(const fs::path& path, const fs::path& overlay);
+
   // The overlay recorded as holding `path`, whether or not that hold is still live.
   std::optional<fs::path> holder(const fs::path& path);
   std::optional<Hold> hold_of(const fs::path& path);

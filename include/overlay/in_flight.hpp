@@ -36,6 +36,7 @@ class InFlight {
 struct LiveOperation {
   std::string op;  // add-native, apply, exec, revert
   pid_t pid = 0;
+  bool ours = false;  // marked by this process (an exec reverting its own entry)
 };
 
 // The operations in flight on `overlay` now (their marks locked by a running process). Marks a

@@ -60,6 +60,7 @@ struct AddNativeRequest {
   double lock_timeout = 120;
   std::optional<double> build_timeout;
   bool force = false;    // take over installed files another overlay still holds
+  bool trust_owner = false;  // record in an overlay others could write (revert must be told too)
   // --over LOWER: stacked on LOWER's changes (layers.hpp); a file LOWER holds is taken as a layer.
   std::optional<fs::path> over;
   fs::path state_dir;    // the hold registry; empty: HoldRegistry::default_state_dir()

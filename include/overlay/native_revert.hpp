@@ -75,4 +75,11 @@ struct RevertReport {
 // With only_patch, every entry of that patch goes, a patch of Python files only included.
 RevertReport revert_natives(Disk& disk, const fs::path& overlay, const RevertOptions& opts);
 
+// Why entry `e` of `overlay` must not be reverted: a file it names is held by another overlay
+// whose record names a change to it now (HoldRegistry::held_instead), so this record is a copy of
+// that overlay's (archived, restored from a tarball) or was superseded; reverting it would put its
+// backups over that overlay's live change (issue 50: gc-stale did, exit 0). Nothing when none is.
+std::optional<RevertProblem> held_elsewhere(Disk& disk, const fs::path& overlay, const NativeEntry& e,
+                                            const fs::path& state_dir = {});
+
 }  // namespace overlay

@@ -86,13 +86,18 @@ struct StatusReport {
   // A fold of this overlay's entries into another that a crash interrupted (fold.hpp): its next
   // revert, gc-stale or fold settles it.
   std::optional<FoldMark> fold_out;
+  // Trees a revert renamed aside in the install (a rebuilt cache's trash sibling) still there: a
+  // revert killed before it got them out. The next revert or gc-stale deletes them.
+  std::vector<std::string> litter_left;
   // Processes that still run an artifact revert replaced (restart them).
   std::size_t running_reverted() const;
   // Tracked installed files that are not at their original bytes.
   std::size_t not_original() const;
   // Untracked build outputs (of live and reverted entries) that may hold patched code.
   std::size_t untracked_as_built() const;
-  bool clean() const { return not_original() == 0 && untracked_as_built() == 0 && running_reverted() == 0; }
+  bool clean() const {
+    return not_original() == 0 && untracked_as_built() == 0 && running_reverted() == 0 && litter_left.empty();
+  }
 };
 
 // Inspects every entry of the overlay's manifest. Throws Error on a malformed manifest.

@@ -29,6 +29,9 @@ struct RestoredMeta {
   std::optional<Xattrs> xattrs;    // none (a record without them): left as they come
 };
 
+// Where purge() leaves litter trees in the install until its detached deleter gets to them.
+enum class Litter { deleted_later, out_of_install };
+
 class BackupStore {
  public:
   BackupStore(Disk& disk, fs::path overlay) : disk_(disk), overlay_(std::move(overlay)) {}
@@ -109,7 +112,11 @@ class BackupStore {
   // file's blocks costs as much as reading it); purge() then deletes them, and every `litter`
   // tree still there, in a detached process, so the caller does not wait. Leftovers of a killed
   // purge go with the next one. Deleting what another purge deletes at once is harmless.
-  void purge(const std::vector<std::string>& litter = {});
+  // With Litter::out_of_install (revert), every litter tree outside the overlay is out of the
+  // install when this returns: moved into <overlay>/_trash/ in one rename where they share a
+  // filesystem, else deleted here (a revert must not return, nor status call the install clean,
+  // while a rebuilt cache lies beside the original).
+  void purge(const std::vector<std::string>& litter = {}, Litter how = Litter::deleted_later);
 
   // Removes our hidden siblings of file `p` (".<name>.overlay-*") left by an interrupted operation.
   void tidy(const At& p);

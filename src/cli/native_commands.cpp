@@ -444,6 +444,8 @@ void add_build_flags(CLI::App& sub, AddNativeFlags& f) {
                  "LOWER's bytes back; LOWER cannot be reverted under it); one it does not hold, a plain add");
   sub.add_flag("--force", f.req.force,
                "Patch files another overlay still holds, taking its bytes as the original (the loss path: prefer --over)");
+  sub.add_flag("--trust-owner", f.req.trust_owner,
+               "Record in an overlay directory another user owns or can write (revert must then be told too)");
   sub.add_option("--owner-pid", f.owner_pid,
                  "Process owning this run; gc-stale spares it while alive (env OVERLAY_OWNER_PID)");
   sub.add_option("--build-timeout", f.build_timeout,

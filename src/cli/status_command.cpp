@@ -131,6 +131,9 @@ void print_status_table(const StatusReport& r) {
              "; may hold patched code until " +
              (u.build_cmds.empty() ? std::string("the next build") : join_words(u.build_cmds.front())) +
              " regenerates it)");
+  for (const auto& l : r.litter_left)
+    out_line("litter                 " + l + "  (a tree a revert renamed aside in the install and was killed before it got out; "
+             "the next revert or gc-stale deletes it)");
   if (r.fold_out)
     out_line("fold " + r.fold_out->fold + " of " + std::to_string(r.fold_out->entries.size()) + " entr" +
              (r.fold_out->entries.size() == 1 ? "y" : "ies") + " into " + r.fold_out->overlay +
@@ -148,6 +151,8 @@ void print_status_table(const StatusReport& r) {
   std::string verdict =
       bad == 0 && untracked == 0 && running > 0
           ? "install clean on disk; " + std::to_string(running) + " process(es) still run patched code (restart them)"
+      : bad == 0 && untracked == 0 && !r.litter_left.empty()
+          ? "tracked files original, but " + std::to_string(r.litter_left.size()) + " tree(s) of litter lie in the install"
       : bad == 0 && untracked == 0 ? std::string("install clean (every tracked file original)")
       : bad == 0                   ? "tracked files original, but " + std::to_string(untracked) +
                        " untracked build output(s) may hold patched code"
@@ -211,6 +216,7 @@ nlohmann::json status_json(const StatusReport& r) {
                       {"clean", r.clean()},
                       {"not_original", r.not_original()},
                       {"untracked_outputs", untracked_json(r.untracked_left)},
+                      {"litter", r.litter_left},
                       {"processes", processes_json(r.engagement)},
                       {"unreadable_processes", r.engagement.unreadable}};
   j["natives"] = nlohmann::json::array();
@@ -317,6 +323,7 @@ int run_status_all(Disk& disk, bool check_clean) {
         r.overlay.string() + "  native " + std::to_string(r.natives.size()) + "  python " +
         std::to_string(r.pythons.size()) + "  owners alive " + std::to_string(alive) + "  not original " +
         std::to_string(r.not_original()) + "  untracked " + std::to_string(r.untracked_as_built()) +
+        (r.litter_left.empty() ? "" : "  litter " + std::to_string(r.litter_left.size())) +
         "  processes on patched code " +
         std::to_string(std::count_if(r.engagement.uses.begin(), r.engagement.uses.end(),
                                      [](const ArtifactUse& u) { return u.reverted || u.state == MapState::patched; })) +
@@ -386,6 +393,8 @@ int run_status(Disk& disk, const std::string& overlay, bool check_clean) {
                : r.untracked_as_built() > 0
                    ? std::to_string(r.untracked_as_built()) +
                          " untracked build output(s) may hold patched code (see `untracked rebuilt`)"
+               : !r.litter_left.empty()
+                   ? std::to_string(r.litter_left.size()) + " tree(s) of litter lie in the install (see `litter`)"
                    : still_running_error(r.engagement);
   err_line("status", j["error"]);
   return kFailed;

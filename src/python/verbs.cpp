@@ -13,6 +13,7 @@
 #include "overlay/process.hpp"
 #include "overlay/python/sitecustomize.hpp"
 #include "overlay/store.hpp"
+#include "overlay/trust.hpp"
 
 namespace overlay {
 
@@ -187,6 +188,7 @@ template <typename Edit, typename PutFiles>
 PyAddResult record_with(Disk& disk, const PyCommon& c, Edit&& edit, PutFiles&& put) {
   PyAddResult r;
   r.overlay = absolute_normal(c.overlay);
+  refuse_unrevertable(disk, r.overlay, false);
   make_dirs(disk, r.overlay);
   OverlayLock lock(r.overlay, c.lock_timeout);
   bool existed = false;

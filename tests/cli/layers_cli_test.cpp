@@ -272,6 +272,53 @@ TEST_F(Layers, FoldRefusesWhatItCannotDoAndChangesNothing) {
                             {"fold", "--from", ov("nowhere"), "--into", ov("acc")},
                             {"fold", "--from", ov("third"), "--into", ov("acc")}},  // stacked on another overlay
                            t.path(), [&](const std::vector<std::string>& a) { return run(a); });
+  // One overlay by two names (found by a probe: fold waited out the lock timeout on its own lock).
+  fs::create_directory_symlink(t / "ev/cand", t / "ev/clink");
+  std::vector<std::string> quick = env;
+  quick.push_back("OVERLAY_LOCK_TIMEOUT=2");
+  for (const auto& args : std::vector<std::vector<std::string>>{{"fold", "--from", ov("cand"), "--into", ov("clink")},
+                                                               {"fold", "--from", ov("clink"), "--into", ov("cand")}}) {
+    Cmd same = run_overlay(args, t.path(), quick);
+    EXPECT_EQ(same.rc, 1) << same.err;  // refused at once, not a lock waited for (exit 3)
+    EXPECT_NE(same.err.find("name the same overlay"), std::string::npos) << same.err;
+  }
+  Cmd over_self = run_overlay({"add-native", "--overlay", ov("clink"), "--over", ov("cand"), "--target", in.source.string(),
+                               "--patched-file", cand(4).string()},
+                              t.path(), quick);
+  EXPECT_EQ(over_self.rc, 1);
+  EXPECT_NE(over_self.err.find("--over names this overlay itself"), std::string::npos) << over_self.err;
+}
+
+// A cache put aside by both layers (found by a probe): the candidate's aside copy holds the
+// accepted overlay's build of the cache; fold drops it (the accepted overlay keeps its own copy,
+// the pristine one), and the final revert leaves the install exactly as it was.
+TEST_F(Layers, FoldOfACacheBothLayersPutAsideLeavesNothingOfEitherBuild) {
+  const char* rebuild = "sh -c 'cat src/kernel.cpp > lib/libk.so; mkdir -p cache && cat src/kernel.cpp > cache/entry.o'";
+  auto add_aside = [&](const std::string& o, int v, std::vector<std::string> extra) {
+    std::vector<std::string> a{"add-native", "--overlay", ov(o), "--target", in.source.string(), "--patched-file",
+                               cand(v).string(), "--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(),
+                               "--cache-snapshot", "aside", "--build-cwd", in.root.string(), "--build-cmd", rebuild};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a);
+  };
+  ASSERT_EQ(add_aside("acc", 5, {}).rc, 0);
+  ASSERT_EQ(add_aside("cand", 6, {"--over", ov("acc")}).rc, 0);
+  Cmd f = run({"fold", "--from", ov("cand"), "--into", ov("acc")});
+  ASSERT_EQ(f.rc, 0) << f.err;
+  std::vector<std::string> ours;  // the accepted overlay's aside copy (the pristine cache), and nothing else
+  for (const auto& e : fs::directory_iterator(in.root))
+    if (e.path().filename().string().find(".overlay-") != std::string::npos) ours.push_back(e.path().string());
+  ASSERT_EQ(ours.size(), 1u) << "left in the install by fold: " << ::testing::PrintToString(ours);
+  std::string recorded;
+  const json acc = manifest("acc");
+  for (const auto& e : acc["natives"])
+    for (const auto& c : e["caches"])
+      if (c.contains("aside") && c["aside"].is_object()) recorded = c["aside"]["path"].get<std::string>();
+  EXPECT_EQ(recorded, ours[0]) << acc.dump(1);
+  Cmd r = run({"revert", "--overlay", ov("acc"), "--with-layers"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(tree_digest(in.root), pristine);
+  EXPECT_EQ(run({"status", "--all", "--check-clean"}).rc, 0);
 }
 
 // Finalize: export, revert (the install pristine), then replay on the same root and on a copy:

@@ -51,7 +51,7 @@ OVERLAY = None
 WORK = None
 TEMPLATE = None
 STATS = {"steps": 0, "claims": 0, "examples": 0, "in_flight_steps": 0, "layered": 0, "folds": 0, "folds_killed": 0,
-         "finalized": 0, "replayed": 0}
+         "finalized": 0, "replayed": 0, "reused": 0}
 AGENTS = ("a1", "a2", "a3")
 ACC = "acc"  # the integrator's overlay of accepted changes (issue 49)
 TARGETS = ("ka", "kb")
@@ -196,11 +196,14 @@ class Claims(RuleBasedStateMachine):
                 "--artifact", self.lib(t), "--build-cwd", self.inst, "--build-cmd", build]
 
     # ---- the agents
-    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS), over=st.sampled_from((True, True, False)))
-    def start_add_native(self, agent, t, over):
-        """A candidate, stacked on the accepted overlay's changes (--over) or not."""
-        if not self.idle(agent) or self.applied(agent):
+    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS), over=st.sampled_from((True, True, False)),
+          reuse=st.sampled_from((False, False, True)))
+    def start_add_native(self, agent, t, over, reuse):
+        """A candidate, stacked on the accepted overlay's changes (--over) or not; now and then into
+        the agent's overlay while it still has entries (issue 50: agents reuse their overlay)."""
+        if not self.idle(agent) or (self.applied(agent) and not reuse):
             return
+        STATS["reused"] += self.applied(agent)
         patched, stamp = self.fresh_candidate(agent, t)
         gate = os.path.join(self.root, "gate-%d" % self.n)
         args = self.add_args(agent, t, patched, gate, over)
@@ -244,15 +247,17 @@ class Claims(RuleBasedStateMachine):
         # A layer stacked above (add-native --over this overlay) rebuilt the artifact again: it
         # carries that layer's candidate, whose own verify speaks for it.
         covered = {p for u in m.get("layers_above", []) if self.records_entry(u) for p in u["paths"]}
+        # An overlay reused on one target holds two entries for its artifact: the newest built it.
+        newest = {}
         for e in m.get("natives", []):
             for s in e["sources"]:
-                cand = self.stamps.get(s.get("patched_sha256"))
                 for a in e["artifacts"]:
-                    if a["path"] in covered:
-                        continue
-                    self.claim(cand is not None and stamp_of(a["path"]) == cand,
-                               "FRESH_BUILD_OK but an artifact does not carry its entry's candidate",
-                               a["path"], stamp_of(a["path"]), cand, r.stdout)
+                    newest[a["path"]] = self.stamps.get(s.get("patched_sha256"))
+        for path, cand in newest.items():
+            if path in covered:
+                continue
+            self.claim(cand is not None and stamp_of(path) == cand,
+                       "FRESH_BUILD_OK but an artifact does not carry its entry's candidate", path, stamp_of(path), cand, r.stdout)
 
     def records_entry(self, upper):
         """Whether the overlay an upper-layer reference names still records that entry."""
@@ -558,6 +563,7 @@ def main():
                   (STATS["examples"], STATS["steps"], STATS["in_flight_steps"], STATS["claims"], seed), flush=True)
             print("claims checker: layers: %d candidates stacked, %d folds (%d killed mid-fold), %d finalized, %d replayed" %
                   (STATS["layered"], STATS["folds"], STATS["folds_killed"], STATS["finalized"], STATS["replayed"]), flush=True)
+            print("claims checker: %d add-natives into an overlay that still had entries" % STATS["reused"], flush=True)
     sys.exit(0 if result and result.wasSuccessful() else 1)
 
 

@@ -200,6 +200,27 @@ TEST(HoldRegistry, ALayerMadeAgainAtItsPathKeepsTheHoldOverBytesThatAreNotPristi
   }
 }
 
+// Found by the claims checker (issue 50, seed 647990305): a candidate killed after its claim on
+// top of the accepted overlay (never recorded), then the accepted overlay deleted with its
+// backups. The candidate's hold calls the accepted overlay's patched bytes its "original"; a third
+// overlay judging only that took them for the original. The layers under it are judged too.
+TEST(HoldRegistry, ALostOriginalUnderAVanishedHolderIsStillLost) {
+  TempDir t;
+  HoldRegistry reg(real_disk(), t / "state");
+  fs::path file = t / "inst/k.cu", acc = t / "acc", cand = t / "cand", other = t / "other";
+  write_file(file, "pristine\n");
+  (void)reg.acquire({HeldFile(file, sha256_hex(std::string("acc's\n")))}, acc, false, 1);
+  record_change(acc, file);
+  write_file(file, "acc's\n");
+  { HoldClaim killed = reg.acquire({HeldFile(file, sha256_hex(std::string("cand's\n")))}, cand, false, 1, acc); }
+  fs::remove_all(acc);  // the harness, with the only copy of the original
+  auto why = reg.why_taken(file, other);
+  ASSERT_TRUE(why) << "the accepted overlay's bytes passed for the original";
+  EXPECT_NE(why->find(acc.string()), std::string::npos) << *why;
+  EXPECT_THROW((void)reg.acquire({file}, other, false, 1), Error);
+  EXPECT_NO_THROW((void)reg.acquire({file}, other, true, 1)) << "--force stays the loss path";
+}
+
 // A cluster's shared home holds every node's registry: each host gets its own there (issue 42),
 // and a local home keeps the one directory it always had.
 TEST(HoldRegistry, StateDirIsPerHostOnlyOnANetworkFilesystem) {

@@ -86,7 +86,7 @@ TEST(InFlight, TwoMarksOfOnePidAreTwoMarks) {
 TEST(InFlight, MarksOfEarlierVersionsAreRead) {
   TempDir t;
   fs::create_directories(t / ".overlay-live-revert-12345");
-  OverlayLock held(t / ".overlay-live-revert-12345", 0, "test");
+  OverlayLock held(t / ".overlay-live-revert-12345", 0, "test", LockOn::directory);
   auto live = live_operations(real_disk(), t.path());
   ASSERT_EQ(live.size(), 1u);
   EXPECT_EQ(live[0].op, "revert");

@@ -1,6 +1,10 @@
 #include "overlay/lock.hpp"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,7 +25,69 @@ TEST(OverlayLock, SecondHolderTimesOutThenSucceedsAfterRelease) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
   lock.reset();
   EXPECT_NO_THROW(OverlayLock(t.path(), 0.2));
-  EXPECT_TRUE(fs::is_empty(t.path()));  // taking the lock creates no file
+}
+
+// An overlay's lock is a file only its owner can open (issue 50: any account could flock the
+// 0755 directory and block root's revert); an internal lock creates no file.
+TEST(OverlayLock, AnOverlaysLockIsAFileOnlyItsOwnerCanOpenAndADirectorysNone) {
+  TempDir t;
+  fs::create_directories(t / "ov");
+  fs::create_directories(t / "mark");
+  {
+    OverlayLock ov(t / "ov", 1.0);
+    OverlayLock mark(t / "mark", 1.0, {}, LockOn::directory);
+  }
+  struct stat st {};
+  ASSERT_EQ(::lstat((t / "ov" / kLockFileName).c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_TRUE(fs::is_empty(t / "mark"));
+}
+
+namespace {
+// A child process holding a flock on `dir` (opened read-only, as flock(1) does), as `uid`; returns
+// its pid once it holds it.
+pid_t flock_in_child(const fs::path& dir, uid_t uid) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (uid != ::geteuid() && (::setgid(uid) != 0 || ::setuid(uid) != 0)) ::_exit(3);
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) ::_exit(4);
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  bool ok = ::read(ready[0], &c, 1) == 1;
+  ::close(ready[0]);
+  ::close(ready[1]);
+  return ok ? pid : -1;
+}
+}  // namespace
+
+// Another account's flock on the overlay directory guards nothing of ours: not waited for. The
+// owner's (a version before the lock file) is waited for.
+TEST(OverlayLock, AnotherAccountsFlockOnTheDirectoryIsNotWaitedForTheOwnersIs) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a second account: nobody)";
+  TempDir t;
+  fs::path ov = t / "ov";
+  fs::create_directories(ov);
+  fs::permissions(t.path(), fs::perms(0755));
+  pid_t neighbour = flock_in_child(ov, 65534);
+  ASSERT_GT(neighbour, 0);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(OverlayLock(ov, 5.0));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "waited for another account's flock";
+  ::kill(neighbour, SIGKILL);
+  ::waitpid(neighbour, nullptr, 0);
+  pid_t old_version = flock_in_child(ov, ::geteuid());
+  ASSERT_GT(old_version, 0);
+  EXPECT_THROW(OverlayLock(ov, 0.3), LockTimeout);
+  ::kill(old_version, SIGKILL);
+  ::waitpid(old_version, nullptr, 0);
+  EXPECT_NO_THROW(OverlayLock(ov, 0.3));
 }
 
 TEST(OverlayLock, ExcludesAnotherProcess) {

@@ -28,13 +28,15 @@ def run(argv, env=None, cwd=None, check=True):
 
 
 def tree(root):
-    """{relative path: bytes} of every file under root (the worker modules and caches left out)."""
+    """{relative path: bytes} of every file under root (the worker modules and caches left out, and
+    the overlay's lock file: made by the first operation that locks it, empty, what no upstream
+    reader looks at)."""
     out = {}
     for d, dirs, files in os.walk(root):
         dirs[:] = [x for x in dirs if x != "__pycache__"]
         for f in files:
             rel = os.path.relpath(os.path.join(d, f), root)
-            if rel in ("_overlay_apply.py", "_overlay_worker_ext.py", "sitecustomize.py"):
+            if rel in ("_overlay_apply.py", "_overlay_worker_ext.py", "sitecustomize.py", ".overlay-lock"):
                 continue
             with open(os.path.join(d, f), "rb") as fh:
                 out[rel] = fh.read()
