@@ -38,8 +38,13 @@ bool under(const fs::path& p, const fs::path& dir) {
   return !rel.empty() && *rel.begin() != "..";
 }
 
-// p relative to the root ("." for the root itself), else "~/…" under the home directory.
+// p relative to the deeper of the two anchors that holds it: the root ("." for the root itself),
+// or the home directory ("~/…"). The same rule as encode_words, so a file and the build command
+// that names it hang on one anchor (found by a probe: a file under $HOME was written root-relative
+// while its build command said {home}, and a replay under another $HOME patched the exporter's).
 std::string encode(const fs::path& p, const Anchors& a) {
+  bool home_deeper = a.home.string().size() > a.root.string().size();
+  if (home_deeper && under(p, a.home) && p != a.home) return "~/" + p.lexically_relative(a.home).string();
   if (under(p, a.root)) return p.lexically_relative(a.root).string();
   if (under(p, a.home) && p != a.home) return "~/" + p.lexically_relative(a.home).string();
   throw Error(p.string() + " lies outside the root " + a.root.string() +
@@ -209,11 +214,19 @@ void check_exportable(Disk& disk, const fs::path& overlay, const Flat& f) {
   }
 }
 
+// The root as the bundle records it: "~" or "~/…" where it is the home directory or below it (a
+// replay by another user, or on another machine, takes its own), else the absolute path.
+std::string root_text(const Anchors& a) {
+  if (a.root == a.home && !a.home.empty()) return "~";
+  if (under(a.root, a.home)) return "~/" + a.root.lexically_relative(a.home).string();
+  return a.root.string();
+}
+
 json bundle_json(const Flat& f, const Anchors& a, const std::vector<std::vector<std::string>>& file_names) {
   using namespace std::chrono;
   json j = {{"format", kFormat},
             {"version", kBundleVersion},
-            {"root", a.root.string()},
+            {"root", root_text(a)},
             {"created_at", duration<double>(system_clock::now().time_since_epoch()).count()},
             {"entries", json::array()}};
   for (std::size_t k = 0; k < f.entries.size(); ++k) {
@@ -390,7 +403,14 @@ Bundle read_bundle(Disk& disk, const fs::path& dir_in) {
   if (!j.contains("version") || j["version"] != kBundleVersion)
     bad_bundle(b.dir, "version " + (j.contains("version") ? j["version"].dump() : std::string("missing")) +
                           " (this overlay reads " + std::to_string(kBundleVersion) + ")");
-  b.root = str_at(b.dir, j, "root", "");
+  std::string root = str_at(b.dir, j, "root", "");
+  if (root == "~" || root.rfind("~/", 0) == 0) {
+    if (root != "~" && !is_safe_relative(root.substr(2))) bad_bundle(b.dir, "root: not a path below ~/");
+    if (home_dir().empty()) bad_bundle(b.dir, "root " + root + ": $HOME is not set");
+    b.root = root == "~" ? home_dir() : home_dir() / root.substr(2);
+  } else {
+    b.root = root;
+  }
   if (!b.root.is_absolute()) bad_bundle(b.dir, "root: not an absolute path");
   if (!j.contains("entries") || !j["entries"].is_array() || j["entries"].empty())
     bad_bundle(b.dir, "entries: expected a non-empty array");

@@ -6,6 +6,8 @@
 #include <algorithm>
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -319,6 +321,30 @@ TEST_F(Layers, FoldOfACacheBothLayersPutAsideLeavesNothingOfEitherBuild) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(tree_digest(in.root), pristine);
   EXPECT_EQ(run({"status", "--all", "--check-clean"}).rc, 0);
+}
+
+// An install under $HOME (found by a probe): the bundle names it from ~, files and build command
+// alike, and a replay by another user (another $HOME holding the same install) patches that one,
+// never the exporter's.
+TEST_F(Layers, ABundleMadeUnderHomeReplaysUnderAnotherHome) {
+  TempDir other;
+  // The same install, in another home.
+  ASSERT_EQ(std::system(("cp -a " + (t / "inst").string() + " " + (other / "inst").string()).c_str()), 0);
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  std::vector<std::string> home1 = env, home2 = env;
+  home1.push_back("HOME=" + t.path().string());
+  home2.push_back("HOME=" + other.path().string());
+  Cmd e = run_overlay({"export", "--overlay", ov("acc"), "--out", (t / "bundle").string()}, t.path(), home1);
+  ASSERT_EQ(e.rc, 0) << e.err;
+  json b = json::parse(read_file(t / "bundle/bundle.json"));
+  EXPECT_EQ(b["root"], "~") << b.dump(1);
+  ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
+  const std::string mine = tree_digest(in.root);
+  Cmd r = run_overlay({"replay", "--bundle", (t / "bundle").string(), "--overlay", ov("rep")}, t.path(), home2);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(tree_digest(in.root), mine) << "the replay under another $HOME changed the exporter's install";
+  EXPECT_EQ(read_file(other / "inst/lib/libk.so"), kernel(5));
+  EXPECT_EQ(run_overlay({"revert", "--overlay", ov("rep")}, t.path(), home2).rc, 0);
 }
 
 // Finalize: export, revert (the install pristine), then replay on the same root and on a copy:
