@@ -435,9 +435,14 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
     //
     // Layers above it that no longer record the file (vanished, or a revert killed between its
     // record and its release) stood on what this revert just replaced: they go too.
+    // An add-native between its claim and its swap (the path's lock held) owns the hold, whoever
+    // is on top: its overlay may be this very one (an agent's next candidate into the overlay
+    // gc-stale is reverting the stale entries of), and the claim stands on what it judged.
+    // Found by the claims checker (issue 50, seed 4085746674, agents reusing their overlay): the
+    // hold was dropped under the claim, the new entry recorded with none.
+    if (being_claimed(p)) continue;
     std::size_t at = h->overlay == overlay || moved_here(p, *h) ? 0 : chain.size();
-    bool claimed = at == chain.size() && being_claimed(p);
-    for (std::size_t i = 1; !claimed && at == chain.size() && i < chain.size() && !still_holds(chain[i - 1].overlay, p); ++i)
+    for (std::size_t i = 1; at == chain.size() && i < chain.size() && !still_holds(chain[i - 1].overlay, p); ++i)
       if (chain[i].overlay == overlay) at = i;
     if (at == chain.size()) continue;
     // The nearest layer under it whose change to p is still on record holds p again, with the

@@ -137,6 +137,7 @@ class Claims(RuleBasedStateMachine):
         self.proc = {}       # agent -> (Popen, target, stamp, gate)
         self.n = 0
         self.stamps = {}     # a candidate source's SHA-256 -> the stamp its build carries
+        self.before_start = {}  # agent -> the entries its overlay had when its add-native started
 
     # ---- helpers
     def src(self, t):
@@ -204,6 +205,7 @@ class Claims(RuleBasedStateMachine):
         if not self.idle(agent) or (self.applied(agent) and not reuse):
             return
         STATS["reused"] += self.applied(agent)
+        self.before_start[agent] = self.entry_ids(agent)
         patched, stamp = self.fresh_candidate(agent, t)
         gate = os.path.join(self.root, "gate-%d" % self.n)
         args = self.add_args(agent, t, patched, gate, over)
@@ -449,7 +451,8 @@ class Claims(RuleBasedStateMachine):
     def gc_stale(self):
         # The entries recorded by add-natives still running: none may be reverted (an entry leaves
         # the record only when it is reverted; its bytes may still be on their way in meanwhile).
-        live = {a: self.entry_ids(a) for a in self.proc}
+        # An overlay reused while it had entries of a dead run: those are stale, gc-stale's to revert.
+        live = {a: self.entry_ids(a) - self.before_start.get(a, set()) for a in self.proc}
         r = self.tool("--json", "gc-stale", "--root", os.path.join(self.root, "runs"))
         doc = json.loads(r.stdout)
         self.claim("overlays" in doc and doc["reverted"] == sum(o["outcome"] == "reverted" for o in doc["overlays"]),

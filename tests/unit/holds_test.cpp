@@ -221,6 +221,24 @@ TEST(HoldRegistry, ALostOriginalUnderAVanishedHolderIsStillLost) {
   EXPECT_NO_THROW((void)reg.acquire({file}, other, true, 1)) << "--force stays the loss path";
 }
 
+// An agent's next candidate into its own overlay, claimed while gc-stale reverts that overlay's
+// stale entry (issue 50: the hold went with the stale entry's release, the new entry was recorded
+// with none, and a third overlay took the file without --force). The claim keeps its hold.
+TEST(HoldRegistry, ARevertOfAStaleEntryLeavesTheHoldANewClaimOnItsOverlayTook) {
+  TempDir t;
+  HoldRegistry reg(real_disk(), t / "state");
+  fs::path file = t / "inst/k.cu", ov = t / "ov";
+  write_file(file, "pristine\n");
+  (void)reg.acquire({file}, ov, false, 1);
+  record_change(ov, file);  // the dead run's entry
+  {
+    HoldClaim next = reg.acquire({file}, ov, false, 1);  // the next candidate, not yet recorded
+    reg.release({file}, ov, Manifest{}, 1);              // gc-stale reverted the stale entry
+    ASSERT_TRUE(reg.holder(file)) << "the claim in progress lost its hold";
+    EXPECT_EQ(*reg.holder(file), ov);
+  }
+}
+
 // A cluster's shared home holds every node's registry: each host gets its own there (issue 42),
 // and a local home keeps the one directory it always had.
 TEST(HoldRegistry, StateDirIsPerHostOnlyOnANetworkFilesystem) {
