@@ -143,9 +143,8 @@ neighbours)
     for _ in $(seq 1 500); do [[ -e $w/flags/$2 ]] && return 0; sleep 0.01; done
     fail "nobody could not flock $1"
   }
-  unblock() { # the flock(1) and the sleep it runs, which holds the lock too
-    pkill -KILL -P "$1"
-    kill -KILL "$1"
+  unblock() { # the flock(1) and the sleep it runs, which holds the lock too (no procps needed)
+    kill -KILL $(cat /proc/"$1"/task/*/children 2>/dev/null) "$1" 2>/dev/null
     wait "$1" 2>/dev/null
   }
   "$overlay" add-native $(add_args "$w/runs/a/ov" ka "$(candidate na)") --build-cmd "$(build_cmd ka)" >/dev/null 2>&1 ||
