@@ -4,6 +4,7 @@
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
+#include "overlay/holds.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"
 
@@ -23,6 +24,7 @@ const char* to_string(ArtifactState s) {
     case ArtifactState::missing_after_build: return "missing-after-build";
     case ArtifactState::not_created: return "not-created";
     case ArtifactState::redirected: return "redirected";
+    case ArtifactState::superseded: return "superseded";
   }
   return "?";
 }
@@ -32,8 +34,16 @@ VerifyReport verify_native(Disk& disk, const fs::path& overlay_in) {
   auto m = load_manifest(disk, overlay);
   if (!m) throw Error("no manifest in " + overlay.string());
   VerifyReport r;
+  HoldRegistry holds(disk, HoldRegistry::default_state_dir());
   for (const auto& e : m->natives) {
     for (const auto& a : e.artifacts) {
+      // Found by the claims checker (seed 2072967200): this overlay moved, the package reinstalled,
+      // another candidate took the file and rebuilt it; "rebuilt" against our backup said
+      // FRESH_BUILD_OK over the other candidate's build.
+      if (auto other = holds.held_instead(a.path, overlay)) {
+        r.items.push_back({a.path, ArtifactState::superseded, "held by overlay " + other->string() + ", whose build it is"});
+        continue;
+      }
       // An artifact whose directory was swapped since add-native is judged nowhere else.
       std::string why = a.parent ? why_redirected(disk, *a.parent) : "";
       if (!why.empty()) {

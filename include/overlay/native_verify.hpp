@@ -9,11 +9,13 @@ namespace overlay {
 
 // redirected: a directory on the artifact's path was swapped since add-native (pinned.hpp); it
 // is judged nowhere else.
-enum class ArtifactState { rebuilt, created, unchanged, missing_after_build, not_created, redirected };
+// superseded: another overlay holds the artifact now (its record names a change to it, and this
+// overlay is not a layer under it): what is there is that overlay's build, not this entry's.
+enum class ArtifactState { rebuilt, created, unchanged, missing_after_build, not_created, redirected, superseded };
 struct VerifyItem {
   std::string path;
   ArtifactState state;
-  std::string why;  // redirected: what changed
+  std::string why;  // redirected: what changed; superseded: who holds it
 };
 struct VerifyReport {
   std::vector<VerifyItem> items;

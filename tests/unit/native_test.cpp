@@ -228,3 +228,38 @@ TEST(Native, ALowerDeletedWhileItsFilesAreClaimedAsLayersRefusesWithNothingChang
   EXPECT_TRUE(!m || m->natives.empty());
   EXPECT_EQ(HoldRegistry(real_disk(), f.t / "state").holder(f.in.source), acc.overlay) << "the claim was not given back";
 }
+
+// Found by the claims checker (seed 2072967200): the artifact taken by another overlay since (this
+// one moved, the package reinstalled, another candidate built it): verify says whose it is, never
+// FRESH_BUILD_OK over that build.
+TEST(Native, AnArtifactAnotherOverlayHoldsNowIsNotThisEntrysBuild) {
+  Fixture f;
+  ::setenv("OVERLAY_STATE_DIR", (f.t / "state").c_str(), 1);
+  AddNativeRequest r = f.request();
+  r.caches.clear();
+  r.state_dir = f.t / "state";
+  apply_and_build(real_disk(), r);
+  ASSERT_TRUE(verify_native(real_disk(), r.overlay).ok());
+  // Another overlay records a change to the artifact and holds it: taken from the overlay's old
+  // path (moved since), so this one is no layer under it.
+  HoldRegistry holds(real_disk(), f.t / "state");
+  fs::remove_all(f.t / "state/holds");
+  (void)holds.acquire({HeldFile(f.in.artifact, std::nullopt, true)}, f.t / "other", false, 1);
+  Manifest other;
+  NativeEntry e;
+  ArtifactItem a;
+  a.path = f.in.artifact.string();
+  a.existed = true;
+  a.sha256 = std::string(64, 'b');
+  a.backup = "_native_backup/x/a";
+  e.artifacts.push_back(a);
+  other.natives.push_back(e);
+  fs::create_directories(f.t / "other");
+  save_manifest(real_disk(), f.t / "other", other);
+  VerifyReport v = verify_native(real_disk(), r.overlay);
+  ::unsetenv("OVERLAY_STATE_DIR");
+  EXPECT_FALSE(v.ok());
+  ASSERT_FALSE(v.items.empty());
+  EXPECT_EQ(v.items[0].state, ArtifactState::superseded);
+  EXPECT_NE(v.items[0].why.find((f.t / "other").string()), std::string::npos) << v.items[0].why;
+}
