@@ -34,7 +34,10 @@ std::string distrust(const FileInfo& manifest, const FileInfo& dir) {
 
 std::optional<std::string> live_owner(const Manifest& m) {
   for (const auto& e : m.natives) {
-    if (e.owner && owner_alive(*e.owner)) return "owner " + describe_owner(*e.owner) + " is still running";
+    Liveness l = e.owner ? owner_liveness(*e.owner) : Liveness::gone;
+    if (l == Liveness::alive) return "owner " + describe_owner(*e.owner) + " is still running";
+    if (l == Liveness::unseen)
+      return "owner " + describe_owner(*e.owner) + " cannot be seen from here (another host or PID namespace): left alone, run gc-stale where it can be";
     if (e.kept) return "entry " + e.id + " was kept applied on purpose (exec --keep-on-success): revert it with `overlay revert`";
   }
   return std::nullopt;

@@ -23,19 +23,22 @@ JobState slurm_job_state(const std::string& job) {
   return JobState::ended;
 }
 
-bool owner_alive(const Owner& o) {
+Liveness owner_liveness(const Owner& o) {
   // A fleet step's entries live as long as its job, on every node alike: the coordinator's own
   // host (a batch script runs on the job's first node) must not revert while the others keep it.
   if (!o.slurm_job.empty()) {
     JobState s = slurm_job_state(o.slurm_job);
-    if (s != JobState::unknown) return s == JobState::running;
+    if (s != JobState::unknown) return s == JobState::running ? Liveness::alive : Liveness::gone;
   }
-  if (o.host.empty() || o.host == this_host()) return local_owner_alive(o);
-  return true;  // another host, and nothing to ask: never revert on a guess
+  if (o.host.empty() || o.host == this_host()) return local_owner_liveness(o);
+  return Liveness::unseen;  // another host, and nothing to ask: never revert on a guess
 }
+
+bool owner_alive(const Owner& o) { return owner_liveness(o) != Liveness::gone; }
 
 std::string describe_owner(const Owner& o) {
   std::string pid = "pid " + std::to_string(o.pid);
+  if (o.pid_ns != 0 && o.pid_ns != this_pid_ns()) pid += " of PID namespace pid:[" + std::to_string(o.pid_ns) + "]";
   if (o.host.empty()) return pid;
   return "coordinator " + pid + " on " + o.host + (o.slurm_job.empty() ? "" : " (Slurm job " + o.slurm_job + ")");
 }

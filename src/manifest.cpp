@@ -267,12 +267,15 @@ void read_owner(const json& j, NativeEntry& e) {
   if (start != nullptr && start->is_number_unsigned()) o.start_ticks = start->get<std::uint64_t>();
   o.host = opt_string(*v, "host").value_or("");
   o.slurm_job = opt_string(*v, "slurm_job").value_or("");
+  if (const json* ns = find(*v, "pid_ns"); ns != nullptr && ns->is_number_unsigned()) o.pid_ns = ns->get<std::uint64_t>();
   e.owner = o;
 }
 
-// {pid, start_ticks}, and a fleet coordinator's host and Slurm job (added keys, only when set).
+// {pid, start_ticks}, the PID namespace, and a fleet coordinator's host and Slurm job (added
+// keys, only when set).
 json owner_json(const Owner& o) {
   json j = {{"pid", o.pid}, {"start_ticks", o.start_ticks}};
+  if (o.pid_ns != 0) j["pid_ns"] = o.pid_ns;
   if (!o.host.empty()) j["host"] = o.host;
   if (!o.slurm_job.empty()) j["slurm_job"] = o.slurm_job;
   return j;

@@ -291,9 +291,8 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   plan.build_cmds = checked_build(disk, req, plan.build_cwd);
   if (req.build_cwd) plan.watched_dirs.push_back(plan.build_cwd);
   if (req.owner_pid) {
-    auto ticks = process_start_ticks(*req.owner_pid);
-    if (!ticks) throw Error("owner pid " + std::to_string(*req.owner_pid) + " is not a running process");
-    plan.owner = Owner{*req.owner_pid, *ticks, {}, {}};
+    plan.owner = local_owner(*req.owner_pid);
+    if (!plan.owner) throw Error("owner pid " + std::to_string(*req.owner_pid) + " is not a running process");
   }
   if (req.owner) plan.owner = req.owner;
   plan.patch_id = req.patch_id;

@@ -1,8 +1,12 @@
 #include "overlay/owner.hpp"
 
+#include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <fstream>
 #include <sstream>
@@ -37,11 +41,101 @@ std::optional<std::uint64_t> process_start_ticks(pid_t pid) {
   return ticks;
 }
 
-bool local_owner_alive(const Owner& o) {
-  if (o.pid <= 0) return false;
+namespace {
+
+// The kernel's initial PID namespace has this fixed inode (PROC_PID_INIT_INO): from it, every
+// process of the machine can be seen.
+constexpr std::uint64_t kInitPidNs = 0xEFFFFFFCU;
+
+// The last number of /proc/PID/status's NSpid line: the process's PID in its own namespace.
+std::optional<pid_t> own_ns_pid(const std::string& proc_dir, bool& nested) {
+  std::ifstream in(proc_dir + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("NSpid:")) continue;
+    std::istringstream words(line.substr(6));
+    long v = 0, last = -1;
+    int n = 0;
+    while (words >> v) last = v, ++n;
+    nested = n > 1;
+    if (last <= 0) return std::nullopt;
+    return static_cast<pid_t>(last);
+  }
+  return std::nullopt;
+}
+
+// The namespace inode a /proc/PID/ns/pid link names ("pid:[4026531836]"), 0 when unreadable
+// (another account's process, unless we are root).
+std::uint64_t ns_of(const std::string& proc_dir) {
+  struct stat st {};
+  return ::stat((proc_dir + "/ns/pid").c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+// The owner in PID namespace o.pid_ns, looked for among every process /proc shows.
+Liveness liveness_in_other_ns(const Owner& o) {
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return Liveness::unseen;
+  bool ns_seen = false, maybe = false;
+  std::optional<Liveness> found;
+  while (const dirent* ent = ::readdir(d)) {
+    if (ent->d_name[0] < '1' || ent->d_name[0] > '9') continue;
+    std::string dir = std::string("/proc/") + ent->d_name;
+    bool nested = false;
+    auto pid = own_ns_pid(dir, nested);
+    if (!pid) continue;
+    std::uint64_t ns = ns_of(dir);
+    if (ns == 0) {  // its namespace cannot be read: if it has the owner's number there, it may be it
+      maybe = maybe || (*pid == o.pid && nested);
+      continue;
+    }
+    if (ns != o.pid_ns) continue;
+    ns_seen = true;
+    if (*pid != o.pid) continue;
+    std::ifstream in(dir + "/stat");
+    std::string line;
+    pid_t ppid = 0;
+    std::uint64_t ticks = 0;
+    if (!std::getline(in, line) || !parse_proc_stat(line, ppid, ticks)) continue;  // it just ended
+    found = o.start_ticks == 0 || ticks == o.start_ticks ? Liveness::alive : Liveness::gone;
+    break;
+  }
+  ::closedir(d);
+  if (found) return *found;
+  if (maybe) return Liveness::unseen;
+  // Seen (a namespace below ours: all of it is visible) or, from the initial one, none left.
+  return ns_seen || this_pid_ns() == kInitPidNs ? Liveness::gone : Liveness::unseen;
+}
+
+}  // namespace
+
+const char* to_string(Liveness l) {
+  switch (l) {
+    case Liveness::alive: return "alive";
+    case Liveness::gone: return "gone";
+    case Liveness::unseen: return "unseen";
+  }
+  return "?";
+}
+
+std::uint64_t this_pid_ns() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+std::optional<Owner> local_owner(pid_t pid) {
+  auto ticks = process_start_ticks(pid);
+  if (!ticks) return std::nullopt;
+  Owner o;
+  o.pid = pid, o.start_ticks = *ticks, o.pid_ns = this_pid_ns();
+  return o;
+}
+
+Liveness local_owner_liveness(const Owner& o) {
+  if (o.pid <= 0) return Liveness::gone;
+  if (o.pid_ns != 0 && o.pid_ns != this_pid_ns()) return liveness_in_other_ns(o);
   auto ticks = process_start_ticks(o.pid);
-  if (!ticks) return ::kill(o.pid, 0) == 0 || errno == EPERM;  // no /proc: trust kill(0)
-  return o.start_ticks == 0 || *ticks == o.start_ticks;
+  if (!ticks) return ::kill(o.pid, 0) == 0 || errno == EPERM ? Liveness::alive : Liveness::gone;  // no /proc: trust kill(0)
+  return o.start_ticks == 0 || *ticks == o.start_ticks ? Liveness::alive : Liveness::gone;
 }
 
 std::string this_host() {
@@ -50,7 +144,7 @@ std::string this_host() {
 }
 
 std::string owner_text(const Owner& o) {
-  std::string t = std::to_string(o.pid) + ":" + std::to_string(o.start_ticks) + "@" + o.host;
+  std::string t = std::to_string(o.pid) + ":" + std::to_string(o.start_ticks) + (o.pid_ns ? "~" + std::to_string(o.pid_ns) : "") + "@" + o.host;
   return o.slurm_job.empty() ? t : t + "/" + o.slurm_job;
 }
 
@@ -64,8 +158,15 @@ std::optional<Owner> parse_owner_text(const std::string& text) {
     if (used != colon || pid <= 0 || pid > (1L << 30)) return std::nullopt;
     o.pid = static_cast<pid_t>(pid);
     std::string ticks = text.substr(colon + 1, at - colon - 1);
+    auto tilde = ticks.find('~');
+    if (tilde != std::string::npos) {
+      std::string ns = ticks.substr(tilde + 1);
+      o.pid_ns = std::stoull(ns, &used);
+      if (used != ns.size() || ns.empty() || !std::isdigit(static_cast<unsigned char>(ns[0]))) return std::nullopt;
+      ticks.resize(tilde);
+    }
     o.start_ticks = std::stoull(ticks, &used);
-    if (used != ticks.size()) return std::nullopt;
+    if (used != ticks.size() || ticks.empty() || !std::isdigit(static_cast<unsigned char>(ticks[0]))) return std::nullopt;
   } catch (const std::exception&) {
     return std::nullopt;
   }

@@ -218,7 +218,8 @@ NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overl
   st.id = e.id;
   st.patch_id = e.patch_id;
   st.owner = e.owner;
-  st.owner_alive = e.owner && owner_alive(*e.owner);
+  st.owner_liveness = e.owner ? owner_liveness(*e.owner) : Liveness::gone;
+  st.owner_alive = st.owner_liveness != Liveness::gone;
   st.created_at = e.created_at;
   if (e.build_log) st.build_log = (overlay / *e.build_log).string();
   for (const auto& s : e.sources) {

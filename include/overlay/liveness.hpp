@@ -13,13 +13,17 @@ namespace overlay {
 enum class JobState { running, ended, unknown };
 JobState slurm_job_state(const std::string& job);
 
-// True when the owner may still be at work. An owner with a Slurm job (a fleet step's
+// What can be told of the owner from here. An owner with a Slurm job (a fleet step's
 // coordinator) lives while that job runs, whichever host asks; where Slurm does not answer, or
-// no job is recorded, an owner on this machine is judged by its PID and start time, and one on
-// another host counts as alive: nothing is reverted on a guess.
+// no job is recorded, an owner on this machine is judged by its PID and start time in its PID
+// namespace, and one on another host is `unseen`.
+Liveness owner_liveness(const Owner& o);
+
+// True when the owner may still be at work (alive, or unseen: nothing is reverted on a guess).
 bool owner_alive(const Owner& o);
 
-// "pid 123" or "coordinator pid 123 on login1 (Slurm job 42)", for the lines that name an owner.
+// "pid 123", "pid 2 of PID namespace pid:[4026532291]" (not ours) or "coordinator pid 123 on
+// login1 (Slurm job 42)", for the lines that name an owner.
 std::string describe_owner(const Owner& o);
 
 }  // namespace overlay

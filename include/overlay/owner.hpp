@@ -16,7 +16,22 @@ struct Owner {
   // Slurm job it runs in. Empty: the owner runs on this machine (every one-node command).
   std::string host;
   std::string slurm_job;
+  // The PID namespace `pid` is a number in (the inode of the recorder's /proc/self/ns/pid): a
+  // container's pid 2 is not the host's pid 2. 0: not recorded (older manifests), taken as ours.
+  std::uint64_t pid_ns = 0;
 };
+
+// What can be told of a recorded owner from here: running, gone, or in a PID namespace this
+// process cannot see into (a sibling container, or the host seen from a container).
+enum class Liveness { alive, gone, unseen };
+const char* to_string(Liveness l);
+
+// The inode of this process's PID namespace; 0 where /proc cannot tell.
+std::uint64_t this_pid_ns();
+
+// The owner record of running process `pid` (a number in this PID namespace), or nothing when
+// there is no such process.
+std::optional<Owner> local_owner(pid_t pid);
 
 // Fields 4 (ppid) and 22 (start time, clock ticks since boot) of a /proc/PID/stat line; the
 // command name (field 2) may hold spaces and parentheses. False when malformed.
@@ -28,11 +43,14 @@ std::optional<std::uint64_t> process_start_ticks(pid_t pid);
 // This machine's name (uname's nodename), as a fleet records its coordinator's.
 std::string this_host();
 
-// True when the recorded owner, on this machine, is still the same running process (an owner
-// on another host: overlay/liveness.hpp).
-bool local_owner_alive(const Owner& o);
+// Whether the recorded owner, on this machine, is still the same running process (an owner on
+// another host: overlay/liveness.hpp). An owner in another PID namespace is looked for among the
+// processes of that namespace this one can see; where none can be seen and this is not the
+// initial namespace (which sees every process), it is `unseen`.
+Liveness local_owner_liveness(const Owner& o);
 
-// "PID:TICKS@HOST/JOB" (the coordinator's --fleet-owner) and back; nullopt when malformed.
+// "PID:TICKS~NS@HOST/JOB" (the coordinator's --fleet-owner; ~NS only when known) and back;
+// nullopt when malformed.
 std::string owner_text(const Owner& o);
 std::optional<Owner> parse_owner_text(const std::string& text);
 

@@ -46,7 +46,8 @@ struct NativeStatus {
   std::string id;
   std::optional<std::string> patch_id;  // the `apply` patch it belongs to
   std::optional<Owner> owner;
-  bool owner_alive = false;
+  bool owner_alive = false;  // alive or unseen: may still be at work
+  Liveness owner_liveness = Liveness::gone;
   std::optional<double> created_at;   // seconds since the epoch
   std::uint64_t snapshot_bytes = 0;   // backups, tars and moved caches kept for this entry
   std::optional<std::string> build_log;  // absolute

@@ -97,7 +97,7 @@ class Exec {
   ExecFlags& f_;
   const Globals& g_;
   fs::path overlay_;
-  Owner me_{::getpid(), process_start_ticks(::getpid()).value_or(0), {}, {}};
+  Owner me_ = local_owner(::getpid()).value_or(Owner{::getpid(), 0, {}, {}, this_pid_ns()});
   std::string patch_id_, entry_id_;
   int signal_ = 0;         // forwarded to a run of ours
   int cand_status_ = 0;

@@ -169,7 +169,8 @@ FleetCommands step_commands(const ApplyStep& s, const Globals& g, const std::str
   if (!as_apply && !s.f.python_root.empty()) throw Error("--python-root applies only with --patch-root (apply)");
   std::vector<std::string> args = given_flags(*s.sub, {"--ref", "--timeout"});
   if (!as_apply) std::erase(args, std::string("--python-root"));
-  Owner me{::getpid(), process_start_ticks(::getpid()).value_or(0), this_host(), ""};
+  Owner me = local_owner(::getpid()).value_or(Owner{::getpid(), 0, {}, {}, this_pid_ns()});
+  me.host = this_host();
   if (const char* job = std::getenv("SLURM_JOB_ID")) me.slurm_job = job;
   args.insert(args.end(), {"--fleet-id", id, "--fleet-owner", owner_text(me)});
   std::vector<std::string> ov = {"--overlay", s.f.overlay};

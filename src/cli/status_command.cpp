@@ -42,12 +42,14 @@ double seconds_now() {
 
 std::string owner_text(const NativeStatus& e) {
   if (!e.owner) return "owner -";
-  return "owner " + describe_owner(*e.owner) + (e.owner_alive ? " (alive)" : " (gone)");
+  return "owner " + describe_owner(*e.owner) + " (" + to_string(e.owner_liveness) + ")";
 }
 
-// {pid, alive}, and a fleet coordinator's host and Slurm job where the entry records them.
-nlohmann::json owner_json(const Owner& o, bool alive) {
-  nlohmann::json j = {{"pid", o.pid}, {"alive", alive}};
+// {pid, alive, liveness}, and its PID namespace and a fleet coordinator's host and Slurm job
+// where the entry records them. `alive` is true while the owner may still be at work (unseen too).
+nlohmann::json owner_json(const Owner& o, Liveness l) {
+  nlohmann::json j = {{"pid", o.pid}, {"alive", l != Liveness::gone}, {"liveness", to_string(l)}};
+  if (o.pid_ns != 0) j["pid_ns"] = o.pid_ns;
   if (!o.host.empty()) j["host"] = o.host;
   if (!o.slurm_job.empty()) j["slurm_job"] = o.slurm_job;
   return j;
@@ -222,7 +224,7 @@ nlohmann::json status_json(const StatusReport& r) {
   j["natives"] = nlohmann::json::array();
   for (const auto& e : r.natives) {
     nlohmann::json n = {{"id", e.id}, {"snapshot_bytes", e.snapshot_bytes}};
-    n["owner"] = e.owner ? owner_json(*e.owner, e.owner_alive) : nlohmann::json(nullptr);
+    n["owner"] = e.owner ? owner_json(*e.owner, e.owner_liveness) : nlohmann::json(nullptr);
     n["created_at"] = e.created_at ? nlohmann::json(*e.created_at) : nlohmann::json(nullptr);
     n["age_s"] = e.created_at ? nlohmann::json(seconds_now() - *e.created_at) : nlohmann::json(nullptr);
     n["build_log"] = e.build_log ? nlohmann::json(*e.build_log) : nlohmann::json(nullptr);

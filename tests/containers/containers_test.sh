@@ -17,6 +17,11 @@
 #   copies      an archived copy of an overlay (cp -a) whose files another overlay holds now:
 #               gc-stale leaves it alone, saying it is a copy, and revert refuses it; the live
 #               patch stays. Once its original is deleted, the copy is that overlay, moved;
+#   owners      an entry whose owner (--owner-pid) is a process of a container: gc-stale on the
+#               host finds it in that container's PID namespace and spares it (it used to look up
+#               the same number among the host's processes, find none, and revert under the live
+#               agent); from a sibling container, which cannot see it, it is left alone and said
+#               so; once the container has ended, the host's gc-stale reverts it;
 #   inflight    revert (plain, and --with-layers from the accepted overlay) while another process's
 #               add-native or exec --over is building on the overlay: refused, nothing changed;
 #               that run then verifies and runs its own build (found by a probe: it printed
@@ -292,6 +297,31 @@ inflight)
   v=$("$overlay" verify-native --overlay "$w/cand2")
   [[ $v == *"FRESH_BUILD_OK (checked 1)"* ]] || fail "verify-native: $v"
   "$overlay" revert --overlay "$w/cand2" >/dev/null 2>&1 || fail "revert once it ended"
+  pristine
+  ;;
+owners)
+  mkdir -p "$w/runs/a"
+  ov=$w/runs/a/ov
+  # The agent: pid 1 of its container, records itself as the owner, then works until released.
+  unshare --pid --fork --mount-proc sh -c '"$@" --owner-pid $$ >/dev/null && touch "$0.ready" && while [ ! -e "$0.stop" ]; do sleep 0.05; done' \
+    "$w/agent" "$overlay" add-native $(add_args "$ov" ka "$(candidate agent)") --build-cmd "$(build_cmd ka)" &
+  agent=$!
+  for _ in $(seq 1 3000); do [[ -e $w/agent.ready ]] && break; sleep 0.01; done
+  [[ -e $w/agent.ready ]] || fail "the agent's add-native did not finish: $(wait $agent; echo exit $?)"
+  st=$("$overlay" --json status --overlay "$ov") || fail "status: $st"
+  owner=$(/usr/bin/python3 -c 'import json,sys; o=json.loads(sys.argv[1])["natives"][0]["owner"]; print(o["pid"], o["liveness"], o["pid_ns"])' "$st")
+  # unshare (here $agent) forked the agent into the namespace it made for its children.
+  [[ $owner == "1 alive $(stat -Lc %i "/proc/$agent/ns/pid_for_children")" ]] || fail "status from the host: owner is not the live pid 1 of the agent's namespace: $owner"
+  gc=$("$overlay" gc-stale --root "$w/runs" 2>&1) || fail "gc-stale: $gc"
+  [[ $gc == *"owner pid 1 of PID namespace pid:["*"] is still running"* ]] || fail "host gc-stale did not find the live owner: $gc"
+  [[ $(stamp_of "$inst/build/libka.so") == STAMP-agent ]] || fail "host gc-stale reverted a live container's entry: $gc"
+  gc=$(as_pid1 "$overlay" gc-stale --root "$w/runs" 2>&1) || fail "gc-stale in a sibling container: $gc"
+  [[ $gc == *"cannot be seen from here"* ]] || fail "a sibling container's gc-stale did not say it cannot see the owner: $gc"
+  [[ $(stamp_of "$inst/build/libka.so") == STAMP-agent ]] || fail "a sibling container's gc-stale reverted a live entry: $gc"
+  touch "$w/agent.stop"
+  wait $agent
+  gc=$("$overlay" gc-stale --root "$w/runs" 2>&1) || fail "gc-stale after the agent ended: $gc"
+  [[ $gc == *"reverted $ov"* ]] || fail "host gc-stale did not revert the ended container's entry: $gc"
   pristine
   ;;
 *) fail "unknown case $case" ;;

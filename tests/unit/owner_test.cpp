@@ -38,8 +38,26 @@ TEST(Owner, TextRoundTripsAndRejectsMalformed) {
   EXPECT_EQ(back->host, "login1");
   EXPECT_EQ(back->slurm_job, "77");
   EXPECT_EQ(parse_owner_text("12:3@h")->slurm_job, "");
-  for (const char* bad : {"", "12", "12:3", "x:3@h", "12:y@h", "12:3@", "12:3@h/", "0:3@h", "12@h:3"})
+  for (const char* bad : {"", "12", "12:3", "x:3@h", "12:y@h", "12:3@", "12:3@h/", "0:3@h", "12@h:3", "12:3~@h", "12:3~x@h", "12:~5@h", "12:3~-5@h"})
     EXPECT_FALSE(parse_owner_text(bad)) << bad;
+  o.pid_ns = 4026532175;
+  EXPECT_EQ(owner_text(o), "4242:99~4026532175@login1/77");
+  EXPECT_EQ(parse_owner_text(owner_text(o))->pid_ns, 4026532175u);
+}
+
+// The PID namespace the number was recorded in decides where it is looked up.
+TEST(Owner, ANumberOfAnotherPidNamespaceIsNotLookedUpInOurs) {
+  auto me = local_owner(::getpid());
+  ASSERT_TRUE(me);
+  EXPECT_EQ(me->pid_ns, this_pid_ns());
+  EXPECT_EQ(local_owner_liveness(*me), Liveness::alive);
+  Owner other = *me;
+  other.pid_ns = 12345;  // no process is in a namespace of this inode
+  // From the initial namespace every process is seen: none there, so gone; from a container's,
+  // that namespace may just be out of sight.
+  EXPECT_EQ(local_owner_liveness(other), this_pid_ns() == 0xEFFFFFFCU ? Liveness::gone : Liveness::unseen);
+  EXPECT_NE(describe_owner(other).find("of PID namespace pid:[12345]"), std::string::npos) << describe_owner(other);
+  EXPECT_EQ(describe_owner(*me), "pid " + std::to_string(::getpid()));
 }
 
 // A coordinator on another host is judged by its Slurm job: a squeue on PATH says what Slurm would.
