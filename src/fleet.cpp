@@ -1,5 +1,7 @@
 #include "overlay/fleet.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +15,10 @@
 
 namespace overlay {
 namespace fleet_detail {  // named: a unity build puts this file beside others with helpers of these names
+
+std::string signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "signal " + std::to_string(sig);
+}
 
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
@@ -189,7 +195,44 @@ nlohmann::json FleetReport::to_json() const {
     if (it != state.end()) nodes[node]["state"] = overlay::to_string(it->second);
   }
   return {{"outcome", outcome}, {"nodes", nodes}, {"rolled_back", rolled_back}, {"unreachable", unreachable},
-          {"failed", failed}, {"revert_complete", revert_complete}, {"phase_s", phase_s}};
+          {"failed", failed}, {"revert_complete", revert_complete}, {"phase_s", phase_s},
+          {"interrupted", interrupted != 0 ? nlohmann::json(fleet_detail::signal_name(interrupted)) : nlohmann::json(nullptr)}};
+}
+
+std::string outcome_token(const std::string& outcome) {
+  return outcome == "ok" ? "FLEET_OK" : outcome == "partial" ? "FLEET_PARTIAL" : "FLEET_FAILED";
+}
+
+std::string tally_outcome(std::size_t nodes, std::size_t went_wrong) {
+  return went_wrong == 0 ? "ok" : went_wrong >= nodes ? "failed" : "partial";
+}
+
+void conclude_step(FleetReport& rep, int signal, bool reverts, bool clean) {
+  rep.interrupted = signal;
+  bool undone = !reverts || (rep.revert_complete && clean);
+  if (signal != 0 || (rep.outcome == "ok" && !undone)) rep.outcome = "failed";  // stopped: the step as a whole failed
+}
+
+nlohmann::json PassOnReport::to_json() const {
+  return {{"nodes", nodes}, {"outcome", outcome}, {"failed", failed}, {"unreachable", unreachable}};
+}
+
+PassOnReport tally_pass_on(const std::vector<NodeAnswer>& answers) {
+  PassOnReport rep;
+  for (const auto& a : answers) {
+    if (!a.arrived) {
+      rep.nodes[a.node] = {{"arrived", false}, {"why", a.why}};
+      rep.unreachable.push_back(a.node);
+      if (rep.exit == 0) rep.exit = 1;
+      continue;
+    }
+    rep.nodes[a.node] = {{"arrived", true}, {"exit", a.exit}, {"document", a.doc}};
+    if (a.ok()) continue;
+    rep.failed.push_back(a.node);
+    if (rep.exit == 0) rep.exit = a.exit;
+  }
+  rep.outcome = tally_outcome(answers.size(), rep.failed.size() + rep.unreachable.size());
+  return rep;
 }
 
 void fleet_revert(FleetRunner& runner, const FleetCommands& cmds, FleetReport& rep) {
@@ -213,7 +256,7 @@ void fleet_revert(FleetRunner& runner, const FleetCommands& cmds, FleetReport& r
   }
 }
 
-FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds) {
+FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds, const std::function<bool()>& stop) {
   using namespace fleet_detail;
   FleetReport rep;
   std::vector<NodeAnswer> applied = timed(runner, rep, "apply", cmds.apply, {});
@@ -225,6 +268,7 @@ FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds) {
     else if (a.arrived) rep.failed.push_back(a.node);
     else rep.unreachable.push_back(a.node);
   }
+  if (all_ok && stop && stop()) all_ok = false;  // stopped: no verify, every node rolled back
   if (all_ok) {
     std::vector<NodeAnswer> verified = timed(runner, rep, "verify", cmds.verify, {});
     remember(rep, "verify", verified);

@@ -46,7 +46,9 @@ struct Pipe {
   void close_both() { close_r(); close_w(); }
 };
 
-// Installs handlers for the signals we watch and restores the previous ones on destruction.
+// Installs handlers for the signals we watch and restores the previous ones on destruction;
+// then hands each SIGINT/SIGTERM/SIGHUP received meanwhile to the previous handler, when that was
+// a function (a caller noting signals between runs learns of those during them too).
 class SignalGuard {
  public:
   explicit SignalGuard(int wake_fd) {
@@ -60,6 +62,15 @@ class SignalGuard {
   ~SignalGuard() {
     for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
     g_wake_fd = -1;
+    for (int i = 0; i < kCount; ++i) {
+      const struct sigaction& o = old_[i];
+      bool function = (o.sa_flags & SA_SIGINFO) == 0 && o.sa_handler != SIG_DFL && o.sa_handler != SIG_IGN;
+      if (received_[i] && function) o.sa_handler(kSignals[i]);
+    }
+  }
+  void received(int sig) {
+    for (int i = 0; i < kCount; ++i)
+      if (kSignals[i] == sig) received_[i] = true;
   }
   SignalGuard(const SignalGuard&) = delete;
   SignalGuard& operator=(const SignalGuard&) = delete;
@@ -68,6 +79,7 @@ class SignalGuard {
   static constexpr int kCount = 4;
   static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
   struct sigaction old_[kCount] {};
+  bool received_[kCount] = {};
 };
 
 // NAME of a "NAME=value" entry.
@@ -203,6 +215,7 @@ class Runner {
   Pipe wake_;
   bool exited_ = false;
   bool term_sent_ = false;
+  SignalGuard* guard_ = nullptr;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point term_at_{};
   std::chrono::steady_clock::time_point next_tick_ = start_ + std::chrono::milliseconds(50);  // let it start first
@@ -256,6 +269,11 @@ void Runner::handle_wake() {
     int sig = sigs[i];
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
       res_.forwarded_signal = sig;
+      guard_->received(sig);
+      if (opts_.on_signal) {  // the caller's to deliver (and no SIGKILL after the grace)
+        opts_.on_signal(pid_, sig);
+        continue;
+      }
       kill_group(sig);
       if (!term_sent_) term_sent_ = true, term_at_ = std::chrono::steady_clock::now();  // SIGKILL after the grace
     }
@@ -296,6 +314,7 @@ RunResult Runner::run() {
   ::fcntl(wake_.w, F_SETFL, O_NONBLOCK);
   Pipe out, err, report;
   SignalGuard guard(wake_.w);
+  guard_ = &guard;
   bool capture = opts_.output == Output::capture, files = opts_.output == Output::files;
   ChildSetup child(argv_, opts_);
   child.out_fd = out.w;
@@ -326,7 +345,7 @@ RunResult Runner::run() {
     tick();
   }
   res_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  if (res_.timed_out || res_.forwarded_signal) kill_group(SIGKILL);  // no survivors
+  if (res_.timed_out || (res_.forwarded_signal && !opts_.on_signal)) kill_group(SIGKILL);  // no survivors
   return res_;
 }
 

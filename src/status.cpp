@@ -376,10 +376,14 @@ std::size_t StatusReport::running_reverted() const {
       std::count_if(engagement.uses.begin(), engagement.uses.end(), [](const ArtifactUse& u) { return u.reverted; }));
 }
 
-StatusReport overlay_status(Disk& disk, const fs::path& overlay_in) {
+StatusReport overlay_status(Disk& disk, const fs::path& overlay_in, Absent absent) {
   StatusReport r;
   r.overlay = absolute_normal(overlay_in);
   FileInfo fi = disk.info(r.overlay, Follow::yes);
+  if (!fi.exists() && absent == Absent::nothing_recorded && !disk.info(r.overlay, Follow::no).exists()) {
+    r.exists = false;
+    return r;
+  }
   if (!fi.exists()) throw Error("overlay does not exist: " + r.overlay.string());
   if (fi.type != FileType::directory) throw Error("overlay is not a directory: " + r.overlay.string());
   auto m = load_manifest(disk, r.overlay);

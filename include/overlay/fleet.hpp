@@ -4,6 +4,7 @@
 // --json --fleet-node …` per node, each on its own install) through a FleetRunner, reads each node's
 // one-line JSON document, and decides. A node whose document never arrives may have done
 // anything its command does: the coordinator treats it as possibly applied.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -81,15 +82,39 @@ struct FleetReport {
   std::vector<std::string> rolled_back, unreachable, failed;
   bool revert_complete = true;  // every node that may hold the step's entries answered its revert
   std::map<std::string, double> phase_s;  // wall seconds of each phase's engine steps, all nodes together
+  int interrupted = 0;  // the signal (SIGINT, SIGTERM, SIGHUP) that stopped the step, 0 when none
   nlohmann::json to_json() const;
 };
+
+// The word a fleet's result is printed with, from its outcome: FLEET_OK, FLEET_PARTIAL or
+// FLEET_FAILED (one place for every verb).
+std::string outcome_token(const std::string& outcome);
+
+// ok when no node went wrong, failed when every node did, partial otherwise.
+std::string tally_outcome(std::size_t nodes, std::size_t went_wrong);
+
+// A step's outcome once it has ended: ok only while every node applied, no signal stopped it
+// and, when the step reverts (exec), every node was reverted and found clean; failed once a
+// signal stopped it, however far it got.
+void conclude_step(FleetReport& report, int signal, bool reverts, bool clean);
+
+// verify, revert, status on every node: each node's answer, and the tally.
+struct PassOnReport {
+  nlohmann::json nodes = nlohmann::json::object();  // per node: {arrived, exit, document} or {arrived, why}
+  std::vector<std::string> failed, unreachable;
+  std::string outcome;  // ok | partial | failed
+  int exit = 0;         // 0, or the first failed node's exit status (1 when a node did not answer)
+  nlohmann::json to_json() const;
+};
+PassOnReport tally_pass_on(const std::vector<NodeAnswer>& answers);
 
 // apply on every node, then verify-native on every node. Any node that fails either, or whose
 // answer never arrives, makes the step fail: every node that may have applied is reverted (the
 // nodes that answered first, then the others in a step of their own, so a dead node cannot hold
 // the live ones' rollback hostage). outcome: ok; partial (some nodes had applied and were rolled
 // back); failed (no node applied).
-FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds);
+// `stop` (when set) is asked after the apply phase: true (a signal came) rolls back every node.
+FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds, const std::function<bool()>& stop = {});
 
 // revert on every node (answered nodes first, as above); `report` gains each node's answer.
 void fleet_revert(FleetRunner& runner, const FleetCommands& cmds, FleetReport& report);

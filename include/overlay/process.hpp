@@ -33,6 +33,10 @@ struct RunOptions {
   // Called with the child's pid about every tick_s seconds while it runs (never after it exited).
   std::function<void(pid_t)> on_tick;
   double tick_s = 0.25;
+  // SIGINT/SIGTERM/SIGHUP received during the run, given to this instead of forwarded to the
+  // child's group (and no SIGKILL follows): for a child that passes them on itself, e.g. salloc
+  // running a coordinator that must be left to roll back.
+  std::function<void(pid_t child, int sig)> on_signal;
 };
 
 struct RunResult {
@@ -55,6 +59,7 @@ struct RunResult {
 // Runs argv[0] (looked up on PATH when it has no '/') with argv. stdin is /dev/null.
 // SIGINT/SIGTERM/SIGHUP received meanwhile are forwarded to the child's whole process group;
 // a group still there kill_grace_s later gets SIGKILL (so does one that outlives a timeout).
+// Each is then also given to the handler installed before the call, when that is a function.
 RunResult run_process(const std::vector<std::string>& argv, const RunOptions& opts);
 
 // A one-line description of how the run ended ("exit 2", "killed by signal 9", "timed out …").

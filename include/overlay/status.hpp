@@ -71,6 +71,7 @@ struct PythonStatus {
 
 struct StatusReport {
   fs::path overlay;  // absolute
+  bool exists = true;  // false: no such overlay (asked with Absent::nothing_recorded)
   bool has_manifest = false;
   std::vector<NativeStatus> natives;
   std::vector<PythonStatus> pythons;
@@ -101,8 +102,13 @@ struct StatusReport {
   }
 };
 
-// Inspects every entry of the overlay's manifest. Throws Error on a malformed manifest.
-StatusReport overlay_status(Disk& disk, const fs::path& overlay);
+// What an overlay that does not exist is: an error, or an overlay with nothing recorded (a
+// fleet's clean check on a node that refused the step before making it).
+enum class Absent { error, nothing_recorded };
+
+// Inspects every entry of the overlay's manifest. Throws Error on a malformed manifest, and on a
+// missing overlay unless `absent` says it has nothing recorded.
+StatusReport overlay_status(Disk& disk, const fs::path& overlay, Absent absent = Absent::error);
 
 // The manifest's Python entries (modules, rebinds, captures), each with the processes it applied
 // in (from _stats/ and _stats/live/) and the calls counted.

@@ -37,9 +37,10 @@ constexpr int kCmdTimedOut = 124;
 struct Engine {
   bool slurm = false;
   std::string slurm_args, node_bin;
+  std::string record;  // --coordinator-record: where the coordinator under salloc says where it stands
 };
 
-const char* const kEngineFlags[] = {"--slurm", "--slurm-args", "--node-bin", "--help"};
+const char* const kEngineFlags[] = {"--slurm", "--slurm-args", "--node-bin", "--coordinator-record", "--help"};
 
 void add_engine_flags(CLI::App& sub, Engine& e) {
   auto* s = sub.add_flag("--slurm", e.slurm, "Run each phase as one srun step (one task per node) in this Slurm allocation ($SLURM_JOB_ID)");
@@ -47,7 +48,44 @@ void add_engine_flags(CLI::App& sub, Engine& e) {
                  "Get an allocation of its own first: salloc ARGS (e.g. \"-N3 -p gpu\"), the whole step inside it")
       ->excludes(s);
   sub.add_option("--node-bin", e.node_bin, "The overlay binary on the nodes (default: this one's path)");
+  sub.add_option("--coordinator-record", e.record, "(set by --slurm-args for the coordinator it starts under salloc)")->group("");
 }
+
+// What the coordinator under salloc writes for the process that started it (--slurm-args): its
+// pid as soon as it runs (signals go to it, not to salloc, which would release the allocation
+// under the rollback), the step's id once it has one, and its exit status when it ends. A record
+// that never gets its exit is a coordinator that died (kill -9, the OOM killer): salloc still
+// exits 0 then, so the record is the only word on it.
+class CoordinatorRecord {
+ public:
+  void open(const std::string& path) {
+    path_ = path;
+    doc_ = {{"pid", ::getpid()}};
+    write();
+  }
+  void put(const char* key, const nlohmann::json& v) {
+    doc_[key] = v;
+    write();
+  }
+  void finish(int exit) {
+    if (!path_.empty()) put("exit", exit);
+  }
+  static nlohmann::json read(const std::string& path) {
+    try {
+      return nlohmann::json::parse(read_small_file(cli_disk(), path, 1 << 16));
+    } catch (const std::exception&) {
+      return nullptr;  // not written (yet): the coordinator has not started
+    }
+  }
+
+ private:
+  void write() {
+    if (!path_.empty()) write_file_atomically(cli_disk(), path_, doc_.dump(), 0600);
+  }
+  std::string path_;
+  nlohmann::json doc_;
+};
+CoordinatorRecord g_record;
 
 // The flags given on our command line, as words to pass on: every option of `sub` that was
 // used, but the engine's and those in `skip`, each value as it was given.
@@ -81,11 +119,40 @@ std::vector<std::string> node_argv(const Engine& e, const Globals& g, const std:
   return argv;
 }
 
-// --slurm-args: the same command line again, with --slurm for --slurm-args, under salloc.
-int rerun_under_salloc(const Engine& e, const Globals& g) {
+// The coordinator under salloc left no exit in its record: say so, name the step, and never 0.
+int coordinator_died(const nlohmann::json& rec, const RunResult& r, const Engine& e, const std::string& overlay) {
+  set_json_mode(true);
+  auto& j = result();
+  std::string salloc = "salloc " + describe(r);
+  if (rec.is_null()) {  // it never ran: no allocation, or salloc itself failed
+    j["error"] = salloc + " before the coordinator started";
+    err_line("fleet", j["error"]);
+    return r.exit_code > 0 ? r.exit_code : kFailed;
+  }
+  std::string pid = std::to_string(rec.value("pid", 0));
+  std::string id = rec.value("fleet_id", std::string());
+  j["coordinator_pid"] = rec.value("pid", 0);
+  j["fleet_id"] = id.empty() ? nlohmann::json(nullptr) : nlohmann::json(id);
+  j["outcome"] = "failed";
+  j["revert_complete"] = id.empty();
+  std::string what = "the coordinator under salloc (pid " + pid + ") ended without a result (killed, e.g. kill -9 or the OOM killer; " + salloc + ")";
+  if (!id.empty() && !overlay.empty())
+    what += ": the nodes may still hold fleet step " + id + ": run `overlay fleet revert --slurm-args \"" + e.slurm_args + "\" --overlay " +
+            overlay + " --fleet-id " + id + "` (or gc-stale on each node once its job has ended)";
+  j["error"] = what;
+  err_line("fleet", what);
+  return id.empty() ? kFailed : kRevertIncomplete;
+}
+
+// --slurm-args: the same command line again, with --slurm for --slurm-args, under salloc; this
+// process only waits, passes signals to the coordinator, and reports a coordinator that died.
+int rerun_under_salloc(const Engine& e, const Globals& g, const std::string& overlay = "") {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string record = std::string(tmp && *tmp ? tmp : "/tmp") + "/overlay-fleet-" + std::to_string(::getpid()) + "-" + random_hex(4) + ".json";
   std::vector<std::string> argv = {"salloc", "--no-kill"};
   for (auto& w : split_words(e.slurm_args)) argv.push_back(w);
   argv.push_back(self_path());
+  bool verb_next = false;
   for (std::size_t i = 1; i < g.argv.size(); ++i) {
     const std::string& a = g.argv[i];
     if (a == "--") {
@@ -100,16 +167,30 @@ int rerun_under_salloc(const Engine& e, const Globals& g) {
     } else {
       argv.push_back(a);
     }
+    if (verb_next) argv.insert(argv.end(), {"--coordinator-record", record});  // right after `fleet VERB`
+    verb_next = a == "fleet";
   }
   RunOptions o;
   o.output = Output::files;
   o.out_fd = ::dup(1), o.err_fd = ::dup(2);
+  o.on_signal = [&record](pid_t salloc, int sig) {
+    nlohmann::json rec = CoordinatorRecord::read(record);
+    pid_t coordinator = rec.is_object() ? rec.value("pid", 0) : 0;
+    ::kill(coordinator > 0 ? coordinator : salloc, sig);  // before it runs: salloc gives up the request
+  };
   std::fflush(stdout);
   RunResult r = run_process(argv, o);
   if (!r.exec_error.empty()) throw Error("salloc could not start: " + r.exec_error);
-  // The coordinator under salloc printed the one document (with --json); this process prints none.
-  set_json_mode(false);
-  return r.term_signal != 0 ? 128 + r.term_signal : r.exit_code;
+  nlohmann::json rec = CoordinatorRecord::read(record);
+  try {
+    cli_disk().remove(record);
+  } catch (const std::exception&) {
+  }
+  if (rec.is_object() && rec.contains("exit") && rec["exit"].is_number_integer()) {
+    set_json_mode(false);  // the coordinator printed the one document (with --json); this process prints none
+    return r.term_signal != 0 ? 128 + r.term_signal : r.exit_code;  // salloc passes on its command's status
+  }
+  return coordinator_died(rec, r, e, overlay);
 }
 
 std::unique_ptr<FleetRunner> make_runner(const Engine& e) {
@@ -141,8 +222,9 @@ void print_outcome(const FleetReport& rep, const FleetRunner& runner, const std:
     auto it = rep.state.find(n);
     out_line(n + "  " + (it == rep.state.end() ? "-" : to_string(it->second)));
   }
-  std::string up = rep.outcome == "ok" ? "FLEET_OK" : rep.outcome == "partial" ? "FLEET_PARTIAL" : "FLEET_FAILED";
-  out_line(up + " " + id + " on " + runner.describe() + "; failed " + names(rep.failed) + "; rolled back " + names(rep.rolled_back) +
+  if (rep.interrupted != 0)
+    err_line("fleet", "step " + id + " stopped by signal " + std::to_string(rep.interrupted) + (rep.revert_complete ? "; every node rolled back" : ""));
+  out_line(outcome_token(rep.outcome) + " " + id + " on " + runner.describe() + "; failed " + names(rep.failed) + "; rolled back " + names(rep.rolled_back) +
            "; unreachable " + names(rep.unreachable));
   if (!rep.revert_complete)
     err_line("fleet", "a node may still hold fleet step " + id + ": when it is back, run `overlay fleet revert --slurm … --fleet-id " + id +
@@ -181,7 +263,7 @@ FleetCommands step_commands(const ApplyStep& s, const Globals& g, const std::str
   rv.insert(rv.end(), {"--patch-id", id, "--missing-ok"});
   c.revert = node_argv(s.e, g, "revert", rv);
   std::vector<std::string> cl = ov;
-  cl.push_back("--check-clean");
+  cl.insert(cl.end(), {"--check-clean", "--missing-ok"});  // a node that refused before making it
   c.clean = node_argv(s.e, g, "status", cl);
   return c;
 }
@@ -226,20 +308,28 @@ struct Step {
 Step start_step(const ApplyStep& s, const Globals& g, const char* verb) {
   Step st{make_runner(s.e), new_fleet_id(), {}};
   st.cmds = step_commands(s, g, st.id);
-  g_signal = 0;
+  g_record.put("fleet_id", st.id);
   out_line("fleet " + st.id + ": " + verb + " on " + st.runner->describe());
   return st;
 }
 
+bool stopped() { return g_signal != 0; }
+
+// The coordinator: its signals noted from here on (a run in progress passes them on to its
+// child, then to the note), and its record opened for the process that started it under salloc.
+void begin_coordinator(const Engine& e) {
+  g_signal = 0;
+  if (!e.record.empty()) g_record.open(e.record);
+}
+
 int run_fleet_apply(ApplyStep& s, const Globals& g) {
-  if (!s.e.slurm_args.empty()) return rerun_under_salloc(s.e, g);
+  if (!s.e.slurm_args.empty()) return rerun_under_salloc(s.e, g, s.f.overlay);
   StepSignals signals;
+  begin_coordinator(s.e);
   auto [runner, id, cmds] = start_step(s, g, "apply");
-  FleetReport rep = fleet_apply(*runner, cmds);
-  if (rep.outcome == "ok" && g_signal != 0) {  // interrupted after every node applied: undo it
-    fleet_revert(*runner, cmds, rep);
-    rep.outcome = "failed";
-  }
+  FleetReport rep = fleet_apply(*runner, cmds, stopped);
+  if (rep.outcome == "ok" && g_signal != 0) fleet_revert(*runner, cmds, rep);  // stopped during verify: undo it
+  conclude_step(rep, g_signal, false, true);
   print_phase(rep, "apply");
   print_phase(rep, "verify");
   print_phase(rep, "revert");
@@ -276,8 +366,9 @@ nlohmann::json run_cmd(const ExecStep& s, const std::string& which, bool with_py
 int run_fleet_exec(ExecStep& s, const Globals& g) {
   if (s.cmd.empty()) throw Error("no command: pass it after --, e.g. overlay fleet exec … -- srun python3 bench.py");
   if (s.f.targets.empty() && s.f.patch_root.empty()) throw Error("pass --target (as add-native) or --patch with --patch-root (as apply)");
-  if (!s.e.slurm_args.empty()) return rerun_under_salloc(s.e, g);
+  if (!s.e.slurm_args.empty()) return rerun_under_salloc(s.e, g, s.f.overlay);
   StepSignals signals;
+  begin_coordinator(s.e);
   auto [runner, id, cmds] = start_step(s, g, "exec");
   auto& j = result();
   j["ref"] = nullptr, j["cand"] = nullptr;
@@ -286,7 +377,7 @@ int run_fleet_exec(ExecStep& s, const Globals& g) {
   FleetReport rep;
   bool applied = false;
   if (g_signal == 0) {
-    rep = fleet_apply(*runner, cmds);
+    rep = fleet_apply(*runner, cmds, stopped);
     applied = rep.outcome == "ok";
   } else {
     rep.outcome = "failed";  // interrupted during the reference: nothing was applied
@@ -294,6 +385,7 @@ int run_fleet_exec(ExecStep& s, const Globals& g) {
   if (applied && g_signal == 0) j["cand"] = run_cmd(s, "cand", !s.f.patch_root.empty() && s.f.targets.empty(), cand_status);
   if (applied) fleet_revert(*runner, cmds, rep);  // a failed apply was rolled back already
   bool clean = rep.revert_complete && fleet_clean(*runner, cmds, rep);
+  conclude_step(rep, g_signal, true, clean);
   for (const char* phase : {"apply", "verify", "revert", "clean"}) print_phase(rep, phase);
   put_report(rep, *runner, id);
   print_outcome(rep, *runner, id);
@@ -317,6 +409,7 @@ std::string node_summary(const std::string& counterpart, const nlohmann::json& d
   if (counterpart == "verify-native") return doc.value("result", std::string());
   if (counterpart == "revert") return "reverted " + std::to_string(doc.value("entries_reverted", 0)) + " of " + std::to_string(doc.value("entries", 0)) + " entries";
   std::string s = doc.value("clean", false) ? "clean" : "NOT clean";
+  if (!doc.value("exists", true)) return s + " (no overlay there)";
   if (!doc.contains("natives") || !doc["natives"].is_array()) return s;
   s += "; " + std::to_string(doc["natives"].size()) + " native entr" + (doc["natives"].size() == 1 ? "y" : "ies");
   for (const auto& n : doc["natives"]) {
@@ -331,34 +424,27 @@ std::string node_summary(const std::string& counterpart, const nlohmann::json& d
 
 int run_pass_on(PassOn& p, const Globals& g) {
   if (!p.e.slurm_args.empty()) return rerun_under_salloc(p.e, g);
+  begin_coordinator(p.e);
   auto runner = make_runner(p.e);
   std::vector<std::string> args = given_flags(*p.sub, {"--fleet-id"});
   if (!p.fleet_id.empty()) args.insert(args.end(), {"--patch-id", p.fleet_id, "--missing-ok"});
   std::vector<NodeAnswer> answers = runner->run(node_argv(p.e, g, p.counterpart, args), {});
-  nlohmann::json nodes = nlohmann::json::object();
-  std::vector<std::string> bad, silent;
-  int worst = kOk;
+  PassOnReport rep = tally_pass_on(answers);
   for (const auto& a : answers) {
-    nodes[a.node] = a.arrived ? nlohmann::json{{"arrived", true}, {"exit", a.exit}, {"document", a.doc}} : nlohmann::json{{"arrived", false}, {"why", a.why}};
     if (!a.arrived) {
-      silent.push_back(a.node);
       out_line("fleet: " + a.node + " " + p.counterpart + " NO RESULT (" + a.why + ")");
-      worst = kFailed;
       continue;
     }
     std::string err = a.doc.contains("error") && a.doc["error"].is_string() ? ": " + a.doc["error"].get<std::string>() : "";
     out_line("fleet: " + a.node + " " + p.counterpart + " " + node_summary(p.counterpart, a.doc) + (a.ok() ? "" : " (exit " + std::to_string(a.exit) + err + ")"));
-    if (!a.ok()) bad.push_back(a.node), worst = worst == kOk ? a.exit : worst;
   }
   auto& j = result();
   j["engine"] = runner->describe();
   j["node_list"] = runner->nodes();
-  j["nodes"] = nodes;
-  j["outcome"] = bad.empty() && silent.empty() ? "ok" : bad.size() + silent.size() == answers.size() ? "failed" : "partial";
-  j["failed"] = bad, j["unreachable"] = silent;
-  out_line(std::string(bad.empty() && silent.empty() ? "FLEET_OK " : "FLEET_PARTIAL ") + p.counterpart + " on " + runner->describe() + "; failed " +
-           names(bad) + "; unreachable " + names(silent));
-  return worst;
+  j.update(rep.to_json());
+  out_line(outcome_token(rep.outcome) + " " + p.counterpart + " on " + runner->describe() + "; failed " + names(rep.failed) + "; unreachable " +
+           names(rep.unreachable));
+  return rep.exit;
 }
 
 void add_pass_on(CLI::App& fleet, const Globals& g, const std::shared_ptr<Handler>& chosen, const char* name, const char* counterpart, const char* help,
@@ -398,7 +484,17 @@ Handler fleet_command(CLI::App& fleet, const Globals& g) {
   add_pass_on(fleet, g, chosen, "verify", "verify-native", "verify-native on every node", verify_native_command);
   add_pass_on(fleet, g, chosen, "revert", "revert", "revert on every node (a step whose coordinator died: --fleet-id)", revert_command);
   add_pass_on(fleet, g, chosen, "status", "status", "status on every node: each entry with its fleet id and owner", status_command);
-  return [chosen] { return (*chosen)(); };
+  return [chosen] {
+    int rc = kFailed;  // what the record says when the handler throws (its error is the document)
+    try {
+      rc = (*chosen)();
+    } catch (...) {
+      g_record.finish(rc);
+      throw;
+    }
+    g_record.finish(rc);
+    return rc;
+  };
 }
 
 }  // namespace overlay::cli

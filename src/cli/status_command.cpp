@@ -105,7 +105,7 @@ const char* sitecustomize_word(SitecustomizeKind k) {
 }
 
 void print_status_table(const StatusReport& r) {
-  out_line("overlay " + r.overlay.string() + (r.has_manifest ? "" : "  (no manifest: nothing recorded)"));
+  out_line("overlay " + r.overlay.string() + (!r.exists ? "  (does not exist: nothing recorded)" : r.has_manifest ? "" : "  (no manifest: nothing recorded)"));
   for (const auto& e : r.natives) {
     std::string age = e.created_at ? "age " + human_age(seconds_now() - *e.created_at) : "age -";
     out_line("native " + (e.id.empty() ? std::string("(overlay_setup.py)") : e.id) +
@@ -214,6 +214,7 @@ std::vector<std::string> broken_layers(const StatusReport& r) {
 
 nlohmann::json status_json(const StatusReport& r) {
   nlohmann::json j = {{"overlay", r.overlay.string()},
+                      {"exists", r.exists},
                       {"has_manifest", r.has_manifest},
                       {"clean", r.clean()},
                       {"not_original", r.not_original()},
@@ -385,8 +386,8 @@ int run_which(Disk& disk, const std::string& path) {
   return kFailed;
 }
 
-int run_status(Disk& disk, const std::string& overlay, bool check_clean) {
-  StatusReport r = overlay_status(disk, overlay);
+int run_status(Disk& disk, const std::string& overlay, bool check_clean, Absent absent) {
+  StatusReport r = overlay_status(disk, overlay, absent);
   print_status_table(r);
   auto& j = result();
   j = status_json(r);
@@ -420,16 +421,19 @@ Handler status_command(CLI::App& sub, const Globals&) {
   auto clean = std::make_shared<bool>(false);
   auto all = std::make_shared<bool>(false);
   auto trust = std::make_shared<bool>(false);
+  auto missing_ok = std::make_shared<bool>(false);
   auto* ov_opt = sub.add_option("--overlay", *overlay, "Overlay directory");
   auto* all_opt = sub.add_flag("--all", *all, "One line for every overlay the holds registry knows on this machine");
   ov_opt->excludes(all_opt);
   sub.add_flag("--check-clean", *clean, "Exit 1 unless every tracked file is at its original bytes");
+  sub.add_flag("--missing-ok", *missing_ok, "An overlay that does not exist has nothing recorded (clean), not an error")->excludes(all_opt);
   add_trust_flag(sub, *trust);
-  return [overlay, clean, all, trust] {
+  return [overlay, clean, all, trust, missing_ok] {
     if (*all) return run_status_all(cli_disk(), *clean);
     if (overlay->empty()) throw Error("pass --overlay O, or --all");
-    check_trusted(cli_disk(), *overlay, *trust);
-    return run_status(cli_disk(), *overlay, *clean);
+    Absent absent = *missing_ok ? Absent::nothing_recorded : Absent::error;
+    if (absent == Absent::error || cli_disk().info(*overlay, Follow::no).exists()) check_trusted(cli_disk(), *overlay, *trust);
+    return run_status(cli_disk(), *overlay, *clean, absent);
   };
 }
 

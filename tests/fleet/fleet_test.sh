@@ -10,6 +10,14 @@
 #   coordinator_killed  the coordinator is kill -9'd while the candidate runs: gc-stale spares
 #                the entries while its job lives and reverts node3's once the job is gone; fleet
 #                status shows the rest with their fleet id; fleet revert finishes them
+#   coordinator_sigkill  --slurm-args: the coordinator salloc runs is kill -9'd mid-candidate
+#                (salloc then exits 0): the process the caller started exits 121 with a document
+#                naming the step and how to finish it, and that fleet revert does
+#   signals      SIGTERM to the caller's process (--slurm-args) while the candidate runs, and
+#                SIGINT to a coordinator inside an allocation (--slurm) while the nodes build:
+#                the step stops, every node is rolled back, FLEET_FAILED, exit 128+signal
+#   refused      node2 refuses the apply (its target is not there): exit 1 (the apply failed),
+#                node2 failed (never not_clean), nodes 1 and 3 rolled back, no candidate run
 # Usage: fleet_test.sh CASE OVERLAY_BINARY SOURCE_DIR
 # Exit 77 (skipped) without root or slurm-wlm/munge, unless OVERLAY_REQUIRE_SHARED=1 (CI).
 set -euo pipefail
@@ -78,6 +86,8 @@ on_node() {
   shift
   srun -N1 -w "node$k" "$@"
 }
+# The coordinator the caller's process $1 started under salloc (--slurm-args): salloc's child.
+coordinator_of() { pgrep -P "$(pgrep -P "$1" -x salloc | head -1)" -f "^$BIN " | head -1; }
 # Waits up to $2 s for file $1.
 wait_for() {
   for _ in $(seq $(($2 * 10))); do [[ -e $1 ]] && return 0; sleep 0.1; done
@@ -167,9 +177,10 @@ case $CASE in
     # The candidate marks that it runs, then waits: the coordinator dies between apply and revert.
     "$BIN" fleet exec --slurm-args "-N3" "${APPLY[@]}" -- sh -c "echo \$\$ >$W/cand.tmp && mv $W/cand.tmp $W/cand && exec sleep 300" \
       >"$W/exec.out" 2>&1 &
+    outer=$!
     wait_for "$W/cand" 120
     job=$(squeue -h -o %i | head -1)
-    coord=$(pgrep -f "^$BIN fleet exec --slurm " | head -1)
+    coord=$(coordinator_of "$outer")
     [[ -n $job && -n $coord ]] || fail "no job ($job) or coordinator ($coord)"
     # While the coordinator's job runs, gc-stale on a node leaves its entries alone.
     srun --jobid="$job" --overlap -N1 -w node1 "$BIN" gc-stale --root "$I" >"$W/gc1.out" 2>&1 || true
@@ -222,6 +233,86 @@ case $CASE in
     [[ $(field "$W/apply.json" 'd["outcome"]') == failed ]] || fail "outcome not failed"
     [[ $(field "$W/apply.json" 'd["failed"]') == "['node1', 'node2', 'node3']" ]] || fail "not every node failed"
     field "$W/apply.json" 'd["nodes"]["node1"]["apply"]["error"]' | grep -q "nothere.cpp" || fail "node1's error does not name the file"
+    byte_exact
+    # Every node failing a pass-on verb: one word, failed, in the document and the printed line.
+    rc=0
+    "$BIN" --json fleet status --slurm-args "-N3" --overlay "$W/nothere" >"$W/status.json" 2>"$W/status.err" || rc=$?
+    [[ $rc == 1 ]] || fail "fleet status of a missing overlay exited $rc"
+    [[ $(field "$W/status.json" 'd["outcome"]') == failed ]] || fail "outcome $(field "$W/status.json" 'd["outcome"]'), not failed"
+    grep -q "^FLEET_FAILED status" "$W/status.err" || fail "printed: $(grep FLEET_ "$W/status.err")"
+    ;;
+
+  coordinator_sigkill)
+    "$BIN" --json fleet exec --slurm-args "-N3" "${APPLY[@]}" -- sh -c "echo \$\$ >$W/cand.tmp && mv $W/cand.tmp $W/cand && exec sleep 60" \
+      >"$W/exec.json" 2>"$W/exec.err" &
+    outer=$!
+    wait_for "$W/cand" 120
+    coord=$(coordinator_of "$outer")
+    [[ -n $coord ]] || fail "no coordinator under salloc"
+    kill -9 "$coord"
+    rc=0
+    wait "$outer" || rc=$?
+    cat "$W/exec.err"
+    [[ $rc == 121 ]] || fail "the caller's process exited $rc after its coordinator was killed, not 121"
+    id=$(field "$W/exec.json" 'd["fleet_id"]')
+    [[ $id == f* ]] || fail "the document names no fleet step: $(cat "$W/exec.json")"
+    field "$W/exec.json" 'd["error"]' | grep -q "ended without a result" || fail "the document does not say the coordinator died"
+    [[ $(field "$W/exec.json" 'd["revert_complete"]') == False ]] || fail "revert_complete is not false"
+    # What it says to run finishes the step.
+    hint=$(field "$W/exec.json" 'd["error"]' | grep -o 'overlay fleet revert [^`]*')
+    [[ $hint == *"--fleet-id $id"* ]] || fail "no revert command in the document: $hint"
+    kill -9 "$(cat "$W/cand")" 2>/dev/null || true
+    for _ in $(seq 300); do [[ -z $(squeue -h -t running,pending,completing -o %i 2>/dev/null) ]] && break; sleep 0.1; done
+    eval "\"$BIN\" ${hint#overlay }" 2>&1 | tee "$W/revert.out"
+    grep -q "^FLEET_OK revert" "$W/revert.out" || fail "the revert the document names did not finish"
+    byte_exact
+    ;;
+
+  signals)
+    rc=0
+    "$BIN" fleet exec --slurm-args "-N3" "${APPLY[@]}" -- sh -c "touch $W/cand-ran; sleep 30; touch $W/cand-finished" >"$W/exec.out" 2>&1 &
+    outer=$!
+    wait_for "$W/cand-ran" 120
+    kill -TERM "$outer"
+    wait "$outer" || rc=$?
+    cat "$W/exec.out"
+    [[ $rc == 143 ]] || fail "fleet exec exited $rc after SIGTERM, not 143"
+    [[ ! -e $W/cand-finished ]] || fail "the candidate ran on after SIGTERM"
+    grep -q "^FLEET_FAILED f" "$W/exec.out" || fail "no FLEET_FAILED after SIGTERM"
+    grep -q "^FLEET_OK" "$W/exec.out" && fail "FLEET_OK after SIGTERM"
+    byte_exact
+    # Inside an allocation: SIGINT to the coordinator while every node builds (3 s each).
+    rm -f "$W/cand-ran"
+    salloc -N3 --no-kill "$BIN" fleet exec --slurm "${APPLY[@]}" --build-cmd "sh -c 'touch $I/building && sleep 3'" -- \
+      touch "$W/cand-ran" >"$W/exec2.out" 2>&1 &
+    alloc=$!
+    wait_for "$C/node1/root/building" 120
+    coord=$(pgrep -f "^$BIN fleet exec --slurm " | head -1)
+    [[ -n $coord ]] || fail "no coordinator"
+    kill -INT "$coord"
+    rc=0
+    wait "$alloc" || rc=$?
+    cat "$W/exec2.out"
+    [[ $rc == 130 ]] || fail "fleet exec exited $rc after SIGINT during the build, not 130"
+    [[ ! -e $W/cand-ran ]] || fail "the candidate ran after SIGINT during the apply"
+    grep -q "stopped by signal 2" "$W/exec2.out" || fail "does not say the step was stopped"
+    grep -q "^FLEET_FAILED f" "$W/exec2.out" || fail "no FLEET_FAILED after SIGINT"
+    rm -f "$C"/node*/root/building
+    byte_exact
+    ;;
+
+  refused)
+    mv "$C/node2/root/src/kernel.cpp" "$W/node2-kernel.cpp"
+    rc=0
+    "$BIN" --json fleet exec --slurm-args "-N3" "${APPLY[@]}" -- touch "$W/cand-ran" >"$W/exec.json" 2>"$W/exec.err" || rc=$?
+    cat "$W/exec.err"
+    mv "$W/node2-kernel.cpp" "$C/node2/root/src/kernel.cpp"
+    [[ $rc == 1 ]] || fail "fleet exec with a node that refused exited $rc, not 1"
+    [[ ! -e $W/cand-ran ]] || fail "the candidate ran though node2 refused"
+    [[ $(field "$W/exec.json" "d['nodes']['node2']['state']") == failed ]] || fail "node2: $(field "$W/exec.json" "d['nodes']['node2']['state']")"
+    [[ $(field "$W/exec.json" 'd["rolled_back"]') == "['node1', 'node3']" ]] || fail "rolled back: $(field "$W/exec.json" 'd["rolled_back"]')"
+    [[ $(field "$W/exec.json" 'd["outcome"]') == partial ]] || fail "outcome $(field "$W/exec.json" 'd["outcome"]')"
+    grep -q "^FLEET_PARTIAL" "$W/exec.err" || fail "no FLEET_PARTIAL line"
     byte_exact
     ;;
 

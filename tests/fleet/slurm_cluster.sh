@@ -5,7 +5,8 @@
 # slurmd runs in a mount and UTS namespace of its own, named nodeK, with DIR/nodeK/root
 # bind-mounted on MOUNT (its private copy of the install) and DIR/nodeK/state on STATE (its own
 # $OVERLAY_STATE_DIR): the jobs it runs inherit both, as on a node with local disks.
-# Needs root (mount namespaces, slurmd). Run as root, everything it starts stays under DIR.
+# Needs root (mount namespaces, slurmd). Run as root, everything it starts stays under DIR. Its
+# ports are free ones picked at `up` (two clusters on one host, e.g. two CI jobs, do not collide).
 #
 #   slurm_cluster.sh up DIR MOUNT STATE [N]   start (N=3); waits until every node is idle
 #   slurm_cluster.sh down DIR                 stop everything, by PID and by namespace
@@ -16,12 +17,25 @@ set -euo pipefail
 cmd=$1 DIR=$2
 export SLURM_CONF=$DIR/slurm.conf
 
+# Port K of the ones `up` picked (0: slurmctld's, K: nodeK's slurmd's).
+port() { sed -n "$(($1 + 1))p" "$DIR/ports"; }
+
+# N free TCP ports on loopback, one per line: each bound at once (so none repeats), then let go.
+pick_ports() {
+  /usr/bin/python3 -c '
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print("\n".join(str(s.getsockname()[1]) for s in socks))' "$1"
+}
+
 conf() {
   local n=$1
   cat <<CONF
 ClusterName=ovtest
 SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort=16817
+SlurmctldPort=$(port 0)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -50,18 +64,20 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 CONF
   for k in $(seq 1 "$n"); do
-    echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((17000 + k)) CPUs=1 State=UNKNOWN"
+    echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$(port "$k") CPUs=1 State=UNKNOWN"
   done
   echo "PartitionName=nodes Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP"
 }
 
-# Waits up to 10 s for FILE to name a live process; prints its PID.
+# Waits up to 10 s for FILE to name a live process; prints its PID. When none comes, says why:
+# the end of the daemon's log LOG (a port taken, a bad config, a missing plugin).
 pid_of() {
   for _ in $(seq 100); do
     if [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; then cat "$1"; return 0; fi
     sleep 0.1
   done
-  echo "slurm_cluster: $1 names no live process" >&2
+  echo "slurm_cluster: $1 names no live process: the daemon did not start; the end of $2:" >&2
+  tail -n 15 "$2" >&2 2>/dev/null || echo "  (no log written)" >&2
   return 1
 }
 
@@ -73,7 +89,7 @@ start_node() {
     hostname "node$1" && mount --bind "$2/node$1/root" "$3" && mount --bind "$2/node$1/state" "$4" &&
     exec slurmd -N "node$1" -f "$2/slurm.conf"' node "$k" "$DIR" "$mnt" "$state"
   # The node's mount namespace names it for node-kill and down, whatever runs in it later.
-  readlink "/proc/$(pid_of "$DIR/run/slurmd-node$k.pid")/ns/mnt" >"$DIR/run/node$k.ns"
+  readlink "/proc/$(pid_of "$DIR/run/slurmd-node$k.pid" "$DIR/log/slurmd-node$k.log")/ns/mnt" >"$DIR/run/node$k.ns"
 }
 
 # Every process in node K's mount namespace.
@@ -109,8 +125,10 @@ case $cmd in
     chmod 0400 "$DIR/munge/munge.key"
     munged --force --socket="$DIR/munge/sock" --key-file="$DIR/munge/munge.key" --pid-file="$DIR/run/munged.pid" \
       --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge/seed"
+    pick_ports $((N + 1)) >"$DIR/ports"
     conf "$N" >"$DIR/slurm.conf"
     slurmctld -f "$DIR/slurm.conf"
+    pid_of "$DIR/run/slurmctld.pid" "$DIR/log/slurmctld.log" >/dev/null
     for k in $(seq 1 "$N"); do mkdir -p "$DIR/node$k/root" "$DIR/node$k/state"; start_node "$k"; done
     wait_idle "$N"
     ;;
