@@ -572,7 +572,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
       report.problems.push_back(*stacked);  // refused before any of the entry is touched
       continue;
     }
-    if (auto copy = held_elsewhere(disk, overlay, m->natives[i], opts.state_dir)) {
+    if (auto copy = held_elsewhere(disk, overlay, m->natives[i], opts.state_dir, opts.adopt ? Copies::adopt : Copies::refuse)) {
       report.problems.push_back(*copy);  // refused before any of the entry is touched
       continue;
     }
@@ -620,14 +620,22 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   return report;
 }
 
-std::optional<RevertProblem> held_elsewhere(Disk& disk, const fs::path& overlay, const NativeEntry& e, const fs::path& state_dir) {
+std::optional<RevertProblem> held_elsewhere(Disk& disk, const fs::path& overlay, const NativeEntry& e, const fs::path& state_dir,
+                                            Copies copies) {
   HoldRegistry holds(disk, state_dir.empty() ? HoldRegistry::default_state_dir() : state_dir);
-  for (const auto& p : installed_paths(e))
+  for (const auto& p : installed_paths(e)) {
     if (auto other = holds.held_instead(p, overlay))
       return RevertProblem{p.string(), "held by overlay " + other->string() +
                                            ", whose record names a change to it now: this record of entry " + e.id +
                                            " is a copy of that overlay's (archived, restored) or superseded; left alone "
                                            "(revert that overlay; delete this copy)"};
+    if (copies == Copies::refuse)
+      if (auto gone = holds.copy_of_vanished(p, overlay))
+        return RevertProblem{p.string(), "changed by overlay " + gone->string() + ", which has moved or been deleted, and this overlay's directory " +
+                                             "is not that one (a copy: cp -a, an archive restored, a move across filesystems): entry " + e.id +
+                                             " left alone, since that overlay may still be applied under another name (revert it where it is; if it "
+                                             "is gone for good, revert this copy with --adopt)"};
+  }
   return std::nullopt;
 }
 

@@ -3,6 +3,7 @@
 // which installed file, so two candidates never stack native changes by accident.
 // Registry: $OVERLAY_STATE_DIR, else $XDG_STATE_HOME/overlay, else ~/.local/state/overlay
 // (else /tmp/overlay-state-<uid>); one file per held path under holds/, named by its SHA-256.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct Hold {
   // entry is recorded, so one without an original belongs to a run that never recorded (never
   // touched) it.
   bool artifact = false;
+  // The holder's directory (device, inode) when the hold was written: a rename keeps it, a copy
+  // (cp -a, an archive restored, a move across filesystems) has another. Absent in older holds.
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> overlay_id;
 };
 
 // A file add-native is about to change, and the SHA-256 of the bytes it will write there (none
@@ -133,6 +137,11 @@ class HoldRegistry {
   // or superseded: reverting it would write over that overlay's change. Nothing otherwise (no
   // hold, ours, or a holder that vanished or no longer records it: `overlay` may be it, moved).
   std::optional<fs::path> held_instead(const fs::path& path, const fs::path& overlay);
+
+  // The holder, when it no longer records `path` where the hold names it (moved or deleted) and
+  // `overlay` is not that directory: another inode than the one the hold recorded. `overlay` is a
+  // copy then; the directory that made the change may live on under another name.
+  std::optional<fs::path> copy_of_vanished(const fs::path& path, const fs::path& overlay);
 
   // The overlay recorded as holding `path`, whether or not that hold is still live.
   std::optional<fs::path> holder(const fs::path& path);

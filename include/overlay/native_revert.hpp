@@ -29,6 +29,9 @@ struct RevertOptions {
   // top-down; without it, a live layer above refuses the revert before anything changes.
   bool with_layers = false;
   std::vector<std::string> unwinding = {};  // the overlays whose unwind led here (a cycle stops)
+  // --adopt: this overlay is taken as the one that made its changes though its directory is not
+  // the one the holds recorded (a copy whose original is gone for good). A live holder still refuses.
+  bool adopt = false;
 };
 struct RevertProblem {
   std::string path;
@@ -79,7 +82,13 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay, const RevertOpt
 // whose record names a change to it now (HoldRegistry::held_instead), so this record is a copy of
 // that overlay's (archived, restored from a tarball) or was superseded; reverting it would put its
 // backups over that overlay's live change (issue 50: gc-stale did, exit 0). Nothing when none is.
+// Also, unless `copies` is adopt: the holder's directory no longer records the file where the
+// hold names it (moved, or deleted) and `overlay` is another directory than the one that made the
+// change (HoldRegistry::copy_of_vanished): a copy, left alone, since the original may live on
+// under another name (found by the claims checker: an archived copy of a moved overlay reverted
+// the moved one's live change).
+enum class Copies { refuse, adopt };
 std::optional<RevertProblem> held_elsewhere(Disk& disk, const fs::path& overlay, const NativeEntry& e,
-                                            const fs::path& state_dir = {});
+                                            const fs::path& state_dir = {}, Copies copies = Copies::refuse);
 
 }  // namespace overlay

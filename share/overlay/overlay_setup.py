@@ -15,7 +15,9 @@ Imported, it offers the module API of upstream's overlay_setup.py (v3, and v7's 
                                     the overlay shadows it
     _ensure_overlay(dir, base="")   create the overlay (manifest, sitecustomize.py) if missing;
                                     seed it from base when it has no manifest; returns the
-                                    manifest's path; FileExistsError when dir is a file
+                                    manifest's path; FileExistsError when dir is a file,
+                                    PermissionError when it cannot be written, OverlayError (a
+                                    RuntimeError, never SystemExit) naming any other reason
     _load_man(path), _save_man(path, m)   read / write a manifest (written whole, atomically)
     merge_overlays(output, sources) compose any number of overlays into a fresh one; ValueError
     SITECUSTOMIZE                   the sitecustomize.py text the binary writes
@@ -39,7 +41,7 @@ import shutil
 import subprocess
 import sys
 
-__all__ = ["main", "_ensure_overlay", "_load_man", "_save_man", "merge_overlays", "module_file", "pkg_root",
+__all__ = ["main", "OverlayError", "_ensure_overlay", "_load_man", "_save_man", "merge_overlays", "module_file", "pkg_root",
            "overlay_binary", "cmd_add_module", "cmd_add_rebind", "cmd_add_capture", "cmd_add_marker",
            "cmd_add_installer", "cmd_check", "SITECUSTOMIZE", "LEGACY_SITECUSTOMIZE"]
 
@@ -79,6 +81,17 @@ class OverlayExit(SystemExit):
 
     def __str__(self):
         return self.message
+
+
+class OverlayError(RuntimeError):
+    """A failed call of the module API that returns a value (_ensure_overlay): an exception an
+    importing agent can catch, where the cmd_* functions end the run as upstream's do.
+    str() is the binary's error line, .code its exit status."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 def _env():
@@ -277,7 +290,8 @@ def cmd_check(a):
 def _ensure_overlay(overlay, base=""):
     """The overlay exists with a manifest and a sitecustomize.py; returns the manifest's path.
     Silent, as upstream's; FileExistsError when overlay is a file, PermissionError when it
-    cannot be written."""
+    cannot be written, OverlayError with the binary's reason otherwise (a path with ':', which
+    PYTHONPATH would split)."""
     overlay = os.fspath(overlay)
     if os.path.exists(overlay) and not os.path.isdir(overlay):
         raise FileExistsError(errno.EEXIST, "overlay is not a directory", overlay)
@@ -289,7 +303,7 @@ def _ensure_overlay(overlay, base=""):
         line = _last_line(err, "ensure-overlay failed (exit %d)" % rc)
         if "Permission denied" in line or "Read-only file system" in line:
             raise PermissionError(errno.EACCES, line, overlay)
-        raise OverlayExit(_status(rc), line)
+        raise OverlayError(_status(rc), line)
     return os.path.join(overlay, "_overlay_manifest.json")
 
 

@@ -184,24 +184,18 @@ def _plan_path(here):
     return os.path.join(here, "__pycache__", "_overlay_plan.%s.marshal" % (_sys.implementation.cache_tag or "py"))
 
 
-def _fingerprint(raw):
-    """Which manifest bytes a plan was made from: length and two independent checksums (zlib)."""
-    import zlib
-
-    return (len(raw), zlib.crc32(raw), zlib.adler32(raw))
-
-
 def _read_manifest(here):
     """The manifest: from the start-up plan (__pycache__/_overlay_plan.<tag>.marshal: the
-    fingerprint of the manifest's bytes and their parse, loaded by marshal, which is built in)
-    while it matches the manifest's bytes; else parsed with json (imported only then) and the
-    plan written for the next process, unless bytecode writing is off (PYTHONDONTWRITEBYTECODE)."""
+    manifest's exact bytes and their parse, loaded by marshal, which is built in) while those
+    bytes are the manifest's (compared whole: checksums let a hand edit of the same length and
+    sums through); else parsed with json (imported only then) and the plan written for the next
+    process, unless bytecode writing is off (PYTHONDONTWRITEBYTECODE)."""
     import marshal
     import os
 
     with open(os.path.join(here, "_overlay_manifest.json"), "rb") as f:
         raw = f.read()
-    mark = _fingerprint(raw)
+    mark = raw
     try:
         with open(_plan_path(here), "rb") as f:
             plan = marshal.loads(f.read())
@@ -704,7 +698,8 @@ class _LiveRecord:
 
     def __init__(self, here, pending, applied, failed):
         self.here, self.pending, self.applied, self.failed = here, pending, applied, failed
-        self.started, self.broken, self.dirty, self.pid, self.name = False, False, False, None, None
+        self.started, self.dirty, self.pid, self.name = False, False, None, None
+        self.broken, self.said = None, False  # why the record cannot be written; whether that was said
 
     def _identity(self):
         import os
@@ -715,9 +710,13 @@ class _LiveRecord:
         return pid
 
     def flush(self, quiet=False):
-        """Writes the record; a failure is said once, and not at all by a process that has
-        applied nothing (quiet): a helper process must stay silent."""
-        if not self.started or self.broken or not self.pending:
+        """Writes the record; a failure is said once, as soon as this process has applied
+        something (not while quiet: a helper process that applies nothing must stay silent), so a
+        process that cannot write to its overlay says so while it runs, not only at exit."""
+        if not self.started or not self.pending:
+            return
+        if self.broken is not None:
+            self._say(quiet)
             return
         import os
 
@@ -731,15 +730,21 @@ class _LiveRecord:
                 "failed": sorted(self.failed),
                 "pending": [k for k in self.pending if k not in self.applied and k not in self.failed]})
         except Exception as e:
-            self.broken = True
-            if not quiet:
-                _log("cannot record live applications in %s: %s" % (self.here, e))
+            self.broken = e
+            self._say(quiet)
+
+    def _say(self, quiet):
+        if quiet or self.said:
+            return
+        self.said = True
+        _log("cannot record live applications in %s: %s (`overlay engaged` and `status` cannot see this process)" %
+             (self.here, self.broken))
 
     def current(self):
         """Whether this process's live record holds everything applied so far."""
         import os
 
-        return self.started and not self.broken and not self.dirty and self.name is not None and self.pid == os.getpid()
+        return self.started and self.broken is None and not self.dirty and self.name is not None and self.pid == os.getpid()
 
     def finish(self):
         """The final record (in _stats/, same name) is written: this one goes."""

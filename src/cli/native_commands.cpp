@@ -288,14 +288,22 @@ std::unique_ptr<InFlight> mark_reverting(Disk& disk, const std::string& overlay)
   }
 }
 
-int run_revert(Disk& disk, const std::string& overlay, bool dry_run, const std::string& patch_id, bool missing_ok, bool with_layers,
-               const Globals& g) {
+struct RevertFlags {
+  std::string overlay, patch_id;
+  bool dry_run = false, missing_ok = false, with_layers = false, adopt = false, trust = false;
+};
+
+int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
+  const std::string& overlay = f.overlay;
+  const std::string& patch_id = f.patch_id;
+  bool dry_run = f.dry_run, missing_ok = f.missing_ok;
   RevertOptions o;
   o.dry_run = dry_run;
   o.lock_timeout = g.lock_timeout;
   if (!patch_id.empty()) o.only_patch = patch_id;
   o.missing_patch_ok = missing_ok;
-  o.with_layers = with_layers;
+  o.with_layers = f.with_layers;
+  o.adopt = f.adopt;
   std::unique_ptr<InFlight> in_flight = dry_run ? nullptr : mark_reverting(disk, overlay);
   RevertReport r = revert_natives(disk, overlay, o);
   auto& j = result();
@@ -483,25 +491,23 @@ Handler verify_native_command(CLI::App& sub, const Globals&) {
 }
 
 Handler revert_command(CLI::App& sub, const Globals& g) {
-  auto overlay = std::make_shared<std::string>();
-  auto dry = std::make_shared<bool>(false);
-  auto patch = std::make_shared<std::string>();
-  auto trust = std::make_shared<bool>(false);
-  auto missing_ok = std::make_shared<bool>(false);
-  auto with_layers = std::make_shared<bool>(false);
-  sub.add_option("--overlay", *overlay, "Overlay directory")->required();
-  sub.add_flag("--dry-run", *dry, "Say what would be restored; change nothing");
-  sub.add_flag("--with-layers", *with_layers,
+  auto f = std::make_shared<RevertFlags>();
+  sub.add_option("--overlay", f->overlay, "Overlay directory")->required();
+  sub.add_flag("--dry-run", f->dry_run, "Say what would be restored; change nothing");
+  sub.add_flag("--with-layers", f->with_layers,
                "Revert the layers stacked on this overlay's changes (add-native --over) first, top-down; without it "
                "a layer above refuses the revert");
-  auto* patch_opt = sub.add_option("--patch-id", *patch,
+  auto* patch_opt = sub.add_option("--patch-id", f->patch_id,
                                    "Undo only the entries of this patch (from `apply`, or a fleet step's id), its Python entries included");
-  sub.add_flag("--missing-ok", *missing_ok, "With --patch-id: no entry of that patch here is nothing to do, not an error")
+  sub.add_flag("--missing-ok", f->missing_ok, "With --patch-id: no entry of that patch here is nothing to do, not an error")
       ->needs(patch_opt);
-  add_trust_flag(sub, *trust);
-  return [overlay, dry, patch, trust, missing_ok, with_layers, &g] {
-    check_trusted(cli_disk(), *overlay, *trust);
-    return run_revert(cli_disk(), *overlay, *dry, *patch, *missing_ok, *with_layers, g);
+  sub.add_flag("--adopt", f->adopt,
+               "Take this overlay as the one that made its changes though it is a copy (cp -a, an archive restored) of an "
+               "overlay that is gone for good");
+  add_trust_flag(sub, f->trust);
+  return [f, &g] {
+    check_trusted(cli_disk(), f->overlay, f->trust);
+    return run_revert(cli_disk(), *f, g);
   };
 }
 

@@ -14,9 +14,9 @@
 #               when revert returns, the rebuilt cache is out of the install (deleted there: no
 #               rename reaches the overlay's filesystem), and a tree a killed revert left there
 #               makes status NOT clean until the next revert deletes it;
-#   copies      an archived copy of an overlay (cp -a) whose files another overlay holds now:
-#               gc-stale leaves it alone, saying it is a copy, and revert refuses it; the live
-#               patch stays. Once its original is deleted, the copy is that overlay, moved;
+#   copies      an archived copy of an overlay (cp -a) whose files another overlay holds now, or
+#               whose original was moved: gc-stale leaves it alone, saying it is a copy, and revert
+#               refuses it; the live patch stays. Once its original is gone, revert --adopt;
 #   owners      an entry whose owner (--owner-pid) is a process of a container: gc-stale on the
 #               host finds it in that container's PID namespace and spares it (it used to look up
 #               the same number among the host's processes, find none, and revert under the live
@@ -257,14 +257,32 @@ copies)
   [[ $(stamp_of "$inst/src/ka.c") == STAMP-c2 ]] || fail "revert of the copy wrote over the live patch"
   "$overlay" revert --overlay "$w/runs/a2/ov" >/dev/null 2>&1 || fail "revert a2"
   pristine
-  # A copy whose original was deleted (the harness archived, then removed the run): it is that
-  # overlay, moved, and reverts it.
+  # The overlay moved (mv: its directory, renamed) and archived (cp -a of the moved one): the copy
+  # is not the directory that made the change, and the moved one lives on under its new name, so
+  # gc-stale and revert leave the copy alone (found by the claims checker: the copy's revert undid
+  # the moved overlay's live change). The moved one reverts; it is the same directory.
   "$overlay" add-native $(add_args "$w/runs/a1/ov" kb "$(candidate c3)") --build-cmd "$(build_cmd kb)" >/dev/null 2>&1 ||
     fail "add-native a1 again"
   rm -rf "$w/runs/archive/a1-ov"
+  mv "$w/runs/a1/ov" "$w/runs/a1/ov-moved"
+  cp -a "$w/runs/a1/ov-moved" "$w/runs/archive/a1-ov"
+  gc=$("$overlay" gc-stale --root "$w/runs/archive" 2>&1) || fail "gc-stale over the copy of a moved overlay: $gc"
+  [[ $(stamp_of "$inst/build/libkb.so") == STAMP-c3 ]] || fail "gc-stale reverted a copy of a moved overlay: $gc"
+  [[ $gc == *"is not that one (a copy"* ]] || fail "gc-stale did not say the copy is one: $gc"
+  out=$("$overlay" revert --overlay "$w/runs/archive/a1-ov" 2>&1) && fail "revert of a copy of a moved overlay exit 0: $out"
+  [[ $(stamp_of "$inst/src/kb.c") == STAMP-c3 ]] || fail "revert of the copy undid the moved overlay's change"
+  "$overlay" revert --overlay "$w/runs/a1/ov-moved" >/dev/null 2>"$w/err" || fail "revert of the moved overlay: $(cat "$w/err")"
+  pristine
+  # A copy whose original is gone for good (archived, then the run removed): left alone until the
+  # caller says it is that overlay (--adopt).
+  "$overlay" add-native $(add_args "$w/runs/a1/ov" kb "$(candidate c4)") --build-cmd "$(build_cmd kb)" >/dev/null 2>&1 ||
+    fail "add-native a1 a third time"
+  rm -rf "$w/runs/archive/a1-ov"
   cp -a "$w/runs/a1/ov" "$w/runs/archive/a1-ov"
   rm -rf "$w/runs/a1/ov"
-  "$overlay" revert --overlay "$w/runs/archive/a1-ov" >/dev/null 2>"$w/err" || fail "revert of the only copy: $(cat "$w/err")"
+  out=$("$overlay" revert --overlay "$w/runs/archive/a1-ov" 2>&1) && fail "revert of a copy without --adopt exit 0: $out"
+  [[ $out == *"--adopt"* ]] || fail "the refusal does not say how to take the copy over: $out"
+  "$overlay" revert --overlay "$w/runs/archive/a1-ov" --adopt >/dev/null 2>"$w/err" || fail "revert --adopt of the only copy: $(cat "$w/err")"
   pristine
   ;;
 inflight)

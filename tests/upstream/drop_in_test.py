@@ -163,6 +163,21 @@ class DropIn(unittest.TestCase):
                 self.assertEqual(f.read(), odd, tool)
             self.assertTrue(os.path.isfile(os.path.join(o, "sitecustomize.py")))
 
+    # Issue 50: a failure of _ensure_overlay is an exception the importing agent can catch, with
+    # its reason (it was SystemExit, which `except Exception` lets through: silent for a run dir
+    # with ':'); nothing is made.
+    def test_ensure_overlay_failure_is_a_catchable_exception_with_the_reason(self):
+        o = self.path("run:1", "O")
+        code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('ov', sys.argv[1]); "
+                "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
+                "try:\n    m._ensure_overlay(sys.argv[2])\n"
+                "except Exception as e:\n    print('CAUGHT', type(e).__name__, isinstance(e, RuntimeError), e.code, e)\n")
+        r = run([PY, "-c", code, SHIM, o], check=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("CAUGHT OverlayError True 1 "), r.stdout)
+        self.assertIn("contains ':'", r.stdout)
+        self.assertFalse(os.path.exists(self.path("run:1")))
+
     # item 7: v7's words when merge meets a hand-written sitecustomize.py; nothing written.
     def test_merge_refuses_a_custom_sitecustomize_in_v7s_words(self):
         run([PY, SHIM, "add-rebind", "--overlay", self.path("A"), "--target", "m:f", "--impl-module", "i", "--impl-attr", "g"])

@@ -278,6 +278,52 @@ class Runtime(Case):
         r = self.py("import ovq_b", o, lib, env=env)
         self.assertIn("ovq_b:missing", r.stderr)
 
+    # Issue 50: the start-up plan was keyed on (length, CRC-32, Adler-32) of the manifest's bytes,
+    # so other bytes with those sums (a hand edit of the same length can have them) were served the
+    # plan of the old ones. A plan made from other bytes that carries those sums is not used now.
+    def test_a_plan_made_from_other_bytes_is_not_used(self):
+        import marshal
+        import zlib
+        self.write("lib/ovp_a.py", "def f():\n    return 'stock'\n")
+        self.write("lib/ovp_impl.py", "def g():\n    return 'patched'\n")
+        o = self.overlay(["add-rebind", "--target", "ovp_a:f", "--impl-module", "ovp_impl", "--impl-attr", "g"])
+        lib = [os.path.join(self.tmp, "lib")]
+        env = {"PYTHONDONTWRITEBYTECODE": ""}
+        self.assertEqual(self.py("import ovp_a; print(ovp_a.f())", o, lib, env=env).stdout.strip(), "patched")
+        plans = [p for p in os.listdir(os.path.join(o, "__pycache__")) if p.startswith("_overlay_plan.")]
+        self.assertTrue(plans)
+        with open(os.path.join(o, "_overlay_manifest.json"), "rb") as f:
+            raw = f.read()
+        # What a colliding edit would meet: a plan of other bytes under this manifest's sums.
+        forged = ((len(raw), zlib.crc32(raw), zlib.adler32(raw)), {"modules": [], "captures": []},
+                  [("ovp_a", "f", "ovp_impl", "nowhere", False)])
+        for p in plans:
+            with open(os.path.join(o, "__pycache__", p), "wb") as f:
+                f.write(marshal.dumps(forged))
+        r = self.py("import ovp_a; print(ovp_a.f())", o, lib, env=env)
+        self.assertEqual(r.stdout.strip(), "patched", r.stderr)
+        self.assertNotIn("nowhere", r.stderr)
+
+    # Issue 50: a process that cannot write to its overlay (here its _stats is not a directory)
+    # says so once, while it runs, as soon as something applied; `engaged` would otherwise blame
+    # PYTHONPATH. A process that applies nothing stays silent.
+    def test_a_process_that_cannot_record_itself_says_so_while_it_runs(self):
+        self.write("lib/ovw_a.py", "def f():\n    return 'stock'\n")
+        self.write("lib/ovw_impl.py", "def g():\n    return 'patched'\n")
+        o = self.overlay(["add-rebind", "--target", "ovw_a:f", "--impl-module", "ovw_impl", "--impl-attr", "g"])
+        shutil.rmtree(os.path.join(o, "_stats"), ignore_errors=True)
+        with open(os.path.join(o, "_stats"), "w") as f:
+            f.write("not a directory\n")
+        lib = [os.path.join(self.tmp, "lib")]
+        quiet = self.py("pass", o, lib)
+        self.assertEqual(quiet.stderr, "")
+        r = self.py("import sys, ovw_a; print(ovw_a.f()); sys.stderr.write('RUNNING\\n'); sys.stderr.flush()", o, lib)
+        self.assertEqual(r.stdout.strip(), "patched", r.stderr)
+        said = r.stderr.find("cannot record live applications in %s" % o)
+        self.assertNotEqual(said, -1, r.stderr)
+        self.assertLess(said, r.stderr.index("RUNNING"), r.stderr)
+        self.assertEqual(r.stderr.count("cannot record live applications"), 1, r.stderr)
+
 
 if __name__ == "__main__":
     if not BIN:
