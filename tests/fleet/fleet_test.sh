@@ -16,6 +16,8 @@
 #   signals      SIGTERM to the caller's process (--slurm-args) while the candidate runs, and
 #                SIGINT to a coordinator inside an allocation (--slurm) while the nodes build:
 #                the step stops, every node is rolled back, FLEET_FAILED, exit 128+signal
+#   pid1         the coordinator as pid 1 of its own PID namespace (a container's entrypoint inside
+#                the allocation): its srun phases run, 4 then 7 on every node, byte-exact after
 #   refused      node2 refuses the apply (its target is not there): exit 1 (the apply failed),
 #                node2 failed (never not_clean), nodes 1 and 3 rolled back, no candidate run
 # Usage: fleet_test.sh CASE OVERLAY_BINARY SOURCE_DIR
@@ -298,6 +300,19 @@ case $CASE in
     grep -q "stopped by signal 2" "$W/exec2.out" || fail "does not say the step was stopped"
     grep -q "^FLEET_FAILED f" "$W/exec2.out" || fail "no FLEET_FAILED after SIGINT"
     rm -f "$C"/node*/root/building
+    byte_exact
+    ;;
+
+  pid1)
+    command -v unshare >/dev/null || skip "no unshare (util-linux)"
+    rc=0
+    salloc -N3 --no-kill unshare --pid --fork --mount-proc "$BIN" --json fleet exec --slurm --ref "${APPLY[@]}" -- \
+      srun -N3 --ntasks-per-node=1 -l "$I/build/smoke" >"$W/exec.json" 2>"$W/exec.err" || rc=$?
+    cat "$W/exec.err"
+    [[ $rc == 0 ]] || fail "fleet exec as pid 1 exited $rc"
+    [[ $(field "$W/exec.json" 'd["outcome"]') == ok ]] || fail "outcome $(field "$W/exec.json" 'd["outcome"]')"
+    [[ $(grep -c ': 4.0$' "$W/exec.err") == 3 && $(grep -c ': 7.0$' "$W/exec.err") == 3 ]] ||
+      fail "expected three 4.0 (ref) and three 7.0 (cand): $(grep -E ': [0-9.]+$' "$W/exec.err" | tr '\n' ' ')"
     byte_exact
     ;;
 

@@ -28,6 +28,13 @@ from its entry's candidate (or a layer above it, where one stands); finalize lea
 pristine or `status --all --check-clean` says which file is not; replay exit 0 runs the bundle's
 candidates, and FRESH_BUILD_OK.
 
+Containers, copies and neighbours (issue 50), where this runs as root with PID namespaces: an
+agent may run in a container (a PID namespace whose pid 1 lives until the container ends; its
+add-natives run inside it with --owner-pid 1); while that pid 1 lives, gc-stale (run on the host)
+never reverts the agent's entries. An idle agent's overlay is archived (cp -a under runs/) and the
+copy reverted: the agent's files and record stay as they are. Another account (nobody) flocks an
+agent's overlay directory: revert and gc-stale never wait out their lock timeout for it.
+
 Usage: claims_checker.py OVERLAY_BIN [--examples N] [--steps N] [--seed S]
 A failure prints the seed and the steps (hypothesis' own reproduction); --seed replays it.
 """
@@ -51,7 +58,8 @@ OVERLAY = None
 WORK = None
 TEMPLATE = None
 STATS = {"steps": 0, "claims": 0, "examples": 0, "in_flight_steps": 0, "layered": 0, "folds": 0, "folds_killed": 0,
-         "finalized": 0, "replayed": 0, "reused": 0}
+         "finalized": 0, "replayed": 0, "reused": 0, "in_container": 0, "copies": 0, "neighbour_locks": 0}
+CONTAINERS = False  # root with unshare/nsenter/setpriv: containers and a second account
 AGENTS = ("a1", "a2", "a3")
 ACC = "acc"  # the integrator's overlay of accepted changes (issue 49)
 TARGETS = ("ka", "kb")
@@ -104,6 +112,27 @@ def log(*what):
 LOG = os.environ.get("OVERLAY_CLAIMS_LOG")
 
 
+def can_contain():
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("unshare", "nsenter", "setpriv", "flock")):
+        return False
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", "echo $$"], capture_output=True, text=True)
+    return r.returncode == 0 and r.stdout.strip() == "1"
+
+
+def child_of(pid):
+    """The first child of pid (unshare --fork's child: the container's pid 1), or None."""
+    for _ in range(500):
+        try:
+            with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+                kids = f.read().split()
+            if kids:
+                return int(kids[0])
+        except OSError:
+            return None
+        time.sleep(0.01)
+    return None
+
+
 def read(path):
     try:
         with open(path, "rb") as f:
@@ -138,6 +167,8 @@ class Claims(RuleBasedStateMachine):
         self.n = 0
         self.stamps = {}     # a candidate source's SHA-256 -> the stamp its build carries
         self.before_start = {}  # agent -> the entries its overlay had when its add-native started
+        self.container = {}  # agent -> (unshare Popen, the container's pid 1 as the host sees it, its PID namespace inode)
+        self.neighbour = None  # (Popen of nobody's flock, the overlay directory it locks)
 
     # ---- helpers
     def src(self, t):
@@ -209,7 +240,11 @@ class Claims(RuleBasedStateMachine):
         patched, stamp = self.fresh_candidate(agent, t)
         gate = os.path.join(self.root, "gate-%d" % self.n)
         args = self.add_args(agent, t, patched, gate, over)
-        p = subprocess.Popen([OVERLAY, *args], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cmd = [OVERLAY, *args]
+        if agent in self.container:  # inside the agent's container, owned by its pid 1
+            cmd = ["nsenter", "--target", str(self.container[agent][1]), "--pid", "--mount", "--", OVERLAY, *args, "--owner-pid", "1"]
+            STATS["in_container"] += 1
+        p = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
         log("start", agent, stamp, args)
         self.proc[agent] = (p, t, stamp, gate)
@@ -334,6 +369,8 @@ class Claims(RuleBasedStateMachine):
             return
         m = self.manifest(agent)
         r = self.tool("revert", "--overlay", self.overlay[agent])
+        if self.neighbour and self.neighbour[1] == self.overlay[agent]:
+            self.claim("locked by another" not in r.stderr, "revert waited out its lock timeout for another account's flock", r.stderr)
         if r.returncode != 0 or not m:
             return
         # Another agent's add-native in flight on the same target may take the file once this
@@ -453,6 +490,7 @@ class Claims(RuleBasedStateMachine):
         # the record only when it is reverted; its bytes may still be on their way in meanwhile).
         # An overlay reused while it had entries of a dead run: those are stale, gc-stale's to revert.
         live = {a: self.entry_ids(a) - self.before_start.get(a, set()) for a in self.proc}
+        owned = {a: self.owned_by_container(a) for a in self.container}
         r = self.tool("--json", "gc-stale", "--root", os.path.join(self.root, "runs"))
         doc = json.loads(r.stdout)
         self.claim("overlays" in doc and doc["reverted"] == sum(o["outcome"] == "reverted" for o in doc["overlays"]),
@@ -460,6 +498,94 @@ class Claims(RuleBasedStateMachine):
         for a, ids in live.items():
             if a in self.proc:
                 self.claim(ids <= self.entry_ids(a), "gc-stale reverted the entry of an add-native in flight", a, r.stdout, r.stderr)
+        for a, ids in owned.items():
+            self.claim(ids <= self.entry_ids(a), "gc-stale reverted an entry whose owner (its container's pid 1) is alive", a, ids,
+                       r.stdout, r.stderr)
+        if self.neighbour:
+            self.claim("locked by another" not in r.stderr, "gc-stale waited out another account's flock", r.stdout, r.stderr)
+
+    def owned_by_container(self, agent):
+        """The agent's entries owned by its live container's pid 1 (that namespace's number 1)."""
+        _, _, ns = self.container[agent]
+        return {e.get("id") for e in (self.manifest(agent) or {}).get("natives", [])
+                if (e.get("owner") or {}).get("pid") == 1 and (e.get("owner") or {}).get("pid_ns", ns) == ns}
+
+    # ---- containers, copies and neighbours (issue 50)
+    @rule(agent=st.sampled_from(AGENTS))
+    def container_starts(self, agent):
+        """The agent moves into a container: a PID namespace whose pid 1 lives until it ends."""
+        if not CONTAINERS or agent in self.container or not self.idle(agent):
+            return
+        p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sleep", "100000"], start_new_session=True)
+        init = child_of(p.pid)
+        if init is None:
+            kill_group(p)
+            p.wait()
+            return
+        self.container[agent] = (p, init, os.stat("/proc/%d/ns/pid" % init).st_ino)
+        log("container", agent, "pid 1 is", init)
+
+    @rule(agent=st.sampled_from(AGENTS))
+    def container_ends(self, agent):
+        if agent not in self.container or not self.idle(agent):
+            return
+        p, _, _ = self.container.pop(agent)
+        kill_group(p)
+        p.wait()
+        log("container ends", agent)
+
+    @rule(agent=st.sampled_from(AGENTS + (ACC,)))
+    def archive_copy(self, agent):
+        """cp -a of an idle overlay that records changes, under runs/ (gc-stale's root), then a revert
+        of the copy: the original's files and record are left as they are."""
+        if not self.idle(agent) or not self.applied(agent) or self.proc:
+            return
+        self.n += 1
+        copy = os.path.join(self.root, "runs", "archive-%d" % self.n, "ov")
+        os.makedirs(os.path.dirname(copy))
+        subprocess.run(["cp", "-a", self.overlay[agent], copy], check=True)
+        STATS["copies"] += 1
+        m = self.manifest(agent)
+        paths = {i["install_path"] for e in m["natives"] for i in e["sources"]} | {i["path"] for e in m["natives"] for i in e["artifacts"]}
+        before = {p: read(p) for p in paths}
+        r = self.tool("revert", "--overlay", copy)
+        changed = [p for p in paths if read(p) != before[p]]
+        self.claim(not changed, "a revert of an archived copy changed files the original overlay records", changed, r.stdout, r.stderr)
+        self.claim(self.manifest(agent) == m, "a revert of an archived copy changed the original's record", r.stderr)
+
+    @rule(agent=st.sampled_from(AGENTS + (ACC,)))
+    def neighbour_flocks(self, agent):
+        """Another account (nobody) holds a flock on the overlay directory until it lets go."""
+        if not CONTAINERS or self.neighbour or not os.path.isdir(self.overlay[agent]):
+            return
+        d = self.overlay[agent]
+        ready = os.path.join(self.root, "neighbour-%d" % self.n)
+        ino = os.stat(d).st_ino
+        p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "flock", d, "sleep", "100000"],
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(300):
+            if ino in self.flocked_inodes() or p.poll() is not None:
+                break
+            time.sleep(0.01)
+        self.neighbour = (p, d)
+        STATS["neighbour_locks"] += 1
+        log("nobody flocks", d)
+
+    @staticmethod
+    def flocked_inodes():
+        """The inodes /proc/locks shows flocked ("1: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF")."""
+        try:
+            with open("/proc/locks") as f:
+                return {int(w[5].rsplit(":", 1)[1]) for w in (l.split() for l in f) if len(w) > 5 and w[1] == "FLOCK"}
+        except (OSError, ValueError):
+            return set()
+
+    @rule()
+    def neighbour_lets_go(self):
+        if self.neighbour:
+            kill_group(self.neighbour[0])
+            self.neighbour[0].wait()
+            self.neighbour = None
 
     @rule(agent=st.sampled_from(AGENTS + (ACC,)))
     def harness_rm_overlay(self, agent):
@@ -530,10 +656,13 @@ class Claims(RuleBasedStateMachine):
         finally:
             for p, *_ in self.proc.values():
                 kill_group(p)
+            for p, *_ in list(self.container.values()) + ([self.neighbour] if self.neighbour else []):
+                kill_group(p)
+                p.wait()
 
 
 def main():
-    global OVERLAY, WORK, TEMPLATE
+    global OVERLAY, WORK, TEMPLATE, CONTAINERS
     ap = argparse.ArgumentParser()
     ap.add_argument("overlay")
     ap.add_argument("--examples", type=int, default=12)
@@ -543,8 +672,10 @@ def main():
     OVERLAY = os.path.abspath(a.overlay)
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
     print("claims checker: seed %d (replay: --seed %d), %d examples of up to %d steps" % (seed, seed, a.examples, a.steps), flush=True)
+    CONTAINERS = can_contain()
     with tempfile.TemporaryDirectory(prefix="overlay-claims-") as work:
         WORK = work
+        os.chmod(work, 0o755)  # another account (nobody) can reach the overlays, as on a shared machine
         # Configured where every example runs (CMake's cache names its own directory), then kept
         # aside as the template each example copies back.
         TEMPLATE = os.path.join(work, "template")
@@ -567,6 +698,9 @@ def main():
             print("claims checker: layers: %d candidates stacked, %d folds (%d killed mid-fold), %d finalized, %d replayed" %
                   (STATS["layered"], STATS["folds"], STATS["folds_killed"], STATS["finalized"], STATS["replayed"]), flush=True)
             print("claims checker: %d add-natives into an overlay that still had entries" % STATS["reused"], flush=True)
+            print("claims checker: containers %s: %d add-natives in a container, %d archived copies reverted, %d flocks by nobody" %
+                  ("on" if CONTAINERS else "off (not root, or no unshare/nsenter/setpriv)", STATS["in_container"], STATS["copies"],
+                   STATS["neighbour_locks"]), flush=True)
     sys.exit(0 if result and result.wasSuccessful() else 1)
 
 
