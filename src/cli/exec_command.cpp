@@ -299,8 +299,14 @@ bool Exec::check_clean() {
                     : s.running_reverted() > 0  ? std::to_string(s.running_reverted()) + " process(es) still run patched code (restart them)"
                                                 : std::string();
   if (!why.empty()) j["error"] = why;
+  // Over a lower layer (--over), clean means this run's changes are gone: the lower layer's
+  // stay, as before the run, and the line says so rather than calling the install pristine.
+  std::string lower = f_.over.empty() ? "" : absolute_normal(f_.over).string();
+  if (!lower.empty()) j["lower_layer"] = lower;
   result()["clean"] = j;
-  out_line(s.clean() ? "exec: install clean" : "exec: install NOT clean: " + why);
+  out_line(!s.clean()      ? "exec: install NOT clean: " + why
+           : lower.empty() ? std::string("exec: install clean")
+                           : "exec: install clean of this run's changes (overlay " + lower + " under them stays applied, as before the run)");
   return s.clean();
 }
 
