@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "overlay/file_ops.hpp"
+#include "overlay/hash.hpp"
 #include "overlay/object_files.hpp"
 #include "overlay/process.hpp"
 
@@ -199,11 +200,40 @@ std::map<fs::path, FileStamp> BuildWatch::picture(Disk& disk, std::string& why_o
   return files;
 }
 
-std::vector<UntrackedOutput> BuildWatch::finish(Disk& disk) const {
+std::string BuildWatch::digest(const std::map<fs::path, FileStamp>& files) {
+  std::string text;
+  for (const auto& [p, st] : files)
+    text += p.string() + '\0' + std::to_string(st.size) + ' ' + std::to_string(st.ino) + ' ' + std::to_string(st.mtime_ns) + '\n';
+  return sha256_hex(text);
+}
+
+BuildPicture BuildWatch::recorded() const {
+  BuildPicture b;
+  for (const auto& d : dirs_) b.dirs.push_back(d.string());
+  for (const auto& t : tracked_) b.tracked.push_back(t.string());
+  for (const auto& s : skipped_) b.skipped.push_back(s.string());
+  b.sha256 = after_;
+  return b;
+}
+
+std::string BuildWatch::digest_now(Disk& disk, const BuildPicture& r) {
+  BuildWatch w;
+  for (const auto& d : r.dirs) w.dirs_.emplace_back(d);
+  for (const auto& t : r.tracked) w.tracked_.emplace_back(t);
+  std::sort(w.tracked_.begin(), w.tracked_.end());
+  for (const auto& s : r.skipped) w.skipped_.emplace_back(s);
+  std::string off;
+  auto files = w.picture(disk, off);
+  return off.empty() ? digest(files) : std::string();
+}
+
+std::vector<UntrackedOutput> BuildWatch::finish(Disk& disk) {
   std::vector<UntrackedOutput> out;
   if (!off_.empty()) return out;
   std::string off_now;
-  for (const auto& [p, stamp] : picture(disk, off_now)) {
+  auto now = picture(disk, off_now);
+  after_ = off_now.empty() ? digest(now) : std::string();
+  for (const auto& [p, stamp] : now) {
     auto was = seen_.find(p);
     if (was != seen_.end() && was->second == stamp) continue;
     out.push_back({p.string(), was == seen_.end() ? "created" : "changed", stamp, "", {}, ""});

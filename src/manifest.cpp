@@ -394,6 +394,19 @@ void from_json(const json& j, UpperRef& u) {
 
 void to_json(json& j, const UpperRef& u) { j = {{"overlay", u.overlay}, {"entry", u.entry}, {"paths", u.paths}}; }
 
+void from_json(const json& j, BuildPicture& b) {
+  if (!j.is_object()) bad("", "expected {dirs, tracked, skipped, sha256}");
+  b.dirs = names_at(j, "dirs", true);
+  b.tracked = names_at(j, "tracked", true);
+  b.skipped = names_at(j, "skipped", true);
+  b.sha256 = req_string(j, "sha256");
+  if (!is_sha256_hex(b.sha256)) bad("sha256", "expected a 64-digit hex SHA-256");
+}
+
+void to_json(json& j, const BuildPicture& b) {
+  j = {{"dirs", b.dirs}, {"tracked", b.tracked}, {"skipped", b.skipped}, {"sha256", b.sha256}};
+}
+
 void from_json(const json& j, PinnedDir& p) {
   if (!j.is_object()) bad("", "expected {path, dev, ino}");
   p.path = abs_path(j, "path");
@@ -582,6 +595,13 @@ void from_json(const json& j, NativeEntry& e) {
   e.patch_id = opt_string(j, "patch_id");
   if (const json* k = find(j, "kept"); k != nullptr && k->is_boolean()) e.kept = k->get<bool>();
   e.untracked = read_items<UntrackedOutput>(j, "untracked_outputs");
+  if (const json* b = find(j, "build_picture"); b != nullptr && !b->is_null()) {
+    try {
+      e.build_picture = b->get<BuildPicture>();
+    } catch (const ManifestError& err) {
+      throw err.under("build_picture");
+    }
+  }
   e.raw = j;
 }
 
@@ -604,6 +624,7 @@ void to_json(json& j, const NativeEntry& e) {
   if (e.created_at) j["created_at"] = *e.created_at;
   if (e.patch_id) j["patch_id"] = *e.patch_id;
   put_or_erase(j, "untracked_outputs", !e.untracked.empty(), e.untracked);
+  put_or_erase(j, "build_picture", e.build_picture.has_value(), e.build_picture ? json(*e.build_picture) : json());
 }
 
 FileStamp stamp_of(const FileInfo& fi) {

@@ -200,13 +200,16 @@ void give_back_claim(HoldRegistry& holds, const HoldClaim& claim, const NativePl
   }
 }
 
-// The entry's untracked outputs, recorded in one more manifest write (only when there are some).
-void record_untracked(Disk& disk, const NativePlan& plan, const std::string& id, const std::vector<UntrackedOutput>& outputs) {
+// What the watch saw of the entry's build, recorded in one more manifest write: its untracked
+// outputs, and (after a build that succeeded) its picture of the build's dirs, which lets revert
+// tell that nothing was built there since (design.md, "The mtimes revert gives").
+void record_build(Disk& disk, const NativePlan& plan, const std::string& id, const std::vector<UntrackedOutput>& outputs,
+                  const std::optional<BuildPicture>& picture) {
   OverlayLock lock(plan.overlay, plan.lock_timeout);
   auto m = load_manifest(disk, plan.overlay);
   if (!m) return;
   for (auto& e : m->natives)
-    if (e.id == id) e.untracked = outputs;
+    if (e.id == id) e.untracked = outputs, e.build_picture = picture;
   save_manifest(disk, plan.overlay, *m);
 }
 
@@ -392,7 +395,9 @@ BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedE
   for (const auto& s : plan.swaps) changed.push_back(s.target), patched.push_back(s.target);
   judge_untracked(disk, out.untracked, changed, patched);
   out.watch_off = watch.off_reason();
-  if (!out.untracked.empty()) record_untracked(disk, plan, entry.id, out.untracked);
+  std::optional<BuildPicture> picture;
+  if (out.ok && !watch.after_digest().empty()) picture = watch.recorded();
+  if (!out.untracked.empty() || picture) record_build(disk, plan, entry.id, out.untracked, picture);
   return out;
 }
 }  // namespace overlay

@@ -44,6 +44,20 @@ std::vector<fs::path> installed_paths(const NativeEntry& e) {
   return paths;
 }
 
+// Why revert must date entry `e`'s restored files now ("" when their original mtimes may come
+// back): only when every output its build made from the patched sources is restored too — the
+// tracked artifacts and caches by this revert, no untracked output that may hold patched code,
+// and nothing built in the build's dirs since (the watch's picture, taken again, is the same) — is
+// the build's view the one before the apply, so that its next run has nothing to redo.
+std::string why_fresh_times(Disk& disk, const NativeEntry& e) {
+  if (!e.build_picture) return e.build_cmds.empty() ? "no build ran under the tool" : "the build was not watched";
+  for (const auto& u : e.untracked)
+    if (u.clear_reason.empty()) return "untracked output " + u.path + " may hold patched code";
+  if (BuildWatch::digest_now(disk, *e.build_picture) != e.build_picture->sha256)
+    return "files in the build's directories changed since its build, by another build or by hand";
+  return "";
+}
+
 // The holds of the state dir the options name (the default one when they name none).
 HoldRegistry holds_of(Disk& disk, const RevertOptions& opts) {
   return HoldRegistry(disk, opts.state_dir.empty() ? HoldRegistry::default_state_dir() : opts.state_dir);
@@ -53,11 +67,15 @@ class Reverter {
  public:
   Reverter(Disk& disk, const fs::path& overlay, const RevertOptions& opts, RevertReport& report)
       : disk_(disk), store_(disk, overlay), opts_(opts), report_(report), lowers_(disk) {}
+  bool original_times_ = false;  // the entry being reverted gets its files' original mtimes back
 
   // Restores one entry; true when every item is back at its original state. Each item is acted
   // on under the directory add-native pinned for it, or refused when that no longer stands.
   bool revert_entry(const NativeEntry& e) {
     bool ok = true;
+    std::string why = why_fresh_times(disk_, e);  // judged before anything is put back
+    original_times_ = why.empty();
+    report_.times.push_back({e.id, original_times_, why});
     for (auto it = e.caches.rbegin(); it != e.caches.rend(); ++it)
       ok &= attempt(it->dir, [&] {
         PinnedPlace at = place(it->dir, it->parent);
@@ -81,7 +99,7 @@ class Reverter {
         if (reverted_under(it->layer, it->install_path, at, it->deleted ? std::optional<std::string>("") : it->patched_sha256))
           return std::string("unchanged");
         if (!opts_.dry_run && vanished_above.count(it->install_path) == 0) warn_if_drifted(*it);
-        return file(at, *it, RestoredTime::now);
+        return file(at, *it, original_times_ ? RestoredTime::original : RestoredTime::now);
       });
     return ok;
   }
@@ -233,10 +251,11 @@ class Reverter {
   }
 
   std::string artifact(const ArtifactItem& a, const PinnedPlace& p) {
-    // A build output goes back a second older than now: the sources restored after it (now)
-    // are strictly newer even in whole seconds, and an add-native right after this revert finds
-    // no artifact of the current second to wait out (design.md, "No stall between cycles").
-    if (a.existed) return file(p, a, RestoredTime::previous_second);
+    // A build output goes back with its original mtime where every output of the build is
+    // restored, else a second older than now: the sources restored after it (now) are then
+    // strictly newer even in whole seconds. Either way an add-native right after this revert
+    // finds no artifact of the current second to wait out (design.md, "The mtimes revert gives").
+    if (a.existed) return file(p, a, original_times_ ? RestoredTime::original : RestoredTime::previous_second);
     return created(p);
   }
 

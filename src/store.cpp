@@ -229,7 +229,9 @@ void give_meta(Disk& disk, const At& p, const RestoredMeta& meta) {
   disk.set_mode(p, meta.mode);
 }
 
-timespec restored_mtime(RestoredTime when) {
+timespec restored_mtime(RestoredTime when, const FileBackup& rec) {
+  if (when == RestoredTime::original && rec.stamp)
+    return timespec{static_cast<time_t>(rec.stamp->mtime_ns / 1000000000), static_cast<long>(rec.stamp->mtime_ns % 1000000000)};
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
   if (when == RestoredTime::previous_second) now.tv_sec -= 1;
@@ -239,14 +241,14 @@ timespec restored_mtime(RestoredTime when) {
 }  // namespace
 
 bool BackupStore::restore_by_rename(const std::string& rel, const std::string& sha256, const fs::path& backup, const At& path,
-                                    const FileInfo& cur, const RestoredMeta& meta, RestoredTime when) {
+                                    const FileInfo& cur, const RestoredMeta& meta, timespec mtime) {
   std::string got = hash_file(disk_, backup);  // the one read: proves the backup
   if (got != sha256) throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
   give_meta(disk_, backup, meta);
-  // A fresh mtime, as a copy would have: the restored file must look newer than anything the
-  // candidate's build produced from the patched one, so the next incremental build redoes it
-  // (a build output goes a second back: see RestoredTime).
-  disk_.set_mtime(backup, restored_mtime(when));
+  // The mtime the caller chose (RestoredTime): fresh, so the next incremental build redoes what
+  // the candidate's build produced from the patched file, or the original's own where every such
+  // output is restored too (design.md, "The mtimes revert gives").
+  disk_.set_mtime(backup, mtime);
   if (cur.type == FileType::regular && cur.size >= kParkBytes) park(path, true);  // freed later, elsewhere
   try {
     disk_.rename(backup, path);  // the verified inode itself goes back: nothing to re-check
@@ -281,7 +283,7 @@ std::optional<bool> BackupStore::restore_link_group(const FileBackup& rec, const
     bool other = cur.type != FileType::regular || li.ino != cur.ino || li.dev != cur.dev;
     if (li.type == FileType::regular && other && hash_file(disk_, link) == rec.sha256) {
       give_meta(disk_, link, RestoredMeta{rec.owner, rec.mode.value_or(li.mode), rec.xattrs});
-      disk_.set_mtime(link, restored_mtime(when));
+      disk_.set_mtime(link, restored_mtime(when, rec));
       try {
         disk_.rename(link, path);
         disk_.sync_dir(path.parent());
@@ -296,7 +298,7 @@ std::optional<bool> BackupStore::restore_link_group(const FileBackup& rec, const
   if (cur.type != FileType::regular || cur.nlink < 2 || !rec.stamp || cur.ino != rec.stamp->ino) return std::nullopt;
   if (hash_file(disk_, path) == rec.sha256) return false;
   write_into_inode(rec, path);
-  disk_.set_mtime(path, restored_mtime(when));
+  disk_.set_mtime(path, restored_mtime(when, rec));
   return true;
 }
 
@@ -342,7 +344,7 @@ bool BackupStore::restore_bytes(const FileBackup& rec, const At& path, RestoredT
   // The recorded owner (a build may have recreated the file as its own user), else the current.
   RestoredMeta meta{rec.owner, mode.value_or(bi.mode), rec.xattrs};
   if (!meta.owner && cur.exists()) meta.owner = FileOwner{cur.uid, cur.gid};
-  if (same_mount(bi, disk_.info(dir, Follow::yes)) && restore_by_rename(rel, sha256, backup, path, cur, meta, when))
+  if (same_mount(bi, disk_.info(dir, Follow::yes)) && restore_by_rename(rel, sha256, backup, path, cur, meta, restored_mtime(when, rec)))
     return true;
   const At tmp = path.sibling(sibling_temp_path(path.full(), "overlay-restore").filename().string());
   // One read proves the backup and produces the restored bytes: the copy is hashed as written.
@@ -352,7 +354,7 @@ bool BackupStore::restore_bytes(const FileBackup& rec, const At& path, RestoredT
     throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
   }
   give_meta(disk_, tmp, meta);
-  if (when == RestoredTime::previous_second) disk_.set_mtime(tmp, restored_mtime(when));
+  if (when != RestoredTime::now) disk_.set_mtime(tmp, restored_mtime(when, rec));
   disk_.rename(tmp, path);
   disk_.sync_dir(dir);
   return true;

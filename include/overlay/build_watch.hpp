@@ -23,16 +23,25 @@ class BuildWatch {
   static BuildWatch start(Disk& disk, std::vector<fs::path> dirs, std::vector<fs::path> tracked, std::vector<fs::path> skipped,
                           std::size_t max_files = kMaxWatchedFiles);
   // The files created or changed (size, inode or mtime) since start(), with their stamps now.
-  std::vector<UntrackedOutput> finish(Disk& disk) const;
+  std::vector<UntrackedOutput> finish(Disk& disk);
   // Why nothing is watched ("" when the watch is on).
   const std::string& off_reason() const { return off_; }
+  // The SHA-256 of the picture finish() took (every watched file's path and stamp), "" when the
+  // watch is off: what the build left, so a later look can tell nothing was built since.
+  const std::string& after_digest() const { return after_; }
+  // The digest a picture taken now would have (as after_digest), "" when it cannot be taken.
+  static std::string digest_now(Disk& disk, const BuildPicture& recorded);
+  // What to record so digest_now can look again: the dirs, tracked files and skipped dirs, and
+  // after_digest().
+  BuildPicture recorded() const;
 
  private:
   std::map<fs::path, FileStamp> seen_;
   std::vector<fs::path> dirs_, tracked_, skipped_;
   std::size_t max_files_ = kMaxWatchedFiles;
-  std::string off_;
+  std::string off_, after_;
   std::map<fs::path, FileStamp> picture(Disk& disk, std::string& why_off) const;
+  static std::string digest(const std::map<fs::path, FileStamp>& files);
 };
 
 // The outputs whose file still has the stamp the build left it with: they may hold patched code

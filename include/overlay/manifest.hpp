@@ -175,6 +175,15 @@ struct RunningPatched {
   std::string entry;  // the reverted entry
 };
 
+// What the watch of an entry's build saw when the build ended (added key "build_picture"): the
+// walked dirs, the files left out (tracked) and the dirs skipped (caches, the overlay), and the
+// SHA-256 of every other file's path and stamp. A revert that finds the same digest knows nothing
+// was built there since.
+struct BuildPicture {
+  std::vector<std::string> dirs, tracked, skipped;
+  std::string sha256;
+};
+
 struct NativeEntry {
   std::string id;  // added key; empty for entries written by overlay_setup.py
   std::vector<SourceItem> sources;
@@ -192,6 +201,7 @@ struct NativeEntry {
   std::optional<std::string> patch_id;   // `apply`: the patch this entry belongs to (added key)
   bool kept = false;  // `exec --keep-on-success` left it applied on purpose: gc-stale leaves it (added key)
   std::vector<UntrackedOutput> untracked;  // observed around the build (added key)
+  std::optional<BuildPicture> build_picture;  // the watch's picture after the build (added key)
   json raw = json::object();
 };
 
@@ -260,6 +270,8 @@ void to_json(json& j, const NativeEntry& e);
 void from_json(const json& j, LayerRef& l);
 void to_json(json& j, const LayerRef& l);
 void from_json(const json& j, UpperRef& u);
+void from_json(const json& j, BuildPicture& b);
+void to_json(json& j, const BuildPicture& b);
 void from_json(const json& j, FoldMark& f);  // "into" or "from" names the other side
 void to_json(json& j, const UpperRef& u);
 

@@ -68,6 +68,14 @@ struct RevertReport {
   // What the stack made of the revert, each a line: an upper layer that vanished (its bytes gave
   // way to the originals), a lower one that vanished or was reverted under this one.
   std::vector<std::string> notes;
+  // Per entry reverted: whether its sources and build outputs got their original mtimes back
+  // (the install's build has nothing to redo), or why they were dated now instead.
+  struct Times {
+    std::string entry;
+    bool original = false;
+    std::string why_fresh;  // "" when original
+  };
+  std::vector<Times> times;
   bool ok() const { return problems.empty(); }
 };
 

@@ -19,7 +19,10 @@ struct SavedFile : FileBackup {
   bool cloned = false;  // the backup shares the original's blocks (copy-on-write)
 };
 
-enum class RestoredTime { now, previous_second };
+// The mtime a restored file gets: now (a source the next build must redo from), a second back (a
+// build output, older than any source restored after it), or the original's own, as recorded in
+// its stamp (revert leaves the build's view as it was before the apply; now where none is recorded).
+enum class RestoredTime { now, previous_second, original };
 
 // What a restored file is given besides its bytes (owner first: chown clears setuid, setgid and
 // security.capability; then the extended attributes; the mode last).
@@ -149,7 +152,7 @@ class BackupStore {
   // restore_file's fast way: the verified backup inode renamed over `path`. False, with the
   // install unchanged, where rename says EXDEV (one filesystem seen through two mounts).
   bool restore_by_rename(const std::string& rel, const std::string& sha256, const fs::path& backup, const At& path,
-                         const FileInfo& cur, const RestoredMeta& meta, RestoredTime when);
+                         const FileInfo& cur, const RestoredMeta& meta, timespec mtime);
   // move_dir_back where rename says EXDEV: `moved` copied (through a tar in the overlay) into a
   // fresh sibling of `dir`, made durable, renamed into place; then `moved` is deleted.
   void copy_dir_back(const fs::path& moved, const At& dir);

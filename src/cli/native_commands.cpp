@@ -327,6 +327,9 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   j["layers_reverted"] = r.layers_reverted;
   j["blocked_by"] = r.blocked_by;
   j["notes"] = r.notes;
+  j["mtimes"] = nlohmann::json::array();
+  for (const auto& t : r.times)
+    j["mtimes"].push_back({{"entry", t.entry}, {"original", t.original}, {"why_fresh", t.original ? nlohmann::json(nullptr) : nlohmann::json(t.why_fresh)}});
   for (const auto& l : r.layers_reverted) err_line("revert", "reverted layer " + l + " first (--with-layers)");
   for (const auto& n : r.notes) err_line("revert", "note: " + n);
   if (!r.blocked_by.empty()) {
@@ -353,6 +356,11 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
     err_line("revert", j["error"]);
     return kFailed;
   }
+  if (!dry_run)
+    for (const auto& t : r.times)
+      err_line("revert", "entry " + t.entry + ": " +
+                             (t.original ? std::string("original mtimes back (the install's build has nothing to redo)")
+                                         : "sources dated now, build outputs a second back (" + t.why_fresh + "): the next build redoes them"));
   std::string where = fs::absolute(overlay).lexically_normal().string();
   if (!patch_id.empty() && missing_ok && r.entries_reverted == 0 && r.modules_removed == 0 && r.actions.empty())
     out_line("revert: no entry of patch " + patch_id + " in " + where + "; nothing to do");

@@ -6,6 +6,7 @@
 // setuptools C extension built in place, a plain Makefile project, and googletest's own
 // CMake + Ninja build from Debian's /usr/src/googletest. Each prints one "REALWORLD |" line.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <iostream>
 #include <map>
@@ -37,7 +38,20 @@ struct Project {
   std::vector<std::string> discovered;     // `discover`'s add_native_args: used instead of
                                            // --target/--artifact/--invalidate-cache when set
   std::function<std::string()> run_value;  // what the installed code computes now
+  // Outputs the install's next build rewrites only when it compiles (default: the artifacts);
+  // setuptools copies its .so in place on every build, so there it is the object file.
+  std::vector<fs::path> compiled;
 };
+
+// (mtime ns, inode) of each file: a rewrite changes one or the other.
+std::map<fs::path, std::pair<std::int64_t, std::uint64_t>> stamps(const std::vector<fs::path>& files) {
+  std::map<fs::path, std::pair<std::int64_t, std::uint64_t>> out;
+  for (const auto& f : files) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) == 0) out[f] = {st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec, st.st_ino};
+  }
+  return out;
+}
 
 std::map<fs::path, std::string> digests(const Project& p) {
   std::map<fs::path, std::string> d;
@@ -75,6 +89,12 @@ void ab_loop(const Project& p, const std::string& old_value, const std::string& 
 
   Cmd r = run_overlay({"revert", "--overlay", ov.string()}, {}, p.env);
   ASSERT_EQ(r.rc, 0) << r.err;
+  // Every output the candidate's build made from the patched source is restored (tracked, or in a
+  // restored cache): revert gives back the original mtimes, and the install's build (the next load
+  // of a JIT extension included) has nothing to redo (issue 51).
+  EXPECT_NE(r.err.find("original mtimes back"), std::string::npos) << p.kind << ": " << r.err;
+  const std::vector<fs::path>& compiled = p.compiled.empty() ? p.artifacts : p.compiled;
+  auto after_revert = stamps(compiled);
   bool exact = digests(p) == before;
   EXPECT_TRUE(exact) << p.kind << ": source, artifacts and caches byte-exact after revert";
   EXPECT_EQ(run_overlay({"status", "--overlay", ov.string(), "--check-clean"}).rc, 0);
@@ -88,10 +108,13 @@ void ab_loop(const Project& p, const std::string& old_value, const std::string& 
   for (const auto& art : p.artifacts) EXPECT_EQ(file_sha256(art), before.at(art)) << art << " after the next build";
   std::string again = p.run_value();
   EXPECT_EQ(again, old_value);
+  bool nothing_redone = stamps(compiled) == after_revert;
+  EXPECT_TRUE(nothing_redone) << p.kind << ": the build after revert compiled again";
   std::cout << "REALWORLD | " << p.kind << " | value " << ref << " -> " << cand << " -> " << after << " -> " << again
             << " (next build) | " << p.artifacts.front().filename().string() << " sha256 " << art_before << " -> "
             << art_during << " -> " << short_sha(p.artifacts.front()) << " (next build) | source, artifacts, caches after revert: "
-            << (exact ? "equal" : "DIFFERENT") << std::endl;
+            << (exact ? "equal" : "DIFFERENT") << " | build after revert: " << (nothing_redone ? "nothing to redo" : "COMPILED AGAIN")
+            << std::endl;
 }
 
 
@@ -163,6 +186,9 @@ TEST(RealWorld, SetuptoolsInPlaceExtension) {
   p.artifacts = {t / "proj" / trim(so.out)};
   p.caches = {t / "proj/build"};           // setuptools' objects: snapshotted as a tar
   p.extra_flags = {"--cache-snapshot", "tar"};
+  for (const auto& e : fs::recursive_directory_iterator(t / "proj/build"))
+    if (e.path().extension() == ".o") p.compiled.push_back(e.path());
+  ASSERT_FALSE(p.compiled.empty());
   p.exact = {t / "proj"};
   p.run_value = [&] {
     Cmd r = run({kSystemPython, "-c", "import rwsq; print(rwsq.value())"}, t / "proj");
@@ -295,4 +321,61 @@ TEST(RealWorld, BackToBackCyclesDoNotWaitAndStillRebuild) {
     EXPECT_EQ(tr.value(), "4") << tr.kind << ": the install's next build after the last revert";
     std::cout << "BACK-TO-BACK | " << tr.kind << " | 3 cycles (7, 9, 5 -> 4 each) | waits after a revert: " << waits << std::endl;
   }
+}
+
+// Issue 51: the original mtimes come back only where every output the candidate's build made from
+// the patched source is restored. Where one is not (an object no flag tracks, or a build run in
+// the build's dirs after the candidate's), revert keeps the fresh rule and says why: the restored
+// source is then newer than every output that may hold patched code, and the next build redoes
+// them (make -q says there is work; the value after it is the original).
+TEST(RealWorld, RevertKeepsTheFreshRuleWhereAnOutputIsNotRestored) {
+  if (!have({"make", "--version"}) || !have({"cc", "--version"})) GTEST_SKIP() << "make or cc missing";
+  TempDir t;
+  write_file(t / "app/kernel.c", "int kernel(void) { return 4; }\n");
+  write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
+  write_file(t / "app/main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+  write_file(t / "app/Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n");
+  fs::path app = t / "app";
+  ASSERT_EQ(run({"make"}, app).rc, 0);
+  auto value = [&] { return trim(run({(app / "app").string()}).out); };
+  auto add = [&](std::vector<std::string> artifacts) {
+    std::vector<std::string> a = {"add-native", "--overlay", (t / "ov").string(), "--target", (app / "kernel.c").string(),
+                                  "--patched-file", (t / "best/kernel.c").string(), "--build-cmd", "make", "--build-cwd", app.string()};
+    for (const auto& x : artifacts) a.insert(a.end(), {"--artifact", x});
+    return run_overlay(a);
+  };
+  auto mtime = [](const fs::path& f) {
+    struct stat st {};
+    ::stat(f.c_str(), &st);
+    return st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+  };
+  // kernel.o untracked: it holds the candidate's code after revert.
+  ASSERT_EQ(add({(app / "app").string()}).rc, 0);
+  ASSERT_EQ(value(), "7");
+  Cmd r = run_overlay({"revert", "--overlay", (t / "ov").string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("sources dated now, build outputs a second back (untracked output " + (app / "kernel.o").string() +
+                       " may hold patched code)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_GT(mtime(app / "kernel.c"), mtime(app / "kernel.o")) << "a restored source older than an output holding patched code";
+  EXPECT_NE(run({"make", "-q"}, app).rc, 0) << "make -q says nothing to do over a patched kernel.o";
+  ASSERT_EQ(run({"make"}, app).rc, 0);
+  EXPECT_EQ(value(), "4");
+  // Every output tracked, but another build ran in the build's dir after the candidate's.
+  ASSERT_EQ(add({(app / "app").string(), (app / "kernel.o").string()}).rc, 0);
+  write_file(app / "extra.c", "int extra(void) { return 1; }\n");
+  ASSERT_EQ(run({"make", "extra.o"}, app).rc, 0);
+  r = run_overlay({"revert", "--overlay", (t / "ov").string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("sources dated now"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("changed since its build"), std::string::npos) << r.err;
+  EXPECT_GT(mtime(app / "kernel.c"), mtime(app / "kernel.o"));
+  // And where everything is restored and nothing ran since: make -q has nothing to do.
+  ASSERT_EQ(run({"make"}, app).rc, 0);
+  ASSERT_EQ(add({(app / "app").string(), (app / "kernel.o").string()}).rc, 0);
+  r = run_overlay({"revert", "--overlay", (t / "ov").string()});
+  EXPECT_NE(r.err.find("original mtimes back"), std::string::npos) << r.err;
+  EXPECT_EQ(run({"make", "-q"}, app).rc, 0) << "make -q: work to do after a revert that restored every output";
+  EXPECT_EQ(value(), "4");
 }
