@@ -77,10 +77,11 @@ std::optional<Hold> HoldRegistry::hold_of(const fs::path& path) {
   try {
     json j = parse_json_bytes(read_small_file(disk_, f, 1 << 16));
     if (j.value("path", "") != path.string() || !j.contains("overlay") || !j["overlay"].is_string()) return std::nullopt;
-    Hold h{j["overlay"].get<std::string>(), under_of(j), opt_sha_of(j, "original_sha256"), opt_sha_of(j, "patched_sha256"), false, {}};
+    Hold h{j["overlay"].get<std::string>(), under_of(j), opt_sha_of(j, "original_sha256"), opt_sha_of(j, "patched_sha256"), false, {}, {}};
     h.artifact = j.value("artifact", false);
     if (j.contains("overlay_dev") && j["overlay_dev"].is_number_unsigned() && j.contains("overlay_ino") && j["overlay_ino"].is_number_unsigned())
       h.overlay_id = std::pair{j["overlay_dev"].get<std::uint64_t>(), j["overlay_ino"].get<std::uint64_t>()};
+    h.entry = j.value("entry", std::string());
     return h;
   } catch (const std::exception&) {
     return std::nullopt;  // an unreadable hold holds nothing
@@ -98,13 +99,17 @@ std::optional<fs::path> HoldRegistry::held_instead(const fs::path& path, const f
   return still_holds(h->overlay, path) ? std::optional<fs::path>(h->overlay) : std::nullopt;
 }
 
-std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, const fs::path& overlay) {
+std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, const fs::path& overlay, const std::string& entry) {
   auto h = hold_of(path);
-  if (!h || h->overlay == overlay || !h->overlay_id) return std::nullopt;
+  if (!h || h->overlay == overlay || !h->overlay_id || entry.empty() || h->entry != entry) return std::nullopt;
   for (const auto& u : h->under)
     if (u.overlay == overlay) return std::nullopt;
   FileInfo ours = disk_.info(overlay, Follow::yes);
   if (!ours.exists() || (ours.dev == h->overlay_id->first && ours.ino == h->overlay_id->second)) return std::nullopt;  // it, moved
+  // A directory still stands where the hold names the holder: it let go of the entry (a fold moved
+  // it here, with its id; a revert), it was not moved away from. (Not judged by its inode: a tree
+  // restored file by file, or a crash state rebuilt, has new ones.)
+  if (disk_.info(h->overlay, Follow::yes).type == FileType::directory) return std::nullopt;
   return still_holds(h->overlay, path) ? std::nullopt : std::optional<fs::path>(h->overlay);  // a live holder: held_instead's
 }
 
@@ -159,6 +164,7 @@ void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   auto id = hold.overlay_id;
   if (FileInfo d = disk_.info(hold.overlay, Follow::yes); d.type == FileType::directory) id = std::pair{std::uint64_t(d.dev), std::uint64_t(d.ino)};
   if (id) j["overlay_dev"] = id->first, j["overlay_ino"] = id->second;
+  if (!hold.entry.empty()) j["entry"] = hold.entry;
   if (hold.original_sha256) j["original_sha256"] = *hold.original_sha256;
   if (hold.patched_sha256) j["patched_sha256"] = *hold.patched_sha256;
   if (hold.artifact) j["artifact"] = true;
@@ -261,7 +267,7 @@ std::vector<OrphanHold> HoldRegistry::orphans() {
       auto h = hold_of(path);
       for (const auto& u : h ? h->under : std::vector<HoldLayer>{})
         if (vanished(u.overlay))
-          if (auto o = judge_orphan(path, Hold{u.overlay, {}, u.original_sha256, u.patched_sha256, h->artifact, {}})) out.push_back(std::move(*o));
+          if (auto o = judge_orphan(path, Hold{u.overlay, {}, u.original_sha256, u.patched_sha256, h->artifact, {}, {}})) out.push_back(std::move(*o));
     } catch (const std::exception&) {
       // an unreadable hold names nothing
     }
@@ -289,7 +295,7 @@ std::optional<OrphanHold> HoldRegistry::lost_original(const fs::path& p, const H
   if (still_holds(h.overlay, p)) return std::nullopt;
   for (const auto& u : h.under) {
     if (still_holds(u.overlay, p)) break;  // a live layer: its change, its original
-    if (auto o = lost(Hold{u.overlay, {}, u.original_sha256, u.patched_sha256, h.artifact, {}})) return o;
+    if (auto o = lost(Hold{u.overlay, {}, u.original_sha256, u.patched_sha256, h.artifact, {}, {}})) return o;
   }
   return std::nullopt;
 }
@@ -376,7 +382,7 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
     // this one stacks on stay named under it, each with its checksums. An artifact's original is
     // noted from its backup (note_originals): never read twice.
     Hold now{overlay, {}, files[i].artifact ? std::nullopt : sha_now(disk_, p), files[i].patched_sha256.value_or(""),
-             files[i].artifact, {}};
+             files[i].artifact, {}, {}};
     if (layer[i] && (!before || before->overlay != *over)) {
       // The registry lost the lower's hold (or names a vanished one above it): the lower is named
       // from its record, its checksums unknown here.
@@ -401,6 +407,16 @@ void HoldRegistry::note_originals(const std::vector<std::pair<fs::path, std::str
     if (!h || h->overlay != overlay || h->original_sha256) continue;
     h->original_sha256 = sha;
     write_hold(p, *h);
+  }
+}
+
+void HoldRegistry::note_entry(const std::vector<fs::path>& paths, const fs::path& overlay, const std::string& id, double lock_timeout) {
+  OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
+  for (const auto& p : paths) {
+    auto h = hold_of(p);
+    if (!h || h->overlay != overlay) continue;
+    h->entry = id;
+    write_hold(p, *h);  // with the directory's identity, now that it exists
   }
 }
 
@@ -480,7 +496,7 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
       disk_.remove(hold_file(p));
     else
       write_hold(p, Hold{next->overlay, std::vector<HoldLayer>(next + 1, chain.end()), next->original_sha256,
-                         next->patched_sha256, h->artifact, {}});
+                         next->patched_sha256, h->artifact, {}, {}});
   }
 }
 

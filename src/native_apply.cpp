@@ -220,6 +220,11 @@ void note_artifact_originals(HoldRegistry& holds, const NativePlan& plan, const 
   std::vector<std::pair<fs::path, std::string>> originals;
   for (const auto& a : e.artifacts) originals.emplace_back(a.path, a.existed ? a.sha256 : "");
   holds.note_originals(originals, plan.overlay, plan.lock_timeout);
+  std::vector<fs::path> paths;
+  for (const auto& s : e.sources) paths.emplace_back(s.install_path);
+  for (const auto& c : e.created) paths.emplace_back(c.path);
+  for (const auto& a : e.artifacts) paths.emplace_back(a.path);
+  holds.note_entry(paths, plan.overlay, e.id, plan.lock_timeout);
 }
 
 // The items of the new entry `e` that stack on the lower overlay's changes become layers
@@ -397,7 +402,15 @@ BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedE
   out.watch_off = watch.off_reason();
   std::optional<BuildPicture> picture;
   if (out.ok && !watch.after_digest().empty()) picture = watch.recorded();
-  if (!out.untracked.empty() || picture) record_build(disk, plan, entry.id, out.untracked, picture);
+  if (!out.untracked.empty()) {
+    record_build(disk, plan, entry.id, out.untracked, picture);
+  } else if (picture) {
+    try {  // the picture only lets revert give back original mtimes: without it, the fresh rule
+      record_build(disk, plan, entry.id, out.untracked, picture);
+    } catch (const std::exception& e) {
+      spdlog::warn("could not record the build's picture ({}): revert will date the restored sources now", e.what());
+    }
+  }
   return out;
 }
 }  // namespace overlay

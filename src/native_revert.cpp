@@ -649,7 +649,7 @@ std::optional<RevertProblem> held_elsewhere(Disk& disk, const fs::path& overlay,
                                            " is a copy of that overlay's (archived, restored) or superseded; left alone "
                                            "(revert that overlay; delete this copy)"};
     if (copies == Copies::refuse)
-      if (auto gone = holds.copy_of_vanished(p, overlay))
+      if (auto gone = holds.copy_of_vanished(p, overlay, e.id))
         return RevertProblem{p.string(), "changed by overlay " + gone->string() + ", which has moved or been deleted, and this overlay's directory " +
                                              "is not that one (a copy: cp -a, an archive restored, a move across filesystems): entry " + e.id +
                                              " left alone, since that overlay may still be applied under another name (revert it where it is; if it "

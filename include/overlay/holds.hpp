@@ -39,6 +39,7 @@ struct Hold {
   // The holder's directory (device, inode) when the hold was written: a rename keeps it, a copy
   // (cp -a, an archive restored, a move across filesystems) has another. Absent in older holds.
   std::optional<std::pair<std::uint64_t, std::uint64_t>> overlay_id;
+  std::string entry;  // the holder's entry that made the change ("" in older holds)
 };
 
 // A file add-native is about to change, and the SHA-256 of the bytes it will write there (none
@@ -112,6 +113,9 @@ class HoldRegistry {
   // Records the original SHA-256 of paths `overlay` holds and has none for yet (artifacts, whose
   // bytes are hashed once, by their backup).
   void note_originals(const std::vector<std::pair<fs::path, std::string>>& originals, const fs::path& overlay, double lock_timeout);
+  // Names entry `id` of `overlay` in the holds `overlay` has on `paths` (written before the record
+  // names the entry, once the overlay's directory exists, so its device and inode go in too).
+  void note_entry(const std::vector<fs::path>& paths, const fs::path& overlay, const std::string& id, double lock_timeout);
 
   // Undoes a claim whose add-native failed before its manifest named the entry: each path
   // `overlay` still holds goes back to its previous holder, or is free again.
@@ -138,10 +142,13 @@ class HoldRegistry {
   // hold, ours, or a holder that vanished or no longer records it: `overlay` may be it, moved).
   std::optional<fs::path> held_instead(const fs::path& path, const fs::path& overlay);
 
-  // The holder, when it no longer records `path` where the hold names it (moved or deleted) and
-  // `overlay` is not that directory: another inode than the one the hold recorded. `overlay` is a
-  // copy then; the directory that made the change may live on under another name.
-  std::optional<fs::path> copy_of_vanished(const fs::path& path, const fs::path& overlay);
+  // The holder, when no directory stands where the hold names it (moved or deleted; one still
+  // there gave the entry away, to a fold or a revert), the hold names
+  // entry `entry` as the one that made the change, and `overlay` is not that directory:
+  // another inode than the one the hold recorded. `overlay`'s record of that entry is a copy then;
+  // the directory that made the change may live on under another name. (Another entry, or another
+  // tool's, changed the file after the holder let go: not a copy.)
+  std::optional<fs::path> copy_of_vanished(const fs::path& path, const fs::path& overlay, const std::string& entry);
 
   // The overlay recorded as holding `path`, whether or not that hold is still live.
   std::optional<fs::path> holder(const fs::path& path);
