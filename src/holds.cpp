@@ -96,7 +96,11 @@ std::optional<fs::path> HoldRegistry::held_instead(const fs::path& path, const f
   // The same directory by another name (a bind mount, a symlink): ours. A copy is another inode.
   FileInfo held = disk_.info(h->overlay, Follow::yes), ours = disk_.info(overlay, Follow::yes);
   if (held.exists() && held.dev == ours.dev && held.ino == ours.ino) return std::nullopt;
-  return still_holds(h->overlay, path) ? std::optional<fs::path>(h->overlay) : std::nullopt;
+  if (still_holds(h->overlay, path)) return h->overlay;
+  // The top let go (reverted, killed before its record, moved away): the nearest layer under it
+  // that still records a change holds the file now (claims checker: a copy of the accepted
+  // overlay, under a candidate's layer that had gone, reverted the accepted change).
+  return live_under(path, *h, overlay);
 }
 
 std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, const fs::path& overlay, const std::string& entry) {

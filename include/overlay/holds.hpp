@@ -136,7 +136,8 @@ class HoldRegistry {
   void transfer(const std::vector<fs::path>& paths, const fs::path& from, const fs::path& into, double lock_timeout);
 
   // The overlay that holds `path` in place of `overlay`: the holder on top, when it is another
-  // overlay whose record names a change to the path now and `overlay` is not a layer under it.
+  // overlay whose record names a change to the path now and `overlay` is not a layer under it;
+  // where the top no longer records it, the nearest layer under it that does.
   // A record of `overlay` that names the path is then a copy (archived, restored from a tarball)
   // or superseded: reverting it would write over that overlay's change. Nothing otherwise (no
   // hold, ours, or a holder that vanished or no longer records it: `overlay` may be it, moved).

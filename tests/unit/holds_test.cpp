@@ -123,6 +123,25 @@ TEST(HoldRegistry, ALayerUnderAHolderThatNeverRecordedStillHoldsTheFile) {
   EXPECT_FALSE(reg.why_taken(file, t / "other", low)) << "stacking on it is what --over asks";
 }
 
+// Found by the claims checker with archived copies (issue 50, seed 3577846253): a candidate
+// stacked on the accepted overlay killed before its record left the hold with the candidate on top;
+// a copy of the accepted overlay then passed for no one's, and its revert put the original over
+// the accepted change. The layer under a top that no longer records the file holds it.
+TEST(HoldRegistry, ALiveLayerUnderATopThatLetGoHoldsTheFileInsteadOfACopy) {
+  TempDir t;
+  HoldRegistry reg(real_disk(), t / "state");
+  fs::path file = t / "inst/k.cu", acc = t / "acc", copy = t / "archive/acc";
+  write_file(file, "accepted\n");
+  (void)reg.acquire({file}, acc, false, 1);
+  record_change(acc, file);
+  { HoldClaim killed = reg.acquire({file}, t / "cand", false, 1, acc); }  // killed before its record
+  record_change(copy, file);  // cp -a of the accepted overlay
+  auto instead = reg.held_instead(file, copy);
+  ASSERT_TRUE(instead) << "the copy's revert would write over the accepted overlay's change";
+  EXPECT_EQ(*instead, acc);
+  EXPECT_FALSE(reg.held_instead(file, acc)) << "the accepted overlay itself is no copy";
+}
+
 // Found by a probe (issue 49): a layer's revert killed after its record dropped the entry and before
 // it released its holds left the layer on top of a hold nothing cleared: once the layer under it
 // was reverted too, the install was pristine and `status --all` NOT clean for ever. A layer above
