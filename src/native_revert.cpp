@@ -75,7 +75,9 @@ class Reverter {
     bool ok = true;
     std::string why = why_fresh_times(disk_, e);  // judged before anything is put back
     original_times_ = why.empty();
-    report_.times.push_back({e.id, original_times_, why});
+    report_.times.push_back({e.id, original_times_, why, {}});
+    if (original_times_)
+      for (const auto& u : still_as_built(disk_, e.untracked)) report_.times.back().rewritten.push_back(u.path);
     for (auto it = e.caches.rbegin(); it != e.caches.rend(); ++it)
       ok &= attempt(it->dir, [&] {
         PinnedPlace at = place(it->dir, it->parent);

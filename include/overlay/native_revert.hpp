@@ -74,6 +74,10 @@ struct RevertReport {
     std::string entry;
     bool original = false;
     std::string why_fresh;  // "" when original
+    // With original times: untracked outputs the build rewrote that hold none of the patched code
+    // (a thin archive, a relinked executable), still as it left them, so newer than the restored
+    // files: where one is an input of a restored artifact the build relinks it (nothing compiles).
+    std::vector<std::string> rewritten;
   };
   std::vector<Times> times;
   bool ok() const { return problems.empty(); }

@@ -329,7 +329,8 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   j["notes"] = r.notes;
   j["mtimes"] = nlohmann::json::array();
   for (const auto& t : r.times)
-    j["mtimes"].push_back({{"entry", t.entry}, {"original", t.original}, {"why_fresh", t.original ? nlohmann::json(nullptr) : nlohmann::json(t.why_fresh)}});
+    j["mtimes"].push_back({{"entry", t.entry}, {"original", t.original}, {"why_fresh", t.original ? nlohmann::json(nullptr) : nlohmann::json(t.why_fresh)},
+                           {"rewritten", t.rewritten}});
   for (const auto& l : r.layers_reverted) err_line("revert", "reverted layer " + l + " first (--with-layers)");
   for (const auto& n : r.notes) err_line("revert", "note: " + n);
   if (!r.blocked_by.empty()) {
@@ -359,8 +360,12 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   if (!dry_run)
     for (const auto& t : r.times)
       err_line("revert", "entry " + t.entry + ": " +
-                             (t.original ? std::string("original mtimes back (the install's build has nothing to redo)")
-                                         : "sources dated now, build outputs a second back (" + t.why_fresh + "): the next build redoes them"));
+                             (!t.original ? "sources dated now, build outputs a second back (" + t.why_fresh + "): the next build redoes them"
+                              : t.rewritten.empty()
+                                  ? std::string("original mtimes back (the install's build has nothing to redo)")
+                                  : "original mtimes back (nothing to recompile; the build may relink what depends on " +
+                                        std::to_string(t.rewritten.size()) + " untracked output(s) it rewrote without patched code, e.g. " +
+                                        t.rewritten.front() + ")"));
   std::string where = fs::absolute(overlay).lexically_normal().string();
   if (!patch_id.empty() && missing_ok && r.entries_reverted == 0 && r.modules_removed == 0 && r.actions.empty())
     out_line("revert: no entry of patch " + patch_id + " in " + where + "; nothing to do");

@@ -120,6 +120,7 @@ struct RoundTrip {
                        " | status: " + (st.rc == 0 ? "clean" : "NOT clean") +
                        (clear.empty() ? "" : " | " + clear + " untracked output(s) holding no patched code");
     if (value) line += " | value " + old_value + " -> " + during + " -> " + value();
+    line += r.err.find("original mtimes back") != std::string::npos ? " | mtimes: original" : " | mtimes: fresh";
     return line;
   }
 };
@@ -366,7 +367,17 @@ TEST(DiscoverRealWorld, MesonBuildDir) {
   for (const auto& a : cand["artifacts"]) names.insert(fs::path(a.get<std::string>()).filename().string());
   // libk.a is a thin archive (only its members' paths): it does not change, so it is no artifact.
   EXPECT_EQ(names, (std::set<std::string>{"kernel.c.o", "app"})) << cand.dump(2);
-  std::cout << "ROUNDTRIP | meson | " << rt.run_once(cand, t / "best/kernel.c") << std::endl;
+  std::string line = rt.run_once(cand, t / "best/kernel.c");
+  std::cout << "ROUNDTRIP | meson | " << line << std::endl;
+  // Issue 51: every output discover named is restored, so nothing compiles again; the thin
+  // archive the candidate's build rewrote (no code in it) is newer than the restored app, which
+  // is relinked (revert says so), from the original object.
+  EXPECT_NE(line.find("mtimes: original"), std::string::npos) << line;
+  fs::path obj = proj / "builddir/libk.a.p/kernel.c.o";
+  auto before = fs::last_write_time(obj);
+  ASSERT_EQ(run({"ninja", "-C", (proj / "builddir").string()}).rc, 0);
+  EXPECT_EQ(fs::last_write_time(obj), before) << "kernel.c was compiled again after the revert";
+  EXPECT_EQ(trim(run({(proj / "builddir/app").string()}).out), "4");
 }
 
 // A meson-python editable install whose build dir lies outside the project (pip's
@@ -404,7 +415,12 @@ TEST(DiscoverRealWorld, MesonPythonEditableLoaderNamesTheBuildDir) {
   for (const auto& a : cand["artifacts"]) names.insert(fs::path(a.get<std::string>()).filename().string());
   EXPECT_EQ(names, (std::set<std::string>{"kernel.c.o", "libk.so"})) << cand.dump(2);
   EXPECT_NE(cand["evidence"].dump().find("_m_editable_loader.py: an editable install"), std::string::npos);
-  std::cout << "ROUNDTRIP | meson-python editable | " << rt.run_once(cand, t / "best/kernel.c") << std::endl;
+  std::string line = rt.run_once(cand, t / "best/kernel.c");
+  std::cout << "ROUNDTRIP | meson-python editable | " << line << std::endl;
+  // Issue 51: the editable loader runs ninja in the build dir at every import; after the revert
+  // it has nothing to redo (it compiled the stock kernel again before).
+  EXPECT_NE(line.find("mtimes: original"), std::string::npos) << line;
+  EXPECT_NE(run({"ninja", "-n", "-C", bdir.string()}).out.find("no work to do"), std::string::npos);
 }
 
 // A scikit-build-core editable install in redirect mode: a CMake build dir anywhere, the module
