@@ -118,6 +118,15 @@ void ab_loop(const Project& p, const std::string& old_value, const std::string& 
 }
 
 
+// A plain Makefile project under ROOT/app (kernel.c returns 4, main.c prints it) and the
+// candidate ROOT/best/kernel.c (returns 7).
+void make_app(const fs::path& root) {
+  write_file(root / "app/kernel.c", "int kernel(void) { return 4; }\n");
+  write_file(root / "best/kernel.c", "int kernel(void) { return 7; }\n");
+  write_file(root / "app/main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+  write_file(root / "app/Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n");
+}
+
 }  // namespace
 
 TEST(RealWorld, TorchCppExtensionJit) {
@@ -200,10 +209,7 @@ TEST(RealWorld, SetuptoolsInPlaceExtension) {
 TEST(RealWorld, PlainMakefile) {
   if (!have({"make", "--version"}) || !have({"cc", "--version"})) GTEST_SKIP() << "make or cc missing";
   TempDir t;
-  write_file(t / "app/kernel.c", "int kernel(void) { return 4; }\n");
-  write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
-  write_file(t / "app/main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
-  write_file(t / "app/Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n");
+  make_app(t.path());
   Project p;
   p.kind = "plain Makefile";
   p.source = t / "app/kernel.c";
@@ -331,10 +337,7 @@ TEST(RealWorld, BackToBackCyclesDoNotWaitAndStillRebuild) {
 TEST(RealWorld, RevertKeepsTheFreshRuleWhereAnOutputIsNotRestored) {
   if (!have({"make", "--version"}) || !have({"cc", "--version"})) GTEST_SKIP() << "make or cc missing";
   TempDir t;
-  write_file(t / "app/kernel.c", "int kernel(void) { return 4; }\n");
-  write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
-  write_file(t / "app/main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
-  write_file(t / "app/Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n");
+  make_app(t.path());
   fs::path app = t / "app";
   ASSERT_EQ(run({"make"}, app).rc, 0);
   auto value = [&] { return trim(run({(app / "app").string()}).out); };
