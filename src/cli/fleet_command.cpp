@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <array>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -152,7 +153,7 @@ int rerun_under_salloc(const Engine& e, const Globals& g, const std::string& ove
   std::vector<std::string> argv = {"salloc", "--no-kill"};
   for (auto& w : split_words(e.slurm_args)) argv.push_back(w);
   argv.push_back(self_path());
-  bool verb_next = false;
+  bool after_fleet = false, placed = false;
   for (std::size_t i = 1; i < g.argv.size(); ++i) {
     const std::string& a = g.argv[i];
     if (a == "--") {
@@ -167,8 +168,13 @@ int rerun_under_salloc(const Engine& e, const Globals& g, const std::string& ove
     } else {
       argv.push_back(a);
     }
-    if (verb_next) argv.insert(argv.end(), {"--coordinator-record", record});  // right after `fleet VERB`
-    verb_next = a == "fleet";
+    // Right after `fleet VERB` (flags of `fleet` itself may stand between the two words).
+    static constexpr std::array<std::string_view, 5> kVerbs = {"apply", "exec", "verify", "revert", "status"};
+    if (after_fleet && !placed && std::find(kVerbs.begin(), kVerbs.end(), a) != kVerbs.end()) {
+      argv.insert(argv.end(), {"--coordinator-record", record});
+      placed = true;
+    }
+    after_fleet = after_fleet || a == "fleet";
   }
   RunOptions o;
   o.output = Output::files;
