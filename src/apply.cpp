@@ -121,6 +121,7 @@ AppliedPatch apply_patch(Disk& disk, const ApplyPlan& plan) {
     // patch it had recorded; Concurrency.ParallelAppliesRecordWholePatches, 1 apply in 320).
     OverlayLock lock(overlay, plan.native.lock_timeout);
     ensure_sitecustomize(disk, overlay);
+    precompile_runtime(disk, overlay);
   }
   spdlog::info("applied patch {}", plan.patch_id);
   return out;

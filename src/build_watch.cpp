@@ -250,6 +250,15 @@ std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<Untrac
   return out;
 }
 
+std::string why_fresh_times(Disk& disk, const NativeEntry& e) {
+  if (!e.build_picture) return e.build_cmds.empty() ? "no build ran under the tool" : "the build was not watched";
+  for (const auto& u : e.untracked)
+    if (u.clear_reason.empty()) return "untracked output " + u.path + " may hold patched code";
+  if (BuildWatch::digest_now(disk, *e.build_picture) != e.build_picture->sha256)
+    return "files in the build's directories changed since its build, by another build or by hand";
+  return "";
+}
+
 void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reverted) {
   for (auto u : reverted.untracked) {
     if (!u.clear_reason.empty()) continue;  // holds none of the patched code

@@ -11,12 +11,12 @@
 namespace overlay {
 
 std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& dest,
-                                    mode_t mode) {
+                                    mode_t mode, Durable durable) {
   const At tmp = dest.sibling(sibling_temp_path(dest.full(), "overlay-new").filename().string());
   FileInfo old = disk.info(dest, Follow::no);
   std::string sha;
   try {
-    sha = copy_file_hashing(disk, src, tmp, mode, Durable::yes).sha256;
+    sha = copy_file_hashing(disk, src, tmp, mode, durable).sha256;
     if (old.exists()) {
       // The file it replaces keeps its owner, extended attributes (an SELinux label, an ACL) and
       // mode; the mode last, for chown clears setuid and setgid bits.
@@ -33,11 +33,11 @@ std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& d
     }
     throw;
   }
-  disk.sync_dir(dest.parent());
+  if (durable == Durable::yes) disk.sync_dir(dest.parent());
   return sha;
 }
 
-void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& data, mode_t mode) {
+void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& data, mode_t mode, NameDurable name) {
   fs::path lock = dest;
   lock += ".lock";
   {
@@ -47,7 +47,7 @@ void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& 
     out->close();
   }
   disk.rename(lock, dest);
-  disk.sync_dir(dest.parent_path());
+  if (name == NameDurable::yes) disk.sync_dir(dest.parent_path());
 }
 
 std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes) {

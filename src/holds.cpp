@@ -384,7 +384,7 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
     const auto& [p, before] = claim.previous[i];
     // Stacked on another overlay (--over, or taken over with --force): the overlays whose changes
     // this one stacks on stay named under it, each with its checksums. An artifact's original is
-    // noted from its backup (note_originals): never read twice.
+    // noted from its backup (note_entry): never read twice.
     Hold now{overlay, {}, files[i].artifact ? std::nullopt : sha_now(disk_, p), files[i].patched_sha256.value_or(""),
              files[i].artifact, {}, {}};
     if (layer[i] && (!before || before->overlay != *over)) {
@@ -403,23 +403,14 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
   return claim;
 }
 
-void HoldRegistry::note_originals(const std::vector<std::pair<fs::path, std::string>>& originals, const fs::path& overlay,
-                                  double lock_timeout) {
-  OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
-  for (const auto& [p, sha] : originals) {
-    auto h = hold_of(p);
-    if (!h || h->overlay != overlay || h->original_sha256) continue;
-    h->original_sha256 = sha;
-    write_hold(p, *h);
-  }
-}
-
-void HoldRegistry::note_entry(const std::vector<fs::path>& paths, const fs::path& overlay, const std::string& id, double lock_timeout) {
+void HoldRegistry::note_entry(const std::vector<fs::path>& paths, const std::map<fs::path, std::string>& originals,
+                              const fs::path& overlay, const std::string& id, double lock_timeout) {
   OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
   for (const auto& p : paths) {
     auto h = hold_of(p);
     if (!h || h->overlay != overlay) continue;
     h->entry = id;
+    if (auto o = originals.find(p); o != originals.end() && !h->original_sha256) h->original_sha256 = o->second;
     write_hold(p, *h);  // with the directory's identity, now that it exists
   }
 }

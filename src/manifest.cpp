@@ -602,6 +602,7 @@ void from_json(const json& j, NativeEntry& e) {
       throw err.under("build_picture");
     }
   }
+  e.served_from = opt_string(j, "build_served_from");
   e.raw = j;
 }
 
@@ -625,6 +626,7 @@ void to_json(json& j, const NativeEntry& e) {
   if (e.patch_id) j["patch_id"] = *e.patch_id;
   put_or_erase(j, "untracked_outputs", !e.untracked.empty(), e.untracked);
   put_or_erase(j, "build_picture", e.build_picture.has_value(), e.build_picture ? json(*e.build_picture) : json());
+  put_or_erase(j, "build_served_from", e.served_from.has_value(), e.served_from ? json(*e.served_from) : json());
 }
 
 FileStamp stamp_of(const FileInfo& fi) {
@@ -784,8 +786,8 @@ std::optional<Manifest> load_manifest(Disk& disk, const fs::path& overlay) {
   return parse_manifest(read_small_file(disk, p, kMaxManifestBytes));
 }
 
-void save_manifest(Disk& disk, const fs::path& overlay, const Manifest& m) {
-  write_file_atomically(disk, overlay / kManifestName, serialize_manifest(m), 0644);
+void save_manifest(Disk& disk, const fs::path& overlay, const Manifest& m, NameDurable name) {
+  write_file_atomically(disk, overlay / kManifestName, serialize_manifest(m), 0644, name);
 }
 
 }  // namespace overlay

@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <map>
 
 #include <spdlog/spdlog.h>
 
+#include "overlay/build_store.hpp"
 #include "overlay/build_watch.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
@@ -187,6 +189,9 @@ BuildWatch watch_build(Disk& disk, const NativePlan& plan) {
   for (const auto& a : plan.artifacts) dirs.push_back(a.parent_path()), tracked.push_back(a);
   std::vector<fs::path> skipped = plan.caches;
   skipped.push_back(plan.overlay);
+  skipped.push_back(plan.state_dir);  // the holds and the build store: ours, never a build's
+  // A disk trace of this very run grows with every write of ours, the watch's copies included.
+  if (const char* trace = std::getenv("OVERLAY_DISK_TRACE"); trace != nullptr && *trace != '\0') tracked.push_back(absolute_normal(trace));
   return BuildWatch::start(disk, dirs, tracked, skipped);
 }
 
@@ -204,27 +209,32 @@ void give_back_claim(HoldRegistry& holds, const HoldClaim& claim, const NativePl
 // outputs, and (after a build that succeeded) its picture of the build's dirs, which lets revert
 // tell that nothing was built there since (design.md, "The mtimes revert gives").
 void record_build(Disk& disk, const NativePlan& plan, const std::string& id, const std::vector<UntrackedOutput>& outputs,
-                  const std::optional<BuildPicture>& picture) {
+                  const std::optional<BuildPicture>& picture, const std::string& served_from) {
   OverlayLock lock(plan.overlay, plan.lock_timeout);
   auto m = load_manifest(disk, plan.overlay);
   if (!m) return;
   for (auto& e : m->natives)
-    if (e.id == id) e.untracked = outputs, e.build_picture = picture;
-  save_manifest(disk, plan.overlay, *m);
+    if (e.id == id) {
+      e.untracked = outputs, e.build_picture = picture;
+      if (!served_from.empty()) e.served_from = served_from;
+    }
+  // Lost to a power cut, the picture and the store's name cost revert its original mtimes only (it
+  // dates now): only an output that may hold patched code must be on record for good.
+  bool must_last = std::any_of(outputs.begin(), outputs.end(), [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
+  save_manifest(disk, plan.overlay, *m, must_last ? NameDurable::yes : NameDurable::no);
 }
 
 // The artifacts' original checksums, from their backups, into their holds ("" for one that did
 // not exist), before the record: an artifact hold without one is then known never recorded. A
 // failure here fails the add-native before anything is touched.
 void note_artifact_originals(HoldRegistry& holds, const NativePlan& plan, const NativeEntry& e) {
-  std::vector<std::pair<fs::path, std::string>> originals;
-  for (const auto& a : e.artifacts) originals.emplace_back(a.path, a.existed ? a.sha256 : "");
-  holds.note_originals(originals, plan.overlay, plan.lock_timeout);
+  std::map<fs::path, std::string> originals;
+  for (const auto& a : e.artifacts) originals.emplace(a.path, a.existed ? a.sha256 : "");
   std::vector<fs::path> paths;
   for (const auto& s : e.sources) paths.emplace_back(s.install_path);
   for (const auto& c : e.created) paths.emplace_back(c.path);
   for (const auto& a : e.artifacts) paths.emplace_back(a.path);
-  holds.note_entry(paths, plan.overlay, e.id, plan.lock_timeout);
+  holds.note_entry(paths, originals, plan.overlay, e.id, plan.lock_timeout);
 }
 
 // The items of the new entry `e` that stack on the lower overlay's changes become layers
@@ -347,7 +357,9 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     } else if (swap.kind == SwapKind::remove) {
       remove_file_durably(disk, held.at(swap.target));
     } else {
-      replace_file_atomically(disk, swap.content, held.at(swap.target), *e.sources[src].mode);
+      // Not fsynced: whatever a power cut leaves here (original, patched, or the name with its
+      // bytes lost), revert puts the original back from its durable backup.
+      replace_file_atomically(disk, swap.content, held.at(swap.target), *e.sources[src].mode, Durable::no);
     }
     if (swap.kind != SwapKind::create) ++src;
     spdlog::info("{} {}", to_string(swap.kind), swap.target.string());
@@ -368,15 +380,53 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     }
   }
   store.purge(store.take_litter());
-  return {id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size(), in_flight,
-          layered};
+  AppliedEntry applied{id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size(),
+                       in_flight, layered, {}};
+  auto pin = [&](const std::string& path, const std::optional<PinnedDir>& p) {
+    if (p) applied.pins.emplace(path, *p);
+  };
+  for (const auto& s : e.sources) pin(s.install_path, s.parent);
+  for (const auto& c : e.created) pin(c.path, c.parent);
+  for (const auto& a : e.artifacts) pin(a.path, a.parent);
+  for (const auto& c : e.caches) pin(c.dir, c.parent);
+  return applied;
 }
+
+namespace {
+
+// The build's outputs put back from the store, when it holds them: "" and a note when not.
+std::string serve_from_store(BuildStore& store, const NativePlan& plan, const AppliedEntry& entry, const BuildWatch& watch, WriteHandle& log,
+                             std::string& note) {
+  if (plan.rebuild || !store.enabled()) return "";
+  std::optional<StoredBuild> found;
+  std::string why;
+  try {
+    found = store.find(plan, watch);
+    if (!found) return "";
+    why = store.serve(*found, entry.pins);
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!why.empty()) {  // what went in is dated as built, older than the sources: the build redoes it
+    note = "the build store could not serve this build (" + why + "): built instead";
+    return "";
+  }
+  std::string line = "overlay: served from the build store (" + found->name() + ", built by entry " + found->entry +
+                     "); no command ran\n";
+  log.write(line.data(), line.size());
+  return found->name();
+}
+
+}  // namespace
 
 BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry) {
   BuildOutcome out;
   BuildWatch watch = watch_build(disk, plan);
   auto log = disk.create(entry.log_path, 0644, CreateMode::truncate);  // through Disk, as every write of ours
+  BuildStore store(disk, plan.state_dir);
+  out.served_from = serve_from_store(store, plan, entry, watch, *log, out.store_note);
   for (const auto& argv : plan.build_cmds) {
+    if (!out.served_from.empty()) break;
     RunOptions opts;
     opts.cwd = plan.build_cwd;
     opts.log = log.get();
@@ -396,17 +446,26 @@ BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedE
     if (out.log_error.empty()) out.log_error = e.what();
   }
   out.untracked = watch.finish(disk);
+  if (out.ok && out.served_from.empty() && store.enabled()) {
+    std::string why;
+    try {
+      why = store.keep(plan, watch, out.untracked, entry.id, entry.pins);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!why.empty()) out.store_note = "not kept in the build store: " + why;
+  }
   std::vector<fs::path> changed = plan.artifacts, patched;
   for (const auto& s : plan.swaps) changed.push_back(s.target), patched.push_back(s.target);
   judge_untracked(disk, out.untracked, changed, patched);
   out.watch_off = watch.off_reason();
   std::optional<BuildPicture> picture;
   if (out.ok && !watch.after_digest().empty()) picture = watch.recorded();
-  if (!out.untracked.empty()) {
-    record_build(disk, plan, entry.id, out.untracked, picture);
+  if (!out.untracked.empty() || !out.served_from.empty()) {
+    record_build(disk, plan, entry.id, out.untracked, picture, out.served_from);
   } else if (picture) {
     try {  // the picture only lets revert give back original mtimes: without it, the fresh rule
-      record_build(disk, plan, entry.id, out.untracked, picture);
+      record_build(disk, plan, entry.id, out.untracked, picture, out.served_from);
     } catch (const std::exception& e) {
       spdlog::warn("could not record the build's picture ({}): revert will date the restored sources now", e.what());
     }

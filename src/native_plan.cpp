@@ -282,6 +282,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   plan.lock_timeout = req.lock_timeout;
   plan.build_timeout = req.build_timeout;
   plan.force = req.force;
+  plan.rebuild = req.rebuild;
   plan.state_dir = req.state_dir.empty() ? HoldRegistry::default_state_dir() : req.state_dir;
   check_overlay_dir(disk, plan.overlay, req.trust_owner);
   if (req.over) plan.over = checked_lower(disk, absolute_normal(*req.over), plan.overlay);

@@ -44,20 +44,6 @@ std::vector<fs::path> installed_paths(const NativeEntry& e) {
   return paths;
 }
 
-// Why revert must date entry `e`'s restored files now ("" when their original mtimes may come
-// back): only when every output its build made from the patched sources is restored too — the
-// tracked artifacts and caches by this revert, no untracked output that may hold patched code,
-// and nothing built in the build's dirs since (the watch's picture, taken again, is the same) — is
-// the build's view the one before the apply, so that its next run has nothing to redo.
-std::string why_fresh_times(Disk& disk, const NativeEntry& e) {
-  if (!e.build_picture) return e.build_cmds.empty() ? "no build ran under the tool" : "the build was not watched";
-  for (const auto& u : e.untracked)
-    if (u.clear_reason.empty()) return "untracked output " + u.path + " may hold patched code";
-  if (BuildWatch::digest_now(disk, *e.build_picture) != e.build_picture->sha256)
-    return "files in the build's directories changed since its build, by another build or by hand";
-  return "";
-}
-
 // The holds of the state dir the options name (the default one when they name none).
 HoldRegistry holds_of(Disk& disk, const RevertOptions& opts) {
   return HoldRegistry(disk, opts.state_dir.empty() ? HoldRegistry::default_state_dir() : opts.state_dir);

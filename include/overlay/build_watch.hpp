@@ -34,6 +34,9 @@ class BuildWatch {
   // What to record so digest_now can look again: the dirs, tracked files and skipped dirs, and
   // after_digest().
   BuildPicture recorded() const;
+  // The picture start() took (empty when the watch is off), and the dirs it walked.
+  const std::map<fs::path, FileStamp>& before() const { return seen_; }
+  const std::vector<fs::path>& dirs() const { return dirs_; }
 
  private:
   std::map<fs::path, FileStamp> seen_;
@@ -51,6 +54,13 @@ std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<Untrac
 // Moves a reverted entry's untracked outputs to the manifest's top level (with the entry and its
 // build), keeping there only those still as built.
 void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reverted);
+
+// Why revert must date entry `e`'s restored files now ("" when their original mtimes may come
+// back): only when every output its build made from the patched sources is restored too — the
+// tracked artifacts and caches by the revert, no untracked output that may hold patched code,
+// and nothing built in the build's dirs since (the watch's picture, taken again, is the same) — is
+// the build's view the one before the apply, so that its next run has nothing to redo.
+std::string why_fresh_times(Disk& disk, const NativeEntry& e);
 
 // Gives `clear_reason` to each output that holds none of the patched code, judged by what the
 // build says or the output's own bytes show (anything else "may hold patched code"):

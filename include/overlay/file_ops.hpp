@@ -10,15 +10,22 @@ namespace overlay {
 
 // Replaces dest by a copy of src atomically: writes a temporary file beside dest, fsyncs it,
 // gives it `mode` (and, when dest exists, dest's owner and extended attributes), renames it over
-// dest, fsyncs the directory.
-// A reader sees the old or the new file, never a torn one. Returns the SHA-256 of the new file.
+// dest, fsyncs the directory. With Durable::no neither fsync is made: a reader still sees the old
+// or the new file, never a torn one, but a power cut may leave either (or, on a filesystem that
+// orders nothing, the new name with its bytes lost): for a file something else can put back
+// (add-native's swap, which the record restores). Returns the SHA-256 of the new file.
 std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& dest,
-                                    mode_t mode);
+                                    mode_t mode, Durable durable = Durable::yes);
 
 // Writes `data` to dest with git's lockfile shape: dest.lock, fsync, rename over dest, fsync dir.
 // dest.lock is truncated, not created exclusively (a crash may leave one): two writers of one
 // dest must be serialised by the caller (an overlay's files: its OverlayLock).
-void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& data, mode_t mode);
+// NameDurable::no leaves out the directory fsync: after a power cut dest holds the old bytes or
+// the new, whole (the data is fsynced before the rename either way), for a write whose loss
+// loses nothing but what it adds (a record a later reader can do without).
+enum class NameDurable { yes, no };
+void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& data, mode_t mode,
+                           NameDurable name = NameDurable::yes);
 
 // Reads a whole (small) file; refuses files larger than max_bytes.
 std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes);

@@ -4,6 +4,7 @@
 // Registry: $OVERLAY_STATE_DIR, else $XDG_STATE_HOME/overlay, else ~/.local/state/overlay
 // (else /tmp/overlay-state-<uid>); one file per held path under holds/, named by its SHA-256.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -110,12 +111,12 @@ class HoldRegistry {
   std::optional<std::string> why_taken(const fs::path& path, const fs::path& overlay,
                                        const std::optional<fs::path>& over = std::nullopt);
 
-  // Records the original SHA-256 of paths `overlay` holds and has none for yet (artifacts, whose
-  // bytes are hashed once, by their backup).
-  void note_originals(const std::vector<std::pair<fs::path, std::string>>& originals, const fs::path& overlay, double lock_timeout);
   // Names entry `id` of `overlay` in the holds `overlay` has on `paths` (written before the record
-  // names the entry, once the overlay's directory exists, so its device and inode go in too).
-  void note_entry(const std::vector<fs::path>& paths, const fs::path& overlay, const std::string& id, double lock_timeout);
+  // names the entry, once the overlay's directory exists, so its device and inode go in too), and
+  // gives each path in `originals` that has none yet its original SHA-256 (artifacts, whose bytes
+  // are hashed once, by their backup). One write per hold.
+  void note_entry(const std::vector<fs::path>& paths, const std::map<fs::path, std::string>& originals, const fs::path& overlay,
+                  const std::string& id, double lock_timeout);
 
   // Undoes a claim whose add-native failed before its manifest named the entry: each path
   // `overlay` still holds goes back to its previous holder, or is free again.

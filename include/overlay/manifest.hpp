@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "overlay/disk.hpp"
+#include "overlay/file_ops.hpp"
 #include "overlay/owner.hpp"
 
 namespace overlay {
@@ -202,6 +203,7 @@ struct NativeEntry {
   bool kept = false;  // `exec --keep-on-success` left it applied on purpose: gc-stale leaves it (added key)
   std::vector<UntrackedOutput> untracked;  // observed around the build (added key)
   std::optional<BuildPicture> build_picture;  // the watch's picture after the build (added key)
+  std::optional<std::string> served_from;     // the build store's record put back instead of a build (added key)
   json raw = json::object();
 };
 
@@ -298,7 +300,8 @@ bool is_safe_relative(const std::string& rel);
 // Loads <overlay>/_overlay_manifest.json; nothing when the file does not exist.
 std::optional<Manifest> load_manifest(Disk& disk, const fs::path& overlay);
 
-// Saves atomically: <manifest>.lock, fsync, rename over, fsync the overlay directory.
-void save_manifest(Disk& disk, const fs::path& overlay, const Manifest& m);
+// Saves atomically: <manifest>.lock, fsync, rename over, fsync the overlay directory (not with
+// NameDurable::no: a power cut may then leave the manifest before this write, whole).
+void save_manifest(Disk& disk, const fs::path& overlay, const Manifest& m, NameDurable name = NameDurable::yes);
 
 }  // namespace overlay

@@ -60,6 +60,7 @@ struct AddNativeRequest {
   double lock_timeout = 120;
   std::optional<double> build_timeout;
   bool force = false;    // take over installed files another overlay still holds
+  bool rebuild = false;  // run the build even where the build store holds its outputs
   bool trust_owner = false;  // record in an overlay others could write (revert must be told too)
   // --over LOWER: stacked on LOWER's changes (layers.hpp); a file LOWER holds is taken as a layer.
   std::optional<fs::path> over;
@@ -92,6 +93,7 @@ struct NativePlan {
   double lock_timeout = 120;
   std::optional<double> build_timeout;
   bool force = false;
+  bool rebuild = false;
   std::optional<fs::path> over;  // the lower overlay (absolute), where --over named one
   fs::path state_dir;
   std::vector<std::shared_ptr<PatchedCopy>> patched;  // keeps --patch results alive

@@ -53,6 +53,10 @@ struct NativeStatus {
   std::optional<std::string> build_log;  // absolute
   std::vector<TrackedFile> files;
   std::vector<UntrackedOutput> untracked;  // its build's untracked outputs, still as built
+  std::optional<std::string> served_from;  // its build's outputs came from the build store (that record)
+  // The mtimes its revert would give now: "" original ones (the build then has nothing to redo),
+  // otherwise why the restored sources are dated now (why_fresh_times).
+  std::string why_fresh_times;
 };
 
 // A Python entry: it changes nothing in the install; `file` is its file in the overlay, if any.

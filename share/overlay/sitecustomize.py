@@ -231,9 +231,11 @@ def _parse_json(text):
                 return {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}[name]
 
         scan = _json.make_scanner(Context())
-    except Exception:  # another implementation of Python
-        import json
-
+    except Exception:  # another implementation of Python, or a minimal one without _json
+        try:
+            import json
+        except ImportError:  # Debian's python3-minimal, slim images: neither module
+            return _parse_json_plain(text)
         return json.loads(text)
     n = len(text)
     i = 0
@@ -248,6 +250,124 @@ def _parse_json(text):
     if end != n:
         raise ValueError("extra data after the JSON value at %d" % end)
     return value
+
+
+def _parse_json_plain(text):
+    """JSON text to Python values with no module at all (what json.loads gives for a manifest)."""
+    n, pos = len(text), [0]
+    escapes = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+    def ws():
+        while pos[0] < n and text[pos[0]] in " \t\n\r":
+            pos[0] += 1
+
+    def expect(c):
+        ws()
+        if text[pos[0]:pos[0] + 1] != c:
+            raise ValueError("expected %r at %d" % (c, pos[0]))
+        pos[0] += 1
+
+    def string():
+        expect('"')
+        out, i = [], pos[0]
+        while True:
+            j = i
+            while j < n and text[j] not in '"\\':
+                j += 1
+            if j >= n:
+                raise ValueError("unterminated string at %d" % i)
+            out.append(text[i:j])
+            if text[j] == '"':
+                pos[0] = j + 1
+                return "".join(out)
+            c = text[j + 1:j + 2]
+            if c == "u":
+                code = int(text[j + 2:j + 6], 16)
+                i = j + 6
+                if 0xD800 <= code < 0xDC00 and text[i:i + 2] == "\\u":
+                    low = int(text[i + 2:i + 6], 16)
+                    if 0xDC00 <= low < 0xE000:
+                        code, i = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00), i + 6
+                out.append(chr(code))
+            elif c in escapes:
+                out.append(escapes[c])
+                i = j + 2
+            else:
+                raise ValueError("bad escape at %d" % j)
+
+    def value():
+        ws()
+        c = text[pos[0]:pos[0] + 1]
+        if c == "{":
+            pos[0] += 1
+            d = {}
+            ws()
+            if text[pos[0]:pos[0] + 1] == "}":
+                pos[0] += 1
+                return d
+            while True:
+                k = string()
+                expect(":")
+                d[k] = value()
+                ws()
+                if text[pos[0]:pos[0] + 1] == "}":
+                    pos[0] += 1
+                    return d
+                expect(",")
+        if c == "[":
+            pos[0] += 1
+            a = []
+            ws()
+            if text[pos[0]:pos[0] + 1] == "]":
+                pos[0] += 1
+                return a
+            while True:
+                a.append(value())
+                ws()
+                if text[pos[0]:pos[0] + 1] == "]":
+                    pos[0] += 1
+                    return a
+                expect(",")
+        if c == '"':
+            return string()
+        for word, v in (("true", True), ("false", False), ("null", None)):
+            if text.startswith(word, pos[0]):
+                pos[0] += len(word)
+                return v
+        # -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, as JSON has it (float() takes more)
+        i = j = pos[0]
+        digits = "0123456789"
+
+        def run(k):
+            while k < n and text[k] in digits:
+                k += 1
+            return k
+
+        if text[j:j + 1] == "-":
+            j += 1
+        k = run(j)
+        if k == j or (text[j] == "0" and k > j + 1):
+            raise ValueError("no JSON value at %d" % i)
+        real = False
+        if text[k:k + 1] == ".":
+            m = run(k + 1)
+            if m == k + 1:
+                raise ValueError("bad number at %d" % i)
+            k, real = m, True
+        if text[k:k + 1] in ("e", "E"):
+            m = k + 1 + (text[k + 1:k + 2] in ("+", "-"))
+            e = run(m)
+            if e == m:
+                raise ValueError("bad number at %d" % i)
+            k, real = e, True
+        pos[0] = k
+        return float(text[i:k]) if real else int(text[i:k])
+
+    v = value()
+    ws()
+    if pos[0] != n:
+        raise ValueError("extra data after the JSON value at %d" % pos[0])
+    return v
 
 
 def _rebind_rows(manifest):
@@ -823,7 +943,10 @@ def _chain_next_sitecustomize(here, chained):
 
 
 try:
-    _overlay_main()
+    # The tool runs this text with _OVERLAY_PRECOMPILE set to write the start-up plan for an
+    # interpreter it knows (where bytecode writing is off, no process would): nothing applies then.
+    if not globals().get("_OVERLAY_PRECOMPILE"):
+        _overlay_main()
 except Exception as _e:  # never crash the interpreter
     try:
         _sys.stderr.write("[overlay] sitecustomize failed: %s: %s\n" % (type(_e).__name__, _e))

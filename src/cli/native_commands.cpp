@@ -40,6 +40,9 @@ double parse_duration(const std::string& text) {
 void warn_about_build(const std::string& cmd, const BuildOutcome& b, const AppliedEntry& entry) {
   if (!b.log_error.empty()) err_line(cmd, "warning: build log " + entry.log_path.string() + " is incomplete (" + b.log_error + "); the build's whole output went to stderr");
   if (!b.watch_off.empty()) err_line(cmd, "build outputs not watched: " + b.watch_off);
+  if (!b.served_from.empty())
+    err_line(cmd, "served from the build store (record " + b.served_from + "): the same build of the same inputs ran before; no command ran (--rebuild builds)");
+  if (!b.store_note.empty()) err_line(cmd, b.store_note);
   std::vector<std::string> holding, clear;
   for (const auto& u : b.untracked) (u.clear_reason.empty() ? holding : clear).push_back(u.path);
   auto names = [](const std::vector<std::string>& v) {
@@ -58,7 +61,9 @@ void warn_about_build(const std::string& cmd, const BuildOutcome& b, const Appli
 }
 
 nlohmann::json build_json(const BuildOutcome& b, const AppliedEntry& entry) {
-  nlohmann::json j = {{"ran", true}, {"ok", b.ok}, {"log", entry.log_path.string()}};
+  nlohmann::json j = {{"ran", b.served_from.empty()}, {"ok", b.ok}, {"log", entry.log_path.string()}};
+  j["served_from_store"] = b.served_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.served_from);
+  if (!b.store_note.empty()) j["store_note"] = b.store_note;
   j["untracked_outputs"] = untracked_json(b.untracked);
   if (!b.watch_off.empty()) j["watch_off"] = b.watch_off;
   if (!b.log_error.empty()) j["log_error"] = b.log_error;
@@ -456,6 +461,9 @@ void add_build_flags(CLI::App& sub, AddNativeFlags& f) {
   sub.add_option("--invalidate-cache", f.caches, "Cache directory to snapshot and clear (repeatable)");
   sub.add_option("--build-cmd", f.req.build_cmds, "Build command, split like sh, never run by one (repeatable)");
   sub.add_option("--build-cwd", f.build_cwd, "Working directory of the build (default: current)");
+  sub.add_flag("--rebuild", f.req.rebuild,
+               "Run the build even where the build store holds what this same build made before "
+               "(default: those outputs are put back, no command runs)");
   sub.add_option("--cache-snapshot", f.cache_snapshot,
                  "How caches are kept: auto (move when on the overlay's filesystem, else aside when the cache's "
                  "parent is writable, else tar), move (into the overlay), aside (renamed beside itself), tar")

@@ -122,6 +122,9 @@ void print_status_table(const StatusReport& r) {
       if (!f.layers.empty()) more += "  (layers, bottom first: " + describe_stack(f.layers) + ")";
       out_line(line + f.path + more);
     }
+    if (e.served_from) out_line("  build     served from the build store (" + *e.served_from + "): no command ran");
+    out_line(e.why_fresh_times.empty() ? std::string("  revert    gives back the original mtimes (the install's build then has nothing to redo)")
+                                       : "  revert    dates restored sources now, build outputs a second back (" + e.why_fresh_times + ")");
     for (const auto& u : e.untracked)
       out_line(u.clear_reason.empty()
                    ? "  untracked rebuilt      " + u.path + "  (" + u.change + " by this entry's build)"
@@ -230,6 +233,9 @@ nlohmann::json status_json(const StatusReport& r) {
     n["age_s"] = e.created_at ? nlohmann::json(seconds_now() - *e.created_at) : nlohmann::json(nullptr);
     n["build_log"] = e.build_log ? nlohmann::json(*e.build_log) : nlohmann::json(nullptr);
     n["patch_id"] = e.patch_id ? nlohmann::json(*e.patch_id) : nlohmann::json(nullptr);
+    n["served_from_store"] = e.served_from ? nlohmann::json(*e.served_from) : nlohmann::json(nullptr);
+    n["revert_mtimes"] = e.why_fresh_times.empty() ? nlohmann::json({{"rule", "original"}})
+                                                   : nlohmann::json({{"rule", "fresh"}, {"why", e.why_fresh_times}});
     n["files"] = nlohmann::json::array();
     for (const auto& f : e.files) {
       nlohmann::json fj = {{"kind", to_string(f.kind)}, {"path", f.path}, {"state", to_string(f.state)}};

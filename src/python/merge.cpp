@@ -206,6 +206,7 @@ MergeResult merge_overlays(Disk& disk, const MergeRequest& req) {
     merged.doc = u.doc;
     save_manifest(disk, staging, merged);
     ensure_sitecustomize(disk, staging);
+    precompile_runtime(disk, staging);
     if (oi.exists()) disk.remove(r.output);  // the empty directory it replaces
     disk.rename(staging, r.output);
     disk.sync_dir(r.output.parent_path());

@@ -2,10 +2,13 @@
 
 #include "overlay/error.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
+#include "overlay/process.hpp"
 
 namespace overlay {
 namespace {
@@ -14,6 +17,7 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
+    {"1d75eb66138e0e62af023a55fc25d38a0db5011641cef43f9702b2c028aecd32", "overlay (format 2, before precompiled start-up)"},
     {"e83ffc8276e6f1f5b2e920856e1cdbf2a35af5eee5c8ccf0e11e4f06c687445f", "overlay (format 2, before layers)"},
     {"b9537508d67439ca994879cce2fca733d319b7a2a790661d93d683ffff5d007a", "overlay (format 2, before layers and installers)"},
     {"5ba306870c2abeca55267982d3abe2580e44b2d83b9e05da4d12af9aceae2aa2", "overlay (format 2)"},
@@ -92,6 +96,88 @@ SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, R
   write_file_atomically(disk, p, sitecustomize_text(), 0644);
   o.written = true;
   return o;
+}
+
+namespace {
+
+// Run by each interpreter as `-I -S -c SCRIPT OVERLAY`: the runtime's files compiled where their
+// bytecode is missing or stale (the header's source mtime and size, as the import system checks),
+// then the runtime's own manifest reader, with nothing applied, writes the start-up plan.
+constexpr const char* kPrecompileScript = R"PY(
+import importlib.util, os, py_compile, sys
+d = sys.argv[1]
+for name in ("sitecustomize.py", "_overlay_apply.py", "_overlay_worker_ext.py"):
+    src = os.path.join(d, name)
+    if not os.path.isfile(src):
+        continue
+    pyc = importlib.util.cache_from_source(src)
+    st = os.stat(src)
+    try:
+        with open(pyc, "rb") as f:
+            head = f.read(16)
+        fresh = (head[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(head[4:8], "little") == 0
+                 and int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+                 and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
+    except OSError:
+        fresh = False
+    if not fresh:
+        py_compile.compile(src, cfile=pyc, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+path = os.path.join(d, "sitecustomize.py")
+ns = {"__name__": "_overlay_precompile", "__file__": path, "_OVERLAY_PRECOMPILE": True}
+with open(path) as f:
+    exec(compile(f.read(), path, "exec"), ns)
+if os.path.isfile(os.path.join(d, "_overlay_manifest.json")):
+    ns["_read_manifest"](d)
+)PY";
+
+// The interpreters that may run an overlay, each once (by real path).
+std::vector<std::string> known_interpreters(Disk& disk) {
+  std::vector<std::string> names;
+  if (const char* p = std::getenv("OVERLAY_PYTHON"); p != nullptr && *p != '\0') names.emplace_back(p);
+  if (const char* path = std::getenv("PATH"); path != nullptr) {
+    std::string dirs(path);
+    for (std::size_t start = 0; start <= dirs.size();) {
+      std::size_t end = dirs.find(':', start);
+      if (end == std::string::npos) end = dirs.size();
+      fs::path cand = fs::path(dirs.substr(start, end - start)) / "python3";
+      if (!dirs.substr(start, end - start).empty() && disk.info(cand, Follow::yes).type == FileType::regular) {
+        names.push_back(cand.string());
+        break;
+      }
+      start = end + 1;
+    }
+  }
+  names.emplace_back("/usr/bin/python3");
+  std::vector<std::string> out, seen;
+  for (const auto& n : names) {
+    fs::path p(n);
+    if (!p.is_absolute() || disk.info(p, Follow::yes).type != FileType::regular) continue;
+    std::string real;
+    try {
+      real = disk.real_path(p).string();
+    } catch (const Error&) {
+      continue;
+    }
+    if (std::find(seen.begin(), seen.end(), real) != seen.end()) continue;
+    seen.push_back(real);
+    out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> precompile_runtime(Disk& disk, const fs::path& overlay) {
+  std::vector<std::string> done;
+  if (classify_sitecustomize(disk, overlay) != SitecustomizeKind::current) return done;
+  for (const auto& py : known_interpreters(disk)) {
+    RunOptions o;
+    o.output = Output::capture;
+    o.timeout_s = 30;
+    RunResult r = run_process({py, "-I", "-S", "-c", kPrecompileScript, overlay.string()}, o);
+    if (r.ok()) done.push_back(py);
+  }
+  return done;
 }
 
 std::string kept_foreign_note(const fs::path& overlay) {

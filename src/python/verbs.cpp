@@ -200,6 +200,7 @@ PyAddResult record_with(Disk& disk, const PyCommon& c, Edit&& edit, PutFiles&& p
   // downstream hash them.
   if (!existed || m.doc != before) save_manifest(disk, r.overlay, m);
   r.sitecustomize = ensure_sitecustomize(disk, r.overlay, c.replace);
+  precompile_runtime(disk, r.overlay);
   return r;
 }
 

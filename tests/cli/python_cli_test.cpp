@@ -288,3 +288,46 @@ TEST_F(Py, CountCallsAcrossProcesses) {
   EXPECT_TRUE(q["calls"].is_null()) << q;
   EXPECT_EQ(q["applied_processes"], 3) << q;
 }
+
+// Where bytecode writing is off (PYTHONDONTWRITEBYTECODE=1, as in many serving images) no process
+// compiles the runtime: the tool wrote its bytecode when it wrote the overlay (issue 51).
+TEST_F(Py, NoProcessCompilesTheRuntimeWhereBytecodeWritingIsOff) {
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
+                    "--impl-file", (t / "fast_ops.py").string()}).rc, 0);
+  std::vector<std::string> env = env_with(ov);
+  env.push_back("PYTHONDONTWRITEBYTECODE=1");
+  Cmd on = run({"python3", "-v", "-c", "from pkg.ops import add\nprint(add(1, 2))"}, t.path(), env);
+  EXPECT_EQ(on.out, "('fast', 3)\n") << on.err;
+  EXPECT_NE(on.err.find("code object from '" + ov + "/__pycache__/sitecustomize."), std::string::npos) << on.err.substr(0, 4000);
+  // The start-up plan for this manifest is there too: a process that cannot parse JSON at all
+  // still applies it.
+  bool plan = false;
+  for (const auto& e : fs::directory_iterator(t / "ov/__pycache__")) plan |= e.path().filename().string().rfind("_overlay_plan.", 0) == 0;
+  EXPECT_TRUE(plan);
+  // A second add changes the manifest: the plan follows it.
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:K.m", "--impl-module", "fast_ops", "--impl-attr", "fast_m"}).rc, 0);
+  EXPECT_EQ(py("from pkg.ops import add, K\nprint(add(1, 2), K().m())", env).out, "('fast', 3) fast-m\n");
+}
+
+// A process without the json module (Debian's python3-minimal, slim images: neither json nor its
+// C scanner _json) applies the overlay, with the start-up plan the tool wrote and without it.
+TEST_F(Py, AProcessWithoutAJsonModuleAppliesTheOverlay) {
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
+                    "--impl-file", (t / "fast_ops.py").string()}).rc, 0);
+  write_file(t / "nojson/json/__init__.py", "raise ImportError(\"No module named 'json'\")\n");
+  write_file(t / "nojson/_json.py", "raise ImportError(\"No module named '_json'\")\n");
+  std::vector<std::string> env = {"PYTHONPATH=" + (t / "nojson").string() + ":" + ov + ":" + site, "PYTHONDONTWRITEBYTECODE=1"};
+  const std::string code = "from pkg.ops import add\nprint(add(1, 2))\ntry:\n    import json\nexcept ImportError:\n    print('no json')\n";
+  Cmd with_plan = py(code, env);
+  EXPECT_EQ(with_plan.out, "('fast', 3)\nno json\n") << with_plan.err;
+  fs::remove_all(t / "ov/__pycache__");
+  Cmd parsed = py(code, env);
+  EXPECT_EQ(parsed.out, "('fast', 3)\nno json\n") << parsed.err;
+  EXPECT_EQ(parsed.err.find("cannot read manifest"), std::string::npos) << parsed.err;
+  // Its parse is json's: a manifest with escapes, nesting and numbers reads the same.
+  json m = manifest(ov);
+  m["note"] = {{"text", "caf\u00e9 \"q\" \\ \n \U0001F600"}, {"n", {1, -2.5, 3e2, true, false, nullptr}}};
+  write_file(t / "ov/_overlay_manifest.json", m.dump(2));
+  Cmd again = py(code, env);
+  EXPECT_EQ(again.out, "('fast', 3)\nno json\n") << again.err;
+}

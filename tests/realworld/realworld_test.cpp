@@ -110,8 +110,30 @@ void ab_loop(const Project& p, const std::string& old_value, const std::string& 
   EXPECT_EQ(again, old_value);
   bool nothing_redone = stamps(compiled) == after_revert;
   EXPECT_TRUE(nothing_redone) << p.kind << ": the build after revert compiled again";
+
+  // The same candidate again (an ABAB confirmation run): what its build made comes back from the
+  // build store, no build command runs, and the install's own build agrees there is nothing to
+  // redo; a revert then leaves everything as before, as after a build.
+  Cmd a2 = run_overlay(add, {}, p.env);
+  ASSERT_EQ(a2.rc, 0) << p.kind << ": " << a2.err;
+  bool served = a2.err.find("served from the build store") != std::string::npos;
+  EXPECT_TRUE(served) << p.kind << ": " << a2.err;
+  EXPECT_EQ(run_overlay({"verify-native", "--overlay", ov.string()}, {}, p.env).rc, 0);
+  EXPECT_EQ(file_sha256(p.artifacts.front()).substr(0, 12), art_during) << p.kind << ": the served artifact is the candidate's build";
+  auto served_stamps = stamps(compiled);
+  Cmd b2 = run(argv, p.build_cwd, p.env);
+  ASSERT_EQ(b2.rc, 0) << b2.err;
+  EXPECT_EQ(p.run_value(), new_value) << p.kind << ": candidate served from the store";
+  bool served_clean = stamps(compiled) == served_stamps;
+  EXPECT_TRUE(served_clean) << p.kind << ": the install's build compiled again after a served apply";
+  Cmd r2 = run_overlay({"revert", "--overlay", ov.string()}, {}, p.env);
+  ASSERT_EQ(r2.rc, 0) << r2.err;
+  EXPECT_NE(r2.err.find("original mtimes back"), std::string::npos) << p.kind << ": " << r2.err;
+  EXPECT_TRUE(digests(p) == before) << p.kind << ": byte-exact after reverting the served apply";
+  EXPECT_EQ(p.run_value(), old_value);
   std::cout << "REALWORLD | " << p.kind << " | value " << ref << " -> " << cand << " -> " << after << " -> " << again
-            << " (next build) | " << p.artifacts.front().filename().string() << " sha256 " << art_before << " -> "
+            << " (next build) | again: " << (served ? "served from the build store" : "BUILT AGAIN") << ", then "
+            << (served_clean ? "nothing to redo" : "COMPILED AGAIN") << " | " << p.artifacts.front().filename().string() << " sha256 " << art_before << " -> "
             << art_during << " -> " << short_sha(p.artifacts.front()) << " (next build) | source, artifacts, caches after revert: "
             << (exact ? "equal" : "DIFFERENT") << " | build after revert: " << (nothing_redone ? "nothing to redo" : "COMPILED AGAIN")
             << std::endl;

@@ -324,6 +324,52 @@ class Runtime(Case):
         self.assertLess(said, r.stderr.index("RUNNING"), r.stderr)
         self.assertEqual(r.stderr.count("cannot record live applications"), 1, r.stderr)
 
+    # Issue 51: a process without json and _json (python3-minimal) parses the manifest with the
+    # runtime's own parser. It must read every document as json.loads does: random documents
+    # (seeded: RUNTIME_JSON_SEED replays one) of the shapes a manifest holds, escapes, surrogate
+    # pairs and lone surrogates, numbers, nesting, both ensure_ascii forms and indents; and it must
+    # refuse a document cut short.
+    def test_the_plain_json_parser_reads_what_json_loads_reads(self):
+        import random
+        o = self.overlay(["add-rebind", "--target", "ovj_a:f", "--impl-module", "ovj_impl", "--impl-attr", "g"])
+        ns = {"__name__": "_overlay_precompile", "_OVERLAY_PRECOMPILE": True}
+        with open(os.path.join(o, "sitecustomize.py")) as f:
+            exec(compile(f.read(), "sitecustomize.py", "exec"), ns)
+        parse = ns["_parse_json_plain"]
+        seed = int(os.environ.get("RUNTIME_JSON_SEED", random.randrange(1 << 30)))
+        rng = random.Random(seed)
+        alphabet = 'ab/\\"\n\t\x00\x1f \u00e9\u2028\ud83d\ude00\udcff{}[]:,' + "\U0001F600"
+
+        def text():
+            return "".join(rng.choice(alphabet) for _ in range(rng.randrange(8)))
+
+        def value(depth):
+            k = rng.randrange(9 if depth < 4 else 6)
+            if k == 0:
+                return None
+            if k == 1:
+                return rng.random() < 0.5
+            if k == 2:
+                return rng.randrange(-10 ** 12, 10 ** 12)
+            if k == 3:
+                return rng.uniform(-1e6, 1e6) * 10 ** rng.randrange(-20, 20)
+            if k in (4, 5):
+                return text()
+            if k in (6, 7):
+                return {text(): value(depth + 1) for _ in range(rng.randrange(4))}
+            return [value(depth + 1) for _ in range(rng.randrange(4))]
+
+        for i in range(400):
+            doc = json.dumps(value(0), ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 0, 2]))
+            self.assertEqual(parse(doc), json.loads(doc), "seed %d, document %d: %r" % (seed, i, doc))
+            if len(doc) > 1:
+                cut = doc[:rng.randrange(1, len(doc))]
+                try:
+                    json.loads(cut)
+                except ValueError:
+                    with self.assertRaises(Exception, msg="seed %d: %r" % (seed, cut)):
+                        parse(cut)
+
 
 if __name__ == "__main__":
     if not BIN:

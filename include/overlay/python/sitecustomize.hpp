@@ -3,6 +3,7 @@
 // embedded at build time), written into each overlay — but only over a file some version of this
 // tool or of overlay_setup.py generated: a sitecustomize.py someone wrote belongs to them.
 #include <string>
+#include <vector>
 
 #include "overlay/disk.hpp"
 
@@ -51,6 +52,15 @@ struct SitecustomizeOutcome {
 // foreign and `replace` is generated_only; writes the worker modules wherever they differ from
 // ours. Never touches the manifest.
 SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, Replace replace = Replace::generated_only);
+
+// For each interpreter that may run the overlay (OVERLAY_PYTHON, python3 on PATH,
+// /usr/bin/python3; each once by real path), compiles the overlay's runtime to bytecode in its
+// __pycache__ (where it is stale or missing) and writes the start-up plan of the manifest as it
+// is now: so that no process compiles the runtime or parses the manifest, even where bytecode
+// writing is off (PYTHONDONTWRITEBYTECODE=1, common in serving images). Only over our own
+// sitecustomize.py. Best effort, never an error: where an interpreter is missing or fails, its
+// processes compile and parse as before. Returns the interpreters it wrote for.
+std::vector<std::string> precompile_runtime(Disk& disk, const fs::path& overlay);
 
 // Refuses (Error naming the problem) an overlay path that cannot sit on PYTHONPATH: the
 // interpreter splits PYTHONPATH at every ':' (os.pathsep), so `runs/2026-12-03T21:55:00/ov`
