@@ -72,14 +72,19 @@ def run(argv, env, cwd=None):
 class Compiles:
     """A compiler wrapper first on PATH that logs each call; count() says how many compiled."""
 
-    def __init__(self, w, real):
+    def __init__(self, w):
         self.log = os.path.join(w, "compiles.log")
         self.bin = os.path.join(w, "bin")
         os.makedirs(self.bin)
         open(self.log, "w").close()
-        for name in ("c++", "g++"):
+        for name in ("c++", "g++", "nvcc"):
+            real = shutil.which(name)
+            if real is None:
+                continue
+            # A compile nvcc hands its host compiler is not counted again (AB_LOOP_IN_COMPILE).
             with open(os.path.join(self.bin, name), "w") as f:
-                f.write('#!/bin/sh\ncase " $* " in *" -c "*) echo compile >> %s;; esac\nexec %s "$@"\n' % (shlex.quote(self.log), real))
+                f.write('#!/bin/sh\nif [ -z "$AB_LOOP_IN_COMPILE" ]; then case " $* " in *" -c "*) echo %s >> %s;; esac; fi\n'
+                        'AB_LOOP_IN_COMPILE=1 exec %s "$@"\n' % (name, shlex.quote(self.log), shlex.quote(real)))
             os.chmod(os.path.join(self.bin, name), 0o755)
 
     def count(self):
@@ -210,10 +215,9 @@ def main():
     ap.add_argument("--example", choices=["jit", "cmake", "both"], default="both")
     a = ap.parse_args()
     a.overlay = os.path.abspath(a.overlay)
-    real = shutil.which("c++") or "/usr/bin/c++"
     for name in (["cmake", "jit"] if a.example == "both" else [a.example]):
         with tempfile.TemporaryDirectory(prefix="overlay-ab-loop-") as w:
-            compiles = Compiles(w, real)
+            compiles = Compiles(w)
             env = dict(os.environ, OVERLAY_STATE_DIR=os.path.join(w, "state"), PATH=compiles.bin + os.pathsep + os.environ["PATH"])
             ex = setup_jit(w, a.python, env) if name == "jit" else setup_cmake(w, env, compiles)
             if ex is None:

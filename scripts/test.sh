@@ -5,7 +5,7 @@
 #      power-loss states);
 #   3. a fuzz smoke: each libFuzzer target for 20 s (60 s in all);
 #   and a bench smoke on a small workload between 1 and 2.
-# Knobs: OVERLAY_SKIP_SANITIZE=1, OVERLAY_SKIP_FUZZ=1 (quicker local runs); `ctest -L long`
+# Knobs: OVERLAY_SKIP_SANITIZE=1, OVERLAY_SKIP_FUZZ=1 (quicker local runs); `OVERLAY_LONG_TESTS=1 ctest -L long`
 # in build-test runs the long reliability mode (200 crash trials each way) and the power-loss
 # explorer's exhaustive bound.
 set -euo pipefail

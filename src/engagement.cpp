@@ -120,9 +120,12 @@ std::vector<RunningPatched> still_running(const std::vector<RunningPatched>& rec
 }
 
 std::optional<PythonUse> parse_live_record(const std::string& text) {
+  // The whole record on its first line; then, one per line, what applied or failed since (a
+  // line not yet ended is still being appended: left for the next look).
+  std::size_t nl = text.find('\n');
   nlohmann::json j;
   try {
-    j = parse_json_bytes(text);
+    j = parse_json_bytes(text.substr(0, nl));
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;  // a torn or foreign record names no use
   }
@@ -141,6 +144,20 @@ std::optional<PythonUse> parse_live_record(const std::string& text) {
   keys("applied", u.applied);
   keys("failed", u.failed);
   keys("pending", u.pending);
+  for (std::size_t at = nl; at != std::string::npos && at + 1 < text.size();) {
+    std::size_t end = text.find('\n', at + 1);
+    if (end == std::string::npos) break;
+    try {
+      j = parse_json_bytes(text.substr(at + 1, end - at - 1));
+    } catch (const nlohmann::json::exception&) {
+      j = nullptr;
+    }
+    if (j.is_object()) keys("applied", u.applied), keys("failed", u.failed);
+    at = end;
+  }
+  std::set<std::string> done(u.applied.begin(), u.applied.end());
+  done.insert(u.failed.begin(), u.failed.end());
+  std::erase_if(u.pending, [&](const std::string& k) { return done.count(k) > 0; });
   return u;
 }
 

@@ -46,7 +46,8 @@ struct EngagementReport {
 
 inline constexpr const char* kLiveStatsDirName = "_stats/live";
 
-// One record of _stats/live/ as sitecustomize.py writes it; nothing when malformed.
+// One record of _stats/live/ as sitecustomize.py writes it (the record on its first line, then one
+// line per module applied since: {applied, failed}); nothing when its first line is malformed.
 std::optional<PythonUse> parse_live_record(const std::string& text);
 
 // The live records of `overlay` whose process still runs (pid and start time), by pid; those of

@@ -799,27 +799,29 @@ def _json(v):
     return str(int(v))
 
 
-def _write_json(d, name, record):
+def _write_json(d, name, record, end=""):
     """Writes d/name beside and renames it over: a reader never sees it half-written."""
     import os
 
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
     with open(tmp, "w") as f:
-        f.write(_json(record))
+        f.write(_json(record) + end)
     os.replace(tmp, os.path.join(d, name))
 
 
 class _LiveRecord:
     """_stats/live/<pid>-<tag>.json: what applied in this process while it runs, so `overlay
-    engaged --pid` can judge a live server (call counts land only at exit, in _stats/). Written
-    at start and once after each module's entries applied, not once per entry: 2,000 entries
-    must not rewrite it 2,000 times."""
+    engaged --pid` can judge a live server (call counts land only at exit, in _stats/). Its first
+    line is the whole record, written at start; after each module's entries applied, one line
+    with only what applied or failed since is appended (not once per entry, and never the whole
+    record again: 2,000 modules with an entry each must write each key once, not 2,000 times)."""
 
     def __init__(self, here, pending, applied, failed):
         self.here, self.pending, self.applied, self.failed = here, pending, applied, failed
         self.started, self.dirty, self.pid, self.name = False, False, None, None
         self.broken, self.said = None, False  # why the record cannot be written; whether that was said
+        self.said_applied, self.said_failed, self.appended = set(), set(), False  # what the file says
 
     def _identity(self):
         import os
@@ -827,12 +829,15 @@ class _LiveRecord:
         pid = os.getpid()
         if pid != self.pid:  # first write, or a forked child writing its own record
             self.pid, self.name = pid, "%d-%s.json" % (pid, os.urandom(4).hex())
-        return pid
+            self.said_applied, self.said_failed, self.appended = set(), set(), False
+            return pid, True
+        return pid, False
 
     def flush(self, quiet=False):
-        """Writes the record; a failure is said once, as soon as this process has applied
-        something (not while quiet: a helper process that applies nothing must stay silent), so a
-        process that cannot write to its overlay says so while it runs, not only at exit."""
+        """Writes the record (or appends to it); a failure is said once, as soon as this process
+        has applied something (not while quiet: a helper process that applies nothing must stay
+        silent), so a process that cannot write to its overlay says so while it runs, not only at
+        exit."""
         if not self.started or not self.pending:
             return
         if self.broken is not None:
@@ -842,13 +847,25 @@ class _LiveRecord:
 
         self.dirty = False
         try:
-            pid = self._identity()
-            with open("/proc/self/stat") as f:  # field 22, after the command name's ")"
-                start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-            _write_json(os.path.join(self.here, "_stats", "live"), self.name, {
-                "pid": pid, "start_ticks": start_ticks, "applied": sorted(self.applied),
-                "failed": sorted(self.failed),
-                "pending": [k for k in self.pending if k not in self.applied and k not in self.failed]})
+            pid, fresh = self._identity()
+            applied, failed = set(self.applied), set(self.failed)
+            if not fresh:
+                more = {"applied": sorted(applied - self.said_applied), "failed": sorted(failed - self.said_failed)}
+                if more["applied"] or more["failed"]:
+                    # One write(2) on an O_APPEND descriptor: a reader sees the line whole or not yet.
+                    fd = os.open(os.path.join(self.here, "_stats", "live", self.name), os.O_WRONLY | os.O_APPEND)
+                    try:
+                        os.write(fd, (_json(more) + "\n").encode("utf-8", "surrogateescape"))
+                    finally:
+                        os.close(fd)
+                    self.appended = True
+            else:
+                with open("/proc/self/stat") as f:  # field 22, after the command name's ")"
+                    start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+                _write_json(os.path.join(self.here, "_stats", "live"), self.name, {
+                    "pid": pid, "start_ticks": start_ticks, "applied": sorted(applied), "failed": sorted(failed),
+                    "pending": [k for k in self.pending if k not in applied and k not in failed]}, "\n")
+            self.said_applied, self.said_failed = applied, failed
         except Exception as e:
             self.broken = e
             self._say(quiet)
@@ -888,8 +905,8 @@ def _at_exit(state):
             if key not in state.applied and key not in state.failed:
                 _log("%s %s never applied: module never imported" % (kind, name))
     live = state.live
-    if state.applied and not state.counters and live.current():
-        # The live record already says what applied: it becomes the final one, moved, not rewritten.
+    if state.applied and not state.counters and live.current() and not live.appended:
+        # The live record already says what applied, in one line: it becomes the final one, moved.
         try:
             os.replace(os.path.join(state.here, "_stats", "live", live.name), os.path.join(state.here, "_stats", live.name))
             return

@@ -51,6 +51,14 @@ TEST_F(Untracked, ABuildOutputNoEntryTracksIsNamedUntilABuildRegeneratesIt) {
   EXPECT_EQ(m["natives"][0]["untracked_outputs"][0]["path"], obj);
   Cmd s = run_overlay({"status", "--overlay", ov});
   EXPECT_NE(s.out.find("  untracked rebuilt      " + obj + "  (changed by this entry's build)"), std::string::npos) << s.out;
+  // status says beforehand which mtimes revert will give: kernel.o may hold patched code, so the
+  // restored source is dated now (issue 51).
+  EXPECT_NE(s.out.find("  revert    dates restored sources now, build outputs a second back (untracked output " + obj +
+                       " may hold patched code)"),
+            std::string::npos)
+      << s.out;
+  json sj = json::parse(run_overlay({"--json", "status", "--overlay", ov}).out);
+  EXPECT_EQ(sj["natives"][0]["revert_mtimes"]["rule"], "fresh");
 
   // revert restores what was tracked; kernel.o keeps the patched code, and everybody says so.
   Cmd r = run_overlay({"--json", "revert", "--overlay", ov});

@@ -100,3 +100,19 @@ TEST(EngagementVerdict, LiveRecordsAsSitecustomizeWritesThem) {
   EXPECT_FALSE(parse_live_record("{\"pid\": 42}").has_value());
   EXPECT_FALSE(parse_live_record("not json").has_value());
 }
+
+// The record's first line is the whole record at start; each line after it says what applied or
+// failed since (issue 51: written once per key, not rewritten per module). A line still being
+// appended (no newline yet) or torn is left out; pending loses what applied.
+TEST(EngagementVerdict, ALiveRecordsAppendedLinesAddToItsFirst) {
+  auto u = parse_live_record(
+      "{\"pid\": 42, \"start_ticks\": 7, \"applied\": [\"module:a\"], \"failed\": [], \"pending\": [\"rebind:b:f\", \"rebind:c:f\", \"rebind:d:f\"]}\n"
+      "{\"applied\": [\"rebind:b:f\"], \"failed\": []}\n"
+      "{\"applied\": [], \"fai\n"
+      "{\"applied\": [], \"failed\": [\"rebind:c:f\"]}\n"
+      "{\"applied\": [\"rebind:d:f\"], \"failed\": []}");
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->applied, (std::vector<std::string>{"module:a", "rebind:b:f"}));
+  EXPECT_EQ(u->failed, std::vector<std::string>{"rebind:c:f"});
+  EXPECT_EQ(u->pending, std::vector<std::string>{"rebind:d:f"});
+}

@@ -370,6 +370,47 @@ class Runtime(Case):
                     with self.assertRaises(Exception, msg="seed %d: %r" % (seed, cut)):
                         parse(cut)
 
+    # Issue 51: the live record grows linearly in the modules a process imports. 300 modules with
+    # a rebind each, all imported: the bytes the process writes stay linear (each key once, not
+    # the whole record after every module: 300 x 300 keys), and `overlay engaged` still reads
+    # every application from the record while the process runs.
+    def test_a_process_importing_many_targets_writes_each_key_once(self):
+        n = 300
+        for i in range(n):
+            self.write("lib/ovm_%d.py" % i, "def f():\n    return 'stock'\n")
+        self.write("lib/ovm_impl.py", "def g():\n    return 'patched'\n")
+        o = self.overlay(["add-rebind", "--target", "ovm_0:f", "--impl-module", "ovm_impl", "--impl-attr", "g"])
+        man = os.path.join(o, "_overlay_manifest.json")
+        with open(man) as f:
+            m = json.load(f)
+        m["rebinds"] = [{"target": "ovm_%d:f" % i, "impl_module": "ovm_impl", "impl_attr": "g"} for i in range(n)]
+        with open(man, "w") as f:
+            json.dump(m, f, indent=2)
+        code = textwrap.dedent("""
+            import json, os, subprocess, sys
+            def written():
+                with open("/proc/self/io") as f:
+                    return int([l for l in f if l.startswith("wchar:")][0].split()[1])
+            before = written()
+            mods = [__import__("ovm_%d" % i) for i in range(__N__)]
+            after = written()
+            sys.stderr.flush()
+            r = subprocess.run([__BIN__, "--json", "engaged", "--overlay", __O__, "--pid", str(os.getpid())], capture_output=True, text=True)
+            procs = json.loads(r.stdout).get("python_processes", [])
+            print(json.dumps({"bytes": after - before, "patched": sum(m.f() == "patched" for m in mods),
+                              "applied": len(procs[0]["applied"]) if procs else -1,
+                              "pending": len(procs[0]["pending"]) if procs else -1}))
+        """).replace("__N__", str(n)).replace("__BIN__", repr(BIN)).replace("__O__", repr(o))
+        r = self.py(code, o, [os.path.join(self.tmp, "lib")])
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(got["patched"], n, got)
+        self.assertEqual(got["applied"], n, (got, r.stderr[-500:]))
+        self.assertEqual(got["pending"], 0, got)
+        # stderr's "[overlay] rebound ..." lines and the record: ~150 bytes a module, linear; the
+        # whole record rewritten after each module wrote ~40 times that (n * n * 25 / 2).
+        self.assertLess(got["bytes"], 400 * n, got)
+
 
 if __name__ == "__main__":
     if not BIN:
