@@ -20,6 +20,10 @@ constexpr std::pair<const char*, const char*> kKnownTexts[] = {
     {"f7bae4aa9c34a672c9bce0c5ef8f7ff41363405d878ae7b812e1ec507504dacd", "overlay (format 2, live record rewritten per module)"},
     {"1d75eb66138e0e62af023a55fc25d38a0db5011641cef43f9702b2c028aecd32", "overlay (format 2, before precompiled start-up)"},
     {"e83ffc8276e6f1f5b2e920856e1cdbf2a35af5eee5c8ccf0e11e4f06c687445f", "overlay (format 2, before layers)"},
+    // Three texts of 2026-12-04 that missed this list (tests/upstream/known_texts_test.py found them).
+    {"441fe19393bbba757e581b5104e09d823746ef740175b87c2f7cf6ab5e000e9d", "overlay (format 2, first layers)"},
+    {"7b14187261089d130545368fe101925c1a20a02d855cf88f83e402683f8453db", "overlay (format 2, first start-up plan)"},
+    {"09287425a1fa0de09bff5dbcfe2746e95e5c261cd364589f1eff61e350658b9d", "overlay (format 2, before the start-up plan)"},
     {"b9537508d67439ca994879cce2fca733d319b7a2a790661d93d683ffff5d007a", "overlay (format 2, before layers and installers)"},
     {"5ba306870c2abeca55267982d3abe2580e44b2d83b9e05da4d12af9aceae2aa2", "overlay (format 2)"},
     {"525486fde3322edfbdb0a32f6a7ea4e736cdcf10f43ff100b5c585a557dae86e", "overlay (format 1, live records)"},
