@@ -377,7 +377,15 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
     if (fs::path d = ninja_dir_above(disk_, o); !d.empty()) ninja_dirs.insert(d);
   std::set<fs::path> swapped;
   for (const auto& s : plan.swaps) swapped.insert(s.target);
-  for (const auto& d : dependency_files(disk_, ninja_dirs, watch.dirs()))
+  std::set<fs::path> deps = dependency_files(disk_, ninja_dirs, watch.dirs());
+  // What a compile of a swapped file read is known only from a dependency record that names it:
+  // without one (a Makefile without -MD, setuptools) a header outside the watched dirs could
+  // change unseen, and a record would serve what the build would no longer make.
+  for (const auto& s : plan.swaps)
+    if (s.kind != SwapKind::remove && deps.count(absolute_normal(s.target)) == 0)
+      return "no dependency record (Ninja's deps log, a depfile) names " + s.target.string() +
+             ", so the headers its build read are unknown";
+  for (const auto& d : deps)
     if (!is_output(d) && swapped.count(d) == 0 && !strictly_inside(d, plan.overlay) && watch.before().count(d) == 0)
       b.deps.push_back(stamp_now(disk_, d));
   for (const auto& s : plan.swaps)
