@@ -226,7 +226,11 @@ bool Exec::apply() {
     if (interrupted()) return false;
     if (!plan.build_cmds.empty()) {
       BuildOutcome b = run_native_build(disk_, plan, entry);
-      j["build"] = {{"ok", b.ok}, {"log", entry.log_path.string()}, {"rc", b.result.rc()}};
+      j["build"] = {{"ok", b.ok}, {"log", entry.log_path.string()}, {"rc", b.result.rc()},
+                    {"served_from_store", b.served_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.served_from)}};
+      if (!b.served_from.empty())
+        err_line("exec", "candidate served from the build store (record " + b.served_from + "): the same build of the same inputs ran before; no command ran (--rebuild builds)");
+      if (!b.store_note.empty()) err_line("exec", b.store_note);
       if (b.result.forwarded_signal) signal_ = b.result.forwarded_signal;
       if (!b.log_error.empty()) err_line("exec", "warning: build log " + entry.log_path.string() + " is incomplete (" + b.log_error + ")");
       if (!b.ok) {

@@ -62,7 +62,8 @@ OVERLAY = None
 WORK = None
 TEMPLATE = None
 STATS = {"steps": 0, "claims": 0, "examples": 0, "in_flight_steps": 0, "layered": 0, "folds": 0, "folds_killed": 0,
-         "finalized": 0, "replayed": 0, "reused": 0, "in_container": 0, "copies": 0, "neighbour_locks": 0}
+         "finalized": 0, "replayed": 0, "reused": 0, "in_container": 0, "copies": 0, "neighbour_locks": 0, "again": 0,
+         "served": 0}
 CONTAINERS = False  # root with unshare/nsenter/setpriv: containers and a second account
 AGENTS = ("a1", "a2", "a3")
 ACC = "acc"  # the integrator's overlay of accepted changes (issue 49)
@@ -170,6 +171,7 @@ class Claims(RuleBasedStateMachine):
         self.proc = {}       # agent -> (Popen, target, stamp, gate)
         self.n = 0
         self.stamps = {}     # a candidate source's SHA-256 -> the stamp its build carries
+        self.exec_done = {}  # target -> [(candidate file, stamp)] exec built and ran (issue 51)
         self.before_start = {}  # agent -> the entries its overlay had when its add-native started
         self.container = {}  # agent -> (unshare Popen, the container's pid 1 as the host sees it, its PID namespace inode)
         self.neighbour = None  # (Popen of nobody's flock, the overlay directory it locks)
@@ -313,6 +315,24 @@ class Claims(RuleBasedStateMachine):
         if not self.idle(agent) or self.applied(agent) or t in self.busy_targets():
             return
         patched, stamp = self.fresh_candidate(agent, t)
+        if self.exec_step(agent, t, patched, stamp).returncode == 0:
+            self.exec_done.setdefault(t, []).append((patched, stamp))
+
+    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS), which=st.integers(0, 3))
+    def exec_ab_again(self, agent, t, which):
+        """An ABAB confirmation (issue 51): a candidate exec built and ran before, run again. The
+        build store may put its outputs back instead of building: what runs must still be that
+        candidate, and the reference the stock code."""
+        done = self.exec_done.get(t, [])
+        if not done or not self.idle(agent) or self.applied(agent) or t in self.busy_targets():
+            return
+        patched, stamp = done[which % len(done)]
+        r = self.exec_step(agent, t, patched, stamp)
+        STATS["again"] += 1
+        STATS["served"] += "served from the build store" in r.stderr
+
+    def exec_step(self, agent, t, patched, stamp):
+        self.n += 1
         record = os.path.join(self.root, "exec-%d.txt" % self.n)
         args = self.add_args(agent, t, patched)
         args[0] = "exec"
@@ -327,6 +347,7 @@ class Claims(RuleBasedStateMachine):
         if "exec: install clean" in r.stdout:
             self.claim(read(self.src(t)) == self.original[self.src(t)] and read(self.lib(t)) == self.original[self.lib(t)],
                        "exec said install clean over bytes that are not original", r.stdout)
+        return r
 
     @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS))
     def kill_9_exec_mid_candidate(self, agent, t):
@@ -702,6 +723,8 @@ def main():
             print("claims checker: layers: %d candidates stacked, %d folds (%d killed mid-fold), %d finalized, %d replayed" %
                   (STATS["layered"], STATS["folds"], STATS["folds_killed"], STATS["finalized"], STATS["replayed"]), flush=True)
             print("claims checker: %d add-natives into an overlay that still had entries" % STATS["reused"], flush=True)
+            print("claims checker: %d candidates run again through exec, %d of them served from the build store" %
+                  (STATS["again"], STATS["served"]), flush=True)
             print("claims checker: containers %s: %d add-natives in a container, %d archived copies reverted, %d flocks by nobody" %
                   ("on" if CONTAINERS else "off (not root, or no unshare/nsenter/setpriv)", STATS["in_container"], STATS["copies"],
                    STATS["neighbour_locks"]), flush=True)
