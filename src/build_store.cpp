@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -36,17 +37,18 @@ void to_json(json& j, const StoredDir& d) { j = {{"path", d.path}, {"tar", d.tar
 void from_json(const json& j, StoredDir& d) {
   j.at("path").get_to(d.path), j.at("tar").get_to(d.tar), j.at("sha256").get_to(d.sha256);
 }
-void to_json(json& j, const StoredStamp& s) { j = json::array({s.path, s.size, s.mtime_ns}); }
+void to_json(json& j, const StoredStamp& s) { j = json::array({s.path, s.size, s.mtime_ns, s.ctime_ns}); }
 void from_json(const json& j, StoredStamp& s) {
-  j.at(0).get_to(s.path), j.at(1).get_to(s.size), j.at(2).get_to(s.mtime_ns);
+  j.at(0).get_to(s.path), j.at(1).get_to(s.size), j.at(2).get_to(s.mtime_ns), j.at(3).get_to(s.ctime_ns);
 }
 void to_json(json& j, const StoredBuild& b) {
-  j = {{"recipe", b.recipe}, {"inputs_sha256", b.inputs_sha256}, {"deps", b.deps}, {"sources", b.sources}, {"files", b.files},
+  j = {{"recipe", b.recipe}, {"inputs_sha256", b.inputs_sha256}, {"deps", b.deps}, {"sources", b.sources}, {"files", b.files}, {"before", b.before},
        {"dirs", b.dirs}, {"entry", b.entry}, {"built_at", b.built_at}, {"bytes", b.bytes}};
 }
 void from_json(const json& j, StoredBuild& b) {
   j.at("recipe").get_to(b.recipe), j.at("inputs_sha256").get_to(b.inputs_sha256), j.at("deps").get_to(b.deps);
   j.at("sources").get_to(b.sources), j.at("files").get_to(b.files), j.at("dirs").get_to(b.dirs);
+  j.at("before").get_to(b.before);
   j.at("entry").get_to(b.entry), j.at("built_at").get_to(b.built_at), j.at("bytes").get_to(b.bytes);
 }
 
@@ -67,17 +69,30 @@ bool is_volatile_env(const std::string& name) {
                                               "COLORTERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "DISPLAY", "TMUX", "TMUX_PANE",
                                               "STY",     "WINDOW",      "LS_COLORS",    "PS1",         "PS2",       "MAIL",
                                               "COLUMNS", "LINES",       "INVOCATION_ID", "JOURNAL_STREAM", "DBUS_SESSION_BUS_ADDRESS",
-                                              "XDG_SESSION_ID", "XDG_RUNTIME_DIR", "MAX_JOBS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"};
+                                              "XDG_SESSION_ID", "XDG_RUNTIME_DIR", "MAX_JOBS", "MAKELEVEL"};
   static const std::vector<std::string> prefixes = {"SSH_", "SLURM_", "PMI_", "PMIX_", "OMPI_", "OVERLAY_", "GTEST_", "CTEST_"};
   if (names.count(name) > 0) return true;
   return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
 }
 
 // The stamp of a file now (size -1 where it is not a regular file or not there).
+std::int64_t ns_of(const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec; }
+
 StoredStamp stamp_now(Disk& disk, const fs::path& p) {
   FileInfo fi = disk.info(p, Follow::yes);
-  if (fi.type != FileType::regular) return {p.string(), -1, 0};
-  return {p.string(), static_cast<std::int64_t>(fi.size), static_cast<std::int64_t>(fi.mtime.tv_sec) * 1000000000LL + fi.mtime.tv_nsec};
+  if (fi.type == FileType::directory) return {p.string(), 0, ns_of(fi.mtime), ns_of(fi.ctime)};
+  if (fi.type != FileType::regular) return {p.string(), -1, 0, 0};
+  return {p.string(), static_cast<std::int64_t>(fi.size), ns_of(fi.mtime), ns_of(fi.ctime)};
+}
+
+// MAKEFLAGS and MFLAGS may carry variable overrides (CFLAGS=...): kept in the recipe, less the
+// words that only say how many jobs run.
+std::string make_flags_key(const std::string& value) {
+  std::istringstream words(value);
+  std::string out;
+  for (std::string w; words >> w;)
+    if (w.rfind("-j", 0) != 0 && w.rfind("--jobserver", 0) != 0 && w.rfind("--jobs", 0) != 0) out += w + ' ';
+  return out;
 }
 
 // Where a tool named `name` runs from: the first executable on PATH (or the name itself with a '/').
@@ -116,7 +131,8 @@ std::string toolchain_text(Disk& disk, const NativePlan& plan) {
 
 // The files the build's dependency records name: Ninja's deps log of each build dir given, and
 // every Make-style depfile (*.d) below the dirs given.
-std::set<fs::path> dependency_files(Disk& disk, const std::set<fs::path>& ninja_dirs, const std::vector<fs::path>& depfile_dirs) {
+std::set<fs::path> dependency_files(Disk& disk, const std::set<fs::path>& ninja_dirs, const std::vector<fs::path>& depfile_dirs,
+                                    const fs::path& build_cwd) {
   std::set<fs::path> deps;
   for (const auto& d : ninja_dirs) {
     RunOptions o;
@@ -143,13 +159,23 @@ std::set<fs::path> dependency_files(Disk& disk, const std::set<fs::path>& ninja_
       auto colon = text.find(": ");
       if (colon == std::string::npos) return WalkStep::descend;
       std::string word;
+      // A relative name is relative to where the compiler ran, which the depfile does not say:
+      // its own dir or the build's cwd, whichever holds the file (neither: kept as named from the
+      // depfile's dir, where it stamps as missing and keep refuses the build).
       auto flush = [&] {
-        if (!word.empty() && word != "\\") deps.insert(absolute_normal(fs::path(word).is_absolute() ? fs::path(word) : (root / rel).parent_path() / word));
+        if (!word.empty() && word != "\\") {
+          fs::path w(word);
+          fs::path beside = absolute_normal((root / rel).parent_path() / w), from_cwd = absolute_normal(build_cwd / w);
+          deps.insert(w.is_absolute() ? absolute_normal(w)
+                      : disk.info(beside, Follow::yes).exists() || !disk.info(from_cwd, Follow::yes).exists() ? beside
+                                                                                                          : from_cwd);
+        }
         word.clear();
       };
       for (std::size_t i = colon + 2; i < text.size(); ++i) {
         char c = text[i];
-        if (c == '\\' && i + 1 < text.size() && text[i + 1] == ' ') word += ' ', ++i;
+        if (c == '\\' && i + 1 < text.size() && (text[i + 1] == ' ' || text[i + 1] == '#')) word += text[i + 1], ++i;
+        else if (c == '$' && i + 1 < text.size() && text[i + 1] == '$') word += '$', ++i;
         else if (c == '\\' && i + 1 < text.size() && text[i + 1] == '\n') flush(), ++i;
         else if (c == ' ' || c == '\n' || c == '\t') flush();
         else if (c == ':' && i + 1 < text.size() && (text[i + 1] == '\n' || text[i + 1] == ' ')) word.clear();  // a phony "dep:" line
@@ -160,6 +186,64 @@ std::set<fs::path> dependency_files(Disk& disk, const std::set<fs::path>& ninja_
     }, [](const fs::path&, const std::string&) {});
   }
   return deps;
+}
+
+// The files a Ninja build dir's graph is made from: build.ninja and what regenerates it (CMake's
+// CMakeLists.txt and modules, Meson's meson.build files: the inputs of its build.ninja edge).
+std::set<fs::path> graph_files(const fs::path& dir) {
+  std::set<fs::path> out = {absolute_normal(dir / "build.ninja")};
+  RunOptions o;
+  o.output = Output::capture;
+  o.timeout_s = 60;
+  RunResult r = run_process({"ninja", "-C", dir.string(), "-t", "query", "build.ninja"}, o);
+  if (!r.ok()) return out;
+  std::istringstream in(r.out);
+  std::string section;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("    ", 0) == 0 && section == "input") {
+      std::string item = line.substr(4);
+      if (item.rfind("| ", 0) == 0 || item.rfind("|| ", 0) == 0) item = item.substr(item.find(' ') + 1);
+      out.insert(absolute_normal(fs::path(item).is_absolute() ? fs::path(item) : dir / item));
+    } else if (line.rfind("  ", 0) == 0 && line.rfind("    ", 0) != 0) {
+      section = line.substr(2, line.find(':') - 2);
+    }
+  }
+  return out;
+}
+
+// The include dirs a compile may search (-I, -isystem, -iquote, -idirafter; joined or apart) in
+// `text` (compile commands: ninja -t commands, the build log of a Make build), each relative one
+// from `cwd`. A header added to one that comes earlier than the one a header was found in changes
+// what the compile reads, and only that dir's mtime shows it.
+void include_dirs(const std::string& text, const fs::path& cwd, std::set<fs::path>& out) {
+  static const char* const flags[] = {"-isystem", "-iquote", "-idirafter", "-I"};
+  std::istringstream in(text);
+  std::string w, pending;
+  while (in >> w) {
+    if (!w.empty() && (w.front() == '\'' || w.front() == '"')) w.erase(0, 1);
+    if (!w.empty() && (w.back() == '\'' || w.back() == '"')) w.pop_back();
+    std::string dir;
+    if (!pending.empty()) {
+      dir = w, pending.clear();
+    } else {
+      for (const char* f : flags)
+        if (w.rfind(f, 0) == 0) {
+          (w.size() == std::strlen(f) ? pending : dir) = w.size() == std::strlen(f) ? std::string(f) : w.substr(std::strlen(f));
+          break;
+        }
+    }
+    if (!dir.empty() && out.size() < 4096) out.insert(absolute_normal(fs::path(dir).is_absolute() ? fs::path(dir) : cwd / dir));
+  }
+}
+
+// Whether a file is one a person may edit (a source, a header, a script, a build description)
+// rather than a product only a build writes (an object, a library, an executable).
+bool is_source_like(const fs::path& p) {
+  static const std::set<std::string> exts = {".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".cu", ".cuh",
+                                             ".hip", ".py", ".txt", ".cmake", ".in", ".mk", ".json", ".yaml", ".yml", ".toml",
+                                             ".cfg", ".ini", ".sh", ".ld", ".lds", ".map"};
+  std::string n = p.filename().string();
+  return exts.count(p.extension().string()) > 0 || n == "Makefile" || n == "makefile" || n == "GNUmakefile" || n == "meson.build";
 }
 
 // The nearest ancestor of p holding build.ninja (empty where none does).
@@ -200,8 +284,13 @@ std::string build_recipe(Disk& disk, const NativePlan& plan) {
   for (const auto& c : plan.caches) t += "cache " + c.string() + '\n';
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv(*e);
-    if (!is_volatile_env(kv.substr(0, kv.find('=')))) env.push_back(kv);
+    std::string kv(*e), name = kv.substr(0, kv.find('='));
+    if (name == "MAKEFLAGS" || name == "MFLAGS") {
+      std::string key = make_flags_key(kv.substr(name.size() + 1));
+      if (key.empty()) continue;  // jobs only: as if unset
+      kv = name + '=' + key;
+    }
+    if (!is_volatile_env(name)) env.push_back(kv);
   }
   std::sort(env.begin(), env.end());
   for (const auto& kv : env) t += "env " + kv + '\n';
@@ -239,6 +328,20 @@ std::optional<StoredBuild> BuildStore::find(const NativePlan& plan, const BuildW
     };
     if (inputs_digest(watch, is_output) != b.inputs_sha256) continue;
     if (!std::all_of(b.deps.begin(), b.deps.end(), [&](const StoredStamp& s) { return stamp_now(disk_, s.path) == s; })) continue;
+    // An untracked output a person may edit (a source, a header, a script: one written while the
+    // first build ran, or generated by it) is put back only over what that build would rewrite:
+    // the file as it was before that build, or as that build left it. Changed otherwise, it is no
+    // longer known to be an output only: a miss, never written over. Objects, libraries and
+    // executables any later build rewrites are put back whatever another build left there.
+    auto untouched = [&](const StoredStamp& was) {
+      if (!is_source_like(was.path)) return true;
+      FileInfo fi = disk_.info(fs::path(was.path), Follow::no);
+      if (!fi.exists()) return true;  // gone: the build would make it again
+      if (was.size >= 0 && static_cast<std::int64_t>(fi.size) == was.size && ns_of(fi.mtime) == was.mtime_ns) return true;
+      auto f = std::find_if(b.files.begin(), b.files.end(), [&](const StoredFile& x) { return x.path == was.path; });
+      return f != b.files.end() && ns_of(fi.mtime) == f->mtime_ns;
+    };
+    if (!std::all_of(b.before.begin(), b.before.end(), untouched)) continue;
     return b;
   }
   return std::nullopt;
@@ -330,7 +433,7 @@ std::int64_t mtime_ns_of(const FileInfo& fi) { return static_cast<std::int64_t>(
 }  // namespace
 
 std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, const std::vector<UntrackedOutput>& outputs,
-                             const std::string& entry, const std::map<std::string, PinnedDir>& pins) {
+                             const std::string& entry, const std::map<std::string, PinnedDir>& pins, const fs::path& log) {
   if (!enabled()) return "the build store is off (OVERLAY_BUILD_STORE_BYTES=0)";
   if (!watch.off_reason().empty()) return "the build's dirs were not watched (" + watch.off_reason() + ")";
   auto in_a_cache = [&](const fs::path& p) {
@@ -377,7 +480,7 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
     if (fs::path d = ninja_dir_above(disk_, o); !d.empty()) ninja_dirs.insert(d);
   std::set<fs::path> swapped;
   for (const auto& s : plan.swaps) swapped.insert(s.target);
-  std::set<fs::path> deps = dependency_files(disk_, ninja_dirs, watch.dirs());
+  std::set<fs::path> deps = dependency_files(disk_, ninja_dirs, watch.dirs(), plan.build_cwd);
   // What a compile of a swapped file read is known only from a dependency record that names it:
   // without one (a Makefile without -MD, setuptools) a header outside the watched dirs could
   // change unseen, and a record would serve what the build would no longer make.
@@ -385,11 +488,41 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
     if (s.kind != SwapKind::remove && deps.count(absolute_normal(s.target)) == 0)
       return "no dependency record (Ninja's deps log, a depfile) names " + s.target.string() +
              ", so the headers its build read are unknown";
-  for (const auto& d : deps)
-    if (!is_output(d) && swapped.count(d) == 0 && !strictly_inside(d, plan.overlay) && watch.before().count(d) == 0)
-      b.deps.push_back(stamp_now(disk_, d));
+  for (const auto& dir : ninja_dirs)
+    if (!in_a_cache(dir)) deps.merge(graph_files(dir));  // a JIT cache's build.ninja is rewritten on each load: an output
+  std::set<fs::path> dirs_of_deps;
+  auto watched = [&](const fs::path& p) {
+    return std::any_of(watch.dirs().begin(), watch.dirs().end(), [&](const fs::path& d) { return is_within(p, d); });
+  };
+  for (const auto& d : deps) {
+    if (is_output(d) || swapped.count(d) > 0 || strictly_inside(d, plan.overlay) || watch.before().count(d) > 0) continue;
+    StoredStamp st = stamp_now(disk_, d);
+    if (st.size < 0) return "a dependency record names " + d.string() + ", which is not there: what the build read is unknown";
+    b.deps.push_back(std::move(st));
+    // A header added beside one read (an earlier -I dir holding one too) changes its dir's mtime.
+    if (!watched(d)) dirs_of_deps.insert(d.parent_path());
+  }
+  for (const auto& dir : ninja_dirs) {
+    RunOptions o;
+    o.output = Output::capture;
+    o.timeout_s = 60;
+    if (RunResult r = run_process({"ninja", "-C", dir.string(), "-t", "commands"}, o); r.ok()) include_dirs(r.out, dir, dirs_of_deps);
+  }
+  try {  // the commands a Make build echoed
+    include_dirs(read_small_file(disk_, log, 64u << 20), plan.build_cwd, dirs_of_deps);
+  } catch (const Error&) {
+  }
+  for (const auto& d : dirs_of_deps)
+    if (!watched(d)) b.deps.push_back(stamp_now(disk_, d));
   for (const auto& s : plan.swaps)
     if (s.kind != SwapKind::remove) b.sources.push_back(stamp_now(disk_, s.target));
+  std::set<fs::path> artifacts(plan.artifacts.begin(), plan.artifacts.end());
+  for (const auto& f : files) {
+    if (artifacts.count(f.path) > 0) continue;
+    auto was = watch.before().find(f.path);
+    b.before.push_back(was == watch.before().end() ? StoredStamp{f.path, -1, 0, 0}
+                                                   : StoredStamp{f.path, static_cast<std::int64_t>(was->second.size), was->second.mtime_ns, 0});
+  }
   // Written under a temporary name, renamed into place whole.
   make_dirs(disk_, root_, 0700);
   fs::path tmp = root_ / (".tmp-" + random_hex(8));

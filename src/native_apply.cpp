@@ -449,7 +449,7 @@ BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedE
   if (out.ok && out.served_from.empty() && store.enabled()) {
     std::string why;
     try {
-      why = store.keep(plan, watch, out.untracked, entry.id, entry.pins);
+      why = store.keep(plan, watch, out.untracked, entry.id, entry.pins, entry.log_path);
     } catch (const std::exception& e) {
       why = e.what();
     }

@@ -44,11 +44,13 @@ struct StoredDir {
   std::string sha256;
 };
 
-// A file's size and mtime (size -1: it did not exist).
+// A file's size, mtime and ctime (size -1: it did not exist; a directory: size 0). The ctime
+// catches a write whose mtime was set back (touch -r, cp -p, tar): nothing can set it.
 struct StoredStamp {
   std::string path;
   std::int64_t size = -1;
   std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;
   bool operator==(const StoredStamp&) const = default;
 };
 
@@ -58,6 +60,7 @@ struct StoredBuild {
   std::vector<StoredStamp> deps;    // what the dependency records name outside that picture
   std::vector<StoredStamp> sources; // the swapped-in targets' mtimes as the build saw them
   std::vector<StoredFile> files;    // tracked artifacts and untracked outputs
+  std::vector<StoredStamp> before;  // the untracked outputs as they were before the build
   std::vector<StoredDir> dirs;      // caches
   std::string entry;                // the entry whose build it was
   double built_at = 0;
@@ -94,9 +97,10 @@ class BuildStore {
   // changed), under a temporary name renamed into place when whole: a torn record is never
   // found. Then the least recently used records go until the store is under its cap. Returns ""
   // when kept, otherwise why not (nothing kept).
-  // Each output is read where serve would write it (`pins`, as serve's).
+  // Each output is read where serve would write it (`pins`, as serve's). `log` is the build's
+  // log (the commands a Make build echoed: their include dirs go into the key).
   std::string keep(const NativePlan& plan, const BuildWatch& watch, const std::vector<UntrackedOutput>& outputs,
-                   const std::string& entry, const std::map<std::string, PinnedDir>& pins);
+                   const std::string& entry, const std::map<std::string, PinnedDir>& pins, const fs::path& log);
 
  private:
   Disk& disk_;

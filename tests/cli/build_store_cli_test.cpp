@@ -229,3 +229,68 @@ TEST_F(BuildStoreCli, AnotherUsersRecordIsNeverUsed) {
   ASSERT_EQ(run({"chown", "-R", "nobody", (state / "builds").string()}).rc, 0);
   cycle("A", false, "7");
 }
+
+TEST_F(BuildStoreCli, AChangedCMakeListsOutsideTheWatchedDirsIsAMiss) {
+  cycle("A", false, "7");
+  // Read by the build's regeneration step only (build.ninja's own inputs), in no watched dir.
+  write_file(proj / "CMakeLists.txt", read_file(proj / "CMakeLists.txt") + "add_compile_definitions(EXTRA=300)\n");
+  cycle("A", false, "307");  // revert puts back the stock build made before the change: 4
+  cycle("A", true, "307");
+}
+
+// Shapes an adversarial review found served wrongly by the first version, each on a Makefile
+// build whose depfile names the compile's headers by paths relative to where the compiler ran.
+struct BuildStoreMake : ::testing::Test {
+  TempDir t;
+  fs::path p = t / "p";
+  std::string ov = (t / "ov").string();
+  std::vector<std::string> env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
+  const std::string body = "#include <stdio.h>\n#include \"h.h\"\n#ifndef Y\n#define Y 0\n#endif\nint main(void) { printf(\"%d %d %d\\n\", V, H, Y); return 0; }\n";
+
+  void SetUp() override {
+    write_file(p / "Makefile", "prog: foo.c\n\tcc $(CFLAGS) -I../inc1 -I../inc2 -MD -MF obj/prog.d -o prog $(CURDIR)/foo.c\n-include obj/prog.d\n");
+    fs::create_directories(p / "obj");
+    fs::create_directories(t / "inc1");
+    write_file(t / "inc2/h.h", "#define H 1\n");
+    write_file(p / "foo.c", "#define V 4\n" + body);
+    write_file(t / "cand.c", "#define V 7\n" + body);
+    ASSERT_EQ(run({"make", "-C", p.string()}).rc, 0);
+  }
+  std::string value() {
+    Cmd c = run({(p / "prog").string()});
+    return c.rc == 0 ? c.out.substr(0, c.out.find('\n')) : "error: " + c.err;
+  }
+  // Applies the candidate: whether it was served and what it prints; then reverts.
+  std::pair<bool, std::string> cycle(const std::vector<std::string>& more_env = {}) {
+    std::vector<std::string> e = env;
+    e.insert(e.end(), more_env.begin(), more_env.end());
+    Cmd a = run_overlay({"add-native", "--overlay", ov, "--target", (p / "foo.c").string(), "--patched-file", (t / "cand.c").string(),
+                         "--artifact", (p / "prog").string(), "--build-cmd", "make", "--build-cwd", p.string()},
+                        {}, e);
+    EXPECT_EQ(a.rc, 0) << a.err;
+    std::pair<bool, std::string> got{a.err.find("served from the build store") != std::string::npos, value()};
+    EXPECT_EQ(run_overlay({"revert", "--overlay", ov}, {}, env).rc, 0);
+    return got;
+  }
+};
+
+TEST_F(BuildStoreMake, EveryChangeTheCompileWouldSeeIsAMiss) {
+  EXPECT_EQ(cycle(), std::make_pair(false, std::string("7 1 0")));
+  EXPECT_EQ(cycle(), std::make_pair(true, std::string("7 1 0")));  // nothing changed: served
+  // The header, named "../inc2/h.h" in the depfile (relative to the compiler's cwd, not the
+  // depfile's dir): changed, a miss.
+  write_file(t / "inc2/h.h", "#define H 2\n");
+  EXPECT_EQ(cycle(), std::make_pair(false, std::string("7 2 0")));
+  // Same size, mtime set back (touch -r, cp -p, tar): its ctime still tells.
+  ASSERT_EQ(run({"cp", "-p", (t / "inc2/h.h").string(), (t / "h.bak").string()}).rc, 0);
+  write_file(t / "inc2/h.h", "#define H 3\n");
+  ASSERT_EQ(run({"touch", "-r", (t / "h.bak").string(), (t / "inc2/h.h").string()}).rc, 0);
+  EXPECT_EQ(cycle(), std::make_pair(false, std::string("7 3 0")));
+  // A header of the same name added to an include dir searched earlier.
+  write_file(t / "inc1/h.h", "#define H 9\n");
+  EXPECT_EQ(cycle(), std::make_pair(false, std::string("7 9 0")));
+  EXPECT_EQ(cycle(), std::make_pair(true, std::string("7 9 0")));
+  // A variable override carried by MAKEFLAGS (its -j words alone are no change).
+  EXPECT_EQ(cycle({"MAKEFLAGS=-j2"}), std::make_pair(true, std::string("7 9 0")));
+  EXPECT_EQ(cycle({"MAKEFLAGS=CFLAGS=-DY=2"}), std::make_pair(false, std::string("7 9 2")));
+}
