@@ -168,7 +168,15 @@ TEST_F(CacheAside, LitterOfAKilledDeleterIsSweptByTheNextGcStale) {
   ASSERT_EQ(m["litter"].size(), 1u) << m;
   EXPECT_FALSE(fs::exists(m["litter"][0].get<std::string>())) << "revert returned with the rebuilt cache in the install";
   EXPECT_EQ(tree_digest(in.root), before);
-  ::usleep(300000);  // the deleter gave up on the immutable file
+  // The deleter gives up on the immutable file: it is done once nothing else is left in _trash.
+  auto files_in_trash = [&] {
+    std::uintmax_t n = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(ov / "_trash", ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      n += it->is_directory(ec) ? 0 : 1;
+    return n;
+  };
+  ASSERT_TRUE(wait_while_progressing([&] { return files_in_trash() == 1; }, files_in_trash));
   fs::path kept;
   for (const auto& e : fs::recursive_directory_iterator(ov / "_trash"))
     if (e.path().filename() == "new.so") kept = e.path();

@@ -90,11 +90,26 @@ on_node() {
 }
 # The coordinator the caller's process $1 started under salloc (--slurm-args): salloc's child.
 coordinator_of() { pgrep -P "$(pgrep -P "$1" -x salloc | head -1)" -f "^$BIN " | head -1; }
-# Waits up to $2 s for file $1.
+# Waits until file $1 exists, for as long as process $2 (the one that makes it come) runs: its end
+# without the file is a failure, however fast or slow the machine.
 wait_for() {
-  for _ in $(seq $(($2 * 10))); do [[ -e $1 ]] && return 0; sleep 0.1; done
-  fail "waited $2 s for $1"
+  until [[ -e $1 ]]; do
+    if ! kill -0 "$2" 2>/dev/null; then
+      [[ -e $1 ]] && return 0
+      fail "process $2 ended before $1 appeared"
+    fi
+    sleep 0.1
+  done
 }
+# Polls until the command "$@" succeeds. A cluster that does not settle within 300 s fails the
+# test, never lets it go on as if it had.
+wait_until() {
+  for _ in $(seq 3000); do "$@" && return 0; sleep 0.1; done
+  fail "waited 300 s for: $*"
+}
+node2_idle() { sinfo -h -n node2 -o %t | grep -q idle; }
+job_ended() { [[ -z $(squeue -h -j "$1" -t all -o %T 2>/dev/null | grep -vE 'COMPLETED|CANCELLED|FAILED') ]]; }
+no_jobs() { [[ -z $(squeue -h -t running,pending,completing -o %i 2>/dev/null) ]]; }
 
 case $CASE in
   ab)
@@ -149,7 +164,7 @@ case $CASE in
     rc=0
     "$BIN" --json fleet apply --slurm-args "-N3" "${APPLY[@]}" >"$W/apply.json" 2>"$W/apply.err" &
     coord=$!
-    wait_for "$C/node2/root/building" 60
+    wait_for "$C/node2/root/building" "$coord"
     bash "$HERE/slurm_cluster.sh" node-kill "$C" 2
     t0=$(date +%s.%N)
     wait "$coord" || rc=$?
@@ -165,7 +180,7 @@ case $CASE in
     # node2 died mid-add-native: its source is swapped, its build half done.
     cmp -s "$W/pristine/src/kernel.cpp" "$C/node2/root/src/kernel.cpp" && fail "node2 was never patched: the kill came too early"
     bash "$HERE/slurm_cluster.sh" node-start "$C" 2
-    for _ in $(seq 300); do sinfo -h -n node2 -o %t | grep -q idle && break; sleep 0.1; done
+    wait_until node2_idle
     sinfo -N
     "$BIN" fleet status --slurm-args "-N3" --overlay "$OV" 2>&1 | tee "$W/status.out"
     grep -q "node2 status NOT clean; 1 native entry \[.* patch $id owner" "$W/status.out" || fail "status does not show node2's entry of $id"
@@ -180,7 +195,7 @@ case $CASE in
     "$BIN" fleet exec --slurm-args "-N3" "${APPLY[@]}" -- sh -c "echo \$\$ >$W/cand.tmp && mv $W/cand.tmp $W/cand && exec sleep 300" \
       >"$W/exec.out" 2>&1 &
     outer=$!
-    wait_for "$W/cand" 120
+    wait_for "$W/cand" "$outer"
     job=$(squeue -h -o %i | head -1)
     coord=$(coordinator_of "$outer")
     [[ -n $job && -n $coord ]] || fail "no job ($job) or coordinator ($coord)"
@@ -195,7 +210,7 @@ case $CASE in
       fail "status during the step does not show three live entries"
     kill -9 "$coord"
     kill -9 "$(cat "$W/cand")" 2>/dev/null || true  # the candidate (the coordinator's death took it along already, or not)
-    for _ in $(seq 300); do [[ -z $(squeue -h -j "$job" -t all -o %T 2>/dev/null | grep -vE 'COMPLETED|CANCELLED|FAILED') ]] && break; sleep 0.1; done
+    wait_until job_ended "$job"
     cat "$W/exec.out"
     # Its job is gone: the step's entries are stale, with the fleet id on every node.
     "$BIN" fleet status --slurm-args "-N3" --overlay "$OV" 2>&1 | tee "$W/status.out"
@@ -248,7 +263,7 @@ case $CASE in
     "$BIN" --json fleet exec --slurm-args "-N3" "${APPLY[@]}" -- sh -c "echo \$\$ >$W/cand.tmp && mv $W/cand.tmp $W/cand && exec sleep 60" \
       >"$W/exec.json" 2>"$W/exec.err" &
     outer=$!
-    wait_for "$W/cand" 120
+    wait_for "$W/cand" "$outer"
     coord=$(coordinator_of "$outer")
     [[ -n $coord ]] || fail "no coordinator under salloc"
     kill -9 "$coord"
@@ -264,7 +279,7 @@ case $CASE in
     hint=$(field "$W/exec.json" 'd["error"]' | grep -o 'overlay fleet revert [^`]*')
     [[ $hint == *"--fleet-id $id"* ]] || fail "no revert command in the document: $hint"
     kill -9 "$(cat "$W/cand")" 2>/dev/null || true
-    for _ in $(seq 300); do [[ -z $(squeue -h -t running,pending,completing -o %i 2>/dev/null) ]] && break; sleep 0.1; done
+    wait_until no_jobs
     eval "\"$BIN\" ${hint#overlay }" 2>&1 | tee "$W/revert.out"
     grep -q "^FLEET_OK revert" "$W/revert.out" || fail "the revert the document names did not finish"
     byte_exact
@@ -274,7 +289,7 @@ case $CASE in
     rc=0
     "$BIN" fleet exec --slurm-args "-N3" "${APPLY[@]}" -- sh -c "touch $W/cand-ran; sleep 30; touch $W/cand-finished" >"$W/exec.out" 2>&1 &
     outer=$!
-    wait_for "$W/cand-ran" 120
+    wait_for "$W/cand-ran" "$outer"
     kill -TERM "$outer"
     wait "$outer" || rc=$?
     cat "$W/exec.out"
@@ -288,7 +303,7 @@ case $CASE in
     salloc -N3 --no-kill "$BIN" fleet exec --slurm "${APPLY[@]}" --build-cmd "sh -c 'touch $I/building && sleep 3'" -- \
       touch "$W/cand-ran" >"$W/exec2.out" 2>&1 &
     alloc=$!
-    wait_for "$C/node1/root/building" 120
+    wait_for "$C/node1/root/building" "$alloc"
     coord=$(pgrep -f "^$BIN fleet exec --slurm " | head -1)
     [[ -n $coord ]] || fail "no coordinator"
     kill -INT "$coord"

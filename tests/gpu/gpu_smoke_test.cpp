@@ -62,9 +62,14 @@ pid_t start_held(const HipInstall& in, const fs::path& ready, std::string& value
     execl(in.driver.c_str(), "hip_smoke", ready.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  for (int i = 0; i < 6000 && !fs::exists(ready); ++i) usleep(10000);
-  usleep(50000);  // the value's bytes land after the file appears
-  value = fs::exists(ready) ? read_file(ready) : "never ready";
+  // The value's line is complete once it ends in a newline (the file appears before its bytes).
+  auto complete = [&] {
+    std::error_code ec;
+    if (!fs::exists(ready, ec)) return false;
+    std::string text = read_file(ready);
+    return !text.empty() && text.back() == '\n';
+  };
+  value = until_ready_or_exited(pid, complete) ? read_file(ready) : "never ready (the driver ended)";
   while (!value.empty() && value.back() == '\n') value.pop_back();
   return pid;
 }

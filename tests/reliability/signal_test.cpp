@@ -4,23 +4,11 @@
 #include <signal.h>
 
 #include <chrono>
-#include <fstream>
-#include <thread>
 
 #include "test_util.hpp"
 
 using namespace overlay::test;
 
-namespace {
-// Running (not gone, not a zombie waiting for a reaper).
-bool alive(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return false;
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
-}
-}  // namespace
 
 TEST(Signals, InterruptDuringBuildForwardedAndRevertable) {
   TempDir t;
@@ -30,20 +18,18 @@ TEST(Signals, InterruptDuringBuildForwardedAndRevertable) {
   // The build records the SIGINT it receives; its background grandchild (which, started by a
   // non-interactive shell, ignores SIGINT) records its PID and must not survive either.
   std::string script = "trap 'echo int > " + (t / "build-got-int").string() + "; exit 130' INT; "
-                       "sleep 30 & echo $! > " + (t / "grandchild.pid").string() + "; "
+                       "(sleep 3; touch " + (t / "grandchild-ran").string() + ") & echo $! > " + (t / "grandchild.pid").string() + "; "
                        "echo x > " + in.artifact.string() + "; touch " + (t / "started").string() + "; wait";
   pid_t pid = spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
                              (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
                              in.cache.string(), "--build-cmd", "sh -c \"" + script + "\""},
                             {"OVERLAY_STATE_DIR=" + (t / "state").string()});
-  for (int i = 0; i < 200 && !fs::exists(t / "started"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  ASSERT_TRUE(fs::exists(t / "started"));
+  ASSERT_TRUE(until_ready_or_exited(pid, [&] { return fs::exists(t / "started"); }));
   ::kill(pid, SIGINT);
   EXPECT_EQ(wait_rc(pid), 130);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_TRUE(fs::exists(t / "build-got-int"));
-  pid_t grandchild = std::stoi(read_file(t / "grandchild.pid"));
-  EXPECT_FALSE(alive(grandchild)) << "the build's grandchild survived";
+  EXPECT_TRUE(fs::exists(t / "build-got-int")) << "overlay returned before its build ended";
+  wait_until_dead(std::stoi(read_file(t / "grandchild.pid")));
+  EXPECT_FALSE(fs::exists(t / "grandchild-ran")) << "the build's grandchild survived";
   Cmd r = run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(tree_digest(in.root), before);
@@ -54,15 +40,16 @@ TEST(Signals, BuildTimeoutKillsGroupAndStaysRevertable) {
   Install in = make_install(t / "inst");
   std::string before = tree_digest(in.root);
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
-  std::string script = "(trap '' TERM; sleep 3; touch " + (t / "survivor").string() + ") & sleep 30";
+  std::string script = "(trap '' TERM; sleep 3; touch " + (t / "survivor").string() + ") & echo $! > " + (t / "child.pid").string() +
+                       "; sleep 30";
   auto start = std::chrono::steady_clock::now();
   Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
                        (t / "patched.cpp").string(), "--build-timeout", "0.5", "--build-cmd", "sh -c \"" + script + "\""},
                       {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(25)) << "it waited for the build's 30 s";
   EXPECT_EQ(a.rc, 1);
   EXPECT_NE(a.err.find("(timed out)"), std::string::npos) << a.err;
-  std::this_thread::sleep_for(std::chrono::seconds(4));
+  wait_until_dead(std::stoi(read_file(t / "child.pid")));
   EXPECT_FALSE(fs::exists(t / "survivor"));
   EXPECT_EQ(run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()}).rc, 0);
   EXPECT_EQ(tree_digest(in.root), before);
@@ -83,8 +70,7 @@ TEST(Signals, TimedOutBuildWithRevertOnFailureLeavesOriginalAndNoSurvivor) {
   EXPECT_NE(a.err.find("(timed out)"), std::string::npos) << a.err;
   EXPECT_NE(a.err.find("--revert-on-failure: entry"), std::string::npos) << a.err;
   EXPECT_EQ(tree_digest(in.root), before) << "reverted before add-native returned";
-  EXPECT_FALSE(alive(std::stoi(read_file(t / "child.pid"))));
-  std::this_thread::sleep_for(std::chrono::seconds(4));
+  wait_until_dead(std::stoi(read_file(t / "child.pid")));
   EXPECT_FALSE(fs::exists(t / "survivor"));
 }
 
@@ -100,12 +86,10 @@ TEST(Signals, BuildDiesWithAKilledOverlay) {
                              (t / "patched.cpp").string(), "--build-cmd", "sh -c \"" + script + "\""}, env);
   // Until the pid is written, not merely the file created (the shell opens it, then writes).
   auto written = [&] { return fs::exists(t / "build.pid") && read_file(t / "build.pid").find('\n') != std::string::npos; };
-  for (int i = 0; i < 200 && !written(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  ASSERT_TRUE(written());
+  ASSERT_TRUE(until_ready_or_exited(pid, written));
   ::kill(pid, SIGKILL);
   wait_rc(pid);
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  wait_until_dead(std::stoi(read_file(t / "build.pid")));
   EXPECT_FALSE(fs::exists(t / "finished")) << "the build ran on after overlay was killed";
-  EXPECT_FALSE(alive(std::stoi(read_file(t / "build.pid"))));
   EXPECT_EQ(run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, env).rc, 0);
 }

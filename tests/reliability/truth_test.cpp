@@ -38,15 +38,6 @@ struct Truth : ::testing::Test {
   Cmd overlay(const std::vector<std::string>& args) { return run_overlay(args, {}, state); }
 };
 
-// Polls (up to 10 s) until `ready` holds.
-bool eventually(const std::function<bool()>& ready) {
-  for (int i = 0; i < 1000; ++i) {
-    if (ready()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 bool manifest_has_native(const fs::path& ov) {
   std::error_code ec;
   if (!fs::exists(ov / "_overlay_manifest.json", ec)) return false;
@@ -66,7 +57,7 @@ TEST_F(Truth, GcStaleLeavesAnAddNativeInFlightAlone) {
   Install in = make_install(t / "inst");
   const std::string cand = "int kernel() { return 7; }\n";
   pid_t agent = spawn_overlay(add_args(in, t / "ov", cand, t / "go"), state);
-  ASSERT_TRUE(eventually([&] { return read_file(in.source) == cand && manifest_has_native(t / "ov"); }));
+  ASSERT_TRUE(until_ready_or_exited(agent, [&] { return read_file(in.source) == cand && manifest_has_native(t / "ov"); }));
   Cmd gc = overlay({"--json", "gc-stale", "--root", t.path().string()});
   EXPECT_EQ(gc.rc, 0) << gc.err;
   json j = json::parse(gc.out);
@@ -92,7 +83,7 @@ TEST_F(Truth, AnAddNativeKilledMidBuildIsStaleAtOnce) {
   Install in = make_install(t / "inst");
   std::string before = tree_digest(in.root);
   pid_t agent = spawn_overlay(add_args(in, t / "ov", "int kernel() { return 7; }\n", t / "go"), state);
-  ASSERT_TRUE(eventually([&] { return manifest_has_native(t / "ov"); }));
+  ASSERT_TRUE(until_ready_or_exited(agent, [&] { return manifest_has_native(t / "ov"); }));
   ::kill(agent, SIGKILL);
   EXPECT_EQ(wait_rc(agent), 128 + SIGKILL);
   write_file(t / "go", "");  // the orphaned build may finish; revert puts the artifact back either way
@@ -413,7 +404,7 @@ TEST_F(Truth, AKilledAddNativeIsStaleWhileItsCacheDeleterStillRuns) {
   std::string& build = args[12];
   build.replace(build.find("while"), 5, "touch " + (t / "started").string() + "; while");
   pid_t agent = spawn_overlay(args, state);
-  ASSERT_TRUE(eventually([&] { return fs::exists(t / "started"); }));
+  ASSERT_TRUE(until_ready_or_exited(agent, [&] { return fs::exists(t / "started"); }));
   ::kill(agent, SIGKILL);
   EXPECT_EQ(wait_rc(agent), 128 + SIGKILL);
   Cmd gc = overlay({"gc-stale", "--root", (t / "ov").string()});

@@ -72,13 +72,62 @@ bool can_clone_in(const fs::path& dir) {
   return ok;
 }
 
+bool wait_while_progressing(const std::function<bool()>& done, const std::function<std::uintmax_t()>& left,
+                            std::chrono::seconds stall) {
+  using Clock = std::chrono::steady_clock;
+  std::uintmax_t last = left();
+  auto moved = Clock::now();
+  while (!done()) {
+    ::usleep(20000);
+    std::uintmax_t now = left();
+    if (now != last) {
+      last = now;
+      moved = Clock::now();
+    } else if (Clock::now() - moved > stall) {
+      return done();
+    }
+  }
+  return true;
+}
+
+namespace {
+// Entries at and below `p` (0 when nothing stands there); a tree changing under the walk is
+// counted as far as the walk got.
+std::uintmax_t entries_under(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(p, ec))) return 0;
+  std::uintmax_t n = 1;
+  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    ++n;
+  return n;
+}
+}  // namespace
+
 bool wait_until_gone(const fs::path& p) {
   std::error_code ec;
-  for (int i = 0; i < 1000; ++i) {
-    if (!fs::exists(fs::symlink_status(p, ec))) return true;
+  return wait_while_progressing([&] { return !fs::exists(fs::symlink_status(p, ec)); }, [&] { return entries_under(p); });
+}
+
+bool process_alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  auto close = line.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+void wait_until_dead(pid_t pid) {
+  while (process_alive(pid)) ::usleep(10000);
+}
+
+bool until_ready_or_exited(pid_t pid, const std::function<bool()>& ready) {
+  while (!ready()) {
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid)
+      return ready();
     ::usleep(10000);
   }
-  return false;
+  return true;
 }
 
 namespace {
@@ -162,23 +211,29 @@ ScopedMount::~ScopedMount() {
 }
 
 namespace {
-bool has_litter(const fs::path& root) {
+// The trees under `root` left to a detached deleter, not descended into.
+std::vector<fs::path> litter_under(const fs::path& root) {
+  std::vector<fs::path> found;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     std::string name = it->path().filename().string();
-    if (name.find(".overlay-trash-") != std::string::npos || name.find(".overlay-restore-") != std::string::npos) return true;
-    if (name == "_trash" && it->is_directory(ec) && !fs::is_empty(it->path(), ec)) return true;
+    bool litter = name.find(".overlay-trash-") != std::string::npos || name.find(".overlay-restore-") != std::string::npos ||
+                  (name == "_trash" && it->is_directory(ec) && !fs::is_empty(it->path(), ec));
+    if (!litter) continue;
+    found.push_back(it->path());
+    it.disable_recursion_pending();
   }
-  return false;  // a tree changing under the walk ends it early: the next call looks again
+  return found;  // a tree changing under the walk ends it early: the next call looks again
 }
 }  // namespace
 
 bool settle_litter(const fs::path& root) {
-  for (int i = 0; i < 1000; ++i) {
-    if (!has_litter(root) && !has_litter(root)) return true;
-    ::usleep(10000);
-  }
-  return false;
+  auto left = [&] {
+    std::uintmax_t n = 0;
+    for (const auto& p : litter_under(root)) n += entries_under(p);
+    return n;
+  };
+  return wait_while_progressing([&] { return litter_under(root).empty() && litter_under(root).empty(); }, left);
 }
 
 ino_t inode_of(const fs::path& p) {

@@ -3,6 +3,8 @@
 // the real binary.
 #include <sys/types.h>
 
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -64,12 +66,28 @@ bool can_clone_in(const fs::path& dir);
 bool shares_blocks(const fs::path& p);
 // The inode number of `p` (lstat); throws when missing.
 ino_t inode_of(const fs::path& p);
-// Waits (up to 10 s) until nothing stands at `p` (a tree a detached process deletes); true if so.
+// Waits until `done()` holds, for as long as `left()` (what a running process still has to do:
+// entries to delete, files to write) keeps changing. Gives up (false) only once `left()` has
+// stood still for `stall`: a worker that stopped, never a machine that is merely slow.
+bool wait_while_progressing(const std::function<bool()>& done, const std::function<std::uintmax_t()>& left,
+                            std::chrono::seconds stall = std::chrono::seconds(60));
+// Waits until nothing stands at `p` (a tree a detached process deletes), while its entries keep
+// going; true if so.
 bool wait_until_gone(const fs::path& p);
-// Waits (up to 10 s) until no tree a revert or add-native left to its detached deleter remains
-// under `root` (".<name>.overlay-trash-*", ".<name>.overlay-restore-*", a non-empty "_trash");
-// true if so. What a test compares after a command is the state once that deleter is done.
+// Waits until no tree a revert or add-native left to its detached deleter remains under `root`
+// (".<name>.overlay-trash-*", ".<name>.overlay-restore-*", a non-empty "_trash"), while those trees
+// keep shrinking; true if so. What a test compares after a command is the state once that deleter
+// is done.
 bool settle_litter(const fs::path& root);
+// Waits until `ready()` holds or process `pid` (a child of ours) has ended, whichever comes first,
+// without reaping it: true if `ready()` held. A step that cannot come any more ends the wait.
+bool until_ready_or_exited(pid_t pid, const std::function<bool()>& ready);
+// Whether `pid` runs (not gone, not a zombie waiting for a reaper).
+bool process_alive(pid_t pid);
+// Waits until `pid` has ended, however long that takes. For a process that ends by itself within
+// seconds, leaving a file behind if it ran to its end: what it did is read once it is gone, never
+// after a guessed delay.
+void wait_until_dead(pid_t pid);
 
 // Sends SIGKILL to process group `pgid` (led by a child of ours), reaps the leader and waits (up
 // to 10 s) until no member runs any more (a zombie does not): SIGKILL reaches each member when it

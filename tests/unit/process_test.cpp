@@ -62,11 +62,12 @@ TEST(RunProcess, TimeoutKillsWholeGroup) {
   o.timeout_s = 0.3;
   o.kill_grace_s = 0.2;
   // A grandchild that ignores SIGTERM and would write a file later if it survived.
-  std::string script = "(trap '' TERM; sleep 2; touch " + (t / "survived").string() + ") & wait";
+  std::string script = "(trap '' TERM; sleep 2; touch " + (t / "survived").string() + ") & echo $! > " + (t / "child.pid").string() +
+                       "; wait";
   RunResult r = run_process({"sh", "-c", script}, o);
   EXPECT_TRUE(r.timed_out);
   EXPECT_FALSE(r.ok());
-  ::sleep(3);
+  wait_until_dead(std::stoi(read_file(t / "child.pid")));
   EXPECT_FALSE(fs::exists(t / "survived"));
 }
 
