@@ -51,8 +51,7 @@ struct Engaged : ::testing::Test {
       }
       _exit(127);
     }
-    for (int i = 0; i < 1000 && !fs::exists(ready); ++i) usleep(10000);
-    EXPECT_TRUE(fs::exists(ready)) << name << " never loaded " << lib;
+    EXPECT_TRUE(until_ready_or_exited(pid, [&] { return fs::exists(ready); })) << name << " never loaded " << lib;
     started.push_back(pid);
     return pid;
   }
@@ -205,8 +204,7 @@ TEST_F(Engaged, AnotherUsersProcessIsFoundByRootAndCountedOtherwise) {
     _exit(127);
   }
   started.push_back(daemon_pid);
-  for (int i = 0; i < 1000 && !fs::exists(ready); ++i) usleep(10000);
-  ASSERT_TRUE(fs::exists(ready));
+  ASSERT_TRUE(until_ready_or_exited(daemon_pid, [&] { return fs::exists(ready); }));
   Cmd as_root = run_overlay({"engaged", "--overlay", ov});
   EXPECT_NE(as_root.out.find("process " + std::to_string(daemon_pid) + " ("), std::string::npos) << as_root.out;
   EXPECT_NE(as_root.out.find("  patched  " + lib), std::string::npos) << as_root.out;

@@ -75,8 +75,7 @@ struct EngagedPython : ::testing::Test {
       _exit(127);
     }
     started.push_back(pid);
-    for (int i = 0; i < 1000 && !fs::exists(ready); ++i) usleep(10000);
-    EXPECT_TRUE(fs::exists(ready)) << name << " never started";
+    EXPECT_TRUE(until_ready_or_exited(pid, [&] { return fs::exists(ready); })) << name << " never started";
     return pid;
   }
   // Asks a server to exit normally (its atexit writes the final record) and waits for it.

@@ -63,11 +63,14 @@ struct Exec : ::testing::Test {
   }
   // A CMD that marks it started (file F) and then sleeps: for signals mid-candidate.
   std::vector<std::string> sleeper(const std::string& f, const std::string& trap = "") {
-    return {"sh", "-c", trap + "echo \"$$\" > " + (t / f).string() + "; sleep 30"};
+    return {"sh", "-c", trap + "echo \"$$\" > " + (t / f).string() + "; sleep 30; touch " + (t / f).string() + ".ran-on"};
   }
-  bool wait_for(const fs::path& p) {
-    for (int i = 0; i < 3000 && !(fs::exists(p) && fs::file_size(p) > 0); ++i) usleep(10000);
-    return fs::exists(p);
+  // Until `p` holds something, for as long as exec `pid` runs.
+  bool wait_for(const fs::path& p, pid_t pid) {
+    return until_ready_or_exited(pid, [&] {
+      std::error_code ec;
+      return fs::file_size(p, ec) > 0 && !ec;
+    });
   }
   pid_t started_pid(const fs::path& p) { return static_cast<pid_t>(std::stol(read_file(p))); }
 };
@@ -136,7 +139,7 @@ TEST_F(Exec, SignalsMidCandidateRevertAndForward) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     std::string mark = "started" + std::to_string(sig);
     pid_t p = spawn_overlay(args({}, sleeper(mark)), env);
-    ASSERT_TRUE(wait_for(t / mark)) << "the candidate never started";
+    ASSERT_TRUE(wait_for(t / mark, p)) << "the candidate never started";
     pid_t cmd = started_pid(t / mark);
     EXPECT_NE(file_sha256(src), src_sha) << "the candidate runs on the patched install";
     kill(p, sig);
@@ -146,7 +149,7 @@ TEST_F(Exec, SignalsMidCandidateRevertAndForward) {
   }
   auto before = std::chrono::steady_clock::now();
   pid_t p = spawn_overlay(args({}, sleeper("stubborn", "trap '' TERM; ")), env);
-  ASSERT_TRUE(wait_for(t / "stubborn"));
+  ASSERT_TRUE(wait_for(t / "stubborn", p));
   kill(p, SIGTERM);
   EXPECT_EQ(wait_rc(p), 128 + SIGTERM);
   EXPECT_GE(std::chrono::steady_clock::now() - before, std::chrono::seconds(4)) << "killed before the grace period";
@@ -160,12 +163,12 @@ TEST_F(Exec, AKilledExecIsRevertedByGcStaleOrTheNextExec) {
   for (int round = 0; round < 2; ++round) {
     std::string mark = "killed" + std::to_string(round);
     pid_t p = spawn_overlay(args({}, sleeper(mark)), env);
-    ASSERT_TRUE(wait_for(t / mark));
+    ASSERT_TRUE(wait_for(t / mark, p));
     pid_t cmd = started_pid(t / mark);
     kill(p, SIGKILL);
     EXPECT_EQ(wait_rc(p), 128 + SIGKILL);
-    for (int i = 0; i < 200 && kill(cmd, 0) == 0; ++i) usleep(10000);
-    EXPECT_NE(kill(cmd, 0), 0) << "the candidate outlived a killed exec";
+    wait_until_dead(cmd);
+    EXPECT_FALSE(fs::exists(t / (mark + ".ran-on"))) << "the candidate outlived a killed exec";
     EXPECT_NE(file_sha256(src), src_sha);
     if (round == 0) {
       Cmd g = run_overlay({"gc-stale", "--root", t.path().string()}, {}, env);
@@ -198,7 +201,7 @@ TEST_F(Exec, TwoExecsOnOneInstallSerialise) {
   fs::path log = t / "order.log";
   std::string ov2 = (t / "ov2").string();
   pid_t a = spawn_overlay(args({}, {"sh", "-c", "echo A-start >> " + log.string() + "; sleep 1; echo A-end >> " + log.string()}), env);
-  ASSERT_TRUE(wait_for(log));
+  ASSERT_TRUE(wait_for(log, a));
   Cmd quick = run_overlay([&] { auto x = args({}, {"true"}); x[2] = ov2; x.insert(x.begin(), {"--lock-timeout", "0.2"}); return x; }(),
                           t.path(), env);
   EXPECT_EQ(quick.rc, 3) << quick.err;

@@ -523,7 +523,7 @@ TEST(DiscoverRealWorld, TheBuildARunningProcessMapsRanksFirst) {
     execl((t / "hold").c_str(), "hold", (proj / "libk.so").c_str(), (t / "ready").c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  for (int i = 0; i < 500 && !fs::exists(t / "ready"); ++i) usleep(10000);
+  ASSERT_TRUE(until_ready_or_exited(pid, [&] { return fs::exists(t / "ready"); }));
   std::vector<std::string> with_process = ranked();
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);

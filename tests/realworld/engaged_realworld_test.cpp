@@ -43,8 +43,7 @@ TEST(EngagedRealWorld, TorchJitExtensionLoadedByAForkedWorker) {
           so.c_str(), ready.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  for (int i = 0; i < 3000 && !fs::exists(ready); ++i) usleep(10000);
-  ASSERT_TRUE(fs::exists(ready));
+  ASSERT_TRUE(until_ready_or_exited(server, [&] { return fs::exists(ready); }));
   Cmd e = run_overlay({"engaged", "--overlay", ov, "--pid", std::to_string(server)});
   Cmd r = run_overlay({"--json", "revert", "--overlay", ov});
   Cmd c = run_overlay({"status", "--overlay", ov, "--check-clean"});

@@ -90,10 +90,7 @@ bool wait_while_progressing(const std::function<bool()>& done, const std::functi
   return true;
 }
 
-namespace {
-// Entries at and below `p` (0 when nothing stands there); a tree changing under the walk is
-// counted as far as the walk got.
-std::uintmax_t entries_under(const fs::path& p) {
+std::uintmax_t count_entries(const fs::path& p) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(p, ec))) return 0;
   std::uintmax_t n = 1;
@@ -101,11 +98,10 @@ std::uintmax_t entries_under(const fs::path& p) {
     ++n;
   return n;
 }
-}  // namespace
 
 bool wait_until_gone(const fs::path& p) {
   std::error_code ec;
-  return wait_while_progressing([&] { return !fs::exists(fs::symlink_status(p, ec)); }, [&] { return entries_under(p); });
+  return wait_while_progressing([&] { return !fs::exists(fs::symlink_status(p, ec)); }, [&] { return count_entries(p); });
 }
 
 bool process_alive(pid_t pid) {
@@ -230,7 +226,7 @@ std::vector<fs::path> litter_under(const fs::path& root) {
 bool settle_litter(const fs::path& root) {
   auto left = [&] {
     std::uintmax_t n = 0;
-    for (const auto& p : litter_under(root)) n += entries_under(p);
+    for (const auto& p : litter_under(root)) n += count_entries(p);
     return n;
   };
   return wait_while_progressing([&] { return litter_under(root).empty() && litter_under(root).empty(); }, left);

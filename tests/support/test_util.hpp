@@ -71,6 +71,8 @@ ino_t inode_of(const fs::path& p);
 // stood still for `stall`: a worker that stopped, never a machine that is merely slow.
 bool wait_while_progressing(const std::function<bool()>& done, const std::function<std::uintmax_t()>& left,
                             std::chrono::seconds stall = std::chrono::seconds(60));
+// Entries at and below `p` (0 when nothing stands there), as far as a walk of a changing tree gets.
+std::uintmax_t count_entries(const fs::path& p);
 // Waits until nothing stands at `p` (a tree a detached process deletes), while its entries keep
 // going; true if so.
 bool wait_until_gone(const fs::path& p);
