@@ -13,6 +13,8 @@ Imported, it offers the module API of upstream's overlay_setup.py (v3, and v7's 
     cmd_add_installer(a)            cmd_add_installer: the same attribute names as upstream's)
     cmd_check(a)                    where a.module resolves from in this interpreter, and whether
                                     the overlay shadows it
+    _try_apply(patch, target_file=None, cwd=None)   upstream's patch ladder (patch, git apply),
+                                    through subprocess.run; cmd_add_module applies a.patch with it
     _ensure_overlay(dir, base="")   create the overlay (manifest, sitecustomize.py) if missing;
                                     seed it from base when it has no manifest; returns the
                                     manifest's path; FileExistsError when dir is a file,
@@ -43,7 +45,7 @@ import sys
 
 __all__ = ["main", "OverlayError", "_ensure_overlay", "_load_man", "_save_man", "merge_overlays", "module_file", "pkg_root",
            "overlay_binary", "cmd_add_module", "cmd_add_rebind", "cmd_add_capture", "cmd_add_marker",
-           "cmd_add_installer", "cmd_check", "SITECUSTOMIZE", "LEGACY_SITECUSTOMIZE"]
+           "cmd_add_installer", "cmd_check", "_try_apply", "SITECUSTOMIZE", "LEGACY_SITECUSTOMIZE"]
 
 _HERE = os.path.dirname(os.path.realpath(__file__))
 
@@ -214,14 +216,62 @@ def _common(verb, a):
     return args
 
 
+def _try_apply(patch, target_file=None, cwd=None):
+    """Upstream's patch ladder, run as upstream runs it (subprocess.run, so a caller's mock or
+    wrapper sees every attempt): for a target file `patch FILE -i PATCH`, then `git apply
+    --unsafe-paths --directory=DIR PATCH`; in a cwd `git apply PATCH`, then `patch -p1 -i PATCH`
+    (cwd handed to every attempt). A tool that is not installed falls through to the next; the
+    first zero exit wins. True when one did; nothing to try is False."""
+    attempts = []
+    if target_file:
+        attempts += [["patch", target_file, "-i", patch],
+                     ["git", "apply", "--unsafe-paths", "--directory=%s" % os.path.dirname(target_file), patch]]
+    if cwd:
+        attempts += [["git", "apply", patch], ["patch", "-p1", "-i", patch]]
+    for argv in attempts:
+        try:
+            r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+        except FileNotFoundError:
+            continue
+        if r.returncode == 0:
+            return True
+    return False
+
+
+def _patched_copy(a):
+    """add-module --patch as upstream does it: the source copied to the overlay's _patched/ file,
+    the diff applied there with _try_apply. Returns that file. A diff that does not apply ends the
+    run (SystemExit, `failed to apply patch`) with the manifest unchanged: a module it names keeps
+    the code it had (its file put back), a new one's unpatched copy is left inert, as upstream
+    leaves it, and a reject file the attempt made is removed."""
+    _ensure_overlay(a.overlay, _get(a, "base"))
+    dst = os.path.join(os.fspath(a.overlay), "_patched", a.module + ".py")
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    previous = None
+    if os.path.isfile(dst):
+        with open(dst, "rb") as f:
+            previous = f.read()
+    litter = [p for p in (dst + ".rej", dst + ".orig") if not os.path.lexists(p)]
+    shutil.copy2(_get(a, "src_file") or module_file(a.module), dst)
+    if _try_apply(os.path.abspath(os.fspath(a.patch)), target_file=dst):
+        return dst
+    for p in litter:
+        if os.path.lexists(p):
+            os.unlink(p)
+    if previous is not None:
+        with open(dst, "wb") as f:
+            f.write(previous)
+    raise OverlayExit(1, "failed to apply patch %s to %s" % (a.patch, dst))
+
+
 def cmd_add_module(a):
     args = _common("add-module", a) + ["--module", a.module]
     if _get(a, "patched_file"):
         args += ["--patched-file", a.patched_file]
+    elif _get(a, "patch"):
+        args += ["--patched-file", _patched_copy(a)]
     else:
         args += ["--src-file", _get(a, "src_file") or module_file(a.module)]
-        if _get(a, "patch"):
-            args += ["--patch", a.patch]
     _run_or_exit(args)
 
 

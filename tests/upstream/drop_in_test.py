@@ -127,6 +127,49 @@ class DropIn(unittest.TestCase):
         with open(os.path.join(ours, "_patched", "pkg.patched.py")) as f:
             self.assertIn("patched", f.read())
 
+    # issue 52: the module API's add-module --patch runs upstream's ladder (real patch, real git
+    # apply) on the overlay's copy; v7's overlay byte for byte. A diff that does not apply on a
+    # re-add: SystemExit with upstream's words, the manifest unchanged, and (unlike upstream, which
+    # leaves the unpatched copy where the manifest points) the module keeps its patched code.
+    def test_module_api_patches_through_the_ladder_as_v7_does(self):
+        src = self.write("src/act.py", "def f():\n    return 'stock'\n")
+        diff = self.write("fix.diff", "--- a/act.py\n+++ b/act.py\n@@ -1,2 +1,2 @@\n def f():\n"
+                                      "-    return 'stock'\n+    return 'patched'\n")
+        bad = self.write("bad.diff", "--- a/act.py\n+++ b/act.py\n@@ -1,2 +1,2 @@\n def g():\n"
+                                     "-    return 'other'\n+    return 'never'\n")
+        driver = textwrap.dedent("""\
+            import argparse, importlib.util, sys
+            spec = importlib.util.spec_from_file_location("overlay_setup", sys.argv[1])
+            ov = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(ov)
+            def ns(patch):
+                return argparse.Namespace(overlay="O", module="pkg.act", src_file=sys.argv[2], patch=patch,
+                                          patched_file=None, base="")
+            ov.cmd_add_module(ns(sys.argv[3]))
+            try:
+                ov.cmd_add_module(ns(sys.argv[4]))
+            except SystemExit as e:
+                print("REFUSED", e)
+            """)
+        outs, dirs = {}, {}
+        for tool, script in (("ref", os.path.join(UPSTREAM, "overlay_setup.v7.py")), ("ours", SHIM)):
+            cwd = self.path(tool)
+            os.makedirs(cwd)
+            outs[tool] = run([PY, "-c", driver, script, src, diff, bad], cwd=cwd).stdout
+            dirs[tool] = os.path.join(cwd, "O")
+        for tool in ("ref", "ours"):
+            self.assertIn("REFUSED failed to apply patch %s" % bad, outs[tool])
+        with open(os.path.join(dirs["ours"], "_overlay_manifest.json"), "rb") as a, \
+                open(os.path.join(dirs["ref"], "_overlay_manifest.json"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        with open(os.path.join(dirs["ours"], "_patched", "pkg.act.py")) as f:
+            self.assertEqual(f.read(), "def f():\n    return 'patched'\n")
+        with open(os.path.join(dirs["ref"], "_patched", "pkg.act.py")) as f:
+            self.assertEqual(f.read(), "def f():\n    return 'stock'\n")  # upstream's copy, unpatched
+        self.assertFalse(os.path.exists(os.path.join(dirs["ours"], "_patched", "pkg.act.py.rej")))
+        with open(src) as f:
+            self.assertEqual(f.read(), "def f():\n    return 'stock'\n")  # the source is never touched
+
     # item 3: the hook files beside the shim are the ones copied, as beside upstream's script.
     def test_hooks_beside_the_shim_are_copied(self):
         d = self.path("task")
