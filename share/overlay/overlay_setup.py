@@ -118,24 +118,49 @@ def _write(stream, data):
         stream.write(data.decode("utf-8", "replace"))
 
 
+def _pump_stderr(pipe, straight, chunks):
+    """Reads the binary's stderr to its end: each chunk kept (the error line a SystemExit carries)
+    and, where stderr is the process's own, written to descriptor 2 as it comes (a long build
+    streams)."""
+    while True:
+        chunk = os.read(pipe.fileno(), 65536)
+        if not chunk:
+            return
+        chunks.append(chunk)
+        if straight:
+            os.write(2, chunk)
+
+
 def _call(args, echo_out=True, echo_err=True):
     """Runs the binary; returns (status, stdout bytes, stderr bytes). What it prints goes through
     sys.stdout/sys.stderr (straight to the descriptors where those are the process's own, so a
-    long build streams). subprocess.Popen, not subprocess.run: a caller's mock of run stays theirs."""
+    long build streams); stderr is read by this process either way, so a failure's SystemExit
+    names the binary's error line. subprocess.Popen, not subprocess.run: a caller's mock of run
+    stays theirs."""
+    import threading
+
     cmd = [overlay_binary()] + [os.fspath(a) for a in args]
-    streams = []
-    for stream, original, echo in ((sys.stdout, sys.__stdout__, echo_out), (sys.stderr, sys.__stderr__, echo_err)):
+    for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()  # what was printed before comes first
         except Exception:
             pass
-        streams.append(None if echo and _is_real(stream, original) else subprocess.PIPE)
-    p = subprocess.Popen(cmd, stdout=streams[0], stderr=streams[1], env=_env())
-    out, err = p.communicate()
-    out, err = out or b"", err or b""
-    if echo_out and out:
+    out_straight = echo_out and _is_real(sys.stdout, sys.__stdout__)
+    err_straight = echo_err and _is_real(sys.stderr, sys.__stderr__)
+    p = subprocess.Popen(cmd, stdout=None if out_straight else subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    chunks = []
+    pump = threading.Thread(target=_pump_stderr, args=(p.stderr, err_straight, chunks), daemon=True)
+    pump.start()
+    out = p.stdout.read() if p.stdout is not None else b""
+    p.wait()
+    pump.join()
+    p.stderr.close()
+    if p.stdout is not None:
+        p.stdout.close()
+    err = b"".join(chunks)
+    if echo_out and out and not out_straight:
         _write(sys.stdout, out)
-    if echo_err and err:
+    if echo_err and err and not err_straight:
         _write(sys.stderr, err)
     return p.returncode, out, err
 
@@ -244,6 +269,9 @@ def _patched_copy(a):
     run (SystemExit, `failed to apply patch`) with the manifest unchanged: a module it names keeps
     the code it had (its file put back), a new one's unpatched copy is left inert, as upstream
     leaves it, and a reject file the attempt made is removed."""
+    src = _get(a, "src_file") or module_file(a.module)
+    if os.path.basename(os.fspath(src)) == "__init__.py":  # the binary's refusal, before anything is written
+        _run_or_exit(["add-module", "--overlay", os.fspath(a.overlay), "--module", a.module, "--src-file", src])
     _ensure_overlay(a.overlay, _get(a, "base"))
     dst = os.path.join(os.fspath(a.overlay), "_patched", a.module + ".py")
     os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -252,7 +280,7 @@ def _patched_copy(a):
         with open(dst, "rb") as f:
             previous = f.read()
     litter = [p for p in (dst + ".rej", dst + ".orig") if not os.path.lexists(p)]
-    shutil.copy2(_get(a, "src_file") or module_file(a.module), dst)
+    shutil.copy2(src, dst)
     if _try_apply(os.path.abspath(os.fspath(a.patch)), target_file=dst):
         return dst
     for p in litter:

@@ -292,6 +292,19 @@ fs::path locate_installed_module(const std::string& module, const std::string& p
   return p;
 }
 
+namespace {
+
+// A package's initializer is never swapped whole: loaded from _patched/ as a plain module it would
+// lose the package's __path__, so every submodule import under it would fail.
+void refuse_package_initializer(const std::string& module, const fs::path& file) {
+  if (file.filename() == "__init__.py")
+    throw Error(module + ": " + file.string() +
+                " is a package __init__.py, which an overlay does not replace (its submodules would no longer import); "
+                "add the module that defines what changes, or rebind it (add-rebind)");
+}
+
+}  // namespace
+
 PyAddResult add_module(Disk& disk, const AddModuleRequest& req) {
   if (!valid_dotted_name(req.module)) throw Error("invalid module name: '" + req.module + "'");
   check_overlay_target(disk, req.common);
@@ -301,8 +314,10 @@ PyAddResult add_module(Disk& disk, const AddModuleRequest& req) {
   fs::path content;
   if (req.patched_file) {
     content = existing_file(disk, *req.patched_file, "patched file");
+    refuse_package_initializer(req.module, content);
   } else {
     fs::path src = req.src_file ? existing_file(disk, *req.src_file, "source file") : locate_installed_module(req.module, req.python);
+    refuse_package_initializer(req.module, src);
     content = src;
     if (req.patch) {
       fs::path diff = existing_file(disk, *req.patch, "patch file");

@@ -43,6 +43,32 @@ TEST_F(Py, AddModulePrintsCompatibleTokens) {
   EXPECT_TRUE(fs::exists(t / "ov/sitecustomize.py"));
 }
 
+// A package's __init__.py is never swapped whole (it would lose the package's submodules): each
+// way of naming it is refused with one line naming the file, and nothing is written, not even
+// the overlay's directory. An existing overlay keeps its bytes.
+TEST_F(Py, APackageInitializerIsRefusedAndNothingIsWritten) {
+  write_file(t / "init_patched/__init__.py", "X = 2\n");
+  write_file(t / "fix.diff", "--- a/__init__.py\n+++ b/__init__.py\n@@ -0,0 +1 @@\n+X = 2\n");
+  const std::string init = (t / "site/pkg/__init__.py").string();
+  std::vector<std::vector<std::string>> ways = {
+      {"add-module", "--overlay", ov, "--module", "pkg"},  // the installed module, located by python3
+      {"add-module", "--overlay", ov, "--module", "pkg", "--src-file", init},
+      {"add-module", "--overlay", ov, "--module", "pkg", "--src-file", init, "--patch", (t / "fix.diff").string()},
+      {"add-module", "--overlay", ov, "--module", "pkg", "--patched-file", (t / "init_patched/__init__.py").string()},
+      {"copy-subtree", "--overlay", ov, "--module", "pkg", "--package", "pkg", "--subpath", "__init__.py"}};
+  for (const auto& args : ways) {
+    Cmd c = ov_cmd(args);
+    EXPECT_EQ(c.rc, 1) << args.back();
+    EXPECT_NE(c.err.find("is a package __init__.py"), std::string::npos) << c.err;
+    EXPECT_EQ(lines(c.err), 1) << c.err;
+    EXPECT_FALSE(fs::exists(ov)) << "written for " << args.back();
+  }
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  std::string before = tree_digest(ov);
+  for (const auto& args : ways) EXPECT_EQ(ov_cmd(args).rc, 1);
+  EXPECT_EQ(tree_digest(ov), before);
+}
+
 TEST_F(Py, ModuleInjectedThroughBothImportForms) {
   ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
   Cmd on = py("from pkg import sub\nimport pkg.sub\nimport pkg\nprint(sub.value(), pkg.sub.value(), pkg.sub is sub, getattr(sub, '__overlay_injected__', False))", env_with(ov));

@@ -170,6 +170,30 @@ class DropIn(unittest.TestCase):
         with open(src) as f:
             self.assertEqual(f.read(), "def f():\n    return 'stock'\n")  # the source is never touched
 
+    # issue 52: the newest upstream refuses to replace a package's __init__.py: in the module API a
+    # SystemExit naming it, whichever form names the module, and nothing written.
+    def test_module_api_refuses_a_package_initializer_and_writes_nothing(self):
+        self.write("lib/ovpkg/__init__.py", "X = 1\n")
+        diff = self.write("fix.diff", "--- a/__init__.py\n+++ b/__init__.py\n@@ -1 +1 @@\n-X = 1\n+X = 2\n")
+        driver = textwrap.dedent("""\
+            import argparse, importlib.util, os, sys
+            spec = importlib.util.spec_from_file_location("overlay_setup", sys.argv[1])
+            ov = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(ov)
+            for patch in (None, sys.argv[2]):
+                try:
+                    ov.cmd_add_module(argparse.Namespace(overlay="O", module="ovpkg", src_file=None, patch=patch,
+                                                         patched_file=None, base=""))
+                except SystemExit as e:
+                    print("REFUSED", e.code != 0, e)
+                print("EXISTS", os.path.exists("O"))
+            """)
+        env = dict(os.environ, PYTHONPATH=self.path("lib"))
+        out = run([PY, "-c", driver, SHIM, diff], cwd=self.tmp, env=env).stdout
+        self.assertEqual(out.count("REFUSED True"), 2, out)
+        self.assertEqual(out.count("package __init__.py"), 2, out)
+        self.assertEqual(out.count("EXISTS False"), 2, out)
+
     # item 3: the hook files beside the shim are the ones copied, as beside upstream's script.
     def test_hooks_beside_the_shim_are_copied(self):
         d = self.path("task")
