@@ -150,16 +150,71 @@ def _overlay_main():
     # Shared by every overlay's copy of this file in the process: overlays applied, files chained.
     seen = _sys.__dict__.setdefault("_overlay_sitecustomize_seen", {"overlays": set(), "chained": set()})
     me = os.path.realpath(here)
-    if me in seen["overlays"]:  # reached twice (on sys.path twice, or chained back): once only
+    if me in seen["overlays"]:  # reached again (runpy.run_path, on sys.path twice): applied once
+        _register_again(here)
         return
     seen["overlays"].add(me)
     reason = _skip_reason()
     if reason is None:
         with _HiddenUnittestDirs():
             _apply(here)
-    elif reason == "probe":
-        _log("skipped for ROCm toolchain helper %s" % _rocm_helper())
+    else:
+        # The finder is installed all the same, claiming nothing: a probe's start-up path (and a
+        # baseline leg's, whose manifest is empty) is the candidate leg's.
+        _install_finder(_State(here, {}))
+        if reason == "probe":
+            _log("skipped for ROCm toolchain helper %s" % _rocm_helper())
     _chain_next_sitecustomize(here, seen["chained"])
+
+
+def _install_finder(state):
+    finder = _OverlayFinder(state)
+    _sys.meta_path.insert(0, finder)
+    return finder
+
+
+def _register_again(here):
+    """This overlay's sitecustomize.py run again in the process (the pipeline's adapters do, with
+    runpy.run_path): its entries stay applied once, by the finder registered first, which takes a
+    module entry added since; a module target imported other than from its patched file is left
+    alone and said so, in the newest upstream's words."""
+    import os
+
+    try:
+        manifest, _ = _read_manifest(here)
+    except Exception as e:
+        _log("cannot read manifest in %s: %s" % (here, e))
+        return
+    if not isinstance(manifest, dict):
+        return
+    me = os.path.realpath(here)
+    state = None
+    for f in _sys.meta_path:
+        st = getattr(f, "state", None)
+        if type(f).__name__ == "_OverlayFinder" and isinstance(getattr(st, "here", None), str) and os.path.realpath(st.here) == me:
+            state = st
+            break
+    for e in _entries(manifest, "modules"):
+        name, path = e.get("module"), e.get("file")
+        if not _is_str(name, path):
+            continue
+        path = path if os.path.isabs(path) else os.path.join(here, path)
+        if _imported_elsewhere(name, path):
+            _log("module registration FAILED %s: target already imported before overlay registration" % name)
+        elif state is not None and name not in state.modules:
+            state.modules[name] = path
+            state.pending["module:" + name] = ("module", name)
+
+
+def _imported_elsewhere(name, path):
+    """Whether module `name` is in sys.modules from a file other than `path` (the stock one)."""
+    import os
+
+    mod = _sys.modules.get(name)
+    if mod is None:
+        return False
+    f = getattr(mod, "__file__", None)
+    return not (isinstance(f, str) and os.path.realpath(f) == os.path.realpath(path))
 
 
 def _frozen():
@@ -406,9 +461,11 @@ def _apply(here):
         manifest, rebinds = _read_manifest(here)
     except Exception as e:  # no manifest: nothing to apply
         _log("cannot read manifest in %s: %s" % (here, e))
+        _install_finder(_State(here, {}))
         return
     if not isinstance(manifest, dict):
         _log("manifest in %s is not an object: nothing applied" % here)
+        _install_finder(_State(here, {}))
         return
     for key in sorted(manifest):
         if key not in _KNOWN_SECTIONS and isinstance(manifest[key], list) and manifest[key]:
@@ -416,8 +473,7 @@ def _apply(here):
     state = _State(here, manifest)
     state.register_modules()
     state.register_lazy(rebinds)
-    finder = _Finder(state)
-    _sys.meta_path.insert(0, finder)
+    _install_finder(state)
     state.check_modules()
     # installers: begin (this file without these lines is LEGACY_SITECUSTOMIZE, the runtime before installers)
     state.run_installers()
@@ -731,7 +787,7 @@ def _make_loader_class():
     return HookLoader
 
 
-class _Finder(object):
+class _OverlayFinder(object):
     """Serves modules[] files under their dotted names and wraps the loader of every module an
     entry waits for; consulted first on sys.meta_path."""
 

@@ -252,6 +252,91 @@ class Runtime(Case):
         self.assertIn("[overlay] module registration FAILED ovi_mod: target already imported before overlay registration",
                       r.stderr)
 
+    # Issue 52 (the newest upstream): the finder is in sys.meta_path by its upstream name in every
+    # process that runs the overlay, whatever its manifest claims, a probe's included.
+    def test_the_overlay_finder_is_installed_even_where_nothing_is_claimed(self):
+        self.write("lib/ovf_mod.py", "X = 1\n")
+        code = ("import sys\nnames = [type(f).__name__ for f in sys.meta_path]\n"
+                "print(names.count('_OverlayFinder'), len(sys.meta_path[0].state.modules))\n")
+        lib = [os.path.join(self.tmp, "lib")]
+        empty = os.path.join(self.tmp, "empty")
+        run([BIN, "ensure-overlay", "--overlay", empty])
+        with open(os.path.join(empty, "_overlay_manifest.json")) as f:
+            self.assertEqual(json.load(f), {"modules": [], "rebinds": [], "markers": [], "captures": []})
+        r = self.py(code, empty, lib)
+        self.assertEqual(r.stdout, "1 0\n", r.stderr)
+        self.assertEqual(r.stderr, "")  # a baseline leg says nothing
+        patched = self.write("patched.py", "X = 2\n")
+        o = self.overlay(["add-module", "--module", "ovf_mod", "--patched-file", patched])
+        self.assertEqual(self.py(code, o, lib).stdout, "1 1\n")
+        # A ROCm probe: the finder, claiming nothing; the probe runs to its end (exit 0, its output).
+        r = self.py(code + "import ovf_mod\nprint('probe ran', ovf_mod.X)\n", o, lib, argv0="helpers/rocminfo")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "1 0\nprobe ran 1\n")
+        self.assertIn("[overlay] skipped for ROCm toolchain helper", r.stderr)
+        # Turned off, or a manifest that cannot be read: installed all the same, claiming nothing.
+        self.assertEqual(self.py(code, o, lib, env={"OVERLAY_DISABLE": "1"}).stdout, "1 0\n")
+        with open(os.path.join(o, "_overlay_manifest.json"), "w") as f:
+            f.write("{not json")
+        r = self.py(code, o, lib)
+        self.assertEqual(r.stdout, "1 0\n")
+        self.assertIn("cannot read manifest", r.stderr)
+
+    # Issue 52: the pipeline's adapters run the overlay's sitecustomize.py again (runpy.run_path).
+    # A module target imported stock before is left alone and said so, each time; one imported
+    # through the overlay is not; a module entry added since is served; nothing applies twice.
+    def test_running_the_overlay_again_registers_again(self):
+        lib = os.path.join(self.tmp, "lib")
+        self.write("lib/ovs_stock.py", "WHO = 'stock'\n")
+        self.write("lib/ovs_mod.py", "WHO = 'stock'\n")
+        self.write("lib/ovs_late.py", "WHO = 'stock'\n")
+        self.write("lib/ovs_reb.py", "def f():\n    return 'stock'\n")
+        impl = self.write("impl/ovs_impl.py", "CALLS = []\n\ndef f():\n    CALLS.append(1)\n    return 'fast'\n")
+        patched = self.write("patched.py", "WHO = 'patched'\n")
+        o = self.overlay(["add-module", "--module", "ovs_stock", "--patched-file", patched],
+                         ["add-module", "--module", "ovs_mod", "--patched-file", patched],
+                         ["add-rebind", "--target", "ovs_reb:f", "--impl-module", "ovs_impl", "--impl-attr", "f",
+                          "--impl-file", impl])
+        code = textwrap.dedent("""\
+            import runpy, subprocess, sys
+            sys.path.insert(0, %r)
+            import ovs_stock            # stock: the overlay is not registered yet
+            sys.path.insert(0, %r)
+            site = %r + "/sitecustomize.py"
+            runpy.run_path(site)        # first registration
+            import ovs_mod, ovs_reb
+            subprocess.run([%r, "add-module", "--overlay", %r, "--module", "ovs_late", "--patched-file", %r], check=True,
+                           stdout=subprocess.DEVNULL)
+            runpy.run_path(site)        # again, as an adapter does
+            import ovs_late
+            print(ovs_stock.WHO, ovs_mod.WHO, ovs_late.WHO, ovs_reb.f(), type(ovs_reb.f).__name__)
+            print(sum(type(f).__name__ == "_OverlayFinder" for f in sys.meta_path))
+            """ % (lib, o, o, BIN, o, patched))
+        r = run([PY, "-c", code], env=self.env)
+        self.assertEqual(r.stdout, "stock patched patched fast function\n1\n", r.stderr)
+        failed = "[overlay] module registration FAILED %s: target already imported before overlay registration"
+        self.assertEqual(r.stderr.count(failed % "ovs_stock"), 2, r.stderr)
+        self.assertNotIn(failed % "ovs_mod", r.stderr)
+        self.assertEqual(r.stderr.count("[overlay] rebound ovs_reb:f"), 1, r.stderr)
+
+    # Issue 52: a patched module whose import raises raises at every import; nothing half-made is
+    # cached in sys.modules.
+    def test_a_patched_module_that_raises_raises_at_every_import(self):
+        self.write("lib/ovx_mod.py", "WHO = 'stock'\n")
+        broken = self.write("broken.py", "raise RuntimeError('candidate broke')\n")
+        o = self.overlay(["add-module", "--module", "ovx_mod", "--patched-file", broken])
+        code = textwrap.dedent("""\
+            import sys
+            for attempt in range(2):
+                try:
+                    import ovx_mod
+                    print("imported", ovx_mod.WHO)
+                except RuntimeError as e:
+                    print("raised", e, "ovx_mod" in sys.modules)
+            """)
+        r = self.py(code, o, [os.path.join(self.tmp, "lib")])
+        self.assertEqual(r.stdout, "raised candidate broke False\nraised candidate broke False\n", r.stderr)
+
     def test_a_process_that_imports_no_target_says_nothing(self):
         self.write("lib/ovq_a.py", "def f():\n    pass\n")
         self.write("lib/ovq_b.py", "def f():\n    pass\n")
