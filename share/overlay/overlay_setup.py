@@ -11,6 +11,8 @@ Imported, it offers the module API of upstream's overlay_setup.py (v3, and v7's 
     cmd_add_module(a)               add-module from an argparse-style namespace (also
     cmd_add_rebind(a)               cmd_add_rebind, cmd_add_capture, cmd_add_marker,
     cmd_add_installer(a)            cmd_add_installer: the same attribute names as upstream's)
+    cmd_add_hook(a)                 the forks' post-import hook, and their two vLLM shorthands
+    cmd_add_vllm_phase_annotation(a), cmd_add_vllm_semantic_capture(a)   (files beside this file)
     cmd_check(a)                    where a.module resolves from in this interpreter, and whether
                                     the overlay shadows it
     _try_apply(patch, target_file=None, cwd=None)   upstream's patch ladder (patch, git apply),
@@ -45,7 +47,8 @@ import sys
 
 __all__ = ["main", "OverlayError", "_ensure_overlay", "_load_man", "_save_man", "merge_overlays", "module_file", "pkg_root",
            "overlay_binary", "cmd_add_module", "cmd_add_rebind", "cmd_add_capture", "cmd_add_marker",
-           "cmd_add_installer", "cmd_check", "_try_apply", "SITECUSTOMIZE", "LEGACY_SITECUSTOMIZE"]
+           "cmd_add_installer", "cmd_add_hook", "cmd_add_vllm_phase_annotation",
+           "cmd_add_vllm_semantic_capture", "cmd_check", "_try_apply", "SITECUSTOMIZE", "LEGACY_SITECUSTOMIZE"]
 
 _HERE = os.path.dirname(os.path.realpath(__file__))
 
@@ -219,6 +222,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "check" and _flag(argv, "--python") is None and "--json" not in argv:
         return _main_check(argv[1:])
+    if argv and argv[0] in ("add-vllm-phase-annotation", "add-vllm-semantic-capture"):
+        return _main_vllm(argv[0], argv[1:])  # wire the files beside this script, as the fork does
     _run_or_exit(_completed(argv))
 
 
@@ -335,6 +340,64 @@ def cmd_add_installer(a):
     for k in _get(a, "kernel", []) or []:
         args += ["--kernel", k]
     _run_or_exit(args)
+
+
+def cmd_add_hook(a):
+    """add-hook: after a.module finishes importing, a.impl_module.a.impl_attr() runs (the forks')."""
+    args = _common("add-hook", a) + ["--module", a.module, "--impl-module", a.impl_module,
+                                     "--impl-attr", _get(a, "impl_attr", "install") or "install"]
+    if _get(a, "impl_file"):
+        args += ["--impl-file", a.impl_file]
+    _run_or_exit(args)
+
+
+_VLLM_RUNNER = "vllm.v1.worker.gpu_model_runner"
+_SEMANTIC_FILES = ("vllm_semantic_capture.py", "semantic_runtime_capture.py", "vllm_phase_annotate.py")
+
+
+def _script_dir():
+    # Beside this file as it was reached (upstream's abspath, not its real path): the scripts
+    # folder the pipeline lays the hook files into.
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def cmd_add_vllm_phase_annotation(a):
+    """The fork's shorthand: vllm_phase_annotate.py (a.impl_file, else beside this file) wired as a
+    post-import hook (install()) on a.module, vLLM's model runner by default. A missing file ends
+    the run before anything is written."""
+    impl = _get(a, "impl_file") or os.path.join(_script_dir(), "vllm_phase_annotate.py")
+    if not os.path.exists(impl):
+        raise SystemExit("vllm_phase_annotate.py not found at %s" % impl)
+    a.module = _get(a, "module") or _VLLM_RUNNER
+    a.impl_file, a.impl_module, a.impl_attr = impl, "vllm_phase_annotate", "install"
+    cmd_add_hook(a)
+
+
+def cmd_add_vllm_semantic_capture(a):
+    """The fork's semantic shape probe: its three modules (beside this file) copied into the
+    overlay together, vllm_semantic_capture.install() wired as a post-import hook on a.module. A
+    missing one ends the run before anything is written."""
+    here = _script_dir()
+    missing = [n for n in _SEMANTIC_FILES if not os.path.exists(os.path.join(here, n))]
+    if missing:
+        raise SystemExit("missing capture module(s) beside overlay_setup.py: %s" % ", ".join(missing))
+    _ensure_overlay(a.overlay, _get(a, "base"))
+    for name in _SEMANTIC_FILES:
+        shutil.copy2(os.path.join(here, name), os.path.join(os.fspath(a.overlay), name))
+    a.module = _get(a, "module") or _VLLM_RUNNER
+    a.impl_file, a.impl_module, a.impl_attr = "", "vllm_semantic_capture", "install"
+    cmd_add_hook(a)
+
+
+def _main_vllm(verb, args):
+    p = argparse.ArgumentParser(prog="overlay_setup.py " + verb)
+    p.add_argument("--overlay", required=True)
+    p.add_argument("--module", default=_VLLM_RUNNER)
+    p.add_argument("--from", dest="base", default="")
+    if verb == "add-vllm-phase-annotation":
+        p.add_argument("--impl-file", default="", dest="impl_file")
+        return cmd_add_vllm_phase_annotation(p.parse_args(args))
+    return cmd_add_vllm_semantic_capture(p.parse_args(args))
 
 
 def _in_overlay(path):
@@ -465,6 +528,9 @@ def __getattr__(name):  # PEP 562: the texts are asked of the binary when first 
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] and sys.argv[1] in ("add-vllm-phase-annotation", "add-vllm-semantic-capture"):
+        main()  # the shim's own verbs (they wire the files beside it); SystemExit says why not
+        sys.exit(0)
     try:
         binary = overlay_binary()
         argv = _completed(sys.argv[1:])

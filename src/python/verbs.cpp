@@ -148,16 +148,16 @@ bool same_identity(const json& a, const json& b, const Identity& keys) {
   return true;
 }
 
-// Replaces the entry of `array` with the same identity as `entry`, or appends.
+// Drops every entry of `array` with the same identity as `entry`, then appends it: upstream's
+// filter-and-append (v3 … v8), so a re-added entry moves last and the manifest's bytes are
+// upstream's for the same calls.
 void upsert(json& doc, const char* array, const Identity& identity, const json& entry) {
   if (!doc.contains(array) || !doc[array].is_array()) doc[array] = json::array();
-  for (auto& e : doc[array]) {
-    if (e.is_object() && same_identity(e, entry, identity)) {
-      e = entry;
-      return;
-    }
-  }
-  doc[array].push_back(entry);
+  json kept = json::array();
+  for (auto& e : doc[array])
+    if (!(e.is_object() && same_identity(e, entry, identity))) kept.push_back(std::move(e));
+  kept.push_back(entry);
+  doc[array] = std::move(kept);
 }
 
 // The overlay --from seeds a new one from: none when it was not given or does not exist yet

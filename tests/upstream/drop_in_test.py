@@ -27,6 +27,15 @@ def run(argv, env=None, cwd=None, check=True):
     return r
 
 
+def fork_sections(path, drop_empty):
+    """The manifest at path as (key, value) pairs in file order, less the empty section named
+    drop_empty: the fork writes no markers section where v7 (and this tool) write an empty one, and
+    an empty hooks section where they write none. Every other byte of meaning compares."""
+    with open(path) as f:
+        pairs = json.load(f, object_pairs_hook=list)
+    return [(k, v) for k, v in pairs if not (k == drop_empty and v == [])]
+
+
 def tree(root):
     """{relative path: bytes} of every file under root (the worker modules and caches left out, and
     the overlay's lock file: made by the first operation that locks it, empty, what no upstream
@@ -193,6 +202,81 @@ class DropIn(unittest.TestCase):
         self.assertEqual(out.count("REFUSED True"), 2, out)
         self.assertEqual(out.count("package __init__.py"), 2, out)
         self.assertEqual(out.count("EXISTS False"), 2, out)
+
+    # issue 52: the forks' add-hook, with the other kinds, re-adds included (a re-added entry moves
+    # last, as upstream filters and appends): the fork's overlay, its manifest section by section.
+    def test_hooks_compound_and_replace_as_the_fork_writes_them(self):
+        src = self.write("src/act.py", "def f():\n    return 'stock'\n")
+        hook = self.write("myhook.py", "def install():\n    pass\n")
+        other = self.write("otherhook.py", "def install():\n    pass\n")
+        ref, ours = self.both([
+            ["add-module", "--overlay", "O", "--module", "pkg.a", "--src-file", src],
+            ["add-module", "--overlay", "O", "--module", "pkg.b", "--src-file", src],
+            ["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"],
+            ["add-hook", "--overlay", "O", "--module", "pkg.a", "--impl-module", "myhook", "--impl-file", hook],
+            ["add-hook", "--overlay", "O", "--module", "pkg.a", "--impl-module", "otherhook", "--impl-file", other],
+            ["add-hook", "--overlay", "O", "--module", "pkg.b", "--impl-module", "myhook", "--impl-attr", "go"],
+            ["add-hook", "--overlay", "O", "--module", "pkg.a", "--impl-module", "myhook", "--impl-attr", "again"],
+            ["add-rebind", "--overlay", "O", "--target", "pkg.b:f", "--impl-module", "fast", "--impl-attr", "g"],
+            ["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "h"],
+            ["add-module", "--overlay", "O", "--module", "pkg.a", "--src-file", src],
+            ["add-capture", "--overlay", "O", "--target", "pkg.a:f", "--out", self.path("out"), "--max", "2"],
+        ], upstream="overlay_setup.v8-fork.py")
+        self.assertEqual(set(tree(ref)) - {"_overlay_manifest.json"}, set(tree(ours)) - {"_overlay_manifest.json"})
+        self.assertEqual(fork_sections(os.path.join(ours, "_overlay_manifest.json"), "markers"),
+                         fork_sections(os.path.join(ref, "_overlay_manifest.json"), "hooks"))
+        with open(os.path.join(ours, "_overlay_manifest.json")) as f:
+            m = json.load(f)
+        self.assertEqual([(h["module"], h["impl_module"], h["impl_attr"]) for h in m["hooks"]],
+                         [("pkg.a", "otherhook", "install"), ("pkg.b", "myhook", "go"), ("pkg.a", "myhook", "again")])
+        self.assertEqual([e["module"] for e in m["modules"]], ["pkg.b", "pkg.a"])
+
+    # issue 52: the fork's two vLLM verbs, through the module API and the command line, from the
+    # files beside the script (or --impl-file); a missing file is a SystemExit before anything is
+    # written. The fork's overlay, its manifest section by section.
+    def test_the_forks_vllm_verbs_wire_the_files_beside_the_script(self):
+        names = ("vllm_phase_annotate.py", "vllm_semantic_capture.py", "semantic_runtime_capture.py")
+        driver = textwrap.dedent("""\
+            import argparse, importlib.util, os, sys
+            spec = importlib.util.spec_from_file_location("overlay_setup", sys.argv[1])
+            ov = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(ov)
+            for fn in ("cmd_add_vllm_phase_annotation", "cmd_add_vllm_semantic_capture"):
+                try:
+                    getattr(ov, fn)(argparse.Namespace(overlay=sys.argv[2], module="vllm.v1.worker.gpu_model_runner",
+                                                       impl_file=""))
+                    print(fn, "ok")
+                except SystemExit as e:
+                    print(fn, "REFUSED", e)
+                print("EXISTS", os.path.exists(sys.argv[2]))
+            """)
+        outs, dirs = {}, {}
+        for tool, script in (("ref", os.path.join(UPSTREAM, "overlay_setup.v8-fork.py")), ("ours", SHIM)):
+            scripts = self.path(tool, "scripts")
+            os.makedirs(scripts)
+            shutil.copy(script, os.path.join(scripts, "overlay_setup.py"))
+            # None of the three beside it yet: both verbs refuse and write nothing.
+            bare = run([PY, "-c", driver, os.path.join(scripts, "overlay_setup.py"), self.path(tool, "O0")]).stdout
+            self.assertIn("cmd_add_vllm_phase_annotation REFUSED vllm_phase_annotate.py not found at", bare)
+            self.assertIn("cmd_add_vllm_semantic_capture REFUSED missing capture module(s) beside overlay_setup.py: "
+                          "vllm_semantic_capture.py, semantic_runtime_capture.py, vllm_phase_annotate.py", bare)
+            self.assertNotIn("EXISTS True", bare)
+            for n in names:
+                with open(os.path.join(scripts, n), "w") as f:
+                    f.write("# %s\ndef install():\n    pass\n" % n)
+            outs[tool] = run([PY, "-c", driver, os.path.join(scripts, "overlay_setup.py"),
+                              self.path(tool, "O")]).stdout.replace(self.path(tool), "TOOL")
+            # And from the command line, into a second overlay.
+            for verb in ("add-vllm-phase-annotation", "add-vllm-semantic-capture"):
+                run([PY, os.path.join(scripts, "overlay_setup.py"), verb, "--overlay", self.path(tool, "O2")])
+            dirs[tool] = self.path(tool)
+        self.assertEqual(outs["ref"], outs["ours"])
+        for o in ("O", "O2"):
+            ref, ours = os.path.join(dirs["ref"], o), os.path.join(dirs["ours"], o)
+            self.assertEqual({k: v for k, v in tree(ref).items() if k != "_overlay_manifest.json"},
+                             {k: v for k, v in tree(ours).items() if k != "_overlay_manifest.json"})
+            self.assertEqual(fork_sections(os.path.join(ours, "_overlay_manifest.json"), "markers"),
+                             fork_sections(os.path.join(ref, "_overlay_manifest.json"), "hooks"))
 
     # item 3: the hook files beside the shim are the ones copied, as beside upstream's script.
     def test_hooks_beside_the_shim_are_copied(self):
