@@ -288,6 +288,7 @@ Verdict engagement_verdict(const EngagementReport& r, const ProcessScan& scan, c
     return {false, "the overlay has no entry that a process could run (none added, or all reverted)"};
   if (scope.python_keys.empty()) return native;
   Verdict python = python_verdict(r, tree, alive.front(), scope.python_keys);
+  if (!python.engaged) python.why += scope.python_hint;
   if (!python.engaged || !scope.natives) return python;
   return {true, native.why + "; " + python.why};
 }

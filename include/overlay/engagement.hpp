@@ -91,6 +91,9 @@ struct EngagementScope {
   bool natives = false;
   std::vector<std::string> python_keys;
   std::vector<std::string> code_objects;  // tracked GPU code objects (.hsaco, .cubin, …): read, never mapped
+  // Said after a Python verdict that is not engaged (what would make the overlay reach a process
+  // started without its environment), or empty.
+  std::string python_hint;
 };
 EngagementScope engagement_scope(const Manifest& m);
 

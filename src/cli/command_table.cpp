@@ -16,6 +16,7 @@ Handler add_hook_command(CLI::App& sub, const Globals& g);
 Handler add_installer_command(CLI::App& sub, const Globals& g);
 Handler merge_command(CLI::App& sub, const Globals& g);
 Handler ensure_overlay_command(CLI::App& sub, const Globals& g);
+Handler add_worker_modules_command(CLI::App& sub, const Globals& g);
 Handler sitecustomize_text_command(CLI::App& sub, const Globals& g);
 Handler check_command(CLI::App& sub, const Globals& g);
 // native_commands.cpp
@@ -47,6 +48,9 @@ const Command kCommands[] = {
   {"add-capture", nullptr, "Record argument/return shapes of the first calls of a function", add_capture_command},
   {"add-marker", nullptr, "Wrap module:attr in a GEAK_TARGET::<target> profiler range (seam_trace.py)", add_marker_command},
   {"add-hook", nullptr, "Call impl_module.impl_attr() right after a module finishes importing", add_hook_command},
+  {"add-worker-modules", nullptr,
+   "Write _overlay_apply.py and _overlay_worker_ext.py: TP workers started without the overlay's environment apply it",
+   add_worker_modules_command},
   {"add-installer", nullptr, "Register a package's deferred installer (its files already in the overlay)", add_installer_command},
   {"merge", nullptr, "Compose overlays into a fresh one; conflicting entries or files refuse", merge_command},
   {"ensure-overlay", nullptr, "Create the overlay (manifest, sitecustomize.py) if missing; add nothing", ensure_overlay_command, true},

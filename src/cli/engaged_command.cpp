@@ -12,6 +12,7 @@
 #include "overlay/file_ops.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/process_scan.hpp"
+#include "overlay/python/sitecustomize.hpp"
 #include "overlay/status.hpp"
 
 namespace overlay::cli {
@@ -92,7 +93,12 @@ int run_engaged(Disk& disk, const std::string& overlay_in, const std::vector<pid
              " live process(es) running Python entries");
     return kOk;
   }
-  Verdict v = unreadable_verdict(disk, scan, pids).value_or(engagement_verdict(r, scan, pids, engagement_scope(m)));
+  EngagementScope scope = engagement_scope(m);
+  if (!has_worker_modules(disk, overlay))
+    scope.python_hint = "; a TP worker started without the overlay's environment applies it through the worker modules: overlay "
+                        "add-worker-modules --overlay " + overlay.string() +
+                        ", then vLLM's --worker-extension-cls _overlay_worker_ext.OverlayWorkerExtension";
+  Verdict v = unreadable_verdict(disk, scan, pids).value_or(engagement_verdict(r, scan, pids, scope));
   j["engaged"] = v.engaged;
   j["why"] = v.why;
   out_line(v.engaged ? "ENGAGED " + v.why : "NOT_ENGAGED " + v.why);

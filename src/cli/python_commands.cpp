@@ -241,6 +241,18 @@ Handler merge_command(CLI::App& sub, const Globals&) {
   return [f] { return run_merge(*f); };
 }
 
+Handler add_worker_modules_command(CLI::App& sub, const Globals& g) {
+  auto f = std::make_shared<Shared>();
+  Handler h = python_verb(sub, g, "add-worker-modules", f,
+                          [](const Shared& k, const Globals& gl) { return add_worker_modules(cli_disk(), k.common(gl)); });
+  return [h] {
+    int rc = h();
+    out_line("launch TP workers with: VLLM_WORKER_MULTIPROC_METHOD=spawn ... --worker-extension-cls "
+             "_overlay_worker_ext.OverlayWorkerExtension");
+    return rc;
+  };
+}
+
 // For the overlay_setup.py shim: _ensure_overlay(dir, base) and its SITECUSTOMIZE text.
 Handler ensure_overlay_command(CLI::App& sub, const Globals& g) {
   auto f = std::make_shared<Shared>();

@@ -205,6 +205,9 @@ MergeResult merge_overlays(Disk& disk, const MergeRequest& req) {
     Manifest merged;
     merged.doc = u.doc;
     save_manifest(disk, staging, merged);
+    // Asked for by an input, the worker modules stay asked for.
+    if (std::any_of(inputs.begin(), inputs.end(), [&](const fs::path& in) { return has_worker_modules(disk, in); }))
+      write_worker_modules(disk, staging);
     ensure_sitecustomize(disk, staging);
     precompile_runtime(disk, staging);
     if (oi.exists()) disk.remove(r.output);  // the empty directory it replaces

@@ -75,10 +75,12 @@ bool is_runtime_file(const std::string& name) {
   return name == "sitecustomize.py" || name == kWorkerExtName || name == kApplyModuleName;
 }
 
-namespace {
+bool has_worker_modules(Disk& disk, const fs::path& overlay) {
+  return disk.info(overlay / kWorkerExtName, Follow::no).exists() || disk.info(overlay / kApplyModuleName, Follow::no).exists();
+}
 
 // Each worker module holds our text afterwards; one that already does is not written again.
-void ensure_worker_modules(Disk& disk, const fs::path& overlay) {
+void write_worker_modules(Disk& disk, const fs::path& overlay) {
   for (const auto& [name, text] : {std::pair{kWorkerExtName, &worker_ext_text()}, std::pair{kApplyModuleName, &apply_module_text()}}) {
     fs::path p = overlay / name;
     FileInfo fi = disk.info(p, Follow::no);
@@ -88,10 +90,8 @@ void ensure_worker_modules(Disk& disk, const fs::path& overlay) {
   }
 }
 
-}  // namespace
-
 SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, Replace replace) {
-  ensure_worker_modules(disk, overlay);
+  if (has_worker_modules(disk, overlay)) write_worker_modules(disk, overlay);
   SitecustomizeOutcome o;
   o.before = classify_sitecustomize(disk, overlay);
   if (o.before == SitecustomizeKind::current) return o;

@@ -136,6 +136,7 @@ Manifest seed_from(Disk& disk, const fs::path& base, const fs::path& ov) {
     if (type == FileType::regular) replace_file_atomically(disk, base / rel, ov / rel, disk.info(base / rel, Follow::no).mode);
     return WalkStep::descend;
   });
+  if (has_worker_modules(disk, base)) write_worker_modules(disk, ov);  // asked for in BASE: asked for here
   return m;
 }
 
@@ -426,6 +427,13 @@ PyAddResult add_installer(Disk& disk, const AddInstallerRequest& req) {
       },
       [](const fs::path&) {});
   r.launch_line = false;  // upstream prints OVERLAY_DIR= alone for add-installer
+  return r;
+}
+
+PyAddResult add_worker_modules(Disk& disk, const PyCommon& c) {
+  check_overlay_target(disk, c);
+  PyAddResult r = record_with(disk, c, [](json&) {}, [&](const fs::path& o) { write_worker_modules(disk, o); });
+  r.summary = "add-worker-modules -> " + (r.overlay / kWorkerExtName).string() + ", " + (r.overlay / kApplyModuleName).string();
   return r;
 }
 

@@ -101,6 +101,15 @@ TEST_F(EngagedPython, ALiveServerIsJudgedByWhatAppliedInIt) {
                         " and its 0 descendant(s) did not run the overlay's Python entries"),
             std::string::npos)
       << e0.out;
+  // What would reach a process started without the overlay's environment is named, until the
+  // overlay holds the worker modules.
+  const std::string hint = "a TP worker started without the overlay's environment applies it through the worker modules: overlay "
+                           "add-worker-modules --overlay " + ov;
+  EXPECT_NE(e0.out.find(hint), std::string::npos) << e0.out;
+  ASSERT_EQ(run_overlay({"add-worker-modules", "--overlay", ov}).rc, 0);
+  Cmd again = engaged(plain);
+  EXPECT_EQ(again.rc, 1);
+  EXPECT_EQ(again.out.find("add-worker-modules"), std::string::npos) << again.out;
 
   pid_t idle = start("idle", "idle");
   Cmd e1 = engaged(idle);

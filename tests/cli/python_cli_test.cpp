@@ -69,6 +69,50 @@ TEST_F(Py, APackageInitializerIsRefusedAndNothingIsWritten) {
   EXPECT_EQ(tree_digest(ov), before);
 }
 
+// The worker modules are written on request only (upstream's overlays hold none, and tools list
+// an overlay's names): once asked for, every later write keeps them at this binary's text, and
+// --from and merge carry the request.
+TEST_F(Py, WorkerModulesAreWrittenOnRequestAndKeptCurrent) {
+  auto names = [](const fs::path& dir) {
+    std::vector<std::string> n;
+    for (const auto& e : fs::directory_iterator(dir)) n.push_back(e.path().filename().string());
+    std::sort(n.begin(), n.end());
+    return n;
+  };
+  const std::vector<std::string> plain = {".overlay-lock", "__pycache__", "_overlay_manifest.json", "fast_ops.py", "sitecustomize.py"};
+  std::vector<std::string> rebind = {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
+                                     "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string()};
+  ASSERT_EQ(ov_cmd(rebind).rc, 0);
+  EXPECT_EQ(names(ov), plain);
+  std::string manifest_bytes = read_file(t / "ov/_overlay_manifest.json");
+  Cmd w = ov_cmd({"add-worker-modules", "--overlay", ov});
+  ASSERT_EQ(w.rc, 0) << w.err;
+  EXPECT_NE(w.out.find("add-worker-modules -> " + ov + "/_overlay_worker_ext.py, " + ov + "/_overlay_apply.py\n"), std::string::npos) << w.out;
+  EXPECT_NE(w.out.find("--worker-extension-cls _overlay_worker_ext.OverlayWorkerExtension"), std::string::npos) << w.out;
+  EXPECT_EQ(read_file(t / "ov/_overlay_manifest.json"), manifest_bytes) << "no entry is added";
+  const fs::path share = fs::path(OVERLAY_SOURCE_DIR) / "share/overlay";
+  for (const char* n : {"_overlay_worker_ext.py", "_overlay_apply.py"}) EXPECT_EQ(read_file(t / "ov" / n), read_file(share / n)) << n;
+  // An older text of one of them is brought current by the next add-*.
+  write_file(t / "ov/_overlay_apply.py", "# an older binary's text\n");
+  ASSERT_EQ(ov_cmd(rebind).rc, 0);
+  EXPECT_EQ(read_file(t / "ov/_overlay_apply.py"), read_file(share / "_overlay_apply.py"));
+  // Carried by --from and by merge; an overlay that never asked holds none.
+  std::string seeded = (t / "seeded").string(), merged = (t / "merged").string(), other = (t / "other").string();
+  ASSERT_EQ(ov_cmd({"add-marker", "--overlay", seeded, "--from", ov, "--target", "pkg.ops:add"}).rc, 0);
+  EXPECT_TRUE(fs::exists(fs::path(seeded) / "_overlay_worker_ext.py"));
+  ASSERT_EQ(ov_cmd({"add-marker", "--overlay", other, "--target", "pkg.ops:add"}).rc, 0);
+  EXPECT_FALSE(fs::exists(fs::path(other) / "_overlay_worker_ext.py"));
+  ASSERT_EQ(ov_cmd({"merge", "--overlay", merged, "--with", other}).rc, 0);
+  EXPECT_FALSE(fs::exists(fs::path(merged) / "_overlay_worker_ext.py"));
+  fs::remove_all(merged);
+  ASSERT_EQ(ov_cmd({"merge", "--overlay", merged, "--with", other, "--with", ov}).rc, 0);
+  EXPECT_TRUE(fs::exists(fs::path(merged) / "_overlay_apply.py"));
+  // And what they are for: a process whose environment lacks the overlay applies it on import.
+  Cmd late = py("import sys; sys.path.insert(0, " + json(ov).dump() + "); import _overlay_worker_ext; import pkg.ops; print(pkg.ops.add(1, 2))",
+                env_without());
+  EXPECT_EQ(late.out, "('fast', 3)\n") << late.err;
+}
+
 TEST_F(Py, ModuleInjectedThroughBothImportForms) {
   ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
   Cmd on = py("from pkg import sub\nimport pkg.sub\nimport pkg\nprint(sub.value(), pkg.sub.value(), pkg.sub is sub, getattr(sub, '__overlay_injected__', False))", env_with(ov));

@@ -29,7 +29,7 @@ const std::string kRebind = "rebind:m:f->impl.g";
 }  // namespace
 
 TEST(EngagementVerdict, NativeOnlyNeedsEveryMappingPatched) {
-  EngagementScope native{true, {}, {}};
+  EngagementScope native{true, {}, {}, {}};
   EngagementReport r;
   r.uses = {maps(11, MapState::patched)};
   EXPECT_TRUE(engagement_verdict(r, tree(), {10}, native).engaged);
@@ -44,13 +44,13 @@ TEST(EngagementVerdict, NativeOnlyNeedsEveryMappingPatched) {
   EXPECT_EQ(engagement_verdict(r, tree(), {10}, native).why, "process 10 and its 1 descendant(s) map none of the tracked artifacts");
   EXPECT_EQ(engagement_verdict(r, tree(), {99}, native).why, "process 99 is gone");
   // A GPU code object is never mapped: the verdict says why it cannot be seen.
-  EngagementScope code{true, {}, {"/opt/x/kernels/attn.hsaco"}};
+  EngagementScope code{true, {}, {"/opt/x/kernels/attn.hsaco"}, {}};
   EXPECT_NE(engagement_verdict(r, tree(), {10}, code).why.find("(/opt/x/kernels/attn.hsaco is a GPU code object: hipModuleLoad"),
             std::string::npos);
 }
 
 TEST(EngagementVerdict, PythonOnlyNeedsEveryEntryAppliedInTheTree) {
-  EngagementScope python{false, {kRebind, "module:m.sub"}, {}};
+  EngagementScope python{false, {kRebind, "module:m.sub"}, {}, {}};
   EngagementReport r;
   Verdict none = engagement_verdict(r, tree(), {10}, python);
   EXPECT_FALSE(none.engaged);
@@ -69,10 +69,17 @@ TEST(EngagementVerdict, PythonOnlyNeedsEveryEntryAppliedInTheTree) {
   r.python = {ran(10, {"module:m.sub"})};
   EXPECT_EQ(engagement_verdict(r, tree(), {10}, python).why,
             "Python entry " + kRebind + " has not applied in process 10 (added after it started: restart it)");
+  // The hint (the worker modules, where the overlay lacks them) follows a Python verdict that is
+  // not engaged, never one that is.
+  python.python_hint = "; HINT";
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, python).why,
+            "Python entry " + kRebind + " has not applied in process 10 (added after it started: restart it); HINT");
+  r.python = {ran(10, {"module:m.sub"}, {}, {kRebind}), ran(11, {kRebind})};
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, python).why.find("HINT"), std::string::npos);
 }
 
 TEST(EngagementVerdict, BothPartsMustBeEngagedAndNothingStale) {
-  EngagementScope both{true, {kRebind}, {}};
+  EngagementScope both{true, {kRebind}, {}, {}};
   EngagementReport r;
   r.python = {ran(10, {kRebind})};
   EXPECT_FALSE(engagement_verdict(r, tree(), {10}, both).engaged);  // the library is not mapped
@@ -81,10 +88,10 @@ TEST(EngagementVerdict, BothPartsMustBeEngagedAndNothingStale) {
   EXPECT_TRUE(v.engaged) << v.why;
   EXPECT_EQ(v.why, "process 11 (a descendant) maps the patched /opt/x/_C.so; process 10 applied 1 Python entry");
   // A Python-only overlay whose process still maps a stale tracked artifact of an old entry.
-  EngagementScope python{false, {kRebind}, {}};
+  EngagementScope python{false, {kRebind}, {}, {}};
   r.uses = {maps(11, MapState::stale)};
   EXPECT_FALSE(engagement_verdict(r, tree(), {10}, python).engaged);
-  EngagementScope nothing{false, {}, {}};
+  EngagementScope nothing{false, {}, {}, {}};
   r.uses.clear();
   EXPECT_EQ(engagement_verdict(r, tree(), {10}, nothing).why, "the overlay has no entry that a process could run (none added, or all reverted)");
 }

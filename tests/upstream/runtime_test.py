@@ -131,7 +131,7 @@ class WorkerExtension(Case):
         self.write("lib/workerlib.py", WORKERLIB)
         impl = self.write("impl/ovw_impl.py", "def compute():\n    return 'fast'\n")
         self.o = self.overlay(["add-rebind", "--target", "ovw_target:compute", "--impl-module", "ovw_impl",
-                               "--impl-attr", "compute", "--impl-file", impl])
+                               "--impl-attr", "compute", "--impl-file", impl], ["add-worker-modules"])
         self.lib = lib
         self.parent = self.write("parent.py", PARENT)
 
@@ -243,7 +243,7 @@ class Runtime(Case):
         lib = os.path.join(self.tmp, "lib")
         self.write("lib/ovi_mod.py", "WHO = 'stock'\n")
         patched = self.write("patched.py", "WHO = 'patched'\n")
-        o = self.overlay(["add-module", "--module", "ovi_mod", "--patched-file", patched])
+        o = self.overlay(["add-module", "--module", "ovi_mod", "--patched-file", patched], ["add-worker-modules"])
         # Applied late (as in a worker through _overlay_apply) after the module was imported.
         code = ("import sys; sys.path[:0] = [%r]; import ovi_mod; sys.path.insert(0, %r); import _overlay_apply; "
                 "_overlay_apply.apply(); import ovi_mod as again; print(ovi_mod is again, again.WHO)" % (lib, o))

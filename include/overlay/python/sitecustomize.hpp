@@ -18,9 +18,10 @@ const std::string& legacy_sitecustomize_text();
 // capture_shapes.py and seam_trace.py, byte for byte (embedded: the binary needs no share dir).
 const std::string& capture_hook_text();
 const std::string& marker_hook_text();
-// The worker modules every overlay holds beside its sitecustomize.py (share/overlay): importing
-// _overlay_worker_ext (vLLM's --worker-extension-cls) applies the overlay through
-// _overlay_apply.apply() in a process whose environment lacked it.
+// The worker modules an overlay holds beside its sitecustomize.py once asked for (add-worker-modules;
+// upstream's overlays hold none, and tools list an overlay's files): importing _overlay_worker_ext
+// (vLLM's --worker-extension-cls) applies the overlay through _overlay_apply.apply() in a process
+// whose environment lacked it.
 const std::string& worker_ext_text();
 const std::string& apply_module_text();
 inline constexpr const char* kWorkerExtName = "_overlay_worker_ext.py";
@@ -28,6 +29,10 @@ inline constexpr const char* kApplyModuleName = "_overlay_apply.py";
 // sitecustomize.py and the two worker modules: the overlay's runtime, which the tool writes
 // (never copied by --from or merge, never taken by an implementation file).
 bool is_runtime_file(const std::string& name);
+// Whether the overlay holds the worker modules (either of them: asked for once, kept current).
+bool has_worker_modules(Disk& disk, const fs::path& overlay);
+// Writes both worker modules with this binary's text (one already holding it is left alone).
+void write_worker_modules(Disk& disk, const fs::path& overlay);
 
 // What stands at <overlay>/sitecustomize.py.
 enum class SitecustomizeKind {
@@ -49,8 +54,8 @@ struct SitecustomizeOutcome {
 };
 
 // Writes <overlay>/sitecustomize.py atomically unless it already holds exactly our text, or it is
-// foreign and `replace` is generated_only; writes the worker modules wherever they differ from
-// ours. Never touches the manifest.
+// foreign and `replace` is generated_only; where the overlay holds the worker modules, brings them
+// to this binary's text. Never touches the manifest.
 SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, Replace replace = Replace::generated_only);
 
 // For each interpreter that may run the overlay (OVERLAY_PYTHON, python3 on PATH,

@@ -95,6 +95,9 @@ PyAddResult add_installer(Disk& disk, const AddInstallerRequest& req);
 // overlay_setup.py's _ensure_overlay(dir, base): the overlay exists with a manifest (seeded from
 // BASE when it had none) and a sitecustomize.py; no entry is added.
 PyAddResult ensure_overlay(Disk& disk, const PyCommon& c);
+// add-worker-modules: the overlay (made, or seeded from BASE, as by any add-*) holds the worker
+// modules from now on; no entry is added.
+PyAddResult add_worker_modules(Disk& disk, const PyCommon& c);
 
 // Where python finds `module` (its spec's origin), overlays disabled in it when asked.
 std::string find_module_origin(const std::string& module, const std::string& python, bool disable_overlays);
