@@ -112,7 +112,14 @@ OverlayLock::OverlayLock(const fs::path& dir, double timeout_s, const std::strin
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(timeout_s, 3.2e7)));
   struct stat dir_st {};
   if (on == LockOn::overlay) fd_ = open_lock_file(dir, dir_st);
-  if (fd_ < 0) {
+  if (on == LockOn::overlay_directory) {
+    dir_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd_ < 0 || ::fstat(dir_fd_, &dir_st) != 0) {
+      int err = errno;
+      if (dir_fd_ >= 0) ::close(dir_fd_);
+      throw DiskError("open overlay", dir.string(), err);
+    }
+  } else if (fd_ < 0) {
     fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd_ < 0) throw DiskError("open overlay", dir.string(), errno);
   } else {
@@ -121,22 +128,21 @@ OverlayLock::OverlayLock(const fs::path& dir, double timeout_s, const std::strin
     dir_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   }
   try {
-    if (!flock_by(fd_, deadline, dir)) throw LockTimeout(waited(dir, timeout_s, what));
+    if (fd_ >= 0 && !flock_by(fd_, deadline, dir)) throw LockTimeout(waited(dir, timeout_s, what));
     while (dir_fd_ >= 0 && !flock_by(dir_fd_, std::min(deadline, Clock::now() + std::chrono::milliseconds(20)), dir)) {
       pid_t pid = flock_holder(dir_fd_).value_or(0);
       auto owner = uid_of(pid);
       if (pid > 0 && !owner && Clock::now() < deadline) continue;  // it ended meanwhile
       uid_t uid = owner.value_or(static_cast<uid_t>(-1));
       if (uid != dir_st.st_uid && uid != ::geteuid() && uid != 0) {
-        spdlog::warn("{} is flocked by {}, an account that does not own it: not waited for (the overlay's lock is {})",
-                     dir.string(),
+        spdlog::warn("{} is flocked by {}, an account that does not own it: not waited for{}", dir.string(),
                      pid > 0 ? "pid " + std::to_string(pid) + " (uid " + std::to_string(uid) + ")" : std::string("a process this one cannot see"),
-                     (dir / kLockFileName).string());
+                     on == LockOn::overlay_directory ? std::string() : " (the overlay's lock is " + (dir / kLockFileName).string() + ")");
         ::close(dir_fd_);
         dir_fd_ = -1;
       } else if (Clock::now() >= deadline) {
         throw LockTimeout(waited(dir, timeout_s, what) + "; the directory's flock is held by pid " + std::to_string(pid) +
-                          " (an overlay from before the lock file?)");
+                          (on == LockOn::overlay_directory ? std::string() : " (an overlay from before the lock file?)"));
       }
     }
   } catch (...) {

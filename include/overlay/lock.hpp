@@ -4,8 +4,9 @@
 // open: a lock any local account could take (the directory itself, 0755) would let it block root's
 // revert and gc-stale. Versions before this one flock the directory: that lock is taken too, and
 // waited for while a process of the overlay's owner holds it; held by another account, it is
-// named in a warning and not waited for. Internal locks (the state dir's, in-flight marks: 0700
-// directories no other account can open) flock the directory itself.
+// named in a warning and not waited for. The Python verbs take that directory flock alone
+// (LockOn::overlay_directory), so a Python overlay holds no lock file. Internal locks (the state
+// dir's, in-flight marks: 0700 directories no other account can open) flock the directory itself.
 #include <sys/types.h>
 
 #include <filesystem>
@@ -18,8 +19,13 @@ namespace overlay {
 
 namespace fs = std::filesystem;
 
-// What is flocked: an overlay's lock file (above), or the directory itself.
-enum class LockOn { overlay, directory };
+// What is flocked: an overlay's lock file (above), or the directory itself; or, for the Python
+// verbs, an overlay's directory alone under the same rule as the lock file's companion flock
+// (waited for while its owner's or root's process holds it, named and not waited for when another
+// account's does). Native writers take the lock file and that flock, so Python and native writers
+// exclude each other, and an overlay that never held a native entry holds no lock file: upstream's
+// overlays hold only their own names, and tools list them.
+enum class LockOn { overlay, directory, overlay_directory };
 
 class OverlayLock {
  public:

@@ -173,9 +173,18 @@ std::vector<std::string> known_interpreters(Disk& disk) {
 
 }  // namespace
 
+bool precompile_wanted() {
+  auto set = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0';
+  };
+  if (set("OVERLAY_PRECOMPILE")) return std::string(std::getenv("OVERLAY_PRECOMPILE")) != "0";
+  return set("PYTHONDONTWRITEBYTECODE");
+}
+
 std::vector<std::string> precompile_runtime(Disk& disk, const fs::path& overlay) {
   std::vector<std::string> done;
-  if (classify_sitecustomize(disk, overlay) != SitecustomizeKind::current) return done;
+  if (!precompile_wanted() || classify_sitecustomize(disk, overlay) != SitecustomizeKind::current) return done;
   for (const auto& py : known_interpreters(disk)) {
     RunOptions o;
     o.output = Output::capture;

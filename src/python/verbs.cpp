@@ -191,7 +191,7 @@ PyAddResult record_with(Disk& disk, const PyCommon& c, Edit&& edit, PutFiles&& p
   r.overlay = absolute_normal(c.overlay);
   refuse_unrevertable(disk, r.overlay, false);
   make_dirs(disk, r.overlay);
-  OverlayLock lock(r.overlay, c.lock_timeout);
+  OverlayLock lock(r.overlay, c.lock_timeout, {}, LockOn::overlay_directory);  // no lock file in a Python overlay
   bool existed = false;
   Manifest m = load_or_seed(disk, c, r.overlay, existed);
   json before = m.doc;

@@ -79,10 +79,14 @@ TEST_F(Py, WorkerModulesAreWrittenOnRequestAndKeptCurrent) {
     std::sort(n.begin(), n.end());
     return n;
   };
-  const std::vector<std::string> plain = {".overlay-lock", "__pycache__", "_overlay_manifest.json", "fast_ops.py", "sitecustomize.py"};
+  // Upstream's names only: no worker modules, no lock file (Python verbs flock the directory), no
+  // __pycache__ where processes write their own bytecode.
+  const std::vector<std::string> plain = {"_overlay_manifest.json", "fast_ops.py", "sitecustomize.py"};
   std::vector<std::string> rebind = {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
                                      "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string()};
-  ASSERT_EQ(ov_cmd(rebind).rc, 0);
+  std::vector<std::string> bytecode_on = env_without();
+  bytecode_on.push_back("PYTHONDONTWRITEBYTECODE=");  // empty is unset, for Python and for the tool
+  ASSERT_EQ(run_overlay(rebind, t.path(), bytecode_on).rc, 0);
   EXPECT_EQ(names(ov), plain);
   std::string manifest_bytes = read_file(t / "ov/_overlay_manifest.json");
   Cmd w = ov_cmd({"add-worker-modules", "--overlay", ov});
@@ -359,11 +363,28 @@ TEST_F(Py, CountCallsAcrossProcesses) {
   EXPECT_EQ(q["applied_processes"], 3) << q;
 }
 
-// Where bytecode writing is off (PYTHONDONTWRITEBYTECODE=1, as in many serving images) no process
-// compiles the runtime: the tool wrote its bytecode when it wrote the overlay (issue 51).
+// Where bytecode writing is off (PYTHONDONTWRITEBYTECODE=1, as in many serving images, the tool's
+// environment included) no process compiles the runtime: the tool wrote its bytecode when it wrote
+// the overlay (issue 51). Where it is on, the tool writes none (the first process does): the
+// overlay holds only upstream's names (issue 52); OVERLAY_PRECOMPILE=1 asks, =0 refuses.
 TEST_F(Py, NoProcessCompilesTheRuntimeWhereBytecodeWritingIsOff) {
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
-                    "--impl-file", (t / "fast_ops.py").string()}).rc, 0);
+  const std::vector<std::string> rebind = {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
+                                           "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string()};
+  std::vector<std::string> off = env_without(), bytecode_on = env_without();
+  off.push_back("PYTHONDONTWRITEBYTECODE=1");
+  bytecode_on.push_back("PYTHONDONTWRITEBYTECODE=");  // empty is unset, for Python and for the tool
+  ASSERT_EQ(run_overlay(rebind, t.path(), bytecode_on).rc, 0);
+  EXPECT_FALSE(fs::exists(t / "ov/__pycache__")) << "written where processes write their own bytecode";
+  std::vector<std::string> asked = bytecode_on;
+  asked.push_back("OVERLAY_PRECOMPILE=1");
+  ASSERT_EQ(run_overlay(rebind, t.path(), asked).rc, 0);
+  EXPECT_TRUE(fs::exists(t / "ov/__pycache__"));
+  fs::remove_all(t / "ov/__pycache__");
+  off.push_back("OVERLAY_PRECOMPILE=0");
+  ASSERT_EQ(run_overlay(rebind, t.path(), off).rc, 0);
+  EXPECT_FALSE(fs::exists(t / "ov/__pycache__"));
+  off.pop_back();
+  ASSERT_EQ(run_overlay(rebind, t.path(), off).rc, 0);
   std::vector<std::string> env = env_with(ov);
   env.push_back("PYTHONDONTWRITEBYTECODE=1");
   Cmd on = run({"python3", "-v", "-c", "from pkg.ops import add\nprint(add(1, 2))"}, t.path(), env);
@@ -375,15 +396,21 @@ TEST_F(Py, NoProcessCompilesTheRuntimeWhereBytecodeWritingIsOff) {
   for (const auto& e : fs::directory_iterator(t / "ov/__pycache__")) plan |= e.path().filename().string().rfind("_overlay_plan.", 0) == 0;
   EXPECT_TRUE(plan);
   // A second add changes the manifest: the plan follows it.
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:K.m", "--impl-module", "fast_ops", "--impl-attr", "fast_m"}).rc, 0);
+  ASSERT_EQ(run_overlay({"add-rebind", "--overlay", ov, "--target", "pkg.ops:K.m", "--impl-module", "fast_ops", "--impl-attr", "fast_m"},
+                        t.path(), off).rc,
+            0);
   EXPECT_EQ(py("from pkg.ops import add, K\nprint(add(1, 2), K().m())", env).out, "('fast', 3) fast-m\n");
 }
 
 // A process without the json module (Debian's python3-minimal, slim images: neither json nor its
 // C scanner _json) applies the overlay, with the start-up plan the tool wrote and without it.
 TEST_F(Py, AProcessWithoutAJsonModuleAppliesTheOverlay) {
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
-                    "--impl-file", (t / "fast_ops.py").string()}).rc, 0);
+  std::vector<std::string> tool_env = env_without();
+  tool_env.push_back("PYTHONDONTWRITEBYTECODE=1");  // the tool writes the plan
+  ASSERT_EQ(run_overlay({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
+                         "--impl-file", (t / "fast_ops.py").string()},
+                        t.path(), tool_env).rc,
+            0);
   write_file(t / "nojson/json/__init__.py", "raise ImportError(\"No module named 'json'\")\n");
   write_file(t / "nojson/_json.py", "raise ImportError(\"No module named '_json'\")\n");
   std::vector<std::string> env = {"PYTHONPATH=" + (t / "nojson").string() + ":" + ov + ":" + site, "PYTHONDONTWRITEBYTECODE=1"};

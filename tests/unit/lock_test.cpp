@@ -90,6 +90,57 @@ TEST(OverlayLock, AnotherAccountsFlockOnTheDirectoryIsNotWaitedForTheOwnersIs) {
   EXPECT_NO_THROW(OverlayLock(ov, 0.3));
 }
 
+// A Python verb's lock (the overlay directory's flock alone) makes no file, and excludes a native
+// writer (lock file and directory flock) both ways; another account's flock on the directory is
+// not waited for there either.
+TEST(OverlayLock, APythonVerbsLockMakesNoFileAndExcludesANativeWriter) {
+  TempDir t;
+  fs::path ov = t / "ov";
+  fs::create_directories(ov);
+  {
+    OverlayLock py(ov, 1.0, {}, LockOn::overlay_directory);
+    EXPECT_TRUE(fs::is_empty(ov)) << "a Python overlay's lock wrote a file";
+    auto blocked = [&](LockOn on) {
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        try {
+          OverlayLock other(ov, 0.2, {}, on);
+          ::_exit(0);
+        } catch (const LockTimeout&) {
+          ::_exit(7);
+        }
+      }
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      return WIFEXITED(status) && WEXITSTATUS(status) == 7;
+    };
+    EXPECT_TRUE(blocked(LockOn::overlay)) << "a native writer ran beside a Python verb";
+    EXPECT_TRUE(blocked(LockOn::overlay_directory));
+  }
+  OverlayLock native(ov, 1.0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    try {
+      OverlayLock other(ov, 0.2, {}, LockOn::overlay_directory);
+      ::_exit(0);
+    } catch (const LockTimeout&) {
+      ::_exit(7);
+    }
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 7) << "a Python verb ran beside a native writer";
+  if (::geteuid() != 0) return;
+  fs::path other = t / "other";
+  fs::create_directories(other);
+  fs::permissions(t.path(), fs::perms(0755));
+  pid_t neighbour = flock_in_child(other, 65534);
+  ASSERT_GT(neighbour, 0);
+  EXPECT_NO_THROW(OverlayLock(other, 5.0, {}, LockOn::overlay_directory));
+  ::kill(neighbour, SIGKILL);
+  ::waitpid(neighbour, nullptr, 0);
+}
+
 TEST(OverlayLock, ExcludesAnotherProcess) {
   TempDir t;
   OverlayLock lock(t.path(), 1.0);

@@ -38,8 +38,7 @@ def fork_sections(path, drop_empty):
 
 def tree(root):
     """{relative path: bytes} of every file under root (sitecustomize.py and caches left out, and
-    the overlay's lock file: made by the first operation that locks it, empty, what no upstream
-    reader looks at)."""
+    a native entry's lock file, should one be there: empty, what no upstream reader looks at)."""
     out = {}
     for d, dirs, files in os.walk(root):
         dirs[:] = [x for x in dirs if x != "__pycache__"]

@@ -63,9 +63,16 @@ SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, R
 // __pycache__ (where it is stale or missing) and writes the start-up plan of the manifest as it
 // is now: so that no process compiles the runtime or parses the manifest, even where bytecode
 // writing is off (PYTHONDONTWRITEBYTECODE=1, common in serving images). Only over our own
-// sitecustomize.py. Best effort, never an error: where an interpreter is missing or fails, its
-// processes compile and parse as before. Returns the interpreters it wrote for.
+// sitecustomize.py, and only where precompile_wanted(). Best effort, never an error: where an
+// interpreter is missing or fails, its processes compile and parse as before. Returns the
+// interpreters it wrote for.
 std::vector<std::string> precompile_runtime(Disk& disk, const fs::path& overlay);
+// Whether the tool writes the runtime's bytecode and plan itself: where the overlay's processes
+// will not (PYTHONDONTWRITEBYTECODE set in this environment: a serving image sets it for every
+// process, this one included), or when asked (OVERLAY_PRECOMPILE=1; OVERLAY_PRECOMPILE=0: never).
+// Elsewhere the first process writes both, and until one runs the overlay holds only the names
+// upstream's hold (no __pycache__).
+bool precompile_wanted();
 
 // Refuses (Error naming the problem) an overlay path that cannot sit on PYTHONPATH: the
 // interpreter splits PYTHONPATH at every ':' (os.pathsep), so `runs/2026-12-03T21:55:00/ov`
