@@ -692,6 +692,41 @@ bool is_safe_relative(const std::string& rel) {
   return true;
 }
 
+namespace {
+
+bool is_python_section(const std::string& key);
+
+// The document `text` with its objects' keys in file order, the entries of its Python sections
+// dropped (what serialize_as_upstream needs, cheap even for thousands of entries: an entry's keys
+// are written in its add-*'s order); null where nlohmann cannot read it (bytes that are not UTF-8:
+// a byte path), and then the default order applies.
+nlohmann::ordered_json read_layout(const std::string& text) {
+  std::vector<bool> section;  // per open container: whether it is a Python section's array
+  std::string top_key;
+  auto keep = [&](int depth, nlohmann::ordered_json::parse_event_t ev, nlohmann::ordered_json& parsed) {
+    using E = nlohmann::ordered_json::parse_event_t;
+    bool inside = std::find(section.begin(), section.end(), true) != section.end();
+    if (ev == E::key && depth == 1) top_key = parsed.get<std::string>();
+    if (ev == E::object_start || ev == E::array_start) {
+      section.push_back(ev == E::array_start && depth == 1 && is_python_section(top_key));
+      return true;
+    }
+    if (ev == E::object_end || ev == E::array_end) {
+      bool was_section = section.back();
+      section.pop_back();
+      return was_section || std::find(section.begin(), section.end(), true) == section.end();
+    }
+    return !inside || ev == E::key;
+  };
+  try {
+    return nlohmann::ordered_json::parse(text, keep);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
 Manifest parse_manifest(const std::string& text) {
   Manifest m;
   try {
@@ -700,6 +735,7 @@ Manifest parse_manifest(const std::string& text) {
     throw ManifestError(std::string("manifest: not valid JSON (") + e.what() + ")");
   }
   if (!m.doc.is_object()) bad("", "expected a JSON object");
+  if (!m.doc.contains("natives") && !m.doc.contains("overlay_format")) m.layout = read_layout(text);
   check_python_entries(m.doc);
   m.natives = read_items<NativeEntry>(m.doc, "natives");
   m.untracked = read_items<UntrackedOutput>(m.doc, "untracked_outputs");
@@ -726,21 +762,46 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& upstream_or
   return order;
 }
 
-nlohmann::ordered_json ordered_object(const json& obj, const std::vector<std::string>& first) {
+bool is_python_section(const std::string& key) {
+  for (const auto& [name, keys] : upstream_order())
+    if (name == key) return true;
+  return false;
+}
+
+// `v` with each object's keys in the order `layout` (the same place in the document as read) has
+// them, then `first`'s, then the rest sorted; an array's elements each like the layout's element
+// at its index (a Python section's entries have none: upstream writes an entry's keys as its add-*
+// made them).
+nlohmann::ordered_json like_layout(const json& v, const nlohmann::ordered_json* layout, const std::vector<std::string>& first) {
+  if (v.is_array()) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < v.size(); ++i)
+      out.push_back(like_layout(v[i], layout != nullptr && layout->is_array() && i < layout->size() ? &(*layout)[i] : nullptr, {}));
+    return out;
+  }
+  if (!v.is_object()) return nlohmann::ordered_json(v);
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  if (layout != nullptr && layout->is_object())
+    for (auto it = layout->begin(); it != layout->end(); ++it)
+      if (v.contains(it.key())) out[it.key()] = like_layout(v[it.key()], &it.value(), {});
   for (const auto& k : first)
-    if (obj.contains(k)) out[k] = nlohmann::ordered_json(obj[k]);
-  for (const auto& [k, v] : obj.items())  // std::map: sorted
-    if (!out.contains(k)) out[k] = nlohmann::ordered_json(v);
+    if (v.contains(k) && !out.contains(k)) out[k] = like_layout(v[k], nullptr, {});
+  for (const auto& [k, x] : v.items())  // std::map: sorted
+    if (!out.contains(k)) out[k] = like_layout(x, nullptr, {});
   return out;
 }
 
-// A Python-only manifest as overlay_setup.py v3 writes it for the same calls (json.dump, indent
-// 2, no final newline): downstream tools hash its bytes to tell overlays apart.
-std::string serialize_as_upstream(const json& doc) {
+nlohmann::ordered_json ordered_object(const json& obj, const std::vector<std::string>& first) {
+  return like_layout(obj, nullptr, first);
+}
+
+// A Python-only manifest as overlay_setup.py writes it for the same calls (json.dump, indent 2,
+// no final newline; a manifest it read keeps its keys' order, new sections after them):
+// downstream tools hash its bytes to tell overlays apart.
+std::string serialize_as_upstream(const json& doc, const nlohmann::ordered_json& layout) {
   std::vector<std::string> sections;
   for (const auto& [name, keys] : upstream_order()) sections.push_back(name);
-  nlohmann::ordered_json out = ordered_object(doc, sections);
+  nlohmann::ordered_json out = like_layout(doc, &layout, sections);
   for (const auto& [name, keys] : upstream_order()) {
     if (!out.contains(name) || !out[name].is_array()) continue;
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
@@ -761,7 +822,7 @@ std::string serialize_manifest(const Manifest& m) {
   if (python_only) {
     for (const char* key : {"modules", "rebinds", "markers", "captures"})
       if (!doc.contains(key) || doc[key].is_null()) doc[key] = json::array();
-    return serialize_as_upstream(doc);
+    return serialize_as_upstream(doc, m.layout);
   }
   for (const char* key : {"modules", "rebinds", "captures"})
     if (!doc.contains(key) || doc[key].is_null()) doc[key] = json::array();

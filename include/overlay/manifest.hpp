@@ -242,6 +242,9 @@ struct Manifest {
   std::vector<UpperRef> layers_above;  // entries of other overlays stacked on ours
   std::optional<FoldMark> fold_out;    // this overlay's entries on their way into another
   std::vector<FoldMark> folds_in;      // folds into this overlay not yet settled
+  // The key order of the document's objects as read (array elements left out): upstream keeps it
+  // when it writes a manifest back, so a Python-only manifest is written in it too.
+  nlohmann::ordered_json layout;
 };
 
 // Each item's JSON form, one pair per type in nlohmann's ADL convention (`j.get<SourceItem>()`,

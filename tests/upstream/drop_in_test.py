@@ -277,6 +277,34 @@ class DropIn(unittest.TestCase):
             self.assertEqual(fork_sections(os.path.join(ours, "_overlay_manifest.json"), "markers"),
                              fork_sections(os.path.join(ref, "_overlay_manifest.json"), "hooks"))
 
+    # issue 52: keys this tool does not know (a config-only result's note, a nested object) keep
+    # their place and their own key order through every verb, as upstream's json round trip keeps
+    # them: v7's manifest byte for byte; the fork's add-hook appends its section after them.
+    def test_unknown_keys_keep_their_place_through_every_verb(self):
+        src = self.write("src/act.py", "def f():\n    return 'stock'\n")
+        start = ('{\n  "note": "config only \\u00e9",\n  "modules": [],\n  "rebinds": [],\n  "markers": [],\n'
+                 '  "captures": [],\n  "zeta": {"b": 1, "a": [1, {"y": 2, "x": 3}]}\n}')
+        calls = [["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"],
+                 ["add-module", "--overlay", "O", "--module", "pkg.a", "--src-file", src],
+                 ["add-marker", "--overlay", "O", "--target", "pkg.a:f"],
+                 ["add-capture", "--overlay", "O", "--target", "pkg.a:f", "--out", self.path("out"), "--max", "2"],
+                 ["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "g"]]
+        for tool in ("ref", "ours"):
+            os.makedirs(self.path(tool, "O"))
+            with open(self.path(tool, "O", "_overlay_manifest.json"), "w") as f:
+                f.write(start)
+        ref, ours = self.both(calls, upstream="overlay_setup.v7.py")
+        with open(os.path.join(ours, "_overlay_manifest.json"), "rb") as a, open(os.path.join(ref, "_overlay_manifest.json"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        with open(os.path.join(ours, "_overlay_manifest.json")) as f:
+            self.assertEqual(list(json.load(f, object_pairs_hook=dict)), ["note", "modules", "rebinds", "markers", "captures", "zeta"])
+        run([PY, os.path.join(self.path("scripts"), "overlay_setup.py"), "add-hook", "--overlay", ours, "--module", "pkg.a",
+             "--impl-module", "h"])
+        with open(os.path.join(ours, "_overlay_manifest.json")) as f:
+            m = json.load(f, object_pairs_hook=list)
+        self.assertEqual([k for k, _ in m], ["note", "modules", "rebinds", "markers", "captures", "zeta", "hooks"])
+        self.assertEqual(dict(m)["zeta"], [("b", 1), ("a", [1, [("y", 2), ("x", 3)]])])
+
     # item 3: the hook files beside the shim are the ones copied, as beside upstream's script.
     def test_hooks_beside_the_shim_are_copied(self):
         d = self.path("task")
