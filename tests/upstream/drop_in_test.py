@@ -305,6 +305,22 @@ class DropIn(unittest.TestCase):
         self.assertEqual([k for k, _ in m], ["note", "modules", "rebinds", "markers", "captures", "zeta", "hooks"])
         self.assertEqual(dict(m)["zeta"], [("b", 1), ("a", [1, [("y", 2), ("x", 3)]])])
 
+    # issue 52: v4's add-marker --from seeds from the base and keeps its rebinds (its overlay byte
+    # for byte); and the shim's command line runs under `python -S` (no site-packages, no site).
+    def test_add_marker_from_a_base_keeps_its_rebinds_and_the_cli_runs_under_python_dash_s(self):
+        ref, ours = self.both([
+            ["add-rebind", "--overlay", "B", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"],
+            ["add-marker", "--overlay", "O", "--from", "B", "--target", "pkg.a:f"],
+        ], upstream="overlay_setup.v4-impl-dir.py")
+        self.assertSameOverlay(ref, ours)
+        with open(os.path.join(ours, "_overlay_manifest.json"), "rb") as a, open(os.path.join(ref, "_overlay_manifest.json"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        with open(os.path.join(ours, "_overlay_manifest.json")) as f:
+            self.assertEqual(len(json.load(f)["rebinds"]), 1)
+        r = run([PY, "-S", os.path.join(self.path("scripts"), "overlay_setup.py"), "add-rebind", "--overlay", self.path("S"),
+                 "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"])
+        self.assertIn("add-rebind pkg.a:f -> fast.f", r.stdout)
+
     # item 3: the hook files beside the shim are the ones copied, as beside upstream's script.
     def test_hooks_beside_the_shim_are_copied(self):
         d = self.path("task")
