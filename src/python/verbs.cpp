@@ -21,7 +21,9 @@ json ask_python(const std::string& python, const std::string& script, const std:
   RunOptions o;
   o.output = Output::capture;
   if (disable_overlays) o.env_set.push_back("OVERLAY_DISABLE=1");
-  RunResult r = run_process({python, "-c", script, arg}, o);
+  // -B: finding a module imports its parent packages, and their bytecode must not be written into
+  // the install (it is never touched: a __pycache__ in site-packages is a change on disk).
+  RunResult r = run_process({python, "-B", "-c", script, arg}, o);
   if (!r.exec_error.empty()) throw Error("cannot run the Python interpreter: " + r.exec_error);
   std::istringstream lines(r.out);
   std::string line, last;
