@@ -408,7 +408,9 @@ struct PassOn {
   CLI::App* sub = nullptr;
   std::string fleet_id;
   std::string counterpart;
-  Handler counterpart_handler;  // unused, but it owns the storage the counterpart's flags write to
+  // Never called: the counterpart's handler is kept only because it owns the storage its flags
+  // (registered on this subcommand, passed on to the nodes) are parsed into.
+  Handler keeps_counterpart_flags;
 };
 
 std::string node_summary(const std::string& counterpart, const nlohmann::json& doc) {
@@ -459,7 +461,7 @@ void add_pass_on(CLI::App& fleet, const Globals& g, const std::shared_ptr<Handle
   CLI::App* sub = fleet.add_subcommand(name, help);
   p->sub = sub;
   p->counterpart = counterpart;
-  p->counterpart_handler = setup(*sub, g);  // the counterpart's flags, as it has them; its handler runs on the nodes
+  p->keeps_counterpart_flags = setup(*sub, g);  // the counterpart's flags, as it has them; it runs on the nodes
   if (std::string(name) == "revert")
     sub->add_option("--fleet-id", p->fleet_id, "Revert only this fleet step's entries (its id: patch id on every node); nodes without any are fine")
         ->excludes("--patch-id")

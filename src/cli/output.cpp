@@ -72,12 +72,12 @@ void emit_json(const std::string& subcommand, int rc, const std::string& error) 
   for (auto& [k, v] : result().items())
     if (!doc.contains(k)) doc[k] = v;
   if (rc != kOk && !doc.contains("error")) doc["error"] = "exit status " + std::to_string(rc);
-  // Paths are bytes on Linux: a byte that is not UTF-8 is written as Python writes it ("\udcXX"),
-  // so an agent's json.loads gives back a str that os.fsencode turns into the very path.
   if (g_fleet_node) {
     const char* name = std::getenv("SLURMD_NODENAME");
     doc["node"] = name != nullptr && *name != '\0' ? std::string(name) : this_host();
   }
+  // Paths are bytes on Linux: a byte that is not UTF-8 is written as Python writes it ("\udcXX"),
+  // so an agent's json.loads gives back a str that os.fsencode turns into the very path.
   std::string text = dump_json_bytes(doc, g_fleet_node ? -1 : 2);
   std::fputs(text.c_str(), stdout);
   std::fputc('\n', stdout);
