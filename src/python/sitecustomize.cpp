@@ -17,6 +17,7 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
+    {"5b19e0839e173042ba845516036fbc5a3873d7b30e0636f1c05890613492e827", "overlay (format 3, before the Python formatter)"},
     {"771522af033c30308ac6e98ae3fe49210ce5a870e14e1155614a9b2a4a2389dc", "overlay (format 3, finder class _Finder, installed only with a manifest)"},
     {"f7bae4aa9c34a672c9bce0c5ef8f7ff41363405d878ae7b812e1ec507504dacd", "overlay (format 2, live record rewritten per module)"},
     {"1d75eb66138e0e62af023a55fc25d38a0db5011641cef43f9702b2c028aecd32", "overlay (format 2, before precompiled start-up)"},
