@@ -48,10 +48,12 @@ add_executable(run src/main.cpp)
 target_link_libraries(run kern)
 """
 # A unit that takes a real compiler a second or so, as a kernel's does (a regex instantiated).
-CMAKE_KERN = ("#include <regex>\n#include <string>\nint other();\n"
-              "int value() { return std::regex_match(std::string(\"k\"), std::regex(\"k\")) ? VALUE + other() * 0 : -1; }\n")
+CMAKE_KERN = (
+    "#include <regex>\n#include <string>\nint other();\n"
+    'int value() { return std::regex_match(std::string("k"), std::regex("k")) ? VALUE + other() * 0 : -1; }\n'
+)
 CMAKE_OTHER = "int other() { return 1; }\n"
-CMAKE_MAIN = "#include <cstdio>\nint value();\nint main() { std::printf(\"%d\\n\", value()); }\n"
+CMAKE_MAIN = '#include <cstdio>\nint value();\nint main() { std::printf("%d\\n", value()); }\n'
 
 
 def run(argv, env, cwd=None):
@@ -76,8 +78,10 @@ class Compiles:
                 continue
             # A compile nvcc hands its host compiler is not counted again (AB_LOOP_IN_COMPILE).
             with open(os.path.join(self.bin, name), "w") as f:
-                f.write('#!/bin/sh\nif [ -z "$AB_LOOP_IN_COMPILE" ]; then case " $* " in *" -c "*) echo %s >> %s;; esac; fi\n'
-                        'AB_LOOP_IN_COMPILE=1 exec %s "$@"\n' % (name, shlex.quote(self.log), shlex.quote(real)))
+                f.write(
+                    '#!/bin/sh\nif [ -z "$AB_LOOP_IN_COMPILE" ]; then case " $* " in *" -c "*) echo %s >> %s;; esac; fi\n'
+                    'AB_LOOP_IN_COMPILE=1 exec %s "$@"\n' % (name, shlex.quote(self.log), shlex.quote(real))
+                )
             os.chmod(os.path.join(self.bin, name), 0o755)
 
     def count(self):
@@ -92,7 +96,9 @@ def write(path, text):
 
 
 def setup_jit(w, python, env):
-    probe = subprocess.run([python, "-c", "import torch; print(int(torch.cuda.is_available()))"], capture_output=True, text=True, env=env)
+    probe = subprocess.run(
+        [python, "-c", "import torch; print(int(torch.cuda.is_available()))"], capture_output=True, text=True, env=env
+    )
     if probe.returncode != 0:
         return None
     ext = "cu" if probe.stdout.strip() == "1" else "cpp"
@@ -103,8 +109,14 @@ def setup_jit(w, python, env):
     write(os.path.join(w, "pkg", "load.py"), JIT_LOAD)
     env["TORCH_EXTENSIONS_DIR"] = os.path.join(w, "te")
     leg = [python, os.path.join(w, "pkg", "load.py"), "fill." + ext]
-    return {"name": "jit (%s)" % ext, "src": src, "leg": leg, "build": leg, "build_cwd": os.path.join(w, "pkg"),
-            "cand": lambda c: os.path.join(w, "cand", c, "fill." + ext)}
+    return {
+        "name": "jit (%s)" % ext,
+        "src": src,
+        "leg": leg,
+        "build": leg,
+        "build_cwd": os.path.join(w, "pkg"),
+        "cand": lambda c: os.path.join(w, "cand", c, "fill." + ext),
+    }
 
 
 def setup_cmake(w, env, compiles):
@@ -117,10 +129,19 @@ def setup_cmake(w, env, compiles):
     for c in ("A", "B", "C"):
         write(os.path.join(w, "cand", c, "kern.cpp"), "#define VALUE %s\n" % VALUES[c] + CMAKE_KERN)
     bdir = os.path.join(proj, "build")
-    run(["cmake", "-S", proj, "-B", bdir, "-G", "Ninja", "-DCMAKE_CXX_COMPILER=" + os.path.join(compiles.bin, "c++")], env)
+    run(
+        ["cmake", "-S", proj, "-B", bdir, "-G", "Ninja", "-DCMAKE_CXX_COMPILER=" + os.path.join(compiles.bin, "c++")],
+        env,
+    )
     build = ["cmake", "--build", bdir]
-    return {"name": "cmake", "src": src, "leg": [os.path.join(bdir, "run")], "build": build, "build_cwd": bdir,
-            "cand": lambda c: os.path.join(w, "cand", c, "kern.cpp")}
+    return {
+        "name": "cmake",
+        "src": src,
+        "leg": [os.path.join(bdir, "run")],
+        "build": build,
+        "build_cwd": bdir,
+        "cand": lambda c: os.path.join(w, "cand", c, "kern.cpp"),
+    }
 
 
 def floor_parts(ex, env, compiles):
@@ -155,7 +176,10 @@ def loop(ex, tool, env, compiles, args_for_add, revert):
         run(revert, env)
         wall = time.perf_counter() - t0
         if ref.stdout.strip() != VALUES["stock"] or cand.stdout.strip() != VALUES[c]:
-            sys.exit("%s: wrong values in cycle %s: REF %s, candidate %s" % (tool, c, ref.stdout.strip(), cand.stdout.strip()))
+            sys.exit(
+                "%s: wrong values in cycle %s: REF %s, candidate %s"
+                % (tool, c, ref.stdout.strip(), cand.stdout.strip())
+            )
         rows.append((c, c in seen, compiles.count() - n0, wall))
         seen.add(c)
     return rows
@@ -168,12 +192,20 @@ def bench(ex, a, env, compiles, w):
     flags = [f for f in disc["add_native_args"]]
     if not disc["build_cmds"]:  # a JIT cache: the load is the build
         flags += ["--build-cmd", shlex.join(ex["build"]), "--build-cwd", ex["build_cwd"]]
-    print("ab_loop %s: stock build %.2f s, a leg %.2f s, one compile of the changed unit %.2f s (%d compile(s))" %
-          (ex["name"], first, leg, unit, units))
+    print(
+        "ab_loop %s: stock build %.2f s, a leg %.2f s, one compile of the changed unit %.2f s (%d compile(s))"
+        % (ex["name"], first, leg, unit, units)
+    )
     results = {}
     ov = os.path.join(w, "ov-overlay")
-    results["overlay"] = loop(ex, "overlay", env, compiles, lambda p: [a.overlay, "add-native", "--overlay", ov, "--patched-file", p, *flags],
-                              [a.overlay, "revert", "--overlay", ov])
+    results["overlay"] = loop(
+        ex,
+        "overlay",
+        env,
+        compiles,
+        lambda p: [a.overlay, "add-native", "--overlay", ov, "--patched-file", p, *flags],
+        [a.overlay, "revert", "--overlay", ov],
+    )
     if a.reference:
         ref_flags, cmds = [], []
         for flag, value in zip(flags[::2], flags[1::2]):  # overlay_setup.py takes one --build-cmd, run by a shell
@@ -185,19 +217,28 @@ def bench(ex, a, env, compiles, w):
             ref_flags += ["--build-cmd", " && ".join(cmds)]
         ovp = os.path.join(w, "ov-script")
         py = [sys.executable, a.reference]
-        results["overlay_setup.py"] = loop(ex, "overlay_setup.py", env, compiles,
-                                           lambda p: [*py, "add-native", "--overlay", ovp, "--patched-file", p, *ref_flags],
-                                           [*py, "revert", "--overlay", ovp])
+        results["overlay_setup.py"] = loop(
+            ex,
+            "overlay_setup.py",
+            env,
+            compiles,
+            lambda p: [*py, "add-native", "--overlay", ovp, "--patched-file", p, *ref_flags],
+            [*py, "revert", "--overlay", ovp],
+        )
     for tool, rows in results.items():
         print("ab_loop %s through %s:" % (ex["name"], tool))
         print("  cycle  repeat  compiles  wall s   floor s  wall/floor")
         for c, repeat, n, wall in rows:
             floor = 2 * leg + unit
-            print("  %-5s  %-6s  %8d  %6.2f  %8.2f  %9.2fx" % (c, "yes" if repeat else "no", n, wall, floor, wall / floor))
+            print(
+                "  %-5s  %-6s  %8d  %6.2f  %8.2f  %9.2fx" % (c, "yes" if repeat else "no", n, wall, floor, wall / floor)
+            )
         total = sum(r[3] for r in rows)
         tfloor = sum(2 * leg + unit for r in rows)
-        print("  total: %d compiles (one per new candidate: %d), %.2f s (floor %.2f s, %.2fx)" %
-              (sum(r[2] for r in rows), units * len(set(ORDER)), total, tfloor, total / tfloor))
+        print(
+            "  total: %d compiles (one per new candidate: %d), %.2f s (floor %.2f s, %.2fx)"
+            % (sum(r[2] for r in rows), units * len(set(ORDER)), total, tfloor, total / tfloor)
+        )
 
 
 def main():
@@ -208,10 +249,14 @@ def main():
     ap.add_argument("--example", choices=["jit", "cmake", "both"], default="both")
     a = ap.parse_args()
     a.overlay = os.path.abspath(a.overlay)
-    for name in (["cmake", "jit"] if a.example == "both" else [a.example]):
+    for name in ["cmake", "jit"] if a.example == "both" else [a.example]:
         with tempfile.TemporaryDirectory(prefix="overlay-ab-loop-") as w:
             compiles = Compiles(w)
-            env = dict(os.environ, OVERLAY_STATE_DIR=os.path.join(w, "state"), PATH=compiles.bin + os.pathsep + os.environ["PATH"])
+            env = dict(
+                os.environ,
+                OVERLAY_STATE_DIR=os.path.join(w, "state"),
+                PATH=compiles.bin + os.pathsep + os.environ["PATH"],
+            )
             ex = setup_jit(w, a.python, env) if name == "jit" else setup_cmake(w, env, compiles)
             if ex is None:
                 print("ab_loop jit: skipped: %s has no torch" % a.python)

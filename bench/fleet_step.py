@@ -62,25 +62,55 @@ def main():
         for p in ("src", "CMakeLists.txt"):
             s = os.path.join(SRC, "examples", "cpu_smoke", p)
             (shutil.copytree if os.path.isdir(s) else shutil.copy)(s, os.path.join(install, p))
-        run(["cmake", "-S", install, "-B", install + "/build", "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"], stdout=subprocess.DEVNULL)
+        run(
+            ["cmake", "-S", install, "-B", install + "/build", "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"],
+            stdout=subprocess.DEVNULL,
+        )
         run(["cmake", "--build", install + "/build"], stdout=subprocess.DEVNULL)
         for k in (1, 2, 3):
             os.makedirs(os.path.join(cluster, "node%d" % k))
             run(["cp", "-a", install, os.path.join(cluster, "node%d" % k, "root")])
         run(["bash", CLUSTER, "up", cluster, install, os.environ["OVERLAY_STATE_DIR"], "3"])
         # The measurements run inside one allocation, as an agent's would.
-        run(["salloc", "-k", "-N3", sys.executable, os.path.abspath(__file__), "--inner", "--overlay", binary,
-             "--work", work, "--rounds", str(a.rounds)], stderr=subprocess.DEVNULL)
+        run(
+            [
+                "salloc",
+                "-k",
+                "-N3",
+                sys.executable,
+                os.path.abspath(__file__),
+                "--inner",
+                "--overlay",
+                binary,
+                "--work",
+                work,
+                "--rounds",
+                str(a.rounds),
+            ],
+            stderr=subprocess.DEVNULL,
+        )
     finally:
         subprocess.run(["bash", CLUSTER, "down", cluster])
         shutil.rmtree(work, ignore_errors=True)
 
 
 def step_flags(install, overlay):
-    return ["--overlay", overlay, "--patched-file", os.path.join(SRC, "examples/cpu_smoke/patched/kernel.cpp"),
-            "--target", install + "/src/kernel.cpp", "--artifact", install + "/build/CMakeFiles/kernel.dir/src/kernel.cpp.o",
-            "--artifact", install + "/build/libkernel.so", "--build-cmd", "cmake --build %s/build" % install,
-            "--build-cwd", install + "/build"]
+    return [
+        "--overlay",
+        overlay,
+        "--patched-file",
+        os.path.join(SRC, "examples/cpu_smoke/patched/kernel.cpp"),
+        "--target",
+        install + "/src/kernel.cpp",
+        "--artifact",
+        install + "/build/CMakeFiles/kernel.dir/src/kernel.cpp.o",
+        "--artifact",
+        install + "/build/libkernel.so",
+        "--build-cmd",
+        "cmake --build %s/build" % install,
+        "--build-cwd",
+        install + "/build",
+    ]
 
 
 def measure(binary, work, rounds):
@@ -90,9 +120,14 @@ def measure(binary, work, rounds):
     floor, one, fleet, phases = [], [], [], []
     for _ in range(rounds):
         floor.append(timed(["srun", "-N3", "--ntasks-per-node=1", "--overlap", "true"])[0])
-        one.append(timed([binary, "exec", "--ref"] + step_flags(local, local + "/ov") + ["--", local + "/build/smoke"])[0])
-        dt, out = timed([binary, "--json", "fleet", "exec", "--slurm", "--ref"] + step_flags(install, install + "/ov") +
-                        ["--", "srun", "-N3", "--ntasks-per-node=1", "--overlap", install + "/build/smoke"])
+        one.append(
+            timed([binary, "exec", "--ref"] + step_flags(local, local + "/ov") + ["--", local + "/build/smoke"])[0]
+        )
+        dt, out = timed(
+            [binary, "--json", "fleet", "exec", "--slurm", "--ref"]
+            + step_flags(install, install + "/ov")
+            + ["--", "srun", "-N3", "--ntasks-per-node=1", "--overlap", install + "/build/smoke"]
+        )
         fleet.append(dt)
         doc = json.loads(out)
         if doc["outcome"] != "ok":
@@ -112,7 +147,10 @@ def measure(binary, work, rounds):
         note = "  (process start, scontrol show hostnames, reading the answers)" if k == "rest" else ""
         print("    %-7s %7.3f s%s" % (k, med([p.get(k, 0.0) for p in phases]), note))
     engine_steps = 4 + 2  # apply, verify, revert, clean; ref and cand are srun steps of their own
-    print("  six srun steps at the floor: %.3f s (%.0f%% of the fleet step)" % (engine_steps * fl, 100 * engine_steps * fl / f))
+    print(
+        "  six srun steps at the floor: %.3f s (%.0f%% of the fleet step)"
+        % (engine_steps * fl, 100 * engine_steps * fl / f)
+    )
 
 
 if __name__ == "__main__":

@@ -77,8 +77,16 @@ def add_args(ov, root, files, extra=()):
     a = ["add-native", "--overlay", ov, *extra]
     for i, p in enumerate(files):
         a += ["--target", os.path.join(root, "src", "k%d.cu" % i), "--patched-file", p]
-    return a + ["--artifact", os.path.join(root, "lib", "libk.so"), "--invalidate-cache", os.path.join(root, "cache"),
-                "--build-cwd", root, "--build-cmd", BUILD]
+    return a + [
+        "--artifact",
+        os.path.join(root, "lib", "libk.so"),
+        "--invalidate-cache",
+        os.path.join(root, "cache"),
+        "--build-cwd",
+        root,
+        "--build-cmd",
+        BUILD,
+    ]
 
 
 def age(root):
@@ -103,8 +111,9 @@ def one_round(binary, work, a):
     t["replay"] = timed(binary, ["replay", "--bundle", bundle, "--overlay", rep], env)
     timed(binary, ["revert", "--overlay", rep], env)
     age(root)
-    t["add-native'"] = timed(binary, add_args(plain, root, candidates(work, a.sources, 7)), env) + \
-        timed(binary, ["verify-native", "--overlay", plain], env)
+    t["add-native'"] = timed(binary, add_args(plain, root, candidates(work, a.sources, 7)), env) + timed(
+        binary, ["verify-native", "--overlay", plain], env
+    )
     timed(binary, ["revert", "--overlay", plain], env)
     shutil.rmtree(ev)
     shutil.rmtree(bundle)
@@ -129,8 +138,10 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-    print("layers bench: %d source(s), a %d MiB artifact, a cache of %d files; medians of %d round(s)" %
-          (a.sources, a.artifact_mib, a.cache_files, a.rounds))
+    print(
+        "layers bench: %d source(s), a %d MiB artifact, a cache of %d files; medians of %d round(s)"
+        % (a.sources, a.artifact_mib, a.cache_files, a.rounds)
+    )
     for k, v in med.items():
         print("  %-12s %8.1f ms" % (k, v * 1000))
     print("  fold / add-native       %6.2fx" % (med["fold"] / med["add-native"]))

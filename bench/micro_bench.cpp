@@ -1,8 +1,6 @@
 // Micro-benchmarks (Google Benchmark): SHA-256 and copy-while-hashing throughput in bytes/s,
 // next to OpenSSL's own one-shot rate on the same buffer.
 //   build/bench/overlay_micro_bench [--benchmark_filter=...]
-#include <benchmark/benchmark.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -10,6 +8,9 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <benchmark/benchmark.h>
+#include <openssl/evp.h>
 
 #include "overlay/disk.hpp"
 #include "overlay/file_ops.hpp"
@@ -79,7 +80,8 @@ void BM_CopyFileHashing(benchmark::State& state) {
   TempFiles t;
   for (auto _ : state) {
     benchmark::DoNotOptimize(
-        overlay::copy_file_hashing(overlay::real_disk(), t.dir / "src", t.dir / "dst", 0644, overlay::Durable::no).sha256);
+        overlay::copy_file_hashing(overlay::real_disk(), t.dir / "src", t.dir / "dst", 0644, overlay::Durable::no)
+            .sha256);
     state.PauseTiming();
     fs::remove(t.dir / "dst");
     state.ResumeTiming();

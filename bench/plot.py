@@ -13,8 +13,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-STYLE = {"overlay": "-o", "overlay (move)": "-o", "overlay (aside)": "-D", "overlay (tar)": "-s", "overlay_setup.py": "--^",
-         "floor": ":x"}
+STYLE = {
+    "overlay": "-o",
+    "overlay (move)": "-o",
+    "overlay (aside)": "-D",
+    "overlay (tar)": "-s",
+    "overlay_setup.py": "--^",
+    "floor": ":x",
+}
 
 
 def series(rows, axis, step_filter):
@@ -49,9 +55,15 @@ def plot(rows, axis, step, floors, xlabel, path):
 def plot_rss(rows, path):
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
     for axis, label in (("size", "artifact MiB"), ("cache", "cache files")):
-        pts = sorted((int(r["x"]), int(r["peak_rss_kib"]) / 1024) for r in rows
-                     if r["axis"] == axis and r["tool"].startswith("overlay") and r["tool"] != "overlay_setup.py"
-                     and r["step"] == "add-native" and int(r["peak_rss_kib"]) > 0)
+        pts = sorted(
+            (int(r["x"]), int(r["peak_rss_kib"]) / 1024)
+            for r in rows
+            if r["axis"] == axis
+            and r["tool"].startswith("overlay")
+            and r["tool"] != "overlay_setup.py"
+            and r["step"] == "add-native"
+            and int(r["peak_rss_kib"]) > 0
+        )
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", label="add-native peak RSS vs " + label)
     ax.set_xscale("log")
@@ -73,8 +85,22 @@ def main():
     with open(src) as f:
         rows = list(csv.DictReader(f))
     for step in ("add-native", "revert", "verify-native"):
-        plot(rows, "size", step, ("cp+sync", "sha256"), "artifact size (MiB)", os.path.join(out, "sweep-size-%s.png" % step))
-        plot(rows, "cache", step, ("tar+sync", "untar+sync", "find"), "cache files", os.path.join(out, "sweep-cache-%s.png" % step))
+        plot(
+            rows,
+            "size",
+            step,
+            ("cp+sync", "sha256"),
+            "artifact size (MiB)",
+            os.path.join(out, "sweep-size-%s.png" % step),
+        )
+        plot(
+            rows,
+            "cache",
+            step,
+            ("tar+sync", "untar+sync", "find"),
+            "cache files",
+            os.path.join(out, "sweep-cache-%s.png" % step),
+        )
     plot_rss(rows, os.path.join(out, "sweep-peak-rss.png"))
 
 

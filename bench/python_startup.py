@@ -43,7 +43,10 @@ def make_overlays(binary, v3, work, entries):
     """Overlays of 2 and `entries` rebinds of ovb_target.f<i>, made by overlay and (when given) by v3."""
     lib = os.path.join(work, "lib")
     write(os.path.join(lib, "ovb_target.py"), "".join("def f%d(x):\n    return x\n\n" % i for i in range(entries)))
-    impl = write(os.path.join(work, "impl", "ovb_impl.py"), "".join("def f%d(x):\n    return x + 1\n\n" % i for i in range(entries)))
+    impl = write(
+        os.path.join(work, "impl", "ovb_impl.py"),
+        "".join("def f%d(x):\n    return x + 1\n\n" % i for i in range(entries)),
+    )
     made = {}
     tools = [("overlay", [binary])] + ([("v3", [PY, v3])] if v3 else [])
     env = dict(os.environ, OVERLAY_BIN=binary)
@@ -51,14 +54,32 @@ def make_overlays(binary, v3, work, entries):
         for n in (2, entries):
             o = os.path.join(work, "%s-%d" % (tool, n))
             for i in range(2):
-                subprocess.run(cmd + ["add-rebind", "--overlay", o, "--target", "ovb_target:f%d" % i, "--impl-module", "ovb_impl",
-                                      "--impl-attr", "f%d" % i] + (["--impl-file", impl] if i == 0 else []),
-                               env=env, check=True, stdout=subprocess.DEVNULL)
+                subprocess.run(
+                    cmd
+                    + [
+                        "add-rebind",
+                        "--overlay",
+                        o,
+                        "--target",
+                        "ovb_target:f%d" % i,
+                        "--impl-module",
+                        "ovb_impl",
+                        "--impl-attr",
+                        "f%d" % i,
+                    ]
+                    + (["--impl-file", impl] if i == 0 else []),
+                    env=env,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
             if n > 2:  # the rest written in the manifest's own format (both tools read it), not 2,000 runs
                 man = os.path.join(o, "_overlay_manifest.json")
                 with open(man) as f:
                     m = json.load(f)
-                m["rebinds"] = [{"target": "ovb_target:f%d" % i, "impl_module": "ovb_impl", "impl_attr": "f%d" % i} for i in range(n)]
+                m["rebinds"] = [
+                    {"target": "ovb_target:f%d" % i, "impl_module": "ovb_impl", "impl_attr": "f%d" % i}
+                    for i in range(n)
+                ]
                 with open(man, "w") as f:
                     json.dump(m, f, indent=2)
             made[(tool, n)] = o
@@ -90,14 +111,16 @@ def report(title, times, made, entries):
     med = {k: statistics.median(v) for k, v in times.items()}
     print("\n%s (median of %d runs each)" % (title, len(next(iter(times.values())))))
     print("  %-44s %9s %8s %9s  %s" % ("case", "ms", "ratio", "+ms", "target"))
-    rows = [("bare: -c pass", "bare-pass", None, None),
-            ("overlay, 2 entries: -c pass", "overlay-2-pass", "bare-pass", (1.10, 3.0)),
-            ("v3, 2 entries: -c pass", "v3-2-pass", "bare-pass", None),
-            ("overlay, %d entries: -c pass" % entries, "overlay-n-pass", "bare-pass", (1.5, None)),
-            ("v3, %d entries: -c pass" % entries, "v3-n-pass", "bare-pass", None),
-            ("bare: import ovb_target", "bare-import", None, None),
-            ("overlay, %d entries: import ovb_target" % entries, "overlay-n-import", "bare-import", None),
-            ("v3, %d entries: import ovb_target" % entries, "v3-n-import", "bare-import", None)]
+    rows = [
+        ("bare: -c pass", "bare-pass", None, None),
+        ("overlay, 2 entries: -c pass", "overlay-2-pass", "bare-pass", (1.10, 3.0)),
+        ("v3, 2 entries: -c pass", "v3-2-pass", "bare-pass", None),
+        ("overlay, %d entries: -c pass" % entries, "overlay-n-pass", "bare-pass", (1.5, None)),
+        ("v3, %d entries: -c pass" % entries, "v3-n-pass", "bare-pass", None),
+        ("bare: import ovb_target", "bare-import", None, None),
+        ("overlay, %d entries: import ovb_target" % entries, "overlay-n-import", "bare-import", None),
+        ("v3, %d entries: import ovb_target" % entries, "v3-n-import", "bare-import", None),
+    ]
     missed = []
     for label, key, base, target in rows:
         if key not in med:
@@ -110,7 +133,11 @@ def report(title, times, made, entries):
         verdict = ""
         if target:
             ok = ratio <= target[0] and (target[1] is None or plus <= target[1])
-            verdict = "<= %.2fx%s: %s" % (target[0], " and +%.0f ms" % target[1] if target[1] else "", "met" if ok else "MISSED")
+            verdict = "<= %.2fx%s: %s" % (
+                target[0],
+                " and +%.0f ms" % target[1] if target[1] else "",
+                "met" if ok else "MISSED",
+            )
             if not ok:
                 missed.append(label)
         print("  %-44s %9.1f %7.2fx %+8.1f  %s" % (label, ms, ratio, plus, verdict))
@@ -122,26 +149,35 @@ def main():
     ap.add_argument("--overlay", required=True, help="the overlay binary")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--entries", type=int, default=2000)
-    ap.add_argument("--v3", default=os.path.join(HERE, "..", "..", "shared", "reference", "upstream", "overlay_setup.v3.py"))
+    ap.add_argument(
+        "--v3", default=os.path.join(HERE, "..", "..", "shared", "reference", "upstream", "overlay_setup.v3.py")
+    )
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     a = ap.parse_args()
     v3 = a.v3 if os.path.isfile(a.v3) else None
     work = tempfile.mkdtemp(prefix="py-startup-")
     try:
         lib, made = make_overlays(os.path.abspath(a.overlay), v3, work, a.entries)
-        cases = {"bare-pass": ("pass", lib), "overlay-2-pass": ("pass", made[("overlay", 2)] + os.pathsep + lib),
-                 "overlay-n-pass": ("pass", made[("overlay", a.entries)] + os.pathsep + lib),
-                 "bare-import": ("import ovb_target", lib),
-                 "overlay-n-import": ("import ovb_target", made[("overlay", a.entries)] + os.pathsep + lib)}
+        cases = {
+            "bare-pass": ("pass", lib),
+            "overlay-2-pass": ("pass", made[("overlay", 2)] + os.pathsep + lib),
+            "overlay-n-pass": ("pass", made[("overlay", a.entries)] + os.pathsep + lib),
+            "bare-import": ("import ovb_target", lib),
+            "overlay-n-import": ("import ovb_target", made[("overlay", a.entries)] + os.pathsep + lib),
+        }
         if v3:
             cases["v3-2-pass"] = ("pass", made[("v3", 2)] + os.pathsep + lib)
             cases["v3-n-pass"] = ("pass", made[("v3", a.entries)] + os.pathsep + lib)
             cases["v3-n-import"] = ("import ovb_target", made[("v3", a.entries)] + os.pathsep + lib)
-        base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "OVERLAY_DISABLE")}
+        base_env = {
+            k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "OVERLAY_DISABLE")
+        }
         # What a process that imports none of the targets prints: nothing.
         _, noise = one("pass", made[("overlay", 2)] + os.pathsep + lib, base_env)
-        print("python3 %s, %d entries; stderr of -c pass under the 2-entry overlay: %s" % (
-            sys.version.split()[0], a.entries, repr(noise) if noise else "none"))
+        print(
+            "python3 %s, %d entries; stderr of -c pass under the 2-entry overlay: %s"
+            % (sys.version.split()[0], a.entries, repr(noise) if noise else "none")
+        )
         missed = report("bytecode cached (Python's default)", measure(cases, a.rounds, base_env), made, a.entries)
         for d, dirs, _ in os.walk(work):  # what the default run cached goes
             if "__pycache__" in dirs:
@@ -151,11 +187,29 @@ def main():
         # (the manifest keeps its bytes). v3's overlays get nothing: no process may write either.
         for (tool, n), o in made.items():
             if tool == "overlay":
-                subprocess.run([os.path.abspath(a.overlay), "add-rebind", "--overlay", o, "--target", "ovb_target:f0", "--impl-module",
-                                "ovb_impl", "--impl-attr", "f0"], check=True, stdout=subprocess.DEVNULL,
-                               env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))  # as in the image: the tool writes both
-        missed += report("PYTHONDONTWRITEBYTECODE=1 (no process writes .pyc or the plan; the overlay as the tool wrote it)",
-                         measure(cases, a.rounds, dict(base_env, PYTHONDONTWRITEBYTECODE="1")), made, a.entries)
+                subprocess.run(
+                    [
+                        os.path.abspath(a.overlay),
+                        "add-rebind",
+                        "--overlay",
+                        o,
+                        "--target",
+                        "ovb_target:f0",
+                        "--impl-module",
+                        "ovb_impl",
+                        "--impl-attr",
+                        "f0",
+                    ],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+                )  # as in the image: the tool writes both
+        missed += report(
+            "PYTHONDONTWRITEBYTECODE=1 (no process writes .pyc or the plan; the overlay as the tool wrote it)",
+            measure(cases, a.rounds, dict(base_env, PYTHONDONTWRITEBYTECODE="1")),
+            made,
+            a.entries,
+        )
         if noise:
             missed.append("silent helper process")
         return 1 if a.check and missed else 0

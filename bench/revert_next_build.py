@@ -26,14 +26,14 @@ import tempfile
 import time
 
 BODY = {
-    "cu": '#include <torch/extension.h>\n'
-          '__global__ void fill(float* p, float v) { p[threadIdx.x] = v; }\n'
-          'torch::Tensor value() { auto t = torch::empty({1}, torch::dtype(torch::kFloat).device(torch::kCUDA));\n'
-          '  fill<<<1, 1>>>(t.data_ptr<float>(), VALUE); return t.cpu(); }\n'
-          'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("value", &value); }\n',
-    "cpp": '#include <torch/extension.h>\n'
-           'torch::Tensor value() { return torch::full({1}, VALUE); }\n'
-           'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("value", &value); }\n',
+    "cu": "#include <torch/extension.h>\n"
+    "__global__ void fill(float* p, float v) { p[threadIdx.x] = v; }\n"
+    "torch::Tensor value() { auto t = torch::empty({1}, torch::dtype(torch::kFloat).device(torch::kCUDA));\n"
+    "  fill<<<1, 1>>>(t.data_ptr<float>(), VALUE); return t.cpu(); }\n"
+    'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("value", &value); }\n',
+    "cpp": "#include <torch/extension.h>\n"
+    "torch::Tensor value() { return torch::full({1}, VALUE); }\n"
+    'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("value", &value); }\n',
 }
 LOAD = """import os, sys
 import torch.utils.cpp_extension as ce
@@ -56,7 +56,9 @@ def main():
     ap.add_argument("--overlay", required=True, help="the overlay binary")
     ap.add_argument("--python", default=sys.executable)
     a = ap.parse_args()
-    probe = subprocess.run([a.python, "-c", "import torch; print(int(torch.cuda.is_available()))"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [a.python, "-c", "import torch; print(int(torch.cuda.is_available()))"], capture_output=True, text=True
+    )
     if probe.returncode != 0:
         print("revert_next_build: skipped: %s has no torch" % a.python)
         return
@@ -79,18 +81,36 @@ def main():
         _, d = timed([a.overlay, "--json", "discover", "--target", src, "--root", w], env)
         args = json.loads(d.stdout)["candidates"][0]["add_native_args"]
         ov = os.path.join(w, "ov")
-        add, _ = timed([a.overlay, "add-native", "--overlay", ov, "--patched-file", os.path.join(w, "best", "fill." + ext), *args,
-                        "--build-cmd", " ".join(run_load), "--build-cwd", os.path.join(w, "pkg")], env)
+        add, _ = timed(
+            [
+                a.overlay,
+                "add-native",
+                "--overlay",
+                ov,
+                "--patched-file",
+                os.path.join(w, "best", "fill." + ext),
+                *args,
+                "--build-cmd",
+                " ".join(run_load),
+                "--build-cwd",
+                os.path.join(w, "pkg"),
+            ],
+            env,
+        )
         cand, c = timed(run_load, env)
         _, r = timed([a.overlay, "revert", "--overlay", ov], env)
         after, s = timed(run_load, env)
         if c.stdout.strip() != "7.0" or s.stdout.strip() != "4.0":
             sys.exit("wrong values: candidate %s, after revert %s" % (c.stdout.strip(), s.stdout.strip()))
         said = [line for line in r.stderr.splitlines() if "mtimes" in line or "dated now" in line]
-        print("revert_next_build (%s kernel): first load %.1f s, warm load %.1f s (floor), add-native %.1f s, candidate %.1f s, "
-              "after revert %.1f s" % (ext, first, warm, add, cand, after))
-        print("revert_next_build: after-revert / warm = %.2fx; first / warm = %.2fx; revert said: %s" %
-              (after / warm, first / warm, said[0] if said else "-"))
+        print(
+            "revert_next_build (%s kernel): first load %.1f s, warm load %.1f s (floor), add-native %.1f s, candidate %.1f s, "
+            "after revert %.1f s" % (ext, first, warm, add, cand, after)
+        )
+        print(
+            "revert_next_build: after-revert / warm = %.2fx; first / warm = %.2fx; revert said: %s"
+            % (after / warm, first / warm, said[0] if said else "-")
+        )
 
 
 if __name__ == "__main__":

@@ -47,7 +47,9 @@ def timed(argv, env=None, ok=(0,)):
 def peak_rss_kib(argv, env):
     if not os.path.exists(GNU_TIME):
         return 0
-    r = subprocess.run([GNU_TIME, "-f", "%M"] + argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(
+        [GNU_TIME, "-f", "%M"] + argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         return int(r.stderr.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -77,6 +79,7 @@ def wait_for_trash(trash):
 def mount_image(fstype, work_parent, gib):
     """A fresh sparse image of `fstype`, loop-mounted; unmounted and deleted at exit."""
     import tempfile
+
     os.makedirs(work_parent, exist_ok=True)
     base = tempfile.mkdtemp(prefix="overlay-bench-%s-" % fstype, dir=work_parent)
     img, mnt = os.path.join(base, "fs.img"), os.path.join(base, "mnt")
@@ -90,6 +93,7 @@ def mount_image(fstype, work_parent, gib):
     def cleanup():
         subprocess.run(["umount", mnt])
         shutil.rmtree(base, ignore_errors=True)
+
     atexit.register(cleanup)
     return mnt
 
@@ -188,20 +192,27 @@ def other_filesystem_dir(work):
     os.makedirs(d, exist_ok=True)
     if os.stat(d).st_dev != os.stat(work).st_dev:
         return d  # mounted already
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", d], stderr=subprocess.DEVNULL).returncode == 0:
+    if (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", d], stderr=subprocess.DEVNULL).returncode
+        == 0
+    ):
         atexit.register(lambda: subprocess.run(["umount", "-l", d]))
         return d
     if os.path.isdir("/dev/shm") and os.stat("/dev/shm").st_dev != os.stat(work).st_dev:
         d = tempfile_dir("/dev/shm")
         atexit.register(lambda: shutil.rmtree(d, ignore_errors=True))
         return d
-    print("bench: cross-filesystem caches not measured: cannot mount a tmpfs (needs root) and /dev/shm is "
-          "not another filesystem", file=sys.stderr)
+    print(
+        "bench: cross-filesystem caches not measured: cannot mount a tmpfs (needs root) and /dev/shm is "
+        "not another filesystem",
+        file=sys.stderr,
+    )
     return None
 
 
 def tempfile_dir(parent):
     import tempfile
+
     return tempfile.mkdtemp(prefix="overlay-bench-", dir=parent)
 
 
@@ -239,8 +250,19 @@ def cache_rounds(ov_bin, env, work, sizes, rounds):
         for _ in range(rounds):
             for way, ov, snap in ways:
                 shutil.rmtree(ov, ignore_errors=True)
-                argv = ["add-native", "--overlay", ov, "--target", src, "--patched-file", patched,
-                        "--invalidate-cache", cache, "--cache-snapshot", snap] + build
+                argv = [
+                    "add-native",
+                    "--overlay",
+                    ov,
+                    "--target",
+                    src,
+                    "--patched-file",
+                    patched,
+                    "--invalidate-cache",
+                    cache,
+                    "--cache-snapshot",
+                    snap,
+                ] + build
                 subprocess.run(["sync"])
                 add((n, way, "add-native"), timed([ov_bin] + argv, env))
                 if way == "aside" and '"aside"' not in open(os.path.join(ov, "_overlay_manifest.json")).read():
@@ -253,11 +275,33 @@ def cache_rounds(ov_bin, env, work, sizes, rounds):
             subprocess.run(["sync"])
             add((n, "floor", "tar -cf + sync"), timed(["sh", "-c", 'tar -cf "$1" -C "$0" . && sync "$1"', cache, tar]))
             subprocess.run(["sync"])
-            add((n, "tar", "add-native"), timed([ov_bin, "add-native", "--overlay", ov, "--target", src, "--patched-file",
-                                                 patched, "--invalidate-cache", cache, "--cache-snapshot", "tar"] + build, env))
+            add(
+                (n, "tar", "add-native"),
+                timed(
+                    [
+                        ov_bin,
+                        "add-native",
+                        "--overlay",
+                        ov,
+                        "--target",
+                        src,
+                        "--patched-file",
+                        patched,
+                        "--invalidate-cache",
+                        cache,
+                        "--cache-snapshot",
+                        "tar",
+                    ]
+                    + build,
+                    env,
+                ),
+            )
             settle_litter(os.path.dirname(cache), ov)
             subprocess.run(["sync"])
-            add((n, "floor", "tar -xf + sync"), timed(["sh", "-c", 'mkdir "$1" && tar -xf "$0" -C "$1" && sync', tar, floor_dir]))
+            add(
+                (n, "floor", "tar -xf + sync"),
+                timed(["sh", "-c", 'mkdir "$1" && tar -xf "$0" -C "$1" && sync', tar, floor_dir]),
+            )
             shutil.rmtree(floor_dir)
             os.remove(tar)
             subprocess.run(["sync"])
@@ -268,13 +312,24 @@ def cache_rounds(ov_bin, env, work, sizes, rounds):
 
 def print_cache_table(med, sizes, cross):
     print("\ncaches (1 KiB files), medians; targets: aside <= 1.3 x moved, tar <= 2 x GNU tar")
-    print("%9s | %-34s | %-34s | %-34s | %-34s" % ("files", "add-native aside / moved", "revert aside / moved",
-                                                    "add-native tar / tar -cf+sync", "revert tar / tar -xf+sync"))
+    print(
+        "%9s | %-34s | %-34s | %-34s | %-34s"
+        % (
+            "files",
+            "add-native aside / moved",
+            "revert aside / moved",
+            "add-native tar / tar -cf+sync",
+            "revert tar / tar -xf+sync",
+        )
+    )
     for n in sizes:
         cells = []
-        for way, step, floor_key in (("aside", "add-native", (n, "move", "add-native")), ("aside", "revert", (n, "move", "revert")),
-                                     ("tar", "add-native", (n, "floor", "tar -cf + sync")),
-                                     ("tar", "revert", (n, "floor", "tar -xf + sync"))):
+        for way, step, floor_key in (
+            ("aside", "add-native", (n, "move", "add-native")),
+            ("aside", "revert", (n, "move", "revert")),
+            ("tar", "add-native", (n, "floor", "tar -cf + sync")),
+            ("tar", "revert", (n, "floor", "tar -xf + sync")),
+        ):
             got = med.get((n, way, step))
             if got is None:
                 cells.append("not measured (no other filesystem)" if way == "aside" and not cross else "-")
@@ -293,8 +348,13 @@ def build_static_hello(work):
     with open(src, "wb") as f:
         f.write(HELLO_SOURCE)
     for cc in ("cc", "gcc", "clang"):
-        if shutil.which(cc) and subprocess.run([cc, "-O2", "-static", src, "-o", exe],
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
+        if (
+            shutil.which(cc)
+            and subprocess.run(
+                [cc, "-O2", "-static", src, "-o", exe], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            ).returncode
+            == 0
+        ):
             return exe
     print("bench: start-up not measured: no C compiler with a static libc (libc6-dev)", file=sys.stderr)
     return None
@@ -323,8 +383,11 @@ def main():
     p.add_argument("--cache-snapshot", default="auto")
     p.add_argument("--fs", choices=["here", "xfs", "btrfs"], default="here")
     p.add_argument("--image-gib", type=int, default=12)
-    p.add_argument("--cache-sizes", default="20000,200000",
-                   help="cache file counts (1 KiB files) for the cache targets; empty to skip")
+    p.add_argument(
+        "--cache-sizes",
+        default="20000,200000",
+        help="cache file counts (1 KiB files) for the cache targets; empty to skip",
+    )
     p.add_argument("--cache-rounds", type=int, default=3)
     a, workload_flags = p.parse_known_args()
     ov_bin = os.path.abspath(a.overlay)
@@ -356,9 +419,28 @@ def main():
         s.add("floor: cp+sync", timed(["sh", "-c", 'cp "$0" "$1" && sync "$1"', art, copy]))
         os.remove(copy)
         subprocess.run(["sync"])
-        s.add("add-native", timed([ov_bin, "add-native", "--overlay", ov, "--target", src, "--patched-file", patched,
-                                   "--artifact", art, "--invalidate-cache", cache,
-                                   "--cache-snapshot", a.cache_snapshot], env))
+        s.add(
+            "add-native",
+            timed(
+                [
+                    ov_bin,
+                    "add-native",
+                    "--overlay",
+                    ov,
+                    "--target",
+                    src,
+                    "--patched-file",
+                    patched,
+                    "--artifact",
+                    art,
+                    "--invalidate-cache",
+                    cache,
+                    "--cache-snapshot",
+                    a.cache_snapshot,
+                ],
+                env,
+            ),
+        )
         rebuild_artifact(art)
         s.add("floor: sha256", timed(["openssl", "dgst", "-sha256", art]))
         s.add("verify-native", timed([ov_bin, "verify-native", "--overlay", ov], env))
@@ -368,8 +450,19 @@ def main():
             tgt = os.path.join(tree, "t%03d/target%d" % (i, i))
             with open(tgt, "w") as f:
                 f.write("x")
-            timed([ov_bin, "add-native", "--overlay", os.path.join(tree, "t%03d/ov%d" % (i, i)), "--target", tgt,
-                   "--patched-file", patched], env)
+            timed(
+                [
+                    ov_bin,
+                    "add-native",
+                    "--overlay",
+                    os.path.join(tree, "t%03d/ov%d" % (i, i)),
+                    "--target",
+                    tgt,
+                    "--patched-file",
+                    patched,
+                ],
+                env,
+            )
         s.add("floor: find", timed(["find", tree, "-name", "_overlay_manifest.json"]))
         s.add("gc-stale", timed([ov_bin, "gc-stale", "--root", tree], env))
         print("round %d/%d done" % (r + 1, a.rounds), file=sys.stderr)
@@ -379,9 +472,23 @@ def main():
     # Back to back, as an agent trying candidates runs them: the build rewrites the artifact (no
     # backdated artifact), so each revert restores it and the next add-native follows at once.
     build = "cp %s/k2.cu %s/lib/k.so" % (tiny, tiny)
-    cycle = (["add-native", "--overlay", tiny + "/ov", "--target", tiny + "/k.cu", "--patched-file", tiny + "/k2.cu",
-              "--artifact", tiny + "/lib/k.so", "--build-cmd", build],
-             ["verify-native", "--overlay", tiny + "/ov"], ["revert", "--overlay", tiny + "/ov"])
+    cycle = (
+        [
+            "add-native",
+            "--overlay",
+            tiny + "/ov",
+            "--target",
+            tiny + "/k.cu",
+            "--patched-file",
+            tiny + "/k2.cu",
+            "--artifact",
+            tiny + "/lib/k.so",
+            "--build-cmd",
+            build,
+        ],
+        ["verify-native", "--overlay", tiny + "/ov"],
+        ["revert", "--overlay", tiny + "/ov"],
+    )
     durable = durable_ops_of(ov_bin, cycle, env, a.work)
     for r in range(max(5, a.rounds)):
         t0 = time.perf_counter()
@@ -399,8 +506,22 @@ def main():
     start = startups(ov_bin, hello, max(200, 40 * a.rounds), static_bin) if hello else None
 
     # Peak RSS: one more untimed pass of the big steps under GNU time.
-    add = [ov_bin, "add-native", "--overlay", ov, "--target", src, "--patched-file", patched, "--artifact", art,
-           "--invalidate-cache", cache, "--cache-snapshot", a.cache_snapshot]
+    add = [
+        ov_bin,
+        "add-native",
+        "--overlay",
+        ov,
+        "--target",
+        src,
+        "--patched-file",
+        patched,
+        "--artifact",
+        art,
+        "--invalidate-cache",
+        cache,
+        "--cache-snapshot",
+        a.cache_snapshot,
+    ]
     s.rss["add-native"] = peak_rss_kib(add, env)
     rebuild_artifact(art)
     s.rss["verify-native"] = peak_rss_kib([ov_bin, "verify-native", "--overlay", ov], env)
@@ -416,8 +537,12 @@ def main():
     fstype = subprocess.run(["stat", "-f", "-c", "%T", a.work], capture_output=True, text=True).stdout.strip()
     print("\nfilesystem: %s (%s)" % (fstype, "copy-on-write: backups are clones" if cow else "no copy-on-write"))
     add_row = ("add-native", "floor: sha256", 1.2) if cow else ("add-native", "floor: cp+sync", 1.3)
-    rows = [add_row, ("revert", "floor: sha256", 1.3),
-            ("verify-native", "floor: sha256", 1.2), ("gc-stale", "floor: find", 1.2)]
+    rows = [
+        add_row,
+        ("revert", "floor: sha256", 1.3),
+        ("verify-native", "floor: sha256", 1.2),
+        ("gc-stale", "floor: find", 1.2),
+    ]
     print("\n%-22s %10s %18s %8s %8s %9s" % ("step", "median s", "spread (min-max)", "ratio", "target", "peak RSS"))
     for k, v in s.t.items():
         ratio = target = ""
@@ -427,23 +552,41 @@ def main():
         rss = "%6.1f MiB" % (s.rss[k] / 1024) if s.rss.get(k) else ""
         print("%-22s %10.4f %8.4f-%-9.4f %8s %8s %9s" % (k, med[k], min(v), max(v), ratio, target, rss))
     beyond = (med["A/B cycle (3 calls)"] - med["floor: build (cp)"]) * 1000
-    print("%-22s %10.1f ms beyond the build, back to back (target <= 25 ms; slowest cycle %.1f ms)" %
-          ("A/B cycle", beyond, max(s.t["A/B cycle (3 calls)"]) * 1000))
+    print(
+        "%-22s %10.1f ms beyond the build, back to back (target <= 25 ms; slowest cycle %.1f ms)"
+        % ("A/B cycle", beyond, max(s.t["A/B cycle (3 calls)"]) * 1000)
+    )
     if start:
         h, v = start["hello"] * 1000, start["overlay --version"] * 1000
         floor = med["floor: durable ops"] * 1000
         print("%-22s %10.2f ms vs a static hello %.2f ms: %.2f x (target <= 1.5)" % ("start-up", v, h, v / h))
         if "static overlay --version" in start:
             sv = start["static overlay --version"] * 1000
-            print("%-22s %10.2f ms vs a static hello %.2f ms: %.2f x (the static build)" % ("start-up, static", sv, h, sv / h))
-        print("%-22s %10.1f ms beyond the build vs its floor %.1f ms (its %d file fsyncs, %d directory fsyncs and %d renames"
-              " timed alone %.1f ms + three `overlay --version` %.1f ms): %.2f x (target <= 1.25)" %
-              ("A/B cycle vs floor", beyond, floor + 3 * v, durable[0], durable[1], durable[2], floor, 3 * v,
-               beyond / (floor + 3 * v)))
+            print(
+                "%-22s %10.2f ms vs a static hello %.2f ms: %.2f x (the static build)"
+                % ("start-up, static", sv, h, sv / h)
+            )
+        print(
+            "%-22s %10.1f ms beyond the build vs its floor %.1f ms (its %d file fsyncs, %d directory fsyncs and %d renames"
+            " timed alone %.1f ms + three `overlay --version` %.1f ms): %.2f x (target <= 1.25)"
+            % (
+                "A/B cycle vs floor",
+                beyond,
+                floor + 3 * v,
+                durable[0],
+                durable[1],
+                durable[2],
+                floor,
+                3 * v,
+                beyond / (floor + 3 * v),
+            )
+        )
     if cache_sizes:
         print_cache_table(cache_med, cache_sizes, cross)
-    print("peak RSS over all overlay steps: %.1f MiB (target <= 32 MiB)" %
-          (max(v for k, v in s.rss.items() if not k.startswith("floor")) / 1024))
+    print(
+        "peak RSS over all overlay steps: %.1f MiB (target <= 32 MiB)"
+        % (max(v for k, v in s.rss.items() if not k.startswith("floor")) / 1024)
+    )
 
 
 if __name__ == "__main__":

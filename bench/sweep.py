@@ -78,8 +78,14 @@ class Sweep:
         self.env = dict(os.environ, OVERLAY_STATE_DIR=os.path.join(a.work, "state"))
 
     def record(self, axis, x, tool, step, seconds, rss=0):
-        self.rows.append({"axis": axis, "x": x, "tool": tool, "step": step, "seconds": "%.4f" % seconds, "peak_rss_kib": rss})
-        print("%-6s %8s %-16s %-14s %9.3f s %s" % (axis, x, tool, step, seconds, ("%6.1f MiB" % (rss / 1024)) if rss else ""), flush=True)
+        self.rows.append(
+            {"axis": axis, "x": x, "tool": tool, "step": step, "seconds": "%.4f" % seconds, "peak_rss_kib": rss}
+        )
+        print(
+            "%-6s %8s %-16s %-14s %9.3f s %s"
+            % (axis, x, tool, step, seconds, ("%6.1f MiB" % (rss / 1024)) if rss else ""),
+            flush=True,
+        )
 
     def tools(self):
         yield "overlay", [self.a.overlay]
@@ -90,7 +96,11 @@ class Sweep:
         """add-native, (the build's change), verify-native, revert: one entry, timed step by step."""
         ov = os.path.join(self.a.work, "ov")
         shutil.rmtree(ov, ignore_errors=True)
-        add = argv + ["add-native", "--overlay", ov, "--target", inst + "/src/k.cu", "--patched-file", self.patched] + extra
+        add = (
+            argv
+            + ["add-native", "--overlay", ov, "--target", inst + "/src/k.cu", "--patched-file", self.patched]
+            + extra
+        )
         if snapshot:
             add += ["--cache-snapshot", snapshot]
         # Built long ago, as an install's artifact is (the previous cycle's revert gave it a fresh

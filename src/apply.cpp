@@ -10,8 +10,8 @@
 #include "overlay/file_ops.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
-#include "overlay/python/verbs.hpp"
 #include "overlay/python/sitecustomize.hpp"
+#include "overlay/python/verbs.hpp"
 
 namespace overlay {
 namespace {
@@ -19,25 +19,29 @@ namespace {
 // The dotted module a .py file under `root` is: pkg/ops.py -> pkg.ops, pkg/__init__.py -> pkg.
 std::string module_name(const fs::path& file, const fs::path& root) {
   fs::path rel = file.lexically_relative(root);
-  if (rel.empty() || *rel.begin() == "..") throw Error(".py file outside --python-root " + root.string() + ": " + file.string());
+  if (rel.empty() || *rel.begin() == "..")
+    throw Error(".py file outside --python-root " + root.string() + ": " + file.string());
   rel.replace_extension();
   std::string name;
   for (const auto& part : rel) {
     if (part == "__init__") continue;
     name += (name.empty() ? "" : ".") + part.string();
   }
-  if (!valid_dotted_name(name)) throw Error(".py file does not name a module under " + root.string() + ": " + file.string());
+  if (!valid_dotted_name(name))
+    throw Error(".py file does not name a module under " + root.string() + ": " + file.string());
   return name;
 }
 
 bool has_module_entry(const json& doc, const std::string& module) {
   auto it = doc.find("modules");
   if (it == doc.end() || !it->is_array()) return false;
-  return std::any_of(it->begin(), it->end(), [&](const json& e) { return e.is_object() && e.value("module", json()) == module; });
+  return std::any_of(it->begin(), it->end(),
+                     [&](const json& e) { return e.is_object() && e.value("module", json()) == module; });
 }
 
 std::string new_patch_id() {
-  auto secs = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto secs =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return "p" + std::to_string(secs) + "-" + random_hex(4);
 }
 
@@ -58,7 +62,8 @@ void record_modules(Disk& disk, const fs::path& overlay, const ApplyPlan& plan, 
 }  // namespace
 
 bool is_compiled_source(const fs::path& p) {
-  static const std::array<const char*, 11> kSuffixes = {".cu", ".cuh", ".hip", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".inl"};
+  static const std::array<const char*, 11> kSuffixes = {".cu", ".cuh", ".hip", ".cpp", ".cc", ".cxx",
+                                                        ".c",  ".h",   ".hpp", ".hh",  ".inl"};
   std::string ext = p.extension().string();
   return std::find(kSuffixes.begin(), kSuffixes.end(), ext) != kSuffixes.end();
 }
@@ -77,7 +82,8 @@ ApplyPlan plan_apply(Disk& disk, const ApplyRequest& req) {
     if (is_compiled_source(s.target)) {
       compiled.push_back(s);
     } else if (s.target.extension() == ".py") {
-      if (s.kind == SwapKind::remove) throw Error("the diff deletes a Python file, which an overlay cannot do: " + s.target.string());
+      if (s.kind == SwapKind::remove)
+        throw Error("the diff deletes a Python file, which an overlay cannot do: " + s.target.string());
       PatchModule mod{module_name(s.target, py_root), s.target, s.content, s.kind == SwapKind::create};
       for (const auto& other : plan.modules)
         if (other.module == mod.module) throw Error("two files of the diff are module " + mod.module);
@@ -89,8 +95,10 @@ ApplyPlan plan_apply(Disk& disk, const ApplyRequest& req) {
   plan.native.swaps = std::move(compiled);
   if (!plan.modules.empty()) require_pythonpath_safe(plan.native.overlay);
   plan.native.op = "apply";
-  if (!plan.has_native() && (!plan.native.artifacts.empty() || !plan.native.caches.empty() || !plan.native.build_cmds.empty()))
-    throw Error("the diff changes no compiled file: --artifact, --invalidate-cache and --build-cmd have nothing to act on");
+  if (!plan.has_native() &&
+      (!plan.native.artifacts.empty() || !plan.native.caches.empty() || !plan.native.build_cmds.empty()))
+    throw Error(
+        "the diff changes no compiled file: --artifact, --invalidate-cache and --build-cmd have nothing to act on");
   if (auto m = load_manifest(disk, plan.native.overlay))
     for (const auto& mod : plan.modules)
       if (has_module_entry(m->doc, mod.module))

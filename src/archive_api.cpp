@@ -33,8 +33,8 @@ void* open_library() {
 ArchiveApi load() {
   void* lib = open_library();
   ArchiveApi api;
-#define OVERLAY_ARCHIVE_BIND(name)                                                           \
-  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(lib, #name));                      \
+#define OVERLAY_ARCHIVE_BIND(name)                                      \
+  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(lib, #name)); \
   if (api.name == nullptr) throw Error("libarchive lacks " #name);
   OVERLAY_ARCHIVE_FUNCTIONS(OVERLAY_ARCHIVE_BIND)
 #undef OVERLAY_ARCHIVE_BIND

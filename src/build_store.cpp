@@ -42,8 +42,11 @@ void from_json(const json& j, StoredStamp& s) {
   j.at(0).get_to(s.path), j.at(1).get_to(s.size), j.at(2).get_to(s.mtime_ns), j.at(3).get_to(s.ctime_ns);
 }
 void to_json(json& j, const StoredBuild& b) {
-  j = {{"recipe", b.recipe}, {"inputs_sha256", b.inputs_sha256}, {"deps", b.deps}, {"sources", b.sources}, {"files", b.files}, {"before", b.before},
-       {"dirs", b.dirs}, {"entry", b.entry}, {"built_at", b.built_at}, {"bytes", b.bytes}};
+  j = {{"recipe", b.recipe},     {"inputs_sha256", b.inputs_sha256},
+       {"deps", b.deps},         {"sources", b.sources},
+       {"files", b.files},       {"before", b.before},
+       {"dirs", b.dirs},         {"entry", b.entry},
+       {"built_at", b.built_at}, {"bytes", b.bytes}};
 }
 void from_json(const json& j, StoredBuild& b) {
   j.at("recipe").get_to(b.recipe), j.at("inputs_sha256").get_to(b.inputs_sha256), j.at("deps").get_to(b.deps);
@@ -65,12 +68,35 @@ bool strictly_inside(const fs::path& p, const fs::path& dir) { return is_within(
 // Variables that reach no compiler's output: a terminal's, a login's, a scheduler's, a GPU
 // pinning's set per agent is kept (a JIT build may pick its arch from the devices it sees).
 bool is_volatile_env(const std::string& name) {
-  static const std::set<std::string> names = {"_",       "PWD",         "OLDPWD",       "SHLVL",       "HOSTNAME",  "TERM",
-                                              "COLORTERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "DISPLAY", "TMUX", "TMUX_PANE",
-                                              "STY",     "WINDOW",      "LS_COLORS",    "PS1",         "PS2",       "MAIL",
-                                              "COLUMNS", "LINES",       "INVOCATION_ID", "JOURNAL_STREAM", "DBUS_SESSION_BUS_ADDRESS",
-                                              "XDG_SESSION_ID", "XDG_RUNTIME_DIR", "MAX_JOBS", "MAKELEVEL"};
-  static const std::vector<std::string> prefixes = {"SSH_", "SLURM_", "PMI_", "PMIX_", "OMPI_", "OVERLAY_", "GTEST_", "CTEST_"};
+  static const std::set<std::string> names = {"_",
+                                              "PWD",
+                                              "OLDPWD",
+                                              "SHLVL",
+                                              "HOSTNAME",
+                                              "TERM",
+                                              "COLORTERM",
+                                              "TERM_PROGRAM",
+                                              "TERM_PROGRAM_VERSION",
+                                              "DISPLAY",
+                                              "TMUX",
+                                              "TMUX_PANE",
+                                              "STY",
+                                              "WINDOW",
+                                              "LS_COLORS",
+                                              "PS1",
+                                              "PS2",
+                                              "MAIL",
+                                              "COLUMNS",
+                                              "LINES",
+                                              "INVOCATION_ID",
+                                              "JOURNAL_STREAM",
+                                              "DBUS_SESSION_BUS_ADDRESS",
+                                              "XDG_SESSION_ID",
+                                              "XDG_RUNTIME_DIR",
+                                              "MAX_JOBS",
+                                              "MAKELEVEL"};
+  static const std::vector<std::string> prefixes = {"SSH_",  "SLURM_",   "PMI_",   "PMIX_",
+                                                    "OMPI_", "OVERLAY_", "GTEST_", "CTEST_"};
   if (names.count(name) > 0) return true;
   return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
 }
@@ -110,8 +136,8 @@ std::optional<fs::path> find_tool(Disk& disk, const std::string& name) {
 
 // The toolchain's part of the recipe: each tool a build may call, by real path, size and mtime.
 std::string toolchain_text(Disk& disk, const NativePlan& plan) {
-  std::set<std::string> names = {"cc", "c++", "gcc", "g++", "clang", "clang++", "ld", "as", "ar", "nvcc", "hipcc", "ninja", "make", "cmake",
-                                 "meson", "python3", "python"};
+  std::set<std::string> names = {"cc",   "c++",   "gcc",   "g++",  "clang", "clang++", "ld",      "as",    "ar",
+                                 "nvcc", "hipcc", "ninja", "make", "cmake", "meson",   "python3", "python"};
   for (const auto& argv : plan.build_cmds)
     if (!argv.empty()) names.insert(argv.front());
   std::string t;
@@ -131,8 +157,8 @@ std::string toolchain_text(Disk& disk, const NativePlan& plan) {
 
 // The files the build's dependency records name: Ninja's deps log of each build dir given, and
 // every Make-style depfile (*.d) below the dirs given.
-std::set<fs::path> dependency_files(Disk& disk, const std::set<fs::path>& ninja_dirs, const std::vector<fs::path>& depfile_dirs,
-                                    const fs::path& build_cwd) {
+std::set<fs::path> dependency_files(Disk& disk, const std::set<fs::path>& ninja_dirs,
+                                    const std::vector<fs::path>& depfile_dirs, const fs::path& build_cwd) {
   std::set<fs::path> deps;
   for (const auto& d : ninja_dirs) {
     RunOptions o;
@@ -142,48 +168,62 @@ std::set<fs::path> dependency_files(Disk& disk, const std::set<fs::path>& ninja_
     if (!r.ok()) continue;
     std::istringstream in(r.out);
     for (std::string line; std::getline(in, line) && deps.size() < kMaxDeps;)
-      if (line.rfind("    ", 0) == 0) deps.insert(absolute_normal(fs::path(line.substr(4)).is_absolute() ? fs::path(line.substr(4)) : d / line.substr(4)));
+      if (line.rfind("    ", 0) == 0)
+        deps.insert(
+            absolute_normal(fs::path(line.substr(4)).is_absolute() ? fs::path(line.substr(4)) : d / line.substr(4)));
   }
   for (const auto& root : depfile_dirs) {
-    walk_tree(disk, root, [&](const fs::path& rel, FileType type) {
-      if (type == FileType::directory) return WalkStep::descend;
-      std::string n = rel.filename().string();
-      if (n.size() < 3 || n.compare(n.size() - 2, 2, ".d") != 0 || deps.size() >= kMaxDeps) return WalkStep::descend;
-      std::string text;
-      try {
-        text = read_small_file(disk, root / rel, 8u << 20);
-      } catch (const Error&) {
-        return WalkStep::descend;
-      }
-      // "target: dep dep \<newline> dep", spaces escaped with a backslash.
-      auto colon = text.find(": ");
-      if (colon == std::string::npos) return WalkStep::descend;
-      std::string word;
-      // A relative name is relative to where the compiler ran, which the depfile does not say:
-      // its own dir or the build's cwd, whichever holds the file (neither: kept as named from the
-      // depfile's dir, where it stamps as missing and keep refuses the build).
-      auto flush = [&] {
-        if (!word.empty() && word != "\\") {
-          fs::path w(word);
-          fs::path beside = absolute_normal((root / rel).parent_path() / w), from_cwd = absolute_normal(build_cwd / w);
-          deps.insert(w.is_absolute() ? absolute_normal(w)
-                      : disk.info(beside, Follow::yes).exists() || !disk.info(from_cwd, Follow::yes).exists() ? beside
-                                                                                                          : from_cwd);
-        }
-        word.clear();
-      };
-      for (std::size_t i = colon + 2; i < text.size(); ++i) {
-        char c = text[i];
-        if (c == '\\' && i + 1 < text.size() && (text[i + 1] == ' ' || text[i + 1] == '#')) word += text[i + 1], ++i;
-        else if (c == '$' && i + 1 < text.size() && text[i + 1] == '$') word += '$', ++i;
-        else if (c == '\\' && i + 1 < text.size() && text[i + 1] == '\n') flush(), ++i;
-        else if (c == ' ' || c == '\n' || c == '\t') flush();
-        else if (c == ':' && i + 1 < text.size() && (text[i + 1] == '\n' || text[i + 1] == ' ')) word.clear();  // a phony "dep:" line
-        else word += c;
-      }
-      flush();
-      return WalkStep::descend;
-    }, [](const fs::path&, const std::string&) {});
+    walk_tree(
+        disk, root,
+        [&](const fs::path& rel, FileType type) {
+          if (type == FileType::directory) return WalkStep::descend;
+          std::string n = rel.filename().string();
+          if (n.size() < 3 || n.compare(n.size() - 2, 2, ".d") != 0 || deps.size() >= kMaxDeps)
+            return WalkStep::descend;
+          std::string text;
+          try {
+            text = read_small_file(disk, root / rel, 8u << 20);
+          } catch (const Error&) {
+            return WalkStep::descend;
+          }
+          // "target: dep dep \<newline> dep", spaces escaped with a backslash.
+          auto colon = text.find(": ");
+          if (colon == std::string::npos) return WalkStep::descend;
+          std::string word;
+          // A relative name is relative to where the compiler ran, which the depfile does not say:
+          // its own dir or the build's cwd, whichever holds the file (neither: kept as named from the
+          // depfile's dir, where it stamps as missing and keep refuses the build).
+          auto flush = [&] {
+            if (!word.empty() && word != "\\") {
+              fs::path w(word);
+              fs::path beside = absolute_normal((root / rel).parent_path() / w),
+                       from_cwd = absolute_normal(build_cwd / w);
+              deps.insert(w.is_absolute() ? absolute_normal(w)
+                          : disk.info(beside, Follow::yes).exists() || !disk.info(from_cwd, Follow::yes).exists()
+                              ? beside
+                              : from_cwd);
+            }
+            word.clear();
+          };
+          for (std::size_t i = colon + 2; i < text.size(); ++i) {
+            char c = text[i];
+            if (c == '\\' && i + 1 < text.size() && (text[i + 1] == ' ' || text[i + 1] == '#'))
+              word += text[i + 1], ++i;
+            else if (c == '$' && i + 1 < text.size() && text[i + 1] == '$')
+              word += '$', ++i;
+            else if (c == '\\' && i + 1 < text.size() && text[i + 1] == '\n')
+              flush(), ++i;
+            else if (c == ' ' || c == '\n' || c == '\t')
+              flush();
+            else if (c == ':' && i + 1 < text.size() && (text[i + 1] == '\n' || text[i + 1] == ' '))
+              word.clear();  // a phony "dep:" line
+            else
+              word += c;
+          }
+          flush();
+          return WalkStep::descend;
+        },
+        [](const fs::path&, const std::string&) {});
   }
   return deps;
 }
@@ -228,22 +268,25 @@ void include_dirs(const std::string& text, const fs::path& cwd, std::set<fs::pat
     } else {
       for (const char* f : flags)
         if (w.rfind(f, 0) == 0) {
-          (w.size() == std::strlen(f) ? pending : dir) = w.size() == std::strlen(f) ? std::string(f) : w.substr(std::strlen(f));
+          (w.size() == std::strlen(f) ? pending : dir) =
+              w.size() == std::strlen(f) ? std::string(f) : w.substr(std::strlen(f));
           break;
         }
     }
-    if (!dir.empty() && out.size() < 4096) out.insert(absolute_normal(fs::path(dir).is_absolute() ? fs::path(dir) : cwd / dir));
+    if (!dir.empty() && out.size() < 4096)
+      out.insert(absolute_normal(fs::path(dir).is_absolute() ? fs::path(dir) : cwd / dir));
   }
 }
 
 // Whether a file is one a person may edit (a source, a header, a script, a build description)
 // rather than a product only a build writes (an object, a library, an executable).
 bool is_source_like(const fs::path& p) {
-  static const std::set<std::string> exts = {".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".cu", ".cuh",
-                                             ".hip", ".py", ".txt", ".cmake", ".in", ".mk", ".json", ".yaml", ".yml", ".toml",
-                                             ".cfg", ".ini", ".sh", ".ld", ".lds", ".map"};
+  static const std::set<std::string> exts = {".c",    ".cc",  ".cpp",  ".cxx", ".c++", ".h",     ".hh", ".hpp", ".hxx",
+                                             ".cu",   ".cuh", ".hip",  ".py",  ".txt", ".cmake", ".in", ".mk",  ".json",
+                                             ".yaml", ".yml", ".toml", ".cfg", ".ini", ".sh",    ".ld", ".lds", ".map"};
   std::string n = p.filename().string();
-  return exts.count(p.extension().string()) > 0 || n == "Makefile" || n == "makefile" || n == "GNUmakefile" || n == "meson.build";
+  return exts.count(p.extension().string()) > 0 || n == "Makefile" || n == "makefile" || n == "GNUmakefile" ||
+         n == "meson.build";
 }
 
 // The nearest ancestor of p holding build.ninja (empty where none does).
@@ -263,7 +306,9 @@ std::string inputs_digest(const BuildWatch& watch, IsOutput is_output) {
   return sha256_hex(text);
 }
 
-timespec to_timespec(std::int64_t ns) { return {static_cast<time_t>(ns / 1000000000LL), static_cast<long>(ns % 1000000000LL)}; }
+timespec to_timespec(std::int64_t ns) {
+  return {static_cast<time_t>(ns / 1000000000LL), static_cast<long>(ns % 1000000000LL)};
+}
 
 double store_clock_seconds() {
   using namespace std::chrono;
@@ -279,7 +324,8 @@ std::string build_recipe(Disk& disk, const NativePlan& plan) {
     for (const auto& a : argv) t += '\0' + a;
     t += '\n';
   }
-  for (const auto& s : plan.swaps) t += "swap " + s.target.string() + '\0' + to_string(s.kind) + '\0' + s.content_sha256 + '\n';
+  for (const auto& s : plan.swaps)
+    t += "swap " + s.target.string() + '\0' + to_string(s.kind) + '\0' + s.content_sha256 + '\n';
   for (const auto& a : plan.artifacts) t += "artifact " + a.string() + '\n';
   for (const auto& c : plan.caches) t += "cache " + c.string() + '\n';
   std::vector<std::string> env;
@@ -324,10 +370,12 @@ std::optional<StoredBuild> BuildStore::find(const NativePlan& plan, const BuildW
     std::set<fs::path> outs;
     for (const auto& f : b.files) outs.insert(f.path);
     auto is_output = [&](const fs::path& p) {
-      return outs.count(p) > 0 || std::any_of(b.dirs.begin(), b.dirs.end(), [&](const StoredDir& d) { return is_within(p, d.path); });
+      return outs.count(p) > 0 ||
+             std::any_of(b.dirs.begin(), b.dirs.end(), [&](const StoredDir& d) { return is_within(p, d.path); });
     };
     if (inputs_digest(watch, is_output) != b.inputs_sha256) continue;
-    if (!std::all_of(b.deps.begin(), b.deps.end(), [&](const StoredStamp& s) { return stamp_now(disk_, s.path) == s; })) continue;
+    if (!std::all_of(b.deps.begin(), b.deps.end(), [&](const StoredStamp& s) { return stamp_now(disk_, s.path) == s; }))
+      continue;
     // An untracked output a person may edit (a source, a header, a script: one written while the
     // first build ran, or generated by it) is put back only over what that build would rewrite:
     // the file as it was before that build, or as that build left it. Changed otherwise, it is no
@@ -337,7 +385,8 @@ std::optional<StoredBuild> BuildStore::find(const NativePlan& plan, const BuildW
       if (!is_source_like(was.path)) return true;
       FileInfo fi = disk_.info(fs::path(was.path), Follow::no);
       if (!fi.exists()) return true;  // gone: the build would make it again
-      if (was.size >= 0 && static_cast<std::int64_t>(fi.size) == was.size && ns_of(fi.mtime) == was.mtime_ns) return true;
+      if (was.size >= 0 && static_cast<std::int64_t>(fi.size) == was.size && ns_of(fi.mtime) == was.mtime_ns)
+        return true;
       auto f = std::find_if(b.files.begin(), b.files.end(), [&](const StoredFile& x) { return x.path == was.path; });
       return f != b.files.end() && ns_of(fi.mtime) == f->mtime_ns;
     };
@@ -377,13 +426,17 @@ std::string BuildStore::serve(const StoredBuild& b, const std::map<std::string, 
   };
   try {
     for (const auto& f : b.files) {
-      staged.push_back({place_for(disk_, f.path, pins), sibling_temp_path(f.path, "overlay-new").filename().string(), false});
+      staged.push_back(
+          {place_for(disk_, f.path, pins), sibling_temp_path(f.path, "overlay-new").filename().string(), false});
       const Staged& s = staged.back();
       Copied c = copy_file_hashing(disk_, At(b.where / f.blob), At(*s.place.dir, s.tmp), f.mode, Durable::yes);
-      if (c.sha256 != f.sha256) throw Error("the stored copy of " + f.path + " is not what was recorded (sha256 " + c.sha256.substr(0, 16) + ")");
+      if (c.sha256 != f.sha256)
+        throw Error("the stored copy of " + f.path + " is not what was recorded (sha256 " + c.sha256.substr(0, 16) +
+                    ")");
     }
     for (const auto& d : b.dirs) {
-      staged.push_back({place_for(disk_, d.path, pins), sibling_temp_path(d.path, "overlay-new").filename().string(), true});
+      staged.push_back(
+          {place_for(disk_, d.path, pins), sibling_temp_path(d.path, "overlay-new").filename().string(), true});
       const Staged& s = staged.back();
       disk_.make_dir(At(*s.place.dir, s.tmp), 0700);
       extract_tar(disk_, b.where / d.tar, At(*s.place.dir, s.tmp), fs::path(d.path).filename().string(), d.sha256);
@@ -404,7 +457,8 @@ std::string BuildStore::serve(const StoredBuild& b, const std::map<std::string, 
     disk_.rename(At(*s.place.dir, s.tmp), here);
     disk_.sync_dir(At(*s.place.dir, ""));
   }
-  for (std::size_t i = 0; i < b.files.size(); ++i) disk_.set_mtime(staged[i].place.at(), to_timespec(b.files[i].mtime_ns));
+  for (std::size_t i = 0; i < b.files.size(); ++i)
+    disk_.set_mtime(staged[i].place.at(), to_timespec(b.files[i].mtime_ns));
   for (const auto& src : b.sources) {
     if (src.size < 0) continue;
     PinnedPlace pl = place_for(disk_, src.path, pins);
@@ -428,12 +482,15 @@ struct Found {
   FileInfo info;
 };
 
-std::int64_t mtime_ns_of(const FileInfo& fi) { return static_cast<std::int64_t>(fi.mtime.tv_sec) * 1000000000LL + fi.mtime.tv_nsec; }
+std::int64_t mtime_ns_of(const FileInfo& fi) {
+  return static_cast<std::int64_t>(fi.mtime.tv_sec) * 1000000000LL + fi.mtime.tv_nsec;
+}
 
 }  // namespace
 
-std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, const std::vector<UntrackedOutput>& outputs,
-                             const std::string& entry, const std::map<std::string, PinnedDir>& pins, const fs::path& log) {
+std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch,
+                             const std::vector<UntrackedOutput>& outputs, const std::string& entry,
+                             const std::map<std::string, PinnedDir>& pins, const fs::path& log) {
   if (!enabled()) return "the build store is off (OVERLAY_BUILD_STORE_BYTES=0)";
   if (!watch.off_reason().empty()) return "the build's dirs were not watched (" + watch.off_reason() + ")";
   auto in_a_cache = [&](const fs::path& p) {
@@ -452,7 +509,8 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
     for (const auto& a : plan.artifacts) {
       if (in_a_cache(a)) continue;  // in its cache's tar, with the rest the build left there
       files.push_back(find(a.string()));
-      if (files.back().info.type != FileType::regular) return "artifact " + a.string() + " is not a regular file after the build";
+      if (files.back().info.type != FileType::regular)
+        return "artifact " + a.string() + " is not a regular file after the build";
     }
     for (const auto& u : outputs)
       if (!in_a_cache(u.path))
@@ -463,7 +521,8 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
     return std::string("an output's directory is not where add-native found it (") + e.what() + ")";
   }
   for (const auto& f : files) size += f.info.size;
-  if (size > cap_) return "its outputs (" + std::to_string(size) + " bytes) are more than the store holds (OVERLAY_BUILD_STORE_BYTES)";
+  if (size > cap_)
+    return "its outputs (" + std::to_string(size) + " bytes) are more than the store holds (OVERLAY_BUILD_STORE_BYTES)";
   StoredBuild b;
   b.recipe = build_recipe(disk_, plan);
   b.entry = entry;
@@ -473,7 +532,8 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
   auto is_output = [&](const fs::path& p) { return outs.count(p) > 0 || in_a_cache(p); };
   b.inputs_sha256 = inputs_digest(watch, is_output);
   std::set<fs::path> ninja_dirs;
-  if (disk_.info(plan.build_cwd / "build.ninja", Follow::no).type == FileType::regular) ninja_dirs.insert(plan.build_cwd);
+  if (disk_.info(plan.build_cwd / "build.ninja", Follow::no).type == FileType::regular)
+    ninja_dirs.insert(plan.build_cwd);
   for (const auto& c : plan.caches)
     if (disk_.info(c / "build.ninja", Follow::no).type == FileType::regular) ninja_dirs.insert(c);
   for (const auto& o : outs)
@@ -489,15 +549,18 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
       return "no dependency record (Ninja's deps log, a depfile) names " + s.target.string() +
              ", so the headers its build read are unknown";
   for (const auto& dir : ninja_dirs)
-    if (!in_a_cache(dir)) deps.merge(graph_files(dir));  // a JIT cache's build.ninja is rewritten on each load: an output
+    if (!in_a_cache(dir))
+      deps.merge(graph_files(dir));  // a JIT cache's build.ninja is rewritten on each load: an output
   std::set<fs::path> dirs_of_deps;
   auto watched = [&](const fs::path& p) {
     return std::any_of(watch.dirs().begin(), watch.dirs().end(), [&](const fs::path& d) { return is_within(p, d); });
   };
   for (const auto& d : deps) {
-    if (is_output(d) || swapped.count(d) > 0 || strictly_inside(d, plan.overlay) || watch.before().count(d) > 0) continue;
+    if (is_output(d) || swapped.count(d) > 0 || strictly_inside(d, plan.overlay) || watch.before().count(d) > 0)
+      continue;
     StoredStamp st = stamp_now(disk_, d);
-    if (st.size < 0) return "a dependency record names " + d.string() + ", which is not there: what the build read is unknown";
+    if (st.size < 0)
+      return "a dependency record names " + d.string() + ", which is not there: what the build read is unknown";
     b.deps.push_back(std::move(st));
     // A header added beside one read (an earlier -I dir holding one too) changes its dir's mtime.
     if (!watched(d)) dirs_of_deps.insert(d.parent_path());
@@ -506,7 +569,8 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
     RunOptions o;
     o.output = Output::capture;
     o.timeout_s = 60;
-    if (RunResult r = run_process({"ninja", "-C", dir.string(), "-t", "commands"}, o); r.ok()) include_dirs(r.out, dir, dirs_of_deps);
+    if (RunResult r = run_process({"ninja", "-C", dir.string(), "-t", "commands"}, o); r.ok())
+      include_dirs(r.out, dir, dirs_of_deps);
   }
   try {  // the commands a Make build echoed
     include_dirs(read_small_file(disk_, log, 64u << 20), plan.build_cwd, dirs_of_deps);
@@ -520,8 +584,9 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
   for (const auto& f : files) {
     if (artifacts.count(f.path) > 0) continue;
     auto was = watch.before().find(f.path);
-    b.before.push_back(was == watch.before().end() ? StoredStamp{f.path, -1, 0, 0}
-                                                   : StoredStamp{f.path, static_cast<std::int64_t>(was->second.size), was->second.mtime_ns, 0});
+    b.before.push_back(was == watch.before().end()
+                           ? StoredStamp{f.path, -1, 0, 0}
+                           : StoredStamp{f.path, static_cast<std::int64_t>(was->second.size), was->second.mtime_ns, 0});
   }
   // Written under a temporary name, renamed into place whole.
   make_dirs(disk_, root_, 0700);
@@ -533,7 +598,8 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
       const Found& f = files[k];
       StoredFile sf{f.path, "f" + std::to_string(k), "", f.info.mode, mtime_ns_of(f.info)};
       sf.sha256 = copy_file_hashing(disk_, f.place.at(), At(tmp / sf.blob), 0600, Durable::no).sha256;
-      if (stamp_of(disk_.info(f.place.at(), Follow::no)) != stamp_of(f.info)) throw Error(f.path + " changed while it was kept");
+      if (stamp_of(disk_.info(f.place.at(), Follow::no)) != stamp_of(f.info))
+        throw Error(f.path + " changed while it was kept");
       b.bytes += f.info.size;
       b.files.push_back(std::move(sf));
     }
@@ -550,7 +616,7 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch, co
     out->write(text.data(), text.size());
     out->close();
     disk_.make_dir(At(final_dir.parent_path()), 0700);  // not durable either: a lost name is a miss
-    if (disk_.info(final_dir, Follow::no).exists()) {  // the same build kept before (or --rebuild): the newer wins
+    if (disk_.info(final_dir, Follow::no).exists()) {   // the same build kept before (or --rebuild): the newer wins
       fs::path old = root_ / (".old-" + random_hex(8));
       disk_.rename(At(final_dir), At(old));
       remove_tree(disk_, At(old));
@@ -593,7 +659,8 @@ void BuildStore::evict() {
         bytes += json::parse(read_small_file(disk_, rec, kMaxRecordBytes)).at("bytes").get<std::uint64_t>();
       } catch (const std::exception&) {
       }
-      recs.push_back({rdir / e.name, static_cast<std::int64_t>(ri.mtime.tv_sec) * 1000000000LL + ri.mtime.tv_nsec, bytes});
+      recs.push_back(
+          {rdir / e.name, static_cast<std::int64_t>(ri.mtime.tv_sec) * 1000000000LL + ri.mtime.tv_nsec, bytes});
       total += bytes;
     }
   }

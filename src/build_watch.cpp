@@ -77,7 +77,9 @@ std::optional<std::vector<fs::path>> rebuilding_inputs(const fs::path& dir, cons
 
 bool is_shared_library_name(const fs::path& p) {
   std::string n = p.filename().string();
-  auto ends = [&](const std::string& s) { return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0; };
+  auto ends = [&](const std::string& s) {
+    return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+  };
   return n.find(".so.") != std::string::npos || ends(".so") || ends(".dylib");
 }
 
@@ -91,7 +93,8 @@ bool is_compiled_source(const fs::path& p) {
 
 // Why `out` holds none of the patched code by its own bytes; "" when they do not show it.
 std::string clear_by_bytes(Disk& disk, const fs::path& out, const std::vector<fs::path>& patched) {
-  if (out.extension() == ".a" && is_thin_archive(disk, out)) return "a thin archive: its members' paths, not their code";
+  if (out.extension() == ".a" && is_thin_archive(disk, out))
+    return "a thin archive: its members' paths, not their code";
   if (patched.empty() || !std::all_of(patched.begin(), patched.end(), is_compiled_source)) return "";
   auto files = object_source_files(disk, out);
   if (!files || files->empty()) return "";
@@ -115,7 +118,8 @@ void mark_relinked(std::vector<UntrackedOutput>& outputs, const std::vector<fs::
   std::size_t queries = 0;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     fs::path out(outputs[i].path);
-    carries[canonical_or_normal(out)] = outputs[i].clear_reason.empty() ? Carries::maybe_patched : Carries::nothing_patched;
+    carries[canonical_or_normal(out)] =
+        outputs[i].clear_reason.empty() ? Carries::maybe_patched : Carries::nothing_patched;
     fs::path dir = outputs[i].clear_reason.empty() && queries < kMaxRelinkQueries ? ninja_dir_of(out) : fs::path();
     if (dir.empty()) continue;
     ++queries;
@@ -136,8 +140,10 @@ void mark_relinked(std::vector<UntrackedOutput>& outputs, const std::vector<fs::
         if (c->second == Carries::shared_library && lib.empty()) lib = in.string();
       }
       if (!any || patched) continue;
-      u.clear_reason = lib.empty() ? "built only from outputs that hold none of the patched code" : "relinked against " + lib + " only";
-      carries[canonical_or_normal(u.path)] = is_shared_library_name(u.path) ? Carries::shared_library : Carries::nothing_patched;
+      u.clear_reason = lib.empty() ? "built only from outputs that hold none of the patched code"
+                                   : "relinked against " + lib + " only";
+      carries[canonical_or_normal(u.path)] =
+          is_shared_library_name(u.path) ? Carries::shared_library : Carries::nothing_patched;
       more = true;
     }
   }
@@ -155,13 +161,16 @@ void judge_untracked(Disk& disk, std::vector<UntrackedOutput>& outputs, const st
 
 bool is_build_bookkeeping(const fs::path& p) {
   std::string n = p.filename().string();
-  auto ends = [&](const std::string& s) { return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0; };
+  auto ends = [&](const std::string& s) {
+    return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+  };
   // build.ninja: generators (torch's BuildExtension, CMake, Meson) rewrite it; it holds no code.
-  return n == ".ninja_log" || n == ".ninja_deps" || n == "build.ninja" || n == "install_manifest.txt" || ends(".d") || ends(".pyc") || ends(".tlog");
+  return n == ".ninja_log" || n == ".ninja_deps" || n == "build.ninja" || n == "install_manifest.txt" || ends(".d") ||
+         ends(".pyc") || ends(".tlog");
 }
 
-BuildWatch BuildWatch::start(Disk& disk, std::vector<fs::path> dirs, std::vector<fs::path> tracked, std::vector<fs::path> skipped,
-                             std::size_t max_files) {
+BuildWatch BuildWatch::start(Disk& disk, std::vector<fs::path> dirs, std::vector<fs::path> tracked,
+                             std::vector<fs::path> skipped, std::size_t max_files) {
   BuildWatch w;
   w.dirs_ = outermost(disk, std::move(dirs));
   for (auto& t : tracked) w.tracked_.push_back(absolute_normal(t));
@@ -176,25 +185,30 @@ std::map<fs::path, FileStamp> BuildWatch::picture(Disk& disk, std::string& why_o
   std::map<fs::path, FileStamp> files;
   for (const auto& dir : dirs_) {
     if (!why_off.empty()) break;
-    walk_tree(disk, dir, [&](const fs::path& rel, FileType type) {
-      fs::path p = dir / rel;
-      // What this tool put there itself (a cache renamed aside, a temp, trash) is no build's output;
-      // walking an aside copy of a big cache cost the watch more than the whole add-native.
-      if (is_own_sibling_name(rel.filename().string())) return WalkStep::skip;
-      if (type == FileType::directory) {
-        bool skip = std::any_of(skipped_.begin(), skipped_.end(), [&](const fs::path& s) { return p == s || below(p, s); });
-        return skip || rel.filename() == "__pycache__" ? WalkStep::skip : WalkStep::descend;
-      }
-      if (files.size() >= max_files_) {
-        why_off = "more than " + std::to_string(max_files_) + " files under " + dir.string();
-        return WalkStep::skip;
-      }
-      if (type != FileType::regular && type != FileType::none) return WalkStep::descend;
-      if (is_build_bookkeeping(p) || std::binary_search(tracked_.begin(), tracked_.end(), p)) return WalkStep::descend;
-      FileInfo fi = disk.info(p, Follow::no);
-      if (fi.type == FileType::regular) files.emplace(p, stamp_of(fi));
-      return WalkStep::descend;
-    }, [](const fs::path&, const std::string&) {});
+    walk_tree(
+        disk, dir,
+        [&](const fs::path& rel, FileType type) {
+          fs::path p = dir / rel;
+          // What this tool put there itself (a cache renamed aside, a temp, trash) is no build's output;
+          // walking an aside copy of a big cache cost the watch more than the whole add-native.
+          if (is_own_sibling_name(rel.filename().string())) return WalkStep::skip;
+          if (type == FileType::directory) {
+            bool skip =
+                std::any_of(skipped_.begin(), skipped_.end(), [&](const fs::path& s) { return p == s || below(p, s); });
+            return skip || rel.filename() == "__pycache__" ? WalkStep::skip : WalkStep::descend;
+          }
+          if (files.size() >= max_files_) {
+            why_off = "more than " + std::to_string(max_files_) + " files under " + dir.string();
+            return WalkStep::skip;
+          }
+          if (type != FileType::regular && type != FileType::none) return WalkStep::descend;
+          if (is_build_bookkeeping(p) || std::binary_search(tracked_.begin(), tracked_.end(), p))
+            return WalkStep::descend;
+          FileInfo fi = disk.info(p, Follow::no);
+          if (fi.type == FileType::regular) files.emplace(p, stamp_of(fi));
+          return WalkStep::descend;
+        },
+        [](const fs::path&, const std::string&) {});
   }
   if (!why_off.empty()) files.clear();
   return files;
@@ -203,7 +217,8 @@ std::map<fs::path, FileStamp> BuildWatch::picture(Disk& disk, std::string& why_o
 std::string BuildWatch::digest(const std::map<fs::path, FileStamp>& files) {
   std::string text;
   for (const auto& [p, st] : files)
-    text += p.string() + '\0' + std::to_string(st.size) + ' ' + std::to_string(st.ino) + ' ' + std::to_string(st.mtime_ns) + '\n';
+    text += p.string() + '\0' + std::to_string(st.size) + ' ' + std::to_string(st.ino) + ' ' +
+            std::to_string(st.mtime_ns) + '\n';
   return sha256_hex(text);
 }
 
@@ -264,9 +279,12 @@ void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reve
     if (!u.clear_reason.empty()) continue;  // holds none of the patched code
     u.entry = reverted.id;
     u.build_cmds = reverted.build_cmds;
-    auto same = std::find_if(m.untracked.begin(), m.untracked.end(), [&](const UntrackedOutput& x) { return x.path == u.path; });
-    if (same != m.untracked.end()) *same = u;
-    else m.untracked.push_back(u);
+    auto same = std::find_if(m.untracked.begin(), m.untracked.end(),
+                             [&](const UntrackedOutput& x) { return x.path == u.path; });
+    if (same != m.untracked.end())
+      *same = u;
+    else
+      m.untracked.push_back(u);
   }
   m.untracked = still_as_built(disk, m.untracked);
 }

@@ -272,8 +272,8 @@ ExportReport export_bundle(Disk& disk, const fs::path& overlay_in, const fs::pat
   for (const auto& e : m->natives)
     for (const auto& p : tracked_paths(e))
       if (const LayerRef* l = layer_of(e, p))
-        throw Error(overlay.string() + " is stacked on " + l->overlay + " (" + p + "): fold it into that overlay and export that one " +
-                    "(a bundle replays onto a pristine install)");
+        throw Error(overlay.string() + " is stacked on " + l->overlay + " (" + p +
+                    "): fold it into that overlay and export that one " + "(a bundle replays onto a pristine install)");
   Flat f = flatten(*m);
   check_exportable(disk, overlay, f);
   make_dirs(disk, out.parent_path());

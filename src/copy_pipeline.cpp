@@ -120,7 +120,8 @@ void drain(ChunkRing& ring, std::size_t c, const std::function<void(const char*,
 void stream_hashing(ReadHandle& in, Sha256& h, WriteHandle* out, bool durable, ProgressMeter& meter) {
   ChunkRing ring(out != nullptr ? 2 : 1);
   std::uint64_t written = 0;
-  std::vector<std::function<void()>> consumers{[&] { drain(ring, 0, [&](const char* b, std::size_t n) { h.update(b, n); }); }};
+  std::vector<std::function<void()>> consumers{
+      [&] { drain(ring, 0, [&](const char* b, std::size_t n) { h.update(b, n); }); }};
   if (out != nullptr)
     consumers.push_back([&] {
       drain(ring, 1, [&](const char* b, std::size_t n) {

@@ -4,20 +4,20 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <linux/openat2.h>
-#include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <algorithm>
 
 #include "overlay/error.hpp"
 
@@ -148,7 +148,8 @@ class FdWriter : public WriteHandle {
     ::close(in);
     if (rc == 0) return true;
     // The filesystem cannot share blocks (ext4, tmpfs), or not between these two files.
-    if (err == EOPNOTSUPP || err == ENOTSUP || err == EXDEV || err == EINVAL || err == ENOTTY || err == ENOSYS) return false;
+    if (err == EOPNOTSUPP || err == ENOTSUP || err == EXDEV || err == EINVAL || err == ENOTTY || err == ENOSYS)
+      return false;
     throw DiskError("clone", src.full().string() + " -> " + path_.string(), err);
   }
   bool copy_from(const At& src) override {
@@ -167,7 +168,8 @@ class FdWriter : public WriteHandle {
       if (errno == EINTR) continue;
       int err = errno;
       ::close(in);
-      if (done == 0 && (err == EXDEV || err == EOPNOTSUPP || err == ENOTSUP || err == EINVAL || err == ENOSYS)) return false;
+      if (done == 0 && (err == EXDEV || err == EOPNOTSUPP || err == ENOTSUP || err == EINVAL || err == ENOSYS))
+        return false;
       throw DiskError("copy", src.full().string() + " -> " + path_.string(), err);
     }
     ::close(in);
@@ -306,9 +308,9 @@ class PosixDisk : public Disk {
     while (dirent* e = ::readdir(d)) {
       std::string n = e->d_name;
       if (n == "." || n == "..") continue;
-      FileType t = e->d_type == DT_REG   ? FileType::regular
-                   : e->d_type == DT_DIR ? FileType::directory
-                   : e->d_type == DT_LNK ? FileType::symlink
+      FileType t = e->d_type == DT_REG       ? FileType::regular
+                   : e->d_type == DT_DIR     ? FileType::directory
+                   : e->d_type == DT_LNK     ? FileType::symlink
                    : e->d_type == DT_UNKNOWN ? FileType::none
                                              : FileType::other;
       names.push_back({std::move(n), t});
@@ -414,8 +416,9 @@ class PosixDisk : public Disk {
   }
 
   std::unique_ptr<DirHandle> open_dir(const At& dir) override {
-    int fd = dir.dir() != nullptr ? ::openat(dir.dir()->fd(), rel_of(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
-                                  : open_no_symlinks(dir.rel());
+    int fd = dir.dir() != nullptr
+                 ? ::openat(dir.dir()->fd(), rel_of(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
+                 : open_no_symlinks(dir.rel());
     if (fd < 0) fail("open directory", dir);
     struct stat st {};
     if (::fstat(fd, &st) != 0) {

@@ -1,5 +1,4 @@
 #include "overlay/engagement.hpp"
-#include "overlay/json_bytes.hpp"
 
 #include <algorithm>
 #include <set>
@@ -7,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "overlay/file_ops.hpp"
+#include "overlay/json_bytes.hpp"
 #include "overlay/python/entries.hpp"
 
 namespace overlay {
@@ -36,9 +36,12 @@ bool rebuilt(const ArtifactItem& a, const FileInfo& now) {
 
 const char* to_string(MapState s) {
   switch (s) {
-    case MapState::patched: return "patched";
-    case MapState::stale: return "stale";
-    case MapState::original: return "original";
+    case MapState::patched:
+      return "patched";
+    case MapState::stale:
+      return "stale";
+    case MapState::original:
+      return "original";
   }
   return "?";
 }
@@ -100,8 +103,8 @@ std::vector<RunningPatched> running_patched_of(Disk& disk, const NativeEntry& e,
     for (const auto& p : scan.processes)
       for (const auto& f : p.files)
         if (names(names_a, f.path) && !f.deleted && f.dev == now.dev && f.ino == now.ino)
-          out.push_back({a.path, static_cast<std::uint64_t>(f.dev), static_cast<std::uint64_t>(f.ino), p.pid, p.start_ticks,
-                         p.cmdline, e.id});
+          out.push_back({a.path, static_cast<std::uint64_t>(f.dev), static_cast<std::uint64_t>(f.ino), p.pid,
+                         p.start_ticks, p.cmdline, e.id});
   }
   return out;
 }
@@ -112,7 +115,8 @@ std::vector<RunningPatched> still_running(const std::vector<RunningPatched>& rec
     const ProcessInfo* p = scan.find(static_cast<pid_t>(x.pid));
     if (p == nullptr || p->start_ticks != x.start_ticks) continue;
     bool maps = std::any_of(p->files.begin(), p->files.end(), [&](const MappedFile& f) {
-      return static_cast<std::uint64_t>(f.dev) == x.dev && static_cast<std::uint64_t>(f.ino) == x.ino && f.path == x.path;
+      return static_cast<std::uint64_t>(f.dev) == x.dev && static_cast<std::uint64_t>(f.ino) == x.ino &&
+             f.path == x.path;
     });
     if (maps) out.push_back(x);
   }
@@ -131,7 +135,8 @@ std::optional<PythonUse> parse_live_record(const std::string& text) {
   }
   if (!j.is_object()) return std::nullopt;
   auto pid = j.find("pid"), ticks = j.find("start_ticks");
-  if (pid == j.end() || !pid->is_number_unsigned() || ticks == j.end() || !ticks->is_number_unsigned()) return std::nullopt;
+  if (pid == j.end() || !pid->is_number_unsigned() || ticks == j.end() || !ticks->is_number_unsigned())
+    return std::nullopt;
   PythonUse u;
   u.pid = static_cast<pid_t>(pid->get<std::uint64_t>());
   u.start_ticks = ticks->get<std::uint64_t>();
@@ -205,7 +210,8 @@ bool is_gpu_code_object(const std::string& path) {
 
 EngagementScope engagement_scope(const Manifest& m) {
   EngagementScope s;
-  s.natives = std::any_of(m.natives.begin(), m.natives.end(), [](const NativeEntry& e) { return !e.artifacts.empty(); });
+  s.natives =
+      std::any_of(m.natives.begin(), m.natives.end(), [](const NativeEntry& e) { return !e.artifacts.empty(); });
   for (const auto& e : m.natives)
     for (const auto& a : e.artifacts)
       if (is_gpu_code_object(a.path)) s.code_objects.push_back(a.path);
@@ -220,8 +226,8 @@ std::string who(pid_t pid, pid_t root) {
 }
 
 // The native part: every mapping in the tree patched, and at least one when `required`.
-Verdict native_verdict(const EngagementReport& r, const std::vector<const ProcessInfo*>& tree, pid_t root, bool required,
-                       const std::vector<std::string>& code_objects) {
+Verdict native_verdict(const EngagementReport& r, const std::vector<const ProcessInfo*>& tree, pid_t root,
+                       bool required, const std::vector<std::string>& code_objects) {
   std::size_t patched = 0;
   std::string first;
   for (const ProcessInfo* p : tree)
@@ -229,18 +235,21 @@ Verdict native_verdict(const EngagementReport& r, const std::vector<const Proces
       if (u.pid != p->pid) continue;
       std::string w = who(u.pid, root);
       if (u.reverted) return {false, w + " maps " + u.artifact + " that revert replaced"};
-      if (u.state == MapState::stale) return {false, w + " maps the stale build of " + u.artifact + " (started before it was rebuilt: restart it)"};
-      if (u.state == MapState::original) return {false, w + " maps " + u.artifact + ", which the build did not rebuild"};
+      if (u.state == MapState::stale)
+        return {false, w + " maps the stale build of " + u.artifact + " (started before it was rebuilt: restart it)"};
+      if (u.state == MapState::original)
+        return {false, w + " maps " + u.artifact + ", which the build did not rebuild"};
       if (first.empty()) first = w + " maps the patched " + u.artifact;
       ++patched;
     }
   if (patched == 0)
     return {!required, "process " + std::to_string(root) + " and its " + std::to_string(tree.size() - 1) +
                            " descendant(s) map none of the tracked artifacts" +
-                           (code_objects.empty() ? std::string()
-                                                 : " (" + code_objects.front() +
-                                                       " is a GPU code object: hipModuleLoad/cuModuleLoad read it, never map it, so "
-                                                       "/proc cannot show its use; track the .so that loads or embeds it)")};
+                           (code_objects.empty()
+                                ? std::string()
+                                : " (" + code_objects.front() +
+                                      " is a GPU code object: hipModuleLoad/cuModuleLoad read it, never map it, so "
+                                      "/proc cannot show its use; track the .so that loads or embeds it)")};
   return {true, first + (patched > 1 ? " (and " + std::to_string(patched - 1) + " more)" : "")};
 }
 
@@ -255,17 +264,22 @@ Verdict python_verdict(const EngagementReport& r, const std::vector<const Proces
     if (in.count(u.pid)) ran.push_back(&u);
   if (ran.empty())
     return {false, "process " + std::to_string(root) + " and its " + std::to_string(tree.size() - 1) +
-                       " descendant(s) did not run the overlay's Python entries (started without the overlay first on PYTHONPATH?)"};
+                       " descendant(s) did not run the overlay's Python entries (started without the overlay first on "
+                       "PYTHONPATH?)"};
   for (const PythonUse* u : ran)
-    if (!u->failed.empty()) return {false, who(u->pid, root) + ": " + u->failed.front() + " FAILED (its [overlay] lines on stderr say why)"};
-  auto has = [](const std::vector<std::string>& v, const std::string& k) { return std::find(v.begin(), v.end(), k) != v.end(); };
+    if (!u->failed.empty())
+      return {false, who(u->pid, root) + ": " + u->failed.front() + " FAILED (its [overlay] lines on stderr say why)"};
+  auto has = [](const std::vector<std::string>& v, const std::string& k) {
+    return std::find(v.begin(), v.end(), k) != v.end();
+  };
   for (const auto& k : keys) {
     if (std::any_of(ran.begin(), ran.end(), [&](const PythonUse* u) { return has(u->applied, k); })) continue;
     bool waiting = std::any_of(ran.begin(), ran.end(), [&](const PythonUse* u) { return has(u->pending, k); });
     return {false, "Python entry " + k + " has not applied in " + who(ran.front()->pid, root) +
                        (waiting ? " (its module is not imported yet)" : " (added after it started: restart it)")};
   }
-  const PythonUse* first = *std::find_if(ran.begin(), ran.end(), [](const PythonUse* u) { return !u->applied.empty(); });
+  const PythonUse* first =
+      *std::find_if(ran.begin(), ran.end(), [](const PythonUse* u) { return !u->applied.empty(); });
   return {true, who(first->pid, root) + " applied " + std::to_string(first->applied.size()) + " Python entr" +
                     (first->applied.size() == 1 ? "y" : "ies") +
                     (first->applied.size() < keys.size() ? " (the rest in other processes of its tree)" : "")};

@@ -10,8 +10,7 @@
 
 namespace overlay {
 
-std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& dest,
-                                    mode_t mode, Durable durable) {
+std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& dest, mode_t mode, Durable durable) {
   const At tmp = dest.sibling(sibling_temp_path(dest.full(), "overlay-new").filename().string());
   FileInfo old = disk.info(dest, Follow::no);
   std::string sha;
@@ -22,7 +21,8 @@ std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& d
       // mode; the mode last, for chown clears setuid and setgid bits.
       disk.set_owner(tmp, old.uid, old.gid);
       Xattrs kept = disk.xattrs(dest);
-      if (!kept.empty() || !disk.xattrs(tmp).empty()) disk.set_xattrs(tmp, kept);  // a default ACL may have given tmp some
+      if (!kept.empty() || !disk.xattrs(tmp).empty())
+        disk.set_xattrs(tmp, kept);                       // a default ACL may have given tmp some
       if ((mode & 06000) != 0) disk.set_mode(tmp, mode);  // the bits chown cleared
     }
     disk.rename(tmp, dest);
@@ -189,7 +189,8 @@ std::string why_not_renamable(Disk& disk, const fs::path& dir, const FileInfo& d
   fs::path parent = dir.parent_path();
   if (!disk.can_write(parent)) return "its parent " + parent.string() + " is not writable";
   if (!same_mount(disk.info(parent, Follow::no), di)) return "it is a mount point";
-  if (disk.fs_type(dir) == kOverlayfsMagic) return "it is on overlayfs, which cannot rename a directory of a lower layer";
+  if (disk.fs_type(dir) == kOverlayfsMagic)
+    return "it is on overlayfs, which cannot rename a directory of a lower layer";
   return "";
 }
 

@@ -17,7 +17,10 @@ namespace overlay {
 namespace fleet_detail {  // named: a unity build puts this file beside others with helpers of these names
 
 std::string signal_name(int sig) {
-  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "signal " + std::to_string(sig);
+  return sig == SIGINT    ? "SIGINT"
+         : sig == SIGTERM ? "SIGTERM"
+         : sig == SIGHUP  ? "SIGHUP"
+                          : "signal " + std::to_string(sig);
 }
 
 std::string env_or_empty(const char* name) {
@@ -57,20 +60,23 @@ void remember(FleetReport& rep, const char* phase, const std::vector<NodeAnswer>
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Runs argv on `on` (all nodes when empty), adding the wall time to rep.phase_s[phase].
-std::vector<NodeAnswer> timed(FleetRunner& runner, FleetReport& rep, const char* phase, const std::vector<std::string>& argv,
-                              const std::vector<std::string>& on) {
+std::vector<NodeAnswer> timed(FleetRunner& runner, FleetReport& rep, const char* phase,
+                              const std::vector<std::string>& argv, const std::vector<std::string>& on) {
   double t0 = now_s();
   std::vector<NodeAnswer> answers = runner.run(argv, on);
   rep.phase_s[phase] += now_s() - t0;
   return answers;
 }
 
-bool contains(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 // Runs argv on `nodes`: those not known unreachable in one step, then the others in a step of
 // their own (a node Slurm has marked down can make a whole step fail to launch).
-std::vector<NodeAnswer> run_reachable_first(FleetRunner& runner, FleetReport& rep, const char* phase, const std::vector<std::string>& argv,
-                                            const std::vector<std::string>& nodes, const std::vector<std::string>& unreachable) {
+std::vector<NodeAnswer> run_reachable_first(FleetRunner& runner, FleetReport& rep, const char* phase,
+                                            const std::vector<std::string>& argv, const std::vector<std::string>& nodes,
+                                            const std::vector<std::string>& unreachable) {
   std::vector<std::string> first, second;
   for (const auto& n : nodes) (contains(unreachable, n) ? second : first).push_back(n);
   std::vector<NodeAnswer> out;
@@ -106,7 +112,8 @@ nlohmann::json document_of(const std::vector<std::string>& pieces) {
 
 }  // namespace fleet_detail
 
-std::vector<NodeAnswer> answers_from_labelled(const std::string& out, const std::vector<std::string>& on, const std::string& why_missing) {
+std::vector<NodeAnswer> answers_from_labelled(const std::string& out, const std::vector<std::string>& on,
+                                              const std::string& why_missing) {
   using namespace fleet_detail;
   std::vector<NodeAnswer> answers;
   for (const auto& n : on) answers.push_back({n, false, -1, nullptr, why_missing});
@@ -132,24 +139,31 @@ std::vector<NodeAnswer> answers_from_labelled(const std::string& out, const std:
   return answers;
 }
 
-SlurmRunner::SlurmRunner() : job_(fleet_detail::env_or_empty("SLURM_JOB_ID")), nodelist_(fleet_detail::env_or_empty("SLURM_JOB_NODELIST")) {
+SlurmRunner::SlurmRunner()
+    : job_(fleet_detail::env_or_empty("SLURM_JOB_ID")), nodelist_(fleet_detail::env_or_empty("SLURM_JOB_NODELIST")) {
   using namespace fleet_detail;
   if (job_.empty() || nodelist_.empty())
-    throw Error("--slurm: not inside a Slurm allocation (no SLURM_JOB_ID/SLURM_JOB_NODELIST): run it under salloc, or pass --slurm-args");
+    throw Error(
+        "--slurm: not inside a Slurm allocation (no SLURM_JOB_ID/SLURM_JOB_NODELIST): run it under salloc, or pass "
+        "--slurm-args");
   RunOptions o;
   o.output = Output::capture;
   RunResult r = run_process({"scontrol", "show", "hostnames", nodelist_}, o);
-  if (!r.ok()) throw Error("--slurm: scontrol show hostnames " + nodelist_ + ": " + overlay::describe(r) + (r.err.empty() ? "" : ": " + r.err));
+  if (!r.ok())
+    throw Error("--slurm: scontrol show hostnames " + nodelist_ + ": " + overlay::describe(r) +
+                (r.err.empty() ? "" : ": " + r.err));
   std::istringstream in(r.out);
   for (std::string n; in >> n;) nodes_.push_back(n);
   if (nodes_.empty()) throw Error("--slurm: job " + job_ + " has no nodes (" + nodelist_ + ")");
 }
 
 std::string SlurmRunner::describe() const {
-  return "Slurm job " + job_ + " (" + std::to_string(nodes_.size()) + " node" + (nodes_.size() == 1 ? "" : "s") + ": " + nodelist_ + ")";
+  return "Slurm job " + job_ + " (" + std::to_string(nodes_.size()) + " node" + (nodes_.size() == 1 ? "" : "s") + ": " +
+         nodelist_ + ")";
 }
 
-std::vector<NodeAnswer> SlurmRunner::run(const std::vector<std::string>& argv, const std::vector<std::string>& on_nodes) {
+std::vector<NodeAnswer> SlurmRunner::run(const std::vector<std::string>& argv,
+                                         const std::vector<std::string>& on_nodes) {
   using namespace fleet_detail;
   const std::vector<std::string>& on = on_nodes.empty() ? nodes_ : on_nodes;
   std::string n = std::to_string(on.size());
@@ -157,8 +171,10 @@ std::vector<NodeAnswer> SlurmRunner::run(const std::vector<std::string>& argv, c
   // which `scontrol show hostnames` gives; each document names its node anyway). --overlap: a
   // step that ran on a node that died stays "completing" and keeps its CPUs on the live nodes
   // (tried: the rollback's step then waited for them forever). --no-kill: the job outlives it.
-  std::vector<std::string> srun = {"srun", "--jobid=" + job_, "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1",
-                                   "--nodelist=" + joined(on, ","), "--label", "--kill-on-bad-exit=0", "--no-kill", "--overlap"};
+  std::vector<std::string> srun = {"srun",          "--jobid=" + job_,      "--nodes=" + n,
+                                   "--ntasks=" + n, "--ntasks-per-node=1",  "--nodelist=" + joined(on, ","),
+                                   "--label",       "--kill-on-bad-exit=0", "--no-kill",
+                                   "--overlap"};
   srun.insert(srun.end(), argv.begin(), argv.end());
   RunOptions o;
   o.output = Output::capture;
@@ -170,19 +186,27 @@ std::vector<NodeAnswer> SlurmRunner::run(const std::vector<std::string>& argv, c
 }
 
 std::string new_fleet_id() {
-  auto secs = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto secs =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return "f" + std::to_string(secs) + "-" + random_hex(4);
 }
 
 const char* to_string(NodeState s) {
   switch (s) {
-    case NodeState::applied: return "applied";
-    case NodeState::rolled_back: return "rolled_back";
-    case NodeState::failed: return "failed";
-    case NodeState::unreachable: return "unreachable";
-    case NodeState::reverted: return "reverted";
-    case NodeState::clean: return "clean";
-    case NodeState::not_clean: return "not_clean";
+    case NodeState::applied:
+      return "applied";
+    case NodeState::rolled_back:
+      return "rolled_back";
+    case NodeState::failed:
+      return "failed";
+    case NodeState::unreachable:
+      return "unreachable";
+    case NodeState::reverted:
+      return "reverted";
+    case NodeState::clean:
+      return "clean";
+    case NodeState::not_clean:
+      return "not_clean";
   }
   return "?";
 }
@@ -194,9 +218,15 @@ nlohmann::json FleetReport::to_json() const {
     auto it = state.find(node);
     if (it != state.end()) nodes[node]["state"] = overlay::to_string(it->second);
   }
-  return {{"outcome", outcome}, {"nodes", nodes}, {"rolled_back", rolled_back}, {"unreachable", unreachable},
-          {"failed", failed}, {"revert_complete", revert_complete}, {"phase_s", phase_s},
-          {"interrupted", interrupted != 0 ? nlohmann::json(fleet_detail::signal_name(interrupted)) : nlohmann::json(nullptr)}};
+  return {{"outcome", outcome},
+          {"nodes", nodes},
+          {"rolled_back", rolled_back},
+          {"unreachable", unreachable},
+          {"failed", failed},
+          {"revert_complete", revert_complete},
+          {"phase_s", phase_s},
+          {"interrupted",
+           interrupted != 0 ? nlohmann::json(fleet_detail::signal_name(interrupted)) : nlohmann::json(nullptr)}};
 }
 
 std::string outcome_token(const std::string& outcome) {
@@ -237,12 +267,14 @@ PassOnReport tally_pass_on(const std::vector<NodeAnswer>& answers) {
 
 void fleet_revert(FleetRunner& runner, const FleetCommands& cmds, FleetReport& rep) {
   using namespace fleet_detail;
-  std::vector<NodeAnswer> answers = run_reachable_first(runner, rep, "revert", cmds.revert, runner.nodes(), rep.unreachable);
+  std::vector<NodeAnswer> answers =
+      run_reachable_first(runner, rep, "revert", cmds.revert, runner.nodes(), rep.unreachable);
   remember(rep, "revert", answers);
   rep.unreachable.clear();
   for (const auto& a : answers) {
     if (a.ok()) {
-      if (rep.state.count(a.node) == 0 || rep.state[a.node] == NodeState::applied) rep.state[a.node] = NodeState::reverted;
+      if (rep.state.count(a.node) == 0 || rep.state[a.node] == NodeState::applied)
+        rep.state[a.node] = NodeState::reverted;
       continue;
     }
     rep.revert_complete = false;
@@ -264,9 +296,12 @@ FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds, const st
   bool all_ok = std::all_of(applied.begin(), applied.end(), [](const NodeAnswer& a) { return a.ok(); });
   std::vector<std::string> good;
   for (const auto& a : applied) {
-    if (a.ok()) good.push_back(a.node);
-    else if (a.arrived) rep.failed.push_back(a.node);
-    else rep.unreachable.push_back(a.node);
+    if (a.ok())
+      good.push_back(a.node);
+    else if (a.arrived)
+      rep.failed.push_back(a.node);
+    else
+      rep.unreachable.push_back(a.node);
   }
   if (all_ok && stop && stop()) all_ok = false;  // stopped: no verify, every node rolled back
   if (all_ok) {
@@ -290,8 +325,10 @@ FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds, const st
   rep.failed = failed;
   for (const auto& n : runner.nodes()) {
     if (rep.state[n] != NodeState::reverted) continue;
-    if (contains(good, n)) rep.state[n] = NodeState::rolled_back, rep.rolled_back.push_back(n);
-    else rep.state[n] = contains(silent, n) ? NodeState::rolled_back : NodeState::failed;
+    if (contains(good, n))
+      rep.state[n] = NodeState::rolled_back, rep.rolled_back.push_back(n);
+    else
+      rep.state[n] = contains(silent, n) ? NodeState::rolled_back : NodeState::failed;
     if (contains(silent, n)) rep.rolled_back.push_back(n);  // silent at apply, reverted now
   }
   rep.outcome = good.empty() && rep.rolled_back.empty() ? "failed" : "partial";
@@ -300,7 +337,8 @@ FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds, const st
 
 bool fleet_clean(FleetRunner& runner, const FleetCommands& cmds, FleetReport& rep) {
   using namespace fleet_detail;
-  std::vector<NodeAnswer> answers = run_reachable_first(runner, rep, "clean", cmds.clean, runner.nodes(), rep.unreachable);
+  std::vector<NodeAnswer> answers =
+      run_reachable_first(runner, rep, "clean", cmds.clean, runner.nodes(), rep.unreachable);
   remember(rep, "clean", answers);
   bool all = true;
   for (const auto& a : answers) {

@@ -193,7 +193,8 @@ void check_foldable(Disk& disk, const fs::path& from, const fs::path& into, cons
   for (const auto& i : v.items)
     if (i.state != ArtifactState::rebuilt && i.state != ArtifactState::created)
       throw Error(std::string("the candidate was not built: FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path +
-                  " (verify-native --overlay " + from.string() + "); fold accepts a verified candidate only: rebuild it, or revert it");
+                  " (verify-native --overlay " + from.string() +
+                  "); fold accepts a verified candidate only: rebuild it, or revert it");
   Manifest python_part = cm;
   python_part.natives.clear();
   for (const auto& e : cm.natives)
@@ -279,7 +280,8 @@ void let_go(Disk& disk, const fs::path& from, Manifest& cm, const FoldMark& mark
   // probe: it stayed in the install after the final revert, and check-clean said clean).
   auto kept_by_into = [&](const AsideDir& a) {
     return std::any_of(into_record.natives.begin(), into_record.natives.end(), [&](const NativeEntry& x) {
-      return std::any_of(x.caches.begin(), x.caches.end(), [&](const CacheItem& i) { return i.aside && i.aside->path == a.path; });
+      return std::any_of(x.caches.begin(), x.caches.end(),
+                         [&](const CacheItem& i) { return i.aside && i.aside->path == a.path; });
     });
   };
   for (const auto& e : gone)

@@ -9,10 +9,10 @@
 #include <set>
 
 #include "overlay/error.hpp"
-#include "overlay/liveness.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/in_flight.hpp"
 #include "overlay/layers.hpp"
+#include "overlay/liveness.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/native.hpp"
 #include "overlay/store.hpp"
@@ -27,7 +27,8 @@ std::string distrust(const FileInfo& manifest, const FileInfo& dir) {
   for (const FileInfo* fi : {&manifest, &dir}) {
     const char* what = fi == &manifest ? "manifest" : "overlay directory";
     if (fi->mode & 022) return std::string(what) + " is group- or world-writable";
-    if (fi->uid != me && fi->uid != 0) return std::string(what) + " is owned by another user (uid " + std::to_string(fi->uid) + ")";
+    if (fi->uid != me && fi->uid != 0)
+      return std::string(what) + " is owned by another user (uid " + std::to_string(fi->uid) + ")";
   }
   return "";
 }
@@ -37,8 +38,10 @@ std::optional<std::string> live_owner(const Manifest& m) {
     Liveness l = e.owner ? owner_liveness(*e.owner) : Liveness::gone;
     if (l == Liveness::alive) return "owner " + describe_owner(*e.owner) + " is still running";
     if (l == Liveness::unseen)
-      return "owner " + describe_owner(*e.owner) + " cannot be seen from here (another host or PID namespace): left alone, run gc-stale where it can be";
-    if (e.kept) return "entry " + e.id + " was kept applied on purpose (exec --keep-on-success): revert it with `overlay revert`";
+      return "owner " + describe_owner(*e.owner) +
+             " cannot be seen from here (another host or PID namespace): left alone, run gc-stale where it can be";
+    if (e.kept)
+      return "entry " + e.id + " was kept applied on purpose (exec --keep-on-success): revert it with `overlay revert`";
   }
   return std::nullopt;
 }
@@ -88,7 +91,8 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
   if (auto live = why_live(disk, overlay, *m)) return {overlay, GcOutcome::skipped, *live};
   // An archived or restored copy of another overlay (or a superseded record): left alone, said so.
   for (const auto& e : m->natives)
-    if (auto copy = held_elsewhere(disk, overlay, e)) return {overlay, GcOutcome::skipped, copy->path + " is " + copy->reason};
+    if (auto copy = held_elsewhere(disk, overlay, e))
+      return {overlay, GcOutcome::skipped, copy->path + " is " + copy->reason};
   if (opts.min_age_s && age_seconds(mfi) < *opts.min_age_s)
     return {overlay, GcOutcome::skipped, "changed less than --min-age ago"};
   if (opts.dry_run) return {overlay, GcOutcome::would_revert, ""};
@@ -96,7 +100,8 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
   if (r.spared) return {overlay, GcOutcome::skipped, *r.spared};  // became live before the lock was ours
   // Its entries went before the lock was ours (a fold took them, a revert finished): nothing was
   // reverted here (found by a probe: "reverted" printed for a candidate a fold had just taken).
-  if (r.entries == 0 && r.problems.empty()) return {overlay, GcOutcome::skipped, "no native entries by the time it was locked"};
+  if (r.entries == 0 && r.problems.empty())
+    return {overlay, GcOutcome::skipped, "no native entries by the time it was locked"};
   if (!r.blocked_by.empty()) {
     std::string who;
     for (const auto& b : r.blocked_by) who += (who.empty() ? "" : ", ") + b;
@@ -107,7 +112,7 @@ GcItem consider(Disk& disk, const fs::path& overlay, const FileInfo& mfi, const 
     std::string still;
     for (const auto& x : r.still_running)
       still += (still.empty() ? "" : "; ") + ("process " + std::to_string(x.pid) + " (" + x.cmdline.substr(0, 60) +
-                                                ") still runs the patched " + x.path + ": restart it");
+                                              ") still runs the patched " + x.path + ": restart it");
     return {overlay, GcOutcome::reverted, still};
   }
   std::string reason;
@@ -142,15 +147,20 @@ std::size_t layer_depth(ManifestCache& cache, const std::string& overlay, int gu
 }  // namespace
 
 std::size_t GcReport::count(GcOutcome o) const {
-  return static_cast<std::size_t>(std::count_if(items.begin(), items.end(), [o](const GcItem& i) { return i.outcome == o; }));
+  return static_cast<std::size_t>(
+      std::count_if(items.begin(), items.end(), [o](const GcItem& i) { return i.outcome == o; }));
 }
 
 const char* to_string(GcOutcome o) {
   switch (o) {
-    case GcOutcome::reverted: return "reverted";
-    case GcOutcome::would_revert: return "would-revert";
-    case GcOutcome::skipped: return "skipped";
-    case GcOutcome::failed: return "failed";
+    case GcOutcome::reverted:
+      return "reverted";
+    case GcOutcome::would_revert:
+      return "would-revert";
+    case GcOutcome::skipped:
+      return "skipped";
+    case GcOutcome::failed:
+      return "failed";
   }
   return "?";
 }
@@ -167,7 +177,8 @@ GcReport gc_stale(Disk& disk, const fs::path& root_in, const GcOptions& opts) {
   std::set<fs::path> with_backups;  // overlays by their backup dir: a first add-native killed early has no manifest
   auto visit = [&](const fs::path& rel, FileType type) {
     if (type == FileType::directory && rel.filename() == kBackupDirName) with_backups.insert(root / rel.parent_path());
-    if (type == FileType::directory && (rel.filename() == kBackupDirName || rel.filename() == "_trash")) return WalkStep::skip;
+    if (type == FileType::directory && (rel.filename() == kBackupDirName || rel.filename() == "_trash"))
+      return WalkStep::skip;
     if (type == FileType::regular && rel.filename() == kManifestName)
       found.emplace_back(root / rel, disk.info(root / rel, Follow::no));
     return WalkStep::descend;
@@ -177,12 +188,14 @@ GcReport gc_stale(Disk& disk, const fs::path& root_in, const GcOptions& opts) {
     report.items.push_back({dir, GcOutcome::skipped, "cannot search: " + why});
   });
   for (const auto& [path, fi] : found) with_backups.erase(path.parent_path());
-  for (const auto& ov : with_backups) found.emplace_back(ov / kManifestName, disk.info(ov / kBackupDirName, Follow::no));
+  for (const auto& ov : with_backups)
+    found.emplace_back(ov / kManifestName, disk.info(ov / kBackupDirName, Follow::no));
   // Layers top-down: an overlay stacked on others (add-native --over) before those under it, so
   // a dead run's candidate goes before the accepted changes it stands on.
   ManifestCache cache(disk);
   std::map<std::string, std::size_t> depth;
-  for (const auto& [path, fi] : found) depth[path.parent_path().string()] = layer_depth(cache, path.parent_path().string(), 0);
+  for (const auto& [path, fi] : found)
+    depth[path.parent_path().string()] = layer_depth(cache, path.parent_path().string(), 0);
   std::stable_sort(found.begin(), found.end(), [&](const auto& a, const auto& b) {
     return depth[a.first.parent_path().string()] > depth[b.first.parent_path().string()];
   });

@@ -1,8 +1,5 @@
 #include "overlay/hash.hpp"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <array>
 #include <condition_variable>
@@ -10,6 +7,9 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include "overlay/error.hpp"
 
@@ -27,8 +27,8 @@ namespace {
 // its cleanup at exit (freeing what the process's exit frees anyway).
 const EVP_MD* sha256_md() {
   static const EVP_MD* md = [] {
-    OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG | OPENSSL_INIT_NO_ADD_ALL_CIPHERS | OPENSSL_INIT_NO_ADD_ALL_DIGESTS |
-                            OPENSSL_INIT_NO_ATEXIT,
+    OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG | OPENSSL_INIT_NO_ADD_ALL_CIPHERS |
+                            OPENSSL_INIT_NO_ADD_ALL_DIGESTS | OPENSSL_INIT_NO_ATEXIT,
                         nullptr);
     const EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
     return fetched != nullptr ? fetched : EVP_sha256();
@@ -156,8 +156,8 @@ bool is_sha256_hex(std::string_view s) {
 
 std::string to_base64(std::string_view bytes) {
   std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(bytes.data()),
-                          static_cast<int>(bytes.size()));
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
   out.resize(static_cast<std::size_t>(n));
   return out;
 }
@@ -165,11 +165,12 @@ std::string to_base64(std::string_view bytes) {
 std::optional<std::string> from_base64(std::string_view text) {
   if (text.size() % 4 != 0) return std::nullopt;
   std::string out(3 * (text.size() / 4) + 1, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
   if (n < 0) return std::nullopt;
   // EVP_DecodeBlock counts the padding as zero bytes: take them off.
-  std::size_t pad = text.size() >= 1 && text.back() == '=' ? (text.size() >= 2 && text[text.size() - 2] == '=' ? 2 : 1) : 0;
+  std::size_t pad =
+      text.size() >= 1 && text.back() == '=' ? (text.size() >= 2 && text[text.size() - 2] == '=' ? 2 : 1) : 0;
   out.resize(static_cast<std::size_t>(n) - pad);
   return out;
 }

@@ -1,5 +1,4 @@
 #include "overlay/holds.hpp"
-#include "overlay/json_bytes.hpp"
 
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
+#include "overlay/json_bytes.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/owner.hpp"
@@ -17,8 +17,8 @@ namespace overlay {
 
 fs::path HoldRegistry::per_host_state_dir(const fs::path& base, long fs_magic, const std::string& host) {
   // statfs(2) f_type values: NFS, SMB, CIFS, SMB2, Lustre, GPFS, BeeGFS, CephFS, 9p, AFS.
-  static constexpr long kShared[] = {0x6969, 0x517B, 0xFF534D42L, 0xFE534D42L, 0x0BD00BD0, 0x47504653, 0x19830326, 0x00C36400,
-                                     0x01021997, 0x5346414F};
+  static constexpr long kShared[] = {0x6969,     0x517B,     0xFF534D42L, 0xFE534D42L, 0x0BD00BD0,
+                                     0x47504653, 0x19830326, 0x00C36400,  0x01021997,  0x5346414F};
   bool shared = std::find(std::begin(kShared), std::end(kShared), fs_magic) != std::end(kShared);
   return shared && !host.empty() ? base / ("host-" + host) : base;
 }
@@ -26,9 +26,12 @@ fs::path HoldRegistry::per_host_state_dir(const fs::path& base, long fs_magic, c
 fs::path HoldRegistry::default_state_dir() {
   if (const char* s = std::getenv("OVERLAY_STATE_DIR"); s && *s) return s;
   fs::path base;
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) base = fs::path(x) / "overlay";
-  else if (const char* h = std::getenv("HOME"); h && *h) base = fs::path(h) / ".local/state/overlay";
-  else return fs::path("/tmp") / ("overlay-state-" + std::to_string(::getuid()));
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x)
+    base = fs::path(x) / "overlay";
+  else if (const char* h = std::getenv("HOME"); h && *h)
+    base = fs::path(h) / ".local/state/overlay";
+  else
+    return fs::path("/tmp") / ("overlay-state-" + std::to_string(::getuid()));
   // The filesystem it is (or will be) on: its nearest existing ancestor's.
   fs::path probe = base;
   while (!real_disk().info(probe, Follow::yes).exists() && probe.has_relative_path()) probe = probe.parent_path();
@@ -54,9 +57,11 @@ std::vector<HoldLayer> under_of(const json& j) {
   std::vector<HoldLayer> out;
   if (!j.contains("under") || !j["under"].is_array()) return out;
   for (const auto& u : j["under"]) {
-    if (u.is_string()) out.push_back({u.get<std::string>(), std::nullopt, std::nullopt});
+    if (u.is_string())
+      out.push_back({u.get<std::string>(), std::nullopt, std::nullopt});
     else if (u.is_object() && u.contains("overlay") && u["overlay"].is_string())
-      out.push_back({u["overlay"].get<std::string>(), opt_sha_of(u, "original_sha256"), opt_sha_of(u, "patched_sha256")});
+      out.push_back(
+          {u["overlay"].get<std::string>(), opt_sha_of(u, "original_sha256"), opt_sha_of(u, "patched_sha256")});
   }
   return out;
 }
@@ -76,10 +81,18 @@ std::optional<Hold> HoldRegistry::hold_of(const fs::path& path) {
   if (disk_.info(f, Follow::no).type != FileType::regular) return std::nullopt;
   try {
     json j = parse_json_bytes(read_small_file(disk_, f, 1 << 16));
-    if (j.value("path", "") != path.string() || !j.contains("overlay") || !j["overlay"].is_string()) return std::nullopt;
-    Hold h{j["overlay"].get<std::string>(), under_of(j), opt_sha_of(j, "original_sha256"), opt_sha_of(j, "patched_sha256"), false, {}, {}};
+    if (j.value("path", "") != path.string() || !j.contains("overlay") || !j["overlay"].is_string())
+      return std::nullopt;
+    Hold h{j["overlay"].get<std::string>(),
+           under_of(j),
+           opt_sha_of(j, "original_sha256"),
+           opt_sha_of(j, "patched_sha256"),
+           false,
+           {},
+           {}};
     h.artifact = j.value("artifact", false);
-    if (j.contains("overlay_dev") && j["overlay_dev"].is_number_unsigned() && j.contains("overlay_ino") && j["overlay_ino"].is_number_unsigned())
+    if (j.contains("overlay_dev") && j["overlay_dev"].is_number_unsigned() && j.contains("overlay_ino") &&
+        j["overlay_ino"].is_number_unsigned())
       h.overlay_id = std::pair{j["overlay_dev"].get<std::uint64_t>(), j["overlay_ino"].get<std::uint64_t>()};
     h.entry = j.value("entry", std::string());
     return h;
@@ -103,18 +116,21 @@ std::optional<fs::path> HoldRegistry::held_instead(const fs::path& path, const f
   return live_under(path, *h, overlay);
 }
 
-std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, const fs::path& overlay, const std::string& entry) {
+std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, const fs::path& overlay,
+                                                       const std::string& entry) {
   auto h = hold_of(path);
   if (!h || h->overlay == overlay || !h->overlay_id || entry.empty() || h->entry != entry) return std::nullopt;
   for (const auto& u : h->under)
     if (u.overlay == overlay) return std::nullopt;
   FileInfo ours = disk_.info(overlay, Follow::yes);
-  if (!ours.exists() || (ours.dev == h->overlay_id->first && ours.ino == h->overlay_id->second)) return std::nullopt;  // it, moved
+  if (!ours.exists() || (ours.dev == h->overlay_id->first && ours.ino == h->overlay_id->second))
+    return std::nullopt;  // it, moved
   // A directory still stands where the hold names the holder: it let go of the entry (a fold moved
   // it here, with its id; a revert), it was not moved away from. (Not judged by its inode: a tree
   // restored file by file, or a crash state rebuilt, has new ones.)
   if (disk_.info(h->overlay, Follow::yes).type == FileType::directory) return std::nullopt;
-  return still_holds(h->overlay, path) ? std::nullopt : std::optional<fs::path>(h->overlay);  // a live holder: held_instead's
+  return still_holds(h->overlay, path) ? std::nullopt
+                                       : std::optional<fs::path>(h->overlay);  // a live holder: held_instead's
 }
 
 std::optional<fs::path> HoldRegistry::holder(const fs::path& path) {
@@ -166,7 +182,8 @@ void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   // check, and two fsyncs per add-native are a measurable share of a small A/B cycle.
   json j = {{"path", p.string()}, {"overlay", hold.overlay.string()}};
   auto id = hold.overlay_id;
-  if (FileInfo d = disk_.info(hold.overlay, Follow::yes); d.type == FileType::directory) id = std::pair{std::uint64_t(d.dev), std::uint64_t(d.ino)};
+  if (FileInfo d = disk_.info(hold.overlay, Follow::yes); d.type == FileType::directory)
+    id = std::pair{std::uint64_t(d.dev), std::uint64_t(d.ino)};
   if (id) j["overlay_dev"] = id->first, j["overlay_ino"] = id->second;
   if (!hold.entry.empty()) j["entry"] = hold.entry;
   if (hold.original_sha256) j["original_sha256"] = *hold.original_sha256;
@@ -190,7 +207,8 @@ void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   disk_.rename(tmp, hold_file(p));
 }
 
-std::vector<std::unique_ptr<OverlayLock>> HoldRegistry::lock_paths(const std::vector<fs::path>& paths, double lock_timeout) {
+std::vector<std::unique_ptr<OverlayLock>> HoldRegistry::lock_paths(const std::vector<fs::path>& paths,
+                                                                   double lock_timeout) {
   std::vector<std::string> names;
   for (const auto& p : paths) names.push_back(p.string());
   std::sort(names.begin(), names.end());  // one order for every claim: no deadlock
@@ -201,7 +219,8 @@ std::vector<std::unique_ptr<OverlayLock>> HoldRegistry::lock_paths(const std::ve
   for (const auto& p : names) {
     fs::path lock = dir / sha256_hex(p);
     disk_.make_dir(lock, 0700);
-    held.push_back(std::make_unique<OverlayLock>(lock, lock_timeout, p + " (another add-native taking it)", LockOn::directory));
+    held.push_back(
+        std::make_unique<OverlayLock>(lock, lock_timeout, p + " (another add-native taking it)", LockOn::directory));
   }
   return held;
 }
@@ -225,11 +244,15 @@ std::optional<std::string> sha_now(Disk& disk, const fs::path& p) {
 
 std::string OrphanHold::describe() const {
   std::string who = "overlay " + hold.overlay.string() +
-                    (vanished ? ", which has vanished (no manifest there now: deleted or moved)" : ", whose manifest no longer lists it");
-  if (file_state == "patched") return who + "; the file holds that overlay's patched bytes, and the original is lost with its backups";
-  if (file_state == "third version") return who + "; the file holds neither its original nor its patched bytes (a third version)";
+                    (vanished ? ", which has vanished (no manifest there now: deleted or moved)"
+                              : ", whose manifest no longer lists it");
+  if (file_state == "patched")
+    return who + "; the file holds that overlay's patched bytes, and the original is lost with its backups";
+  if (file_state == "third version")
+    return who + "; the file holds neither its original nor its patched bytes (a third version)";
   if (file_state == "original") return who + "; the file holds the original bytes";
-  if (file_state == "changed") return who + "; the file is not the original it recorded (what a build made of it, or changed since)";
+  if (file_state == "changed")
+    return who + "; the file is not the original it recorded (what a build made of it, or changed since)";
   return who + "; whether the file holds the original cannot be told (the hold records no checksums)";
 }
 
@@ -244,10 +267,10 @@ std::optional<OrphanHold> HoldRegistry::judge_orphan(const fs::path& path, const
   if (hold.original_sha256) {
     auto now = sha_now(disk_, path);
     bool has_patched = hold.patched_sha256 && !hold.patched_sha256->empty();
-    o.file_state = now && *now == *hold.original_sha256               ? "original"
-                   : !has_patched                                     ? "changed"  // an artifact: what a build made of it
-                   : now && *now == *hold.patched_sha256              ? "patched"
-                                                                      : "third version";
+    o.file_state = now && *now == *hold.original_sha256  ? "original"
+                   : !has_patched                        ? "changed"  // an artifact: what a build made of it
+                   : now && *now == *hold.patched_sha256 ? "patched"
+                                                         : "third version";
   }
   return o;
 }
@@ -271,7 +294,9 @@ std::vector<OrphanHold> HoldRegistry::orphans() {
       auto h = hold_of(path);
       for (const auto& u : h ? h->under : std::vector<HoldLayer>{})
         if (vanished(u.overlay))
-          if (auto o = judge_orphan(path, Hold{u.overlay, {}, u.original_sha256, u.patched_sha256, h->artifact, {}, {}})) out.push_back(std::move(*o));
+          if (auto o =
+                  judge_orphan(path, Hold{u.overlay, {}, u.original_sha256, u.patched_sha256, h->artifact, {}, {}}))
+            out.push_back(std::move(*o));
     } catch (const std::exception&) {
       // an unreadable hold names nothing
     }
@@ -304,14 +329,16 @@ std::optional<OrphanHold> HoldRegistry::lost_original(const fs::path& p, const H
   return std::nullopt;
 }
 
-std::optional<std::string> HoldRegistry::why_taken(const fs::path& p, const fs::path& overlay, const std::optional<fs::path>& over) {
+std::optional<std::string> HoldRegistry::why_taken(const fs::path& p, const fs::path& overlay,
+                                                   const std::optional<fs::path>& over) {
   auto h = hold_of(p);
   if (!h) return std::nullopt;
   if (over && h->overlay == *over && still_holds(*over, p)) return std::nullopt;
   if (still_holds(h->overlay, p))
     return h->overlay == overlay ? std::nullopt
-                                 : std::optional<std::string>(p.string() + " is held by overlay " + h->overlay.string() +
-                                                              " (revert it first, or stack on it with --over " + h->overlay.string() + ")");
+                                 : std::optional<std::string>(
+                                       p.string() + " is held by overlay " + h->overlay.string() +
+                                       " (revert it first, or stack on it with --over " + h->overlay.string() + ")");
   if (auto o = lost_original(p, *h)) return p.string() + " was changed by " + o->describe();
   // The holder on top no longer records the file, but a layer under it does: its change is in
   // place (found by the claims checker: exec --ref ran over the accepted overlay's bytes).
@@ -325,8 +352,8 @@ std::optional<std::string> HoldRegistry::why_taken(const fs::path& p, const fs::
 // (a second entry of its own stacks on its own change), and no overlay above lower holds it;
 // refused (Error naming the one above) where one does. A vanished holder above lower whose bytes
 // are in place is refused too, unless forced (then taken over as a plain --force does).
-bool HoldRegistry::layered_on(const fs::path& p, const std::optional<Hold>& h, const fs::path& overlay, const fs::path& lower,
-                              bool force) {
+bool HoldRegistry::layered_on(const fs::path& p, const std::optional<Hold>& h, const fs::path& overlay,
+                              const fs::path& lower, bool force) {
   if (!still_holds(lower, p) || still_holds(overlay, p)) return false;
   if (!h || h->overlay == lower || h->overlay == overlay) return true;
   if (still_holds(h->overlay, p))
@@ -345,8 +372,8 @@ std::optional<fs::path> HoldRegistry::live_under(const fs::path& p, const Hold& 
   return std::nullopt;
 }
 
-HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force, double lock_timeout,
-                                const std::optional<fs::path>& over) {
+HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force,
+                                double lock_timeout, const std::optional<fs::path>& over) {
   make_dirs(disk_, dir_, 0700);
   HoldClaim claim;
   std::vector<fs::path> paths;
@@ -366,16 +393,20 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
     // that deletes the candidate folder and makes it again at the same path.
     if (h && (h->overlay != overlay || !still_holds(overlay, p))) {
       if (!force && h->overlay != overlay && still_holds(h->overlay, p))
-        throw Error(p.string() + " is held by overlay " + h->overlay.string() + " (revert it first, stack on it with --over " +
-                    h->overlay.string() + ", or pass --force)");
+        throw Error(p.string() + " is held by overlay " + h->overlay.string() +
+                    " (revert it first, stack on it with --over " + h->overlay.string() + ", or pass --force)");
       if (auto o = lost_original(p, *h)) {
         if (!force)
-          throw Error(p.string() + " was changed by " + o->describe() + ": revert that overlay where it is now, restore the file, or pass --force to take its current bytes as the original");
-        claim.warnings.push_back("taking over " + p.string() + " from " + o->describe() + ": the original bytes are lost; what it holds now is backed up as the original");
+          throw Error(p.string() + " was changed by " + o->describe() +
+                      ": revert that overlay where it is now, restore the file, or pass --force to take its current "
+                      "bytes as the original");
+        claim.warnings.push_back("taking over " + p.string() + " from " + o->describe() +
+                                 ": the original bytes are lost; what it holds now is backed up as the original");
       } else if (auto below = live_under(p, *h, overlay); below && !force) {
         // The top vanished after putting back the bytes below it: the layer under it still holds.
         throw Error(p.string() + " is held by overlay " + below->string() + " (under " + h->overlay.string() +
-                    ", which has vanished): revert it first, stack on it with --over " + below->string() + ", or pass --force");
+                    ", which has vanished): revert it first, stack on it with --over " + below->string() +
+                    ", or pass --force");
       }
     }
     claim.previous.emplace_back(p, h);
@@ -385,8 +416,13 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
     // Stacked on another overlay (--over, or taken over with --force): the overlays whose changes
     // this one stacks on stay named under it, each with its checksums. An artifact's original is
     // noted from its backup (note_entry): never read twice.
-    Hold now{overlay, {}, files[i].artifact ? std::nullopt : sha_now(disk_, p), files[i].patched_sha256.value_or(""),
-             files[i].artifact, {}, {}};
+    Hold now{overlay,
+             {},
+             files[i].artifact ? std::nullopt : sha_now(disk_, p),
+             files[i].patched_sha256.value_or(""),
+             files[i].artifact,
+             {},
+             {}};
     if (layer[i] && (!before || before->overlay != *over)) {
       // The registry lost the lower's hold (or names a vanished one above it): the lower is named
       // from its record, its checksums unknown here.
@@ -490,8 +526,13 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
     if (next == chain.end())
       disk_.remove(hold_file(p));
     else
-      write_hold(p, Hold{next->overlay, std::vector<HoldLayer>(next + 1, chain.end()), next->original_sha256,
-                         next->patched_sha256, h->artifact, {}, {}});
+      write_hold(p, Hold{next->overlay,
+                         std::vector<HoldLayer>(next + 1, chain.end()),
+                         next->original_sha256,
+                         next->patched_sha256,
+                         h->artifact,
+                         {},
+                         {}});
   }
 }
 
@@ -514,7 +555,8 @@ bool HoldRegistry::vanished(const fs::path& ov) {
   }
 }
 
-void HoldRegistry::transfer(const std::vector<fs::path>& paths, const fs::path& from, const fs::path& into, double lock_timeout) {
+void HoldRegistry::transfer(const std::vector<fs::path>& paths, const fs::path& from, const fs::path& into,
+                            double lock_timeout) {
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
   OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
   for (const auto& p : paths) {

@@ -59,7 +59,8 @@ std::optional<uid_t> uid_of(pid_t pid) {
 int open_lock_file(const fs::path& dir, struct stat& dir_st) {
   int dfd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) throw DiskError("open overlay", dir.string(), errno);
-  int fd = ::fstat(dfd, &dir_st) == 0 ? ::openat(dfd, kLockFileName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+  int fd =
+      ::fstat(dfd, &dir_st) == 0 ? ::openat(dfd, kLockFileName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
   int err = errno;
   ::close(dfd);
   if (fd < 0) {
@@ -72,7 +73,8 @@ int open_lock_file(const fs::path& dir, struct stat& dir_st) {
     throw Error((dir / kLockFileName).string() + " is not a regular file: remove it");
   }
   // Made by root in another account's overlay: that account's, so that it can lock it too.
-  if (st.st_uid != dir_st.st_uid && ::geteuid() == 0 && st.st_uid == 0 && ::fchown(fd, dir_st.st_uid, dir_st.st_gid) == 0)
+  if (st.st_uid != dir_st.st_uid && ::geteuid() == 0 && st.st_uid == 0 &&
+      ::fchown(fd, dir_st.st_uid, dir_st.st_gid) == 0)
     st.st_uid = dir_st.st_uid;
   if (st.st_uid != dir_st.st_uid && st.st_uid != ::geteuid()) {
     ::close(fd);
@@ -88,7 +90,8 @@ std::optional<pid_t> flock_holder(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return std::nullopt;
   char want[64];
-  std::snprintf(want, sizeof want, "%02x:%02x:%lu", major(st.st_dev), minor(st.st_dev), static_cast<unsigned long>(st.st_ino));
+  std::snprintf(want, sizeof want, "%02x:%02x:%lu", major(st.st_dev), minor(st.st_dev),
+                static_cast<unsigned long>(st.st_ino));
   std::ifstream locks("/proc/locks");
   std::string line;
   while (std::getline(locks, line)) {
@@ -108,8 +111,8 @@ std::optional<pid_t> flock_holder(int fd) {
 
 OverlayLock::OverlayLock(const fs::path& dir, double timeout_s, const std::string& what, LockOn on) {
   // Capped at a year: a larger wait would overflow the clock's range.
-  Clock::time_point deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(timeout_s, 3.2e7)));
+  Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(std::min(timeout_s, 3.2e7)));
   struct stat dir_st {};
   if (on == LockOn::overlay) fd_ = open_lock_file(dir, dir_st);
   if (on == LockOn::overlay_directory) {
@@ -136,13 +139,17 @@ OverlayLock::OverlayLock(const fs::path& dir, double timeout_s, const std::strin
       uid_t uid = owner.value_or(static_cast<uid_t>(-1));
       if (uid != dir_st.st_uid && uid != ::geteuid() && uid != 0) {
         spdlog::warn("{} is flocked by {}, an account that does not own it: not waited for{}", dir.string(),
-                     pid > 0 ? "pid " + std::to_string(pid) + " (uid " + std::to_string(uid) + ")" : std::string("a process this one cannot see"),
-                     on == LockOn::overlay_directory ? std::string() : " (the overlay's lock is " + (dir / kLockFileName).string() + ")");
+                     pid > 0 ? "pid " + std::to_string(pid) + " (uid " + std::to_string(uid) + ")"
+                             : std::string("a process this one cannot see"),
+                     on == LockOn::overlay_directory
+                         ? std::string()
+                         : " (the overlay's lock is " + (dir / kLockFileName).string() + ")");
         ::close(dir_fd_);
         dir_fd_ = -1;
       } else if (Clock::now() >= deadline) {
-        throw LockTimeout(waited(dir, timeout_s, what) + "; the directory's flock is held by pid " + std::to_string(pid) +
-                          (on == LockOn::overlay_directory ? std::string() : " (an overlay from before the lock file?)"));
+        throw LockTimeout(
+            waited(dir, timeout_s, what) + "; the directory's flock is held by pid " + std::to_string(pid) +
+            (on == LockOn::overlay_directory ? std::string() : " (an overlay from before the lock file?)"));
       }
     }
   } catch (...) {
@@ -169,7 +176,8 @@ std::vector<std::unique_ptr<OverlayLock>> lock_install_paths(const fs::path& sta
   for (const auto& p : paths) {
     fs::path lock = dir / sha256_hex(p);
     if (::mkdir(lock.c_str(), 0700) != 0 && errno != EEXIST) throw DiskError("mkdir", lock.string(), errno);
-    held.push_back(std::make_unique<OverlayLock>(lock, timeout_s, p + " (a run of overlay exec on it)", LockOn::directory));
+    held.push_back(
+        std::make_unique<OverlayLock>(lock, timeout_s, p + " (a run of overlay exec on it)", LockOn::directory));
   }
   return held;
 }

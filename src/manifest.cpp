@@ -1,11 +1,11 @@
 #include "overlay/manifest.hpp"
-#include "overlay/json_bytes.hpp"
 
 #include <algorithm>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
+#include "overlay/json_bytes.hpp"
 
 namespace overlay {
 namespace {
@@ -181,7 +181,8 @@ std::optional<Xattrs> opt_xattrs(const json& j) {
   Xattrs out;
   for (auto it = v->begin(); it != v->end(); ++it) {
     std::optional<std::string> value = it->is_string() ? from_base64(it->get<std::string>()) : std::nullopt;
-    if (it.key().empty() || it.key().find('\0') != std::string::npos || !value) bad("xattrs." + it.key(), "expected a base64 value");
+    if (it.key().empty() || it.key().find('\0') != std::string::npos || !value)
+      bad("xattrs." + it.key(), "expected a base64 value");
     out.emplace_back(it.key(), std::move(*value));
   }
   return out;  // nlohmann's object keeps its keys sorted: so is this
@@ -202,7 +203,8 @@ std::vector<std::vector<std::string>> opt_build_cmds(const json& j) {
   if (!v->is_array()) bad("build_cmds", "expected a list of argv lists");
   for (std::size_t i = 0; i < v->size(); ++i) {
     const json& argv = (*v)[i];
-    if (!argv.is_array() || argv.empty() || !std::all_of(argv.begin(), argv.end(), [](const json& w) { return w.is_string(); }))
+    if (!argv.is_array() || argv.empty() ||
+        !std::all_of(argv.begin(), argv.end(), [](const json& w) { return w.is_string(); }))
       bad(index_key("build_cmds", i), "expected a non-empty list of strings");
     cmds.push_back(argv.get<std::vector<std::string>>());
   }
@@ -238,7 +240,8 @@ void read_caches(const json& j, NativeEntry& e) {
 json caches_json(const NativeEntry& e) {
   json out = json::array();
   if (e.python_guard)  // first: overlay_setup.py's revert stops on it before touching the entry
-    out.push_back({{"dir", e.python_guard->dir}, {"backup_tar", e.python_guard->stop}, {"existed", true}, {kGuardKey, true}});
+    out.push_back(
+        {{"dir", e.python_guard->dir}, {"backup_tar", e.python_guard->stop}, {"existed", true}, {kGuardKey, true}});
   for (const auto& c : e.caches) out.push_back(c);
   return out;
 }
@@ -267,7 +270,8 @@ void read_owner(const json& j, NativeEntry& e) {
   if (start != nullptr && start->is_number_unsigned()) o.start_ticks = start->get<std::uint64_t>();
   o.host = opt_string(*v, "host").value_or("");
   o.slurm_job = opt_string(*v, "slurm_job").value_or("");
-  if (const json* ns = find(*v, "pid_ns"); ns != nullptr && ns->is_number_unsigned()) o.pid_ns = ns->get<std::uint64_t>();
+  if (const json* ns = find(*v, "pid_ns"); ns != nullptr && ns->is_number_unsigned())
+    o.pid_ns = ns->get<std::uint64_t>();
   e.owner = o;
 }
 
@@ -283,8 +287,10 @@ json owner_json(const Owner& o) {
 
 // A key this tool wrote once and no longer has a value for goes; one it never knew stays.
 void put_or_erase(json& j, const char* key, bool has, const json& value) {
-  if (has) j[key] = value;
-  else j.erase(key);
+  if (has)
+    j[key] = value;
+  else
+    j.erase(key);
 }
 
 // The Python entries: the keys sitecustomize.py reads must have the right types.
@@ -293,15 +299,17 @@ void check_python_entries(const json& doc) {
     const char* list;
     std::vector<const char*> strings;
   };
-  static const Kind kinds[] = {{"modules", {"module", "file"}},      {"rebinds", {"target", "impl_module", "impl_attr"}},
-                               {"captures", {"target", "out"}},      {"markers", {"target"}},
-                               {"hooks", {"module", "impl_module"}}, {"installers", {"id", "module"}}};
+  static const Kind kinds[] = {
+      {"modules", {"module", "file"}},      {"rebinds", {"target", "impl_module", "impl_attr"}},
+      {"captures", {"target", "out"}},      {"markers", {"target"}},
+      {"hooks", {"module", "impl_module"}}, {"installers", {"id", "module"}}};
   for (const Kind& kind : kinds) {
     const json& items = array_of_objects(doc, kind.list);
     for (std::size_t i = 0; i < items.size(); ++i) {
       try {
         for (const char* k : kind.strings) req_string(items[i], k);
-        if (const json* mx = find(items[i], "max"); kind.list == std::string("captures") && mx != nullptr && !mx->is_number_integer())
+        if (const json* mx = find(items[i], "max");
+            kind.list == std::string("captures") && mx != nullptr && !mx->is_number_integer())
           bad("max", "expected an integer");
       } catch (const ManifestError& e) {
         throw e.under(index_key(kind.list, i));
@@ -515,7 +523,8 @@ void from_json(const json& j, CacheItem& c) {
   // an aside copy's path must be the sibling aside_path_of() derives from the cache dir
   fs::path p(c.aside ? c.aside->path : ""), d(c.dir);
   std::string prefix = hidden_stem(d.filename().string()) + ".overlay-aside-", name = p.filename().string();
-  if (c.aside && (p.parent_path() != d.parent_path() || name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0))
+  if (c.aside && (p.parent_path() != d.parent_path() || name.size() <= prefix.size() ||
+                  name.compare(0, prefix.size(), prefix) != 0))
     bad("aside.path", "not the aside sibling of " + c.dir + ": " + c.aside->path);
   if (c.existed && has_dir) c.backup_dir = backup_path(j, "backup_dir");
   if (c.existed && !has_dir && !c.aside) c.backup_tar = backup_path(j, "backup_tar");
@@ -573,8 +582,13 @@ void from_json(const json& j, RunningPatched& r) {
 
 void to_json(json& j, const RunningPatched& r) {
   // pid as unsigned, the type from_json asks for: the same in memory as after a dump and parse
-  j = {{"path", r.path},       {"dev", r.dev},         {"ino", r.ino}, {"pid", static_cast<std::uint64_t>(r.pid)},
-       {"start_ticks", r.start_ticks}, {"cmdline", r.cmdline}, {"entry", r.entry}};
+  j = {{"path", r.path},
+       {"dev", r.dev},
+       {"ino", r.ino},
+       {"pid", static_cast<std::uint64_t>(r.pid)},
+       {"start_ticks", r.start_ticks},
+       {"cmdline", r.cmdline},
+       {"entry", r.entry}};
 }
 
 void from_json(const json& j, NativeEntry& e) {
@@ -616,7 +630,8 @@ void to_json(json& j, const NativeEntry& e) {
   j["build_cmds"] = e.build_cmds;
   j["build_cwd"] = e.build_cwd ? json(*e.build_cwd) : json(nullptr);
   if (e.verify_artifact)
-    j["verify"] = {{"artifact", *e.verify_artifact}, {"pre_sha256", e.verify_pre_sha256 ? json(*e.verify_pre_sha256) : json(nullptr)}};
+    j["verify"] = {{"artifact", *e.verify_artifact},
+                   {"pre_sha256", e.verify_pre_sha256 ? json(*e.verify_pre_sha256) : json(nullptr)}};
   else if (!j.contains("verify"))
     j["verify"] = nullptr;
   put_or_erase(j, "owner", e.owner.has_value(), e.owner ? owner_json(*e.owner) : json());
@@ -772,11 +787,13 @@ bool is_python_section(const std::string& key) {
 // them, then `first`'s, then the rest sorted; an array's elements each like the layout's element
 // at its index (a Python section's entries have none: upstream writes an entry's keys as its add-*
 // made them).
-nlohmann::ordered_json like_layout(const json& v, const nlohmann::ordered_json* layout, const std::vector<std::string>& first) {
+nlohmann::ordered_json like_layout(const json& v, const nlohmann::ordered_json* layout,
+                                   const std::vector<std::string>& first) {
   if (v.is_array()) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < v.size(); ++i)
-      out.push_back(like_layout(v[i], layout != nullptr && layout->is_array() && i < layout->size() ? &(*layout)[i] : nullptr, {}));
+      out.push_back(like_layout(
+          v[i], layout != nullptr && layout->is_array() && i < layout->size() ? &(*layout)[i] : nullptr, {}));
     return out;
   }
   if (!v.is_object()) return nlohmann::ordered_json(v);
@@ -805,7 +822,8 @@ std::string serialize_as_upstream(const json& doc, const nlohmann::ordered_json&
   for (const auto& [name, keys] : upstream_order()) {
     if (!out.contains(name) || !out[name].is_array()) continue;
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
-    for (const auto& e : doc[name]) entries.push_back(e.is_object() ? ordered_object(e, keys) : nlohmann::ordered_json(e));
+    for (const auto& e : doc[name])
+      entries.push_back(e.is_object() ? ordered_object(e, keys) : nlohmann::ordered_json(e));
     out[name] = std::move(entries);
   }
   return dump_json_bytes_ascii(out, 2);

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 
 #include <spdlog/spdlog.h>
@@ -89,7 +89,8 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
   e.id = id;
   for (const auto& swap : plan.swaps) {
     if (swap.kind == SwapKind::create) {
-      e.created.push_back(CreatedItem{swap.target.string(), swap.content_sha256, held.pin(swap.target), std::nullopt, json::object()});
+      e.created.push_back(
+          CreatedItem{swap.target.string(), swap.content_sha256, held.pin(swap.target), std::nullopt, json::object()});
       continue;
     }
     auto pin = held.pin(swap.target);
@@ -140,7 +141,8 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     }
     e.caches.push_back(std::move(c));
   }
-  bool moved = std::any_of(e.caches.begin(), e.caches.end(), [](const CacheItem& c) { return c.backup_dir || c.aside; });
+  bool moved =
+      std::any_of(e.caches.begin(), e.caches.end(), [](const CacheItem& c) { return c.backup_dir || c.aside; });
   if (moved || !e.created.empty()) e.python_guard = store.make_python_guard(id);
   e.build_cmds = plan.build_cmds;
   e.build_cwd = plan.build_cwd.string();
@@ -191,7 +193,8 @@ BuildWatch watch_build(Disk& disk, const NativePlan& plan) {
   skipped.push_back(plan.overlay);
   skipped.push_back(plan.state_dir);  // the holds and the build store: ours, never a build's
   // A disk trace of this very run grows with every write of ours, the watch's copies included.
-  if (const char* trace = std::getenv("OVERLAY_DISK_TRACE"); trace != nullptr && *trace != '\0') tracked.push_back(absolute_normal(trace));
+  if (const char* trace = std::getenv("OVERLAY_DISK_TRACE"); trace != nullptr && *trace != '\0')
+    tracked.push_back(absolute_normal(trace));
   return BuildWatch::start(disk, dirs, tracked, skipped);
 }
 
@@ -208,8 +211,9 @@ void give_back_claim(HoldRegistry& holds, const HoldClaim& claim, const NativePl
 // What the watch saw of the entry's build, recorded in one more manifest write: its untracked
 // outputs, and (after a build that succeeded) its picture of the build's dirs, which lets revert
 // tell that nothing was built there since (design.md, "The mtimes revert gives").
-void record_build(Disk& disk, const NativePlan& plan, const std::string& id, const std::vector<UntrackedOutput>& outputs,
-                  const std::optional<BuildPicture>& picture, const std::string& served_from) {
+void record_build(Disk& disk, const NativePlan& plan, const std::string& id,
+                  const std::vector<UntrackedOutput>& outputs, const std::optional<BuildPicture>& picture,
+                  const std::string& served_from) {
   OverlayLock lock(plan.overlay, plan.lock_timeout);
   auto m = load_manifest(disk, plan.overlay);
   if (!m) return;
@@ -220,7 +224,8 @@ void record_build(Disk& disk, const NativePlan& plan, const std::string& id, con
     }
   // Lost to a power cut, the picture and the store's name cost revert its original mtimes only (it
   // dates now): only an output that may hold patched code must be on record for good.
-  bool must_last = std::any_of(outputs.begin(), outputs.end(), [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
+  bool must_last =
+      std::any_of(outputs.begin(), outputs.end(), [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
   save_manifest(disk, plan.overlay, *m, must_last ? NameDurable::yes : NameDurable::no);
 }
 
@@ -244,15 +249,17 @@ void note_artifact_originals(HoldRegistry& holds, const NativePlan& plan, const 
 // from before the backups until that record: no revert of the lower can come in between.
 // A file our own record already changes stacks on our change instead. Throws, nothing touched in
 // the install, where a file holds other bytes than the lower's change left.
-std::vector<std::string> stack_on(Disk& disk, const NativePlan& plan, Manifest& lower, const Manifest& ours, NativeEntry& e) {
+std::vector<std::string> stack_on(Disk& disk, const NativePlan& plan, Manifest& lower, const Manifest& ours,
+                                  NativeEntry& e) {
   std::vector<std::string> paths;
   auto stack = [&](const std::string& path, std::optional<LayerRef>& layer, const std::string& found) {
     if (recorded_change(ours, path)) return;
     auto c = recorded_change(lower, path);
     if (!c) return;
     if (c->after && *c->after != found)
-      throw Error(path + " holds other bytes than the change of overlay " + plan.over->string() + " (entry " + c->entry +
-                  ") left there (sha256 " + (found.empty() ? std::string("none: missing") : found.substr(0, 16)) + ", not " +
+      throw Error(path + " holds other bytes than the change of overlay " + plan.over->string() + " (entry " +
+                  c->entry + ") left there (sha256 " +
+                  (found.empty() ? std::string("none: missing") : found.substr(0, 16)) + ", not " +
                   (c->after->empty() ? std::string("missing") : c->after->substr(0, 16)) +
                   "): changed since; revert that overlay or restore its bytes first");
     layer = LayerRef{plan.over->string(), c->entry, c->pristine};
@@ -275,9 +282,10 @@ std::vector<std::string> stack_on(Disk& disk, const NativePlan& plan, Manifest& 
 void require_lower_records(const HoldClaim& claim, const std::optional<Manifest>& lower, const NativePlan& plan) {
   for (const auto& p : claim.layered)
     if (!lower || !recorded_change(*lower, p.string()))
-      throw Error(p.string() + ": overlay " + plan.over->string() +
-                  " no longer records a change to it (deleted, moved or reverted while this add-native claimed the file); "
-                  "nothing changed: look at `overlay status --all`, then run it again");
+      throw Error(
+          p.string() + ": overlay " + plan.over->string() +
+          " no longer records a change to it (deleted, moved or reverted while this add-native claimed the file); "
+          "nothing changed: look at `overlay status --all`, then run it again");
 }
 
 }  // namespace
@@ -348,7 +356,8 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   spdlog::info("recorded entry {} in {}", id, (plan.overlay / kManifestName).string());
   const NativeEntry& e = m.natives.back();
   for (const auto& c : cloned)
-    if (store.trade_for_clone(c.saved, held.at(c.path))) spdlog::info("{} is now its clone; the backup is the original", c.path.string());
+    if (store.trade_for_clone(c.saved, held.at(c.path)))
+      spdlog::info("{} is now its clone; the backup is the original", c.path.string());
   wait_past_artifact_second(disk, plan.artifacts);
   std::size_t src = 0;
   for (const auto& swap : plan.swaps) {
@@ -380,8 +389,14 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     }
   }
   store.purge(store.take_litter());
-  AppliedEntry applied{id, plan.overlay / *e.build_log, e.sources.size() + e.created.size(), e.artifacts.size(), e.caches.size(),
-                       in_flight, layered, {}};
+  AppliedEntry applied{id,
+                       plan.overlay / *e.build_log,
+                       e.sources.size() + e.created.size(),
+                       e.artifacts.size(),
+                       e.caches.size(),
+                       in_flight,
+                       layered,
+                       {}};
   auto pin = [&](const std::string& path, const std::optional<PinnedDir>& p) {
     if (p) applied.pins.emplace(path, *p);
   };
@@ -395,8 +410,8 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
 namespace {
 
 // The build's outputs put back from the store, when it holds them: "" and a note when not.
-std::string serve_from_store(BuildStore& store, const NativePlan& plan, const AppliedEntry& entry, const BuildWatch& watch, WriteHandle& log,
-                             std::string& note) {
+std::string serve_from_store(BuildStore& store, const NativePlan& plan, const AppliedEntry& entry,
+                             const BuildWatch& watch, WriteHandle& log, std::string& note) {
   if (plan.rebuild || !store.enabled()) return "";
   std::optional<StoredBuild> found;
   std::string why;

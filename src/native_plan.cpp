@@ -1,9 +1,9 @@
 #include "overlay/native_plan.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <unistd.h>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
@@ -89,9 +89,15 @@ fs::path existing_dir(Disk& disk, const fs::path& p, const std::string& what) {
 NativePlan::Swap tree_swap(Disk& disk, const PatchedTree::Change& c) {
   NativePlan::Swap s;
   switch (c.change) {
-    case FileChange::modified: s.kind = SwapKind::modify; break;
-    case FileChange::created: s.kind = SwapKind::create; break;
-    case FileChange::deleted: s.kind = SwapKind::remove; break;
+    case FileChange::modified:
+      s.kind = SwapKind::modify;
+      break;
+    case FileChange::created:
+      s.kind = SwapKind::create;
+      break;
+    case FileChange::deleted:
+      s.kind = SwapKind::remove;
+      break;
   }
   s.target = s.kind == SwapKind::create ? disk.real_path(c.path.parent_path()) / c.path.filename()
                                         : existing_file(disk, c.path, "file the diff changes");
@@ -117,7 +123,8 @@ std::vector<NativePlan::Swap> tree_swaps(Disk& disk, const AddNativeRequest& req
     if (!inside(s.target, root))
       throw Error("file the diff changes leads out of the patch root through a symlink: " + c.path.string() + " is " +
                   s.target.string());
-    if (inside(s.target, plan.overlay)) throw Error("file the diff changes lies inside the overlay: " + s.target.string());
+    if (inside(s.target, plan.overlay))
+      throw Error("file the diff changes lies inside the overlay: " + s.target.string());
     for (const auto& other : swaps)
       if (other.target == s.target) throw Error("diff reaches one file by two names: " + s.target.string());
     swaps.push_back(std::move(s));
@@ -136,7 +143,8 @@ std::vector<NativePlan::Swap> given_swaps(Disk& disk, const AddNativeRequest& re
     fs::path target = absolute_normal(c.target);
     if (c.kind == SwapKind::create) {
       if (disk.info(target, Follow::no).exists()) throw Error("file to create already exists: " + target.string());
-      s.target = disk.real_path(existing_dir(disk, target.parent_path(), "directory of the file to create")) / target.filename();
+      s.target = disk.real_path(existing_dir(disk, target.parent_path(), "directory of the file to create")) /
+                 target.filename();
     } else {
       s.target = existing_file(disk, target, "file to change");
     }
@@ -202,7 +210,8 @@ FileInfo overlay_device(Disk& disk, fs::path p) {
   }
 }
 
-std::vector<CacheWay> cache_decisions(Disk& disk, const std::vector<fs::path>& caches, const fs::path& overlay, CacheSnapshot how) {
+std::vector<CacheWay> cache_decisions(Disk& disk, const std::vector<fs::path>& caches, const fs::path& overlay,
+                                      CacheSnapshot how) {
   std::vector<CacheWay> out;
   FileInfo ov = overlay_device(disk, overlay);
   for (const auto& c : caches) {
@@ -216,12 +225,16 @@ std::vector<CacheWay> cache_decisions(Disk& disk, const std::vector<fs::path>& c
     if (how == CacheSnapshot::move && !same_fs)
       throw Error("--cache-snapshot move: cache dir and overlay are on different filesystems or mounts: " + c.string());
     if ((how == CacheSnapshot::move || how == CacheSnapshot::aside) && !why.empty())
-      throw Error(std::string("--cache-snapshot ") + (how == CacheSnapshot::move ? "move" : "aside") + ": cannot rename " +
-                  c.string() + ": " + why);
-    if (how == CacheSnapshot::move) out.push_back(CacheWay::move);
-    else if (how == CacheSnapshot::aside) out.push_back(CacheWay::aside);
-    else if (!why.empty()) out.push_back(CacheWay::tar);
-    else out.push_back(same_fs ? CacheWay::move : CacheWay::aside);
+      throw Error(std::string("--cache-snapshot ") + (how == CacheSnapshot::move ? "move" : "aside") +
+                  ": cannot rename " + c.string() + ": " + why);
+    if (how == CacheSnapshot::move)
+      out.push_back(CacheWay::move);
+    else if (how == CacheSnapshot::aside)
+      out.push_back(CacheWay::aside);
+    else if (!why.empty())
+      out.push_back(CacheWay::tar);
+    else
+      out.push_back(same_fs ? CacheWay::move : CacheWay::aside);
   }
   return out;
 }
@@ -246,7 +259,8 @@ void check_writable(Disk& disk, const NativePlan& plan) {
 // The install's real name of p: symlinks resolved where p (or its directory) exists.
 fs::path real_or_same(Disk& disk, const fs::path& p) {
   if (disk.info(p, Follow::yes).exists()) return disk.real_path(p);
-  if (disk.info(p.parent_path(), Follow::yes).type == FileType::directory) return disk.real_path(p.parent_path()) / p.filename();
+  if (disk.info(p.parent_path(), Follow::yes).type == FileType::directory)
+    return disk.real_path(p.parent_path()) / p.filename();
   return p;
 }
 
@@ -262,7 +276,8 @@ void check_no_overlap(Disk& disk, const NativePlan& plan) {
   for (const auto& a : plan.artifacts) {
     fs::path real = real_or_same(disk, a);
     for (const auto& [p, what] : changed)
-      if (real == p || a == p) throw Error("artifact " + a.string() + " is the " + what + ": an artifact is what the build makes");
+      if (real == p || a == p)
+        throw Error("artifact " + a.string() + " is the " + what + ": an artifact is what the build makes");
   }
   changed.emplace_back(disk.info(plan.overlay, Follow::yes).exists() ? disk.real_path(plan.overlay) : plan.overlay,
                        "overlay " + plan.overlay.string());
@@ -304,9 +319,12 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
 }
 const char* to_string(SwapKind k) {
   switch (k) {
-    case SwapKind::modify: return "modify";
-    case SwapKind::create: return "create";
-    case SwapKind::remove: return "delete";
+    case SwapKind::modify:
+      return "modify";
+    case SwapKind::create:
+      return "create";
+    case SwapKind::remove:
+      return "delete";
   }
   return "?";
 }

@@ -84,7 +84,8 @@ class Reverter {
         // Where it goes first: a refusal there is the item's one story, with no warning before it
         // about a replacement that then does not happen.
         PinnedPlace at = place(it->install_path, it->parent);
-        if (reverted_under(it->layer, it->install_path, at, it->deleted ? std::optional<std::string>("") : it->patched_sha256))
+        if (reverted_under(it->layer, it->install_path, at,
+                           it->deleted ? std::optional<std::string>("") : it->patched_sha256))
           return std::string("unchanged");
         if (!opts_.dry_run && vanished_above.count(it->install_path) == 0) warn_if_drifted(*it);
         return file(at, *it, original_times_ ? RestoredTime::original : RestoredTime::now);
@@ -101,12 +102,13 @@ class Reverter {
       if (!s.patched_sha256) continue;
       auto stacks = [&](const NativeEntry& x) {
         return &x != &e && std::any_of(x.sources.begin(), x.sources.end(), [&](const SourceItem& y) {
-                 return y.install_path == s.install_path && y.sha256 == *s.patched_sha256;
-               });
+          return y.install_path == s.install_path && y.sha256 == *s.patched_sha256;
+        });
       };
       for (const auto& x : m.natives)
         if (stacks(x))
-          return RevertProblem{s.install_path, "patched again over this entry by entry " + x.id + " of this overlay (--force); revert that entry first"};
+          return RevertProblem{s.install_path, "patched again over this entry by entry " + x.id +
+                                                   " of this overlay (--force); revert that entry first"};
       auto other = holds().holder(s.install_path);
       if (!other || absolute_normal(*other) == store_.overlay()) continue;
       std::optional<Manifest> om;
@@ -116,7 +118,8 @@ class Reverter {
         continue;  // an unreadable record stacks nothing we can name
       }
       if (om && std::any_of(om->natives.begin(), om->natives.end(), stacks))
-        return RevertProblem{s.install_path, "patched again over this entry by overlay " + other->string() + " (add-native --force); revert that overlay first"};
+        return RevertProblem{s.install_path, "patched again over this entry by overlay " + other->string() +
+                                                 " (add-native --force); revert that overlay first"};
     }
     return std::nullopt;
   }
@@ -165,7 +168,8 @@ class Reverter {
   // snapshot is the lower's build of it, which must not come back. Left as it is, said in a note.
   bool cache_reverted_under(const std::optional<LayerRef>& layer, const std::string& dir) {
     if (!layer || lower_state(lowers_, *layer, dir) != RefState::stale) return false;
-    report_.notes.push_back(dir + ": the layer below (" + layer->overlay + ") was reverted under this one; its cache stays as that revert left it");
+    report_.notes.push_back(dir + ": the layer below (" + layer->overlay +
+                            ") was reverted under this one; its cache stays as that revert left it");
     return true;
   }
 
@@ -185,8 +189,9 @@ class Reverter {
     if (st == RefState::live || st == RefState::unreadable) return false;
     FileInfo fi = disk_.info(at.at(), Follow::no);
     std::optional<std::string> now = !fi.exists() ? std::optional<std::string>("")
-                                     : fi.type == FileType::regular ? std::optional<std::string>(hash_file(disk_, at.at()))
-                                                                    : std::nullopt;
+                                     : fi.type == FileType::regular
+                                         ? std::optional<std::string>(hash_file(disk_, at.at()))
+                                         : std::nullopt;
     const std::string below = "the layer below (" + layer->overlay + ", entry " + layer->entry + ")";
     if (now == layer->pristine_sha256) {
       report_.notes.push_back(path + ": " + below + " no longer records it; the file already holds its pristine bytes");
@@ -194,15 +199,20 @@ class Reverter {
     }
     if (st == RefState::vanished) {
       if (!opts_.dry_run)
-        report_.notes.push_back(path + ": " + below + " has vanished (deleted or moved): the file gets back that layer's bytes; "
+        report_.notes.push_back(path + ": " + below +
+                                " has vanished (deleted or moved): the file gets back that layer's bytes; "
                                 "its original is with that overlay wherever it is now, or lost with it");
       return false;
     }
     if (ours && now == *ours)
-      throw Error(below + " was reverted under this layer, whose change is still in place: its bytes would bring back a change it "
-                  "reverted, and the original (sha256 " + (layer->pristine_sha256.empty() ? std::string("none: absent") : layer->pristine_sha256.substr(0, 16)) +
-                  ") is not on record here; put it back by hand, then revert again");
-    report_.notes.push_back(path + ": " + below + " was reverted under this one and the file has changed since: left as it is");
+      throw Error(
+          below +
+          " was reverted under this layer, whose change is still in place: its bytes would bring back a change it "
+          "reverted, and the original (sha256 " +
+          (layer->pristine_sha256.empty() ? std::string("none: absent") : layer->pristine_sha256.substr(0, 16)) +
+          ") is not on record here; put it back by hand, then revert again");
+    report_.notes.push_back(path + ": " + below +
+                            " was reverted under this one and the file has changed since: left as it is");
     return true;
   }
 
@@ -214,9 +224,10 @@ class Reverter {
     if (fi.type != FileType::regular) return;
     std::string now = hash_file(disk_, s.install_path);
     if (now == *s.patched_sha256 || now == s.sha256) return;
-    spdlog::warn("{} changed since add-native patched it (sha256 {}, neither the patched bytes nor the original): "
-                 "the change is replaced by the original",
-                 s.install_path, now.substr(0, 16));
+    spdlog::warn(
+        "{} changed since add-native patched it (sha256 {}, neither the patched bytes nor the original): "
+        "the change is replaced by the original",
+        s.install_path, now.substr(0, 16));
   }
 
   // Where a file item is written: through its pinned directory, held open (a dry run only
@@ -275,7 +286,8 @@ class Reverter {
     if (c.backup_dir) return moved_cache(c, at);
     if (c.aside) return aside_cache(c, at);
     if (opts_.dry_run) {
-      if (!disk_.info(store_.resolve(*c.backup_tar), Follow::no).exists()) throw Error("backup missing: " + *c.backup_tar);
+      if (!disk_.info(store_.resolve(*c.backup_tar), Follow::no).exists())
+        throw Error("backup missing: " + *c.backup_tar);
       return "restore";
     }
     store_.restore_dir(*c.backup_tar, c.sha256, at);
@@ -328,7 +340,8 @@ std::vector<std::string> litter_left(Disk& disk, const std::vector<std::string>&
 
 // Holds are a convenience for the next add-native; a failure to drop one never fails a revert
 // (a stale hold is ignored once no manifest records the change).
-void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overlay, const NativeEntry& e, const Manifest& now) {
+void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overlay, const NativeEntry& e,
+                   const Manifest& now) {
   std::vector<fs::path> paths = installed_paths(e);
   try {
     holds_of(disk, opts).release(paths, overlay, now, opts.lock_timeout, &e);
@@ -338,7 +351,8 @@ void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overla
 }
 
 // Deletes the patched module files of removed Python entries (never anything outside the overlay).
-void remove_module_files(Disk& disk, const fs::path& overlay, const std::vector<std::string>& files, RevertReport& report) {
+void remove_module_files(Disk& disk, const fs::path& overlay, const std::vector<std::string>& files,
+                         RevertReport& report) {
   for (const auto& rel : files) {
     try {
       if (!is_safe_relative(rel)) throw Error("module file escapes the overlay: " + rel);
@@ -354,7 +368,8 @@ void remove_module_files(Disk& disk, const fs::path& overlay, const std::vector<
 // after it forgot an entry) go, the overlay lock held, so no add-native is between the two.
 void sweep_partial_backups(Disk& disk, const fs::path& overlay, const Manifest& m, RevertReport& report) {
   for (const auto& id : BackupStore(disk, overlay).sweep_unnamed_entries(m)) {
-    spdlog::warn("removed {}: the backups of an add-native interrupted before its record", (overlay / kBackupDirName / id).string());
+    spdlog::warn("removed {}: the backups of an add-native interrupted before its record",
+                 (overlay / kBackupDirName / id).string());
     report.partial_backups_swept.push_back(id);
   }
 }
@@ -393,7 +408,9 @@ void unwind_layers(Disk& disk, const fs::path& overlay, const RevertOptions& opt
   auto ups = uppers_of(cache, *m);
   for (auto it = ups.rbegin(); it != ups.rend(); ++it) {
     const auto& seen = opts.unwinding;
-    if (!it->blocks() || !stacks_on(it->ref, paths) || std::find(seen.begin(), seen.end(), it->ref.overlay) != seen.end()) continue;
+    if (!it->blocks() || !stacks_on(it->ref, paths) ||
+        std::find(seen.begin(), seen.end(), it->ref.overlay) != seen.end())
+      continue;
     RevertOptions up = opts;
     up.only_entry = it->ref.entry;
     up.only_patch.reset();
@@ -411,7 +428,8 @@ void unwind_layers(Disk& disk, const fs::path& overlay, const RevertOptions& opt
 // changes: reverted first, this overlay would put the pristine bytes back under that layer, whose
 // own revert would then put this overlay's change back with nothing on record to say so. A layer
 // that vanished (deleted or moved) refuses nothing: its bytes give way to the originals.
-bool refused_under_layers(const std::vector<Upper>& ups, const Manifest& m, const RevertOptions& opts, RevertReport& report) {
+bool refused_under_layers(const std::vector<Upper>& ups, const Manifest& m, const RevertOptions& opts,
+                          RevertReport& report) {
   std::set<std::string> paths = selected_paths(m, opts), ids;
   for (const auto& e : m.natives)
     if (selected(opts, e)) ids.insert(e.id);
@@ -419,7 +437,8 @@ bool refused_under_layers(const std::vector<Upper>& ups, const Manifest& m, cons
     // A layer stands on the entries its items name (where its record could be read); an entry of
     // ours stacked on top of it with --force is not under it.
     bool under = u.on_entries.empty() ? stacks_on(u.ref, paths)
-                                      : std::any_of(u.on_entries.begin(), u.on_entries.end(), [&](const std::string& id) { return ids.count(id) != 0; });
+                                      : std::any_of(u.on_entries.begin(), u.on_entries.end(),
+                                                    [&](const std::string& id) { return ids.count(id) != 0; });
     if (!under) continue;
     std::string at = u.ref.paths.front();
     if (u.blocks()) {
@@ -490,7 +509,8 @@ void merge_report(RevertReport& into, RevertReport&& r) {
   into.actions.insert(into.actions.end(), r.actions.begin(), r.actions.end());
   into.notes.insert(into.notes.end(), r.notes.begin(), r.notes.end());
   into.layers_reverted.insert(into.layers_reverted.end(), r.layers_reverted.begin(), r.layers_reverted.end());
-  into.partial_backups_swept.insert(into.partial_backups_swept.end(), r.partial_backups_swept.begin(), r.partial_backups_swept.end());
+  into.partial_backups_swept.insert(into.partial_backups_swept.end(), r.partial_backups_swept.begin(),
+                                    r.partial_backups_swept.end());
   into.problems = std::move(r.problems);
   into.blocked_by = std::move(r.blocked_by);
   into.untracked_left = std::move(r.untracked_left);
@@ -541,7 +561,8 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     // An add-native killed before its first record leaves backups and no manifest.
     if (!opts.dry_run && disk.info(overlay / kBackupDirName, Follow::no).type == FileType::directory) {
       OverlayLock lock(overlay, opts.lock_timeout);
-      if (!disk.info(overlay / kManifestName, Follow::no).exists()) sweep_partial_backups(disk, overlay, Manifest{}, report);
+      if (!disk.info(overlay / kManifestName, Follow::no).exists())
+        sweep_partial_backups(disk, overlay, Manifest{}, report);
     }
     return report;
   }
@@ -579,7 +600,8 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
       report.problems.push_back(*stacked);  // refused before any of the entry is touched
       continue;
     }
-    if (auto copy = held_elsewhere(disk, overlay, m->natives[i], opts.state_dir, opts.adopt ? Copies::adopt : Copies::refuse)) {
+    if (auto copy =
+            held_elsewhere(disk, overlay, m->natives[i], opts.state_dir, opts.adopt ? Copies::adopt : Copies::refuse)) {
       report.problems.push_back(*copy);  // refused before any of the entry is touched
       continue;
     }
@@ -592,7 +614,8 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     // forgets the entry: nothing else would find them after a killed purge.
     for (auto& l : rev.store().take_litter()) m->litter.push_back(std::move(l));
     // A patch's Python entries leave the record in the same write as its native entry.
-    std::vector<std::string> files = done.patch_id ? remove_patch_modules(*m, *done.patch_id) : std::vector<std::string>{};
+    std::vector<std::string> files =
+        done.patch_id ? remove_patch_modules(*m, *done.patch_id) : std::vector<std::string>{};
     keep_untracked_of_reverted(disk, *m, done);
     prune_uppers(ups, *m);
     save_manifest(disk, overlay, *m);  // the entry is gone from the record before its backups are
@@ -627,21 +650,25 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   return report;
 }
 
-std::optional<RevertProblem> held_elsewhere(Disk& disk, const fs::path& overlay, const NativeEntry& e, const fs::path& state_dir,
-                                            Copies copies) {
+std::optional<RevertProblem> held_elsewhere(Disk& disk, const fs::path& overlay, const NativeEntry& e,
+                                            const fs::path& state_dir, Copies copies) {
   HoldRegistry holds(disk, state_dir.empty() ? HoldRegistry::default_state_dir() : state_dir);
   for (const auto& p : installed_paths(e)) {
     if (auto other = holds.held_instead(p, overlay))
-      return RevertProblem{p.string(), "held by overlay " + other->string() +
-                                           ", whose record names a change to it now: this record of entry " + e.id +
-                                           " is a copy of that overlay's (archived, restored) or superseded; left alone "
-                                           "(revert that overlay; delete this copy)"};
+      return RevertProblem{p.string(),
+                           "held by overlay " + other->string() +
+                               ", whose record names a change to it now: this record of entry " + e.id +
+                               " is a copy of that overlay's (archived, restored) or superseded; left alone "
+                               "(revert that overlay; delete this copy)"};
     if (copies == Copies::refuse)
       if (auto gone = holds.copy_of_vanished(p, overlay, e.id))
-        return RevertProblem{p.string(), "changed by overlay " + gone->string() + ", which has moved or been deleted, and this overlay's directory " +
-                                             "is not that one (a copy: cp -a, an archive restored, a move across filesystems): entry " + e.id +
-                                             " left alone, since that overlay may still be applied under another name (revert it where it is; if it "
-                                             "is gone for good, revert this copy with --adopt)"};
+        return RevertProblem{
+            p.string(),
+            "changed by overlay " + gone->string() +
+                ", which has moved or been deleted, and this overlay's directory " +
+                "is not that one (a copy: cp -a, an archive restored, a move across filesystems): entry " + e.id +
+                " left alone, since that overlay may still be applied under another name (revert it where it is; if it "
+                "is gone for good, revert this copy with --adopt)"};
   }
   return std::nullopt;
 }

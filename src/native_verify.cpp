@@ -18,13 +18,20 @@ bool VerifyReport::ok() const {
 
 const char* to_string(ArtifactState s) {
   switch (s) {
-    case ArtifactState::rebuilt: return "rebuilt";
-    case ArtifactState::created: return "created";
-    case ArtifactState::unchanged: return "unchanged";
-    case ArtifactState::missing_after_build: return "missing-after-build";
-    case ArtifactState::not_created: return "not-created";
-    case ArtifactState::redirected: return "redirected";
-    case ArtifactState::superseded: return "superseded";
+    case ArtifactState::rebuilt:
+      return "rebuilt";
+    case ArtifactState::created:
+      return "created";
+    case ArtifactState::unchanged:
+      return "unchanged";
+    case ArtifactState::missing_after_build:
+      return "missing-after-build";
+    case ArtifactState::not_created:
+      return "not-created";
+    case ArtifactState::redirected:
+      return "redirected";
+    case ArtifactState::superseded:
+      return "superseded";
   }
   return "?";
 }
@@ -41,7 +48,8 @@ VerifyReport verify_native(Disk& disk, const fs::path& overlay_in) {
       // another candidate took the file and rebuilt it; "rebuilt" against our backup said
       // FRESH_BUILD_OK over the other candidate's build.
       if (auto other = holds.held_instead(a.path, overlay)) {
-        r.items.push_back({a.path, ArtifactState::superseded, "held by overlay " + other->string() + ", whose build it is"});
+        r.items.push_back(
+            {a.path, ArtifactState::superseded, "held by overlay " + other->string() + ", whose build it is"});
         continue;
       }
       // An artifact whose directory was swapped since add-native is judged nowhere else.

@@ -30,8 +30,8 @@ std::optional<std::vector<std::string>> object_source_files(Disk& disk, const fs
     return std::nullopt;
   }
   auto eh = at<Elf64_Ehdr>(b, 0);
-  if (!eh || std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_type != ET_REL ||
-      eh->e_shentsize != sizeof(Elf64_Shdr))
+  if (!eh || std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh->e_type != ET_REL || eh->e_shentsize != sizeof(Elf64_Shdr))
     return std::nullopt;
   for (std::uint16_t i = 0; i < eh->e_shnum; ++i) {
     auto sh = at<Elf64_Shdr>(b, eh->e_shoff + std::uint64_t{i} * sizeof(Elf64_Shdr));
@@ -40,7 +40,8 @@ std::optional<std::vector<std::string>> object_source_files(Disk& disk, const fs
     auto strtab = at<Elf64_Shdr>(b, eh->e_shoff + std::uint64_t{sh->sh_link} * sizeof(Elf64_Shdr));
     if (!strtab || strtab->sh_offset > b.size() || b.size() - strtab->sh_offset < strtab->sh_size) return std::nullopt;
     std::vector<std::string> files;
-    for (std::uint64_t off = sh->sh_offset; off + sizeof(Elf64_Sym) <= sh->sh_offset + sh->sh_size; off += sizeof(Elf64_Sym)) {
+    for (std::uint64_t off = sh->sh_offset; off + sizeof(Elf64_Sym) <= sh->sh_offset + sh->sh_size;
+         off += sizeof(Elf64_Sym)) {
       auto sym = at<Elf64_Sym>(b, off);
       if (!sym) return std::nullopt;
       if (ELF64_ST_TYPE(sym->st_info) != STT_FILE || sym->st_name >= strtab->sh_size) continue;

@@ -110,9 +110,12 @@ Liveness liveness_in_other_ns(const Owner& o) {
 
 const char* to_string(Liveness l) {
   switch (l) {
-    case Liveness::alive: return "alive";
-    case Liveness::gone: return "gone";
-    case Liveness::unseen: return "unseen";
+    case Liveness::alive:
+      return "alive";
+    case Liveness::gone:
+      return "gone";
+    case Liveness::unseen:
+      return "unseen";
   }
   return "?";
 }
@@ -134,7 +137,8 @@ Liveness local_owner_liveness(const Owner& o) {
   if (o.pid <= 0) return Liveness::gone;
   if (o.pid_ns != 0 && o.pid_ns != this_pid_ns()) return liveness_in_other_ns(o);
   auto ticks = process_start_ticks(o.pid);
-  if (!ticks) return ::kill(o.pid, 0) == 0 || errno == EPERM ? Liveness::alive : Liveness::gone;  // no /proc: trust kill(0)
+  if (!ticks)
+    return ::kill(o.pid, 0) == 0 || errno == EPERM ? Liveness::alive : Liveness::gone;  // no /proc: trust kill(0)
   return o.start_ticks == 0 || *ticks == o.start_ticks ? Liveness::alive : Liveness::gone;
 }
 
@@ -144,7 +148,8 @@ std::string this_host() {
 }
 
 std::string owner_text(const Owner& o) {
-  std::string t = std::to_string(o.pid) + ":" + std::to_string(o.start_ticks) + (o.pid_ns ? "~" + std::to_string(o.pid_ns) : "") + "@" + o.host;
+  std::string t = std::to_string(o.pid) + ":" + std::to_string(o.start_ticks) +
+                  (o.pid_ns ? "~" + std::to_string(o.pid_ns) : "") + "@" + o.host;
   return o.slurm_job.empty() ? t : t + "/" + o.slurm_job;
 }
 
@@ -166,7 +171,8 @@ std::optional<Owner> parse_owner_text(const std::string& text) {
       ticks.resize(tilde);
     }
     o.start_ticks = std::stoull(ticks, &used);
-    if (used != ticks.size() || ticks.empty() || !std::isdigit(static_cast<unsigned char>(ticks[0]))) return std::nullopt;
+    if (used != ticks.size() || ticks.empty() || !std::isdigit(static_cast<unsigned char>(ticks[0])))
+      return std::nullopt;
   } catch (const std::exception&) {
     return std::nullopt;
   }

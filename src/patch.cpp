@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <cstdlib>
 #include <optional>
 #include <sstream>
 
@@ -89,7 +89,8 @@ RunResult run_gnu_patch(const fs::path& dir, std::vector<std::string> args, cons
   RunOptions opts;
   opts.output = Output::capture;
   opts.cwd = dir;
-  std::vector<std::string> argv = {"patch", "--batch", "--forward", "--no-backup-if-mismatch", "--reject-file=-", "--quiet"};
+  std::vector<std::string> argv = {"patch",           "--batch", "--forward", "--no-backup-if-mismatch",
+                                   "--reject-file=-", "--quiet"};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.insert(argv.end(), {"-i", diff.string()});
   RunResult r = run_process(argv, opts);
@@ -137,10 +138,14 @@ std::size_t skip_hunk(const std::vector<std::string>& lines, std::size_t i, long
   while (i < lines.size() && (old_n > 0 || new_n > 0)) {
     const std::string& l = lines[i];
     char c = l.empty() ? ' ' : l[0];
-    if (c == ' ') --old_n, --new_n;
-    else if (c == '-') --old_n;
-    else if (c == '+') --new_n;
-    else if (c != '\\') break;
+    if (c == ' ')
+      --old_n, --new_n;
+    else if (c == '-')
+      --old_n;
+    else if (c == '+')
+      --new_n;
+    else if (c != '\\')
+      break;
     ++i;
   }
   return i;
@@ -168,7 +173,8 @@ std::vector<fs::path> diff_file_names(const std::string& text, int strip) {
     if (!old_name && !new_name) throw Error("diff header names /dev/null on both sides");
     fs::path a = old_name ? stripped(*old_name, strip) : fs::path();
     fs::path b = new_name ? stripped(*new_name, strip) : fs::path();
-    if (old_name && new_name && a != b) throw Error("diff renames " + a.string() + " to " + b.string() + " (unsupported)");
+    if (old_name && new_name && a != b)
+      throw Error("diff renames " + a.string() + " to " + b.string() + " (unsupported)");
     fs::path name = new_name ? b : a;
     if (std::find(out.begin(), out.end(), name) != out.end()) throw Error("diff names a file twice: " + name.string());
     out.push_back(name);
@@ -195,7 +201,8 @@ PatchedTree::PatchedTree(Disk& disk, const fs::path& root, const fs::path& diff,
   std::vector<bool> existed;
   for (const auto& rel : names) {
     FileInfo fi = disk.info(root / rel, Follow::yes);
-    if (fi.exists() && fi.type != FileType::regular) throw Error("diff names " + (root / rel).string() + ", which is not a regular file");
+    if (fi.exists() && fi.type != FileType::regular)
+      throw Error("diff names " + (root / rel).string() + ", which is not a regular file");
     if (!fi.exists() && disk.info((root / rel).parent_path(), Follow::yes).type != FileType::directory)
       throw Error("diff creates " + (root / rel).string() + " in a directory that does not exist (not supported)");
     existed.push_back(fi.exists());
@@ -203,7 +210,9 @@ PatchedTree::PatchedTree(Disk& disk, const fs::path& root, const fs::path& diff,
     if (fi.exists()) copy_file_hashing(disk, root / rel, dir / rel, fi.mode, Durable::no);
   }
   RunResult r = run_gnu_patch(dir, {"-p" + std::to_string(strip)}, diff);
-  if (!r.ok()) throw Error("patch " + diff.string() + " does not apply under " + root.string() + ": " + first_line(r.out + "\n" + r.err));
+  if (!r.ok())
+    throw Error("patch " + diff.string() + " does not apply under " + root.string() + ": " +
+                first_line(r.out + "\n" + r.err));
   for (std::size_t k = 0; k < names.size(); ++k) {
     bool now = disk.info(dir / names[k], Follow::no).type == FileType::regular;
     if (!existed[k] && !now) throw Error("diff names " + names[k].string() + " but neither finds nor creates it");

@@ -14,7 +14,8 @@ std::optional<PinnedDir> pin_parent(Disk& disk, const fs::path& p) {
   fs::path parent = p.parent_path();
   FileInfo fi = disk.info(parent, Follow::yes);
   if (fi.type != FileType::directory) return std::nullopt;
-  return PinnedDir{disk.real_path(parent).string(), static_cast<std::uint64_t>(fi.dev), static_cast<std::uint64_t>(fi.ino)};
+  return PinnedDir{disk.real_path(parent).string(), static_cast<std::uint64_t>(fi.dev),
+                   static_cast<std::uint64_t>(fi.ino)};
 }
 
 }  // namespace
@@ -51,19 +52,21 @@ std::string why_redirected(Disk& disk, const PinnedDir& pin) {
     at /= part;
     fi = disk.info(at, Follow::no);
     if (fi.type == FileType::symlink)
-      return changed + "now " + (at == fs::path(pin.path) ? "" : at.string() + " is ") + "a symlink to " + link_target(disk, at) + ")";
+      return changed + "now " + (at == fs::path(pin.path) ? "" : at.string() + " is ") + "a symlink to " +
+             link_target(disk, at) + ")";
     if (!fi.exists()) return changed + at.string() + " is gone)";
     if (fi.type != FileType::directory) return changed + at.string() + " is no longer a directory)";
   }
   if (fi.dev != pin.dev || fi.ino != pin.ino)
-    return changed + "another directory now stands at " + pin.path + ": inode " + std::to_string(fi.ino) + ", recorded " +
-           std::to_string(pin.ino) + ")";
+    return changed + "another directory now stands at " + pin.path + ": inode " + std::to_string(fi.ino) +
+           ", recorded " + std::to_string(pin.ino) + ")";
   // Below it, directories the build may replace: any inode, never a symlink.
   fs::path below = pin.below, here = pin.path;
   for (auto it = below.begin(); !pin.below.empty() && std::next(it) != below.end(); ++it) {
     here /= *it;
     FileInfo bi = disk.info(here, Follow::no);
-    if (bi.type == FileType::symlink) return changed + "now " + here.string() + " is a symlink to " + link_target(disk, here) + ")";
+    if (bi.type == FileType::symlink)
+      return changed + "now " + here.string() + " is a symlink to " + link_target(disk, here) + ")";
     if (bi.type != FileType::directory) break;  // not there (yet): nothing below it to redirect
   }
   return "";
@@ -94,7 +97,8 @@ PinnedPlace open_pinned(Disk& disk, const std::string& path, const std::optional
   } catch (const DiskError& e) {
     throw refused(std::string("it cannot be opened without following a symlink: ") + e.what());
   }
-  if (place.dir->dev() != parent->dev || place.dir->ino() != parent->ino) throw refused("another directory now stands there");
+  if (place.dir->dev() != parent->dev || place.dir->ino() != parent->ino)
+    throw refused("another directory now stands there");
   fs::path below = parent->below;
   for (auto it = below.begin(); !parent->below.empty() && std::next(it) != below.end(); ++it) {
     At next(*place.dir, it->string());

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -41,9 +41,18 @@ struct Pipe {
     w = fds[1];
   }
   ~Pipe() { close_both(); }
-  void close_r() { if (r >= 0) ::close(r); r = -1; }
-  void close_w() { if (w >= 0) ::close(w); w = -1; }
-  void close_both() { close_r(); close_w(); }
+  void close_r() {
+    if (r >= 0) ::close(r);
+    r = -1;
+  }
+  void close_w() {
+    if (w >= 0) ::close(w);
+    w = -1;
+  }
+  void close_both() {
+    close_r();
+    close_w();
+  }
 };
 
 // Installs handlers for the signals we watch and restores the previous ones on destruction;
@@ -90,7 +99,8 @@ std::vector<std::string> child_environment(const std::vector<std::string>& env_s
   std::vector<std::string> out;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view kv(*e);
-    bool replaced = std::any_of(env_set.begin(), env_set.end(), [&](const std::string& s) { return env_name(s) == env_name(kv); });
+    bool replaced =
+        std::any_of(env_set.begin(), env_set.end(), [&](const std::string& s) { return env_name(s) == env_name(kv); });
     if (!replaced) out.emplace_back(kv);
   }
   out.insert(out.end(), env_set.begin(), env_set.end());
@@ -110,7 +120,8 @@ std::string find_program(const std::string& name, const std::vector<std::string>
     std::string dir = path.substr(from, to - from);
     std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
     struct stat st {};
-    if (::access(candidate.c_str(), X_OK) == 0 && ::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return candidate;
+    if (::access(candidate.c_str(), X_OK) == 0 && ::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      return candidate;
     from = to + 1;
   }
   return name;
@@ -156,7 +167,7 @@ struct ChildSetup {
 OVERLAY_CHILD_CODE int child_main(void* arg) {
   const ChildSetup& c = *static_cast<const ChildSetup*>(arg);
   ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a build must not outlive an overlay killed with -9
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);         // a build must not outlive an overlay killed with -9
   if (::getppid() != c.parent) ::_exit(127);  // the parent died before prctl took effect
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -205,7 +216,9 @@ class Runner {
   void tick();
   void handle_wake();
   void check_timeout();
-  void kill_group(int sig) { if (pid_ > 0) ::kill(-pid_, sig); }
+  void kill_group(int sig) {
+    if (pid_ > 0) ::kill(-pid_, sig);
+  }
 
   const std::vector<std::string>& argv_;
   const RunOptions& opts_;
@@ -290,7 +303,8 @@ void Runner::tick() {
   if (!opts_.on_tick || exited_) return;
   auto now = std::chrono::steady_clock::now();
   if (now < next_tick_) return;
-  next_tick_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(opts_.tick_s));
+  next_tick_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(opts_.tick_s));
   opts_.on_tick(pid_);
 }
 
@@ -331,8 +345,7 @@ RunResult Runner::run() {
   res_.pid = pid_;
   bool out_open = true, err_open = capture || files;
   while (!exited_ || out_open || err_open) {
-    pollfd fds[3] = {{wake_.r, POLLIN, 0}, {out_open ? out.r : -1, POLLIN, 0},
-                     {err_open ? err.r : -1, POLLIN, 0}};
+    pollfd fds[3] = {{wake_.r, POLLIN, 0}, {out_open ? out.r : -1, POLLIN, 0}, {err_open ? err.r : -1, POLLIN, 0}};
     // Once the child is gone, stop waiting for pipes a background grandchild may hold open.
     int wait_ms = exited_ ? 200 : (opts_.timeout_s || term_sent_ || opts_.on_tick ? 50 : 1000);
     int n = ::poll(fds, 3, wait_ms);

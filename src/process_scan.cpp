@@ -61,7 +61,8 @@ bool parse_maps_line(const std::string& line, MappedFile& out) {
 }
 
 const ProcessInfo* ProcessScan::find(pid_t pid) const {
-  auto it = std::lower_bound(processes.begin(), processes.end(), pid, [](const ProcessInfo& p, pid_t v) { return p.pid < v; });
+  auto it = std::lower_bound(processes.begin(), processes.end(), pid,
+                             [](const ProcessInfo& p, pid_t v) { return p.pid < v; });
   return it != processes.end() && it->pid == pid ? &*it : nullptr;
 }
 
@@ -133,12 +134,13 @@ ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapp
         if (parse_maps_line(l, f) && seen.emplace(f.dev, f.ino, f.path).second) p.files.push_back(f);
       }
       bool wanted = only_mapping.empty() || std::any_of(p.files.begin(), p.files.end(), [&](const MappedFile& f) {
-        return std::find(only_mapping.begin(), only_mapping.end(), f.path) != only_mapping.end();
-      });
+                      return std::find(only_mapping.begin(), only_mapping.end(), f.path) != only_mapping.end();
+                    });
       if (!wanted) continue;
       p.pid = static_cast<pid_t>(std::stol(e.name));
       std::string stat = read_small_file(disk, dir / "stat", kMaxProcText);
-      if (!parse_proc_stat(stat, p.ppid, p.start_ticks) || (p.state = stat_state(stat)) == 'Z') continue;  // a zombie runs nothing
+      if (!parse_proc_stat(stat, p.ppid, p.start_ticks) || (p.state = stat_state(stat)) == 'Z')
+        continue;  // a zombie runs nothing
       p.cmdline = joined_cmdline(read_small_file(disk, dir / "cmdline", kMaxProcText));
     } catch (const DiskError& err) {
       if (err.code() == EACCES || err.code() == EPERM) ++scan.unreadable;
@@ -148,7 +150,8 @@ ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapp
     }
     scan.processes.push_back(std::move(p));
   }
-  std::sort(scan.processes.begin(), scan.processes.end(), [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
+  std::sort(scan.processes.begin(), scan.processes.end(),
+            [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
   return scan;
 }
 

@@ -152,7 +152,13 @@ void RecordingDisk::set_mode(const At& p, mode_t mode) {
 
 void RecordingDisk::set_mtime(const At& p, timespec mtime) {
   inner_.set_mtime(p, mtime);
-  record({"utime", p.full().string(), {}, static_cast<std::uint64_t>(mtime.tv_sec), static_cast<std::uint64_t>(mtime.tv_nsec), {}, 0});
+  record({"utime",
+          p.full().string(),
+          {},
+          static_cast<std::uint64_t>(mtime.tv_sec),
+          static_cast<std::uint64_t>(mtime.tv_nsec),
+          {},
+          0});
 }
 
 void RecordingDisk::set_owner(const At& p, uid_t uid, gid_t gid) {

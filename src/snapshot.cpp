@@ -61,14 +61,17 @@ la_ssize_t sink_write(archive*, void* client, const void* buf, size_t n) {
 
 mode_t type_bits(FileType t) {
   switch (t) {
-    case FileType::directory: return AE_IFDIR;
-    case FileType::symlink: return AE_IFLNK;
-    default: return AE_IFREG;
+    case FileType::directory:
+      return AE_IFDIR;
+    case FileType::symlink:
+      return AE_IFLNK;
+    default:
+      return AE_IFREG;
   }
 }
 
-void write_member(archive* a, Disk& disk, const At& at, const std::string& name,
-                  const FileInfo& fi, std::vector<char>& buf) {
+void write_member(archive* a, Disk& disk, const At& at, const std::string& name, const FileInfo& fi,
+                  std::vector<char>& buf) {
   const std::string abs = at.full().string();
   if (fi.type == FileType::other) throw Error("cannot snapshot special file " + abs);
   EntryPtr e(A().archive_entry_new());
@@ -174,7 +177,8 @@ void prove(ReadSource& src, ThreadedSha256& hash, const fs::path& tar_path, cons
   std::vector<char> rest(kTarChunk);
   while (std::size_t n = src.in->read(rest.data(), rest.size())) hash.update(rest.data(), n);
   std::string got = hash.finish_hex();
-  if (got != expected) throw Error("backup " + tar_path.string() + " is corrupt: sha256 " + got + ", recorded " + expected);
+  if (got != expected)
+    throw Error("backup " + tar_path.string() + " is corrupt: sha256 " + got + ", recorded " + expected);
 }
 
 // One pass over the archive: names checked, optional digest compared, members listed.
@@ -201,7 +205,8 @@ std::vector<Member> scan_tar(Disk& disk, const fs::path& tar_path, const std::st
       throw Error("tar member is a special file: " + raw);
     members.push_back(std::move(m));
   }
-  if (rc != ARCHIVE_EOF) arch_fail(a.get(), "read tar " + tar_path.string() + (src.error.empty() ? "" : " (" + src.error + ")"));
+  if (rc != ARCHIVE_EOF)
+    arch_fail(a.get(), "read tar " + tar_path.string() + (src.error.empty() ? "" : " (" + src.error + ")"));
   if (!expected.empty()) prove(src, hash, tar_path, expected);
   return members;
 }
@@ -243,10 +248,14 @@ class Extractor {
   Disk& disk_;
   std::unique_ptr<DirHandle> dest_;
   std::vector<std::pair<std::string, std::unique_ptr<DirHandle>>> chain_;  // dest's subdirectories, top down
-  std::unordered_set<std::string> dirs_;   // directories made: the only parents a member may use
-  std::unordered_set<std::string> others_; // everything else made (files, links, symlinks)
-  std::unordered_set<std::string> files_;  // regular files extracted: the only hard-link targets
-  struct DirMeta { std::string name; mode_t mode; timespec mtime; };
+  std::unordered_set<std::string> dirs_;    // directories made: the only parents a member may use
+  std::unordered_set<std::string> others_;  // everything else made (files, links, symlinks)
+  std::unordered_set<std::string> files_;   // regular files extracted: the only hard-link targets
+  struct DirMeta {
+    std::string name;
+    mode_t mode;
+    timespec mtime;
+  };
   std::vector<DirMeta> dir_meta_;
 };
 
@@ -380,7 +389,8 @@ std::string snapshot_dir_to_tar(Disk& disk, const At& dir_at, const fs::path& ta
   std::vector<char> buf(kTarChunk);
   // overlay_setup.py's layout: it extracts into dirname(dir), so members must carry dir's name.
   const std::string top = dir.filename().string();
-  if (top.empty() || top == "." || top == "..") throw Error("cannot snapshot a directory without a name: " + dir.string());
+  if (top.empty() || top == "." || top == "..")
+    throw Error("cannot snapshot a directory without a name: " + dir.string());
   write_member(a.get(), disk, At(*root, ""), top, disk.info(At(*root, ""), Follow::no), buf);
   write_tree(a.get(), disk, *root, top, buf);
   if (A().archive_write_close(a.get()) != ARCHIVE_OK)
@@ -405,7 +415,9 @@ void extract_tar(Disk& disk, const fs::path& tar_path, const At& dest, const std
   ArchivePtr a = open_tar(src, tar_path);
   Extractor x(disk, hold_dir(disk, dest));
   std::optional<std::string> prefix;
-  auto inside = [&](const std::string& name) { return prefix->empty() || name == *prefix || name.rfind(*prefix + "/", 0) == 0; };
+  auto inside = [&](const std::string& name) {
+    return prefix->empty() || name == *prefix || name.rfind(*prefix + "/", 0) == 0;
+  };
   archive_entry* e = nullptr;
   int rc;
   while ((rc = next_header(a.get(), &e)) == ARCHIVE_OK) {
@@ -423,10 +435,12 @@ void extract_tar(Disk& disk, const fs::path& tar_path, const At& dest, const std
       link = strip_prefix(link, *prefix);
     }
     mode_t t = A().archive_entry_filetype(e);
-    if (t != AE_IFREG && t != AE_IFDIR && t != AE_IFLNK && link.empty()) throw Error("tar member is a special file: " + raw);
+    if (t != AE_IFREG && t != AE_IFDIR && t != AE_IFLNK && link.empty())
+      throw Error("tar member is a special file: " + raw);
     x.member(a.get(), e, strip_prefix(name, *prefix), link);
   }
-  if (rc != ARCHIVE_EOF) arch_fail(a.get(), "read tar " + tar_path.string() + (src.error.empty() ? "" : " (" + src.error + ")"));
+  if (rc != ARCHIVE_EOF)
+    arch_fail(a.get(), "read tar " + tar_path.string() + (src.error.empty() ? "" : " (" + src.error + ")"));
   x.finish();
   if (!expected_sha256.empty()) prove(src, hash, tar_path, expected_sha256);
 }

@@ -1,5 +1,4 @@
 #include "overlay/status.hpp"
-#include "overlay/json_bytes.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,9 +7,10 @@
 
 #include "overlay/build_watch.hpp"
 #include "overlay/error.hpp"
-#include "overlay/liveness.hpp"
 #include "overlay/file_ops.hpp"
+#include "overlay/json_bytes.hpp"
 #include "overlay/layers.hpp"
+#include "overlay/liveness.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"
 #include "overlay/python/entries.hpp"
@@ -53,15 +53,16 @@ std::string metadata_drift(Disk& disk, const fs::path& path, const SourceItem& s
   std::vector<std::string> what;
   if (s.mode && fi.mode != *s.mode) what.push_back("mode " + octal(fi.mode) + " (recorded " + octal(*s.mode) + ")");
   if (s.owner && (fi.uid != s.owner->uid || fi.gid != s.owner->gid))
-    what.push_back("owner " + std::to_string(fi.uid) + ":" + std::to_string(fi.gid) + " (recorded " + std::to_string(s.owner->uid) +
-                   ":" + std::to_string(s.owner->gid) + ")");
+    what.push_back("owner " + std::to_string(fi.uid) + ":" + std::to_string(fi.gid) + " (recorded " +
+                   std::to_string(s.owner->uid) + ":" + std::to_string(s.owner->gid) + ")");
   if (s.xattrs) {
     Xattrs now = disk.xattrs(path);
     std::vector<std::string> names;
     for (const auto& x : now)
       if (std::find(s.xattrs->begin(), s.xattrs->end(), x) == s.xattrs->end()) names.push_back(x.first);
     for (const auto& x : *s.xattrs)
-      if (std::none_of(now.begin(), now.end(), [&](const auto& n) { return n.first == x.first; })) names.push_back(x.first);
+      if (std::none_of(now.begin(), now.end(), [&](const auto& n) { return n.first == x.first; }))
+        names.push_back(x.first);
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
     std::string list;
@@ -93,7 +94,9 @@ FileState artifact_state(Disk& disk, const ArtifactItem& a) {
 TrackedFile aside_cache_state(Disk& disk, const CacheItem& c) {
   const AsideDir& a = *c.aside;
   TrackedFile t{TrackedKind::cache, c.dir, FileState::original, a.path, ""};
-  auto recorded = [&](const FileInfo& fi) { return fi.type == FileType::directory && fi.dev == a.dev && fi.ino == a.ino && fi.uid == a.uid; };
+  auto recorded = [&](const FileInfo& fi) {
+    return fi.type == FileType::directory && fi.dev == a.dev && fi.ino == a.ino && fi.uid == a.uid;
+  };
   FileInfo di = disk.info(c.dir, Follow::no), ai = disk.info(a.path, Follow::no);
   if (recorded(di)) return t;
   if (!ai.exists()) {
@@ -159,7 +162,8 @@ TrackedFile judge_cache(Disk& disk, BackupStore& store, const CacheItem& c) {
   CacheItem here = c;
   here.dir = pinned_path(disk, c.dir, c.parent).string();
   if (here.aside) here.aside->path = (fs::path(here.dir).parent_path() / fs::path(c.aside->path).filename()).string();
-  TrackedFile t = here.aside ? aside_cache_state(disk, here) : TrackedFile{TrackedKind::cache, c.dir, cache_state(disk, store, here)};
+  TrackedFile t = here.aside ? aside_cache_state(disk, here)
+                             : TrackedFile{TrackedKind::cache, c.dir, cache_state(disk, store, here)};
   t.path = c.dir;
   return t;
 }
@@ -194,10 +198,12 @@ void judge_layers(Disk& disk, LayerView& v, const std::optional<LayerRef>& layer
     if (gone && t.state == FileState::original) {
       t.state = FileState::stranded;
       t.note = "the bytes of layer " + layer->overlay + " [" + layer->entry + "], which " +
-               (ls == RefState::vanished ? "has vanished" : "no longer records them") + ": the pristine original is not here";
+               (ls == RefState::vanished ? "has vanished" : "no longer records them") +
+               ": the pristine original is not here";
       return;
     }
-    if (gone && t.state != FileState::original && t.state != FileState::invalidated && holds_pristine(disk, t.path, layer->pristine_sha256)) {
+    if (gone && t.state != FileState::original && t.state != FileState::invalidated &&
+        holds_pristine(disk, t.path, layer->pristine_sha256)) {
       t.state = FileState::original;
       t.note = "the layer below (" + layer->overlay + ") was reverted under this one: pristine";
       return;
@@ -205,15 +211,18 @@ void judge_layers(Disk& disk, LayerView& v, const std::optional<LayerRef>& layer
   }
   if (t.state != FileState::drifted && t.state != FileState::rebuilt && t.state != FileState::missing) return;
   for (const auto& u : v.uppers) {
-    if (u.state == RefState::stale || std::find(u.ref.paths.begin(), u.ref.paths.end(), t.path) == u.ref.paths.end()) continue;
+    if (u.state == RefState::stale || std::find(u.ref.paths.begin(), u.ref.paths.end(), t.path) == u.ref.paths.end())
+      continue;
     t.state = FileState::covered;
-    t.note = "under layer " + u.ref.overlay + " [" + u.ref.entry + "]" +
-             (u.state == RefState::vanished ? ", which has vanished: revert this overlay to put the original back" : "");
+    t.note =
+        "under layer " + u.ref.overlay + " [" + u.ref.entry + "]" +
+        (u.state == RefState::vanished ? ", which has vanished: revert this overlay to put the original back" : "");
     return;
   }
 }
 
-NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overlay, const NativeEntry& e, LayerView& view) {
+NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overlay, const NativeEntry& e,
+                           LayerView& view) {
   NativeStatus st;
   st.id = e.id;
   st.patch_id = e.patch_id;
@@ -223,7 +232,8 @@ NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overl
   st.created_at = e.created_at;
   if (e.build_log) st.build_log = (overlay / *e.build_log).string();
   for (const auto& s : e.sources) {
-    TrackedFile t = judge(disk, s.deleted ? TrackedKind::deleted : TrackedKind::source, s, &SourceItem::install_path, source_state);
+    TrackedFile t =
+        judge(disk, s.deleted ? TrackedKind::deleted : TrackedKind::source, s, &SourceItem::install_path, source_state);
     if (!s.deleted && (t.state == FileState::patched || t.state == FileState::original))
       t.metadata = metadata_drift(disk, pinned_path(disk, s.install_path, s.parent), s);
     judge_layers(disk, view, s.layer, t);
@@ -258,7 +268,8 @@ bool is_record_name(const std::string& name) {
 
 // Counts the live records (_stats/live/) that have no final record of the same name yet: processes
 // still running, and processes killed before they could write one (they applied all the same).
-void count_live_records(Disk& disk, const fs::path& dir, const std::set<std::string>& finals, std::map<std::string, Usage>& usage) {
+void count_live_records(Disk& disk, const fs::path& dir, const std::set<std::string>& finals,
+                        std::map<std::string, Usage>& usage) {
   if (disk.info(dir, Follow::no).type != FileType::directory) return;
   for (const auto& e : disk.list_dir(dir)) {
     if (!is_record_name(e.name) || finals.count(e.name)) continue;
@@ -332,26 +343,40 @@ std::vector<PythonStatus> python_entries_status(Disk& disk, const fs::path& over
 
 const char* to_string(TrackedKind k) {
   switch (k) {
-    case TrackedKind::source: return "source";
-    case TrackedKind::created: return "created";
-    case TrackedKind::deleted: return "deleted";
-    case TrackedKind::artifact: return "artifact";
-    case TrackedKind::cache: return "cache";
+    case TrackedKind::source:
+      return "source";
+    case TrackedKind::created:
+      return "created";
+    case TrackedKind::deleted:
+      return "deleted";
+    case TrackedKind::artifact:
+      return "artifact";
+    case TrackedKind::cache:
+      return "cache";
   }
   return "?";
 }
 
 const char* to_string(FileState s) {
   switch (s) {
-    case FileState::original: return "original";
-    case FileState::patched: return "patched";
-    case FileState::rebuilt: return "rebuilt";
-    case FileState::invalidated: return "invalidated";
-    case FileState::drifted: return "drifted";
-    case FileState::missing: return "missing";
-    case FileState::redirected: return "redirected";
-    case FileState::covered: return "covered";
-    case FileState::stranded: return "stranded";
+    case FileState::original:
+      return "original";
+    case FileState::patched:
+      return "patched";
+    case FileState::rebuilt:
+      return "rebuilt";
+    case FileState::invalidated:
+      return "invalidated";
+    case FileState::drifted:
+      return "drifted";
+    case FileState::missing:
+      return "missing";
+    case FileState::redirected:
+      return "redirected";
+    case FileState::covered:
+      return "covered";
+    case FileState::stranded:
+      return "stranded";
   }
   return "?";
 }
@@ -367,7 +392,8 @@ std::size_t StatusReport::not_original() const {
 std::size_t StatusReport::untracked_as_built() const {
   std::size_t n = untracked_left.size();
   for (const auto& e : natives)
-    n += std::count_if(e.untracked.begin(), e.untracked.end(), [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
+    n += std::count_if(e.untracked.begin(), e.untracked.end(),
+                       [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
   return n;
 }
 
@@ -430,12 +456,14 @@ std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& ove
     }
     for (const auto& e : r.natives) {
       for (const auto& f : e.files)
-        if (is_it(f.path)) hits.push_back({r.overlay, e.id, e.patch_id, to_string(f.kind), to_string(f.state), f.layers});
+        if (is_it(f.path))
+          hits.push_back({r.overlay, e.id, e.patch_id, to_string(f.kind), to_string(f.state), f.layers});
       for (const auto& u : e.untracked)
         if (is_it(u.path)) hits.push_back({r.overlay, e.id, e.patch_id, "untracked output", u.change});
     }
     for (const auto& u : r.untracked_left)
-      if (is_it(u.path)) hits.push_back({r.overlay, u.entry, std::nullopt, "untracked output", u.change + " (entry reverted)"});
+      if (is_it(u.path))
+        hits.push_back({r.overlay, u.entry, std::nullopt, "untracked output", u.change + " (entry reverted)"});
   }
   return hits;
 }

@@ -1,9 +1,9 @@
 #include "overlay/store.hpp"
 
-#include <sys/wait.h>
 #include <errno.h>
-#include <time.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -63,7 +63,8 @@ bool is_recorded_dir(const FileInfo& fi, const AsideDir& a) {
 std::string identity_of(const FileInfo& fi) {
   if (fi.type == FileType::symlink) return "a symlink";
   if (fi.type != FileType::directory) return "not a directory";
-  return "inode " + std::to_string(fi.ino) + " on device " + std::to_string(fi.dev) + ", owner uid " + std::to_string(fi.uid);
+  return "inode " + std::to_string(fi.ino) + " on device " + std::to_string(fi.dev) + ", owner uid " +
+         std::to_string(fi.uid);
 }
 
 }  // namespace
@@ -139,8 +140,8 @@ PythonToolGuard BackupStore::make_python_guard(const std::string& id) {
 }
 
 void BackupStore::sync_entry(const std::string& id) {
-  disk_.sync_dir(entry_dir(id));               // the backup files' names
-  disk_.sync_dir(overlay_ / kBackupDirName);   // the entry directory's name
+  disk_.sync_dir(entry_dir(id));                      // the backup files' names
+  disk_.sync_dir(overlay_ / kBackupDirName);          // the entry directory's name
   if (backup_dir_created_) disk_.sync_dir(overlay_);  // _native_backup's own name, when new
 }
 
@@ -174,7 +175,9 @@ namespace {
 
 // Whether `name` is an entry id new_entry() makes: "n", decimal seconds, "-", 8 hex digits.
 bool is_entry_id(const std::string& name) {
-  auto only = [](std::string_view s, const char* set) { return !s.empty() && s.find_first_not_of(set) == std::string_view::npos; };
+  auto only = [](std::string_view s, const char* set) {
+    return !s.empty() && s.find_first_not_of(set) == std::string_view::npos;
+  };
   std::size_t dash = name.find('-');
   if (name.empty() || name[0] != 'n' || dash == std::string::npos) return false;
   std::string_view secs = std::string_view(name).substr(1, dash - 1), hex = std::string_view(name).substr(dash + 1);
@@ -231,7 +234,8 @@ void give_meta(Disk& disk, const At& p, const RestoredMeta& meta) {
 
 timespec restored_mtime(RestoredTime when, const FileBackup& rec) {
   if (when == RestoredTime::original && rec.stamp)
-    return timespec{static_cast<time_t>(rec.stamp->mtime_ns / 1000000000), static_cast<long>(rec.stamp->mtime_ns % 1000000000)};
+    return timespec{static_cast<time_t>(rec.stamp->mtime_ns / 1000000000),
+                    static_cast<long>(rec.stamp->mtime_ns % 1000000000)};
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
   if (when == RestoredTime::previous_second) now.tv_sec -= 1;
@@ -240,8 +244,8 @@ timespec restored_mtime(RestoredTime when, const FileBackup& rec) {
 
 }  // namespace
 
-bool BackupStore::restore_by_rename(const std::string& rel, const std::string& sha256, const fs::path& backup, const At& path,
-                                    const FileInfo& cur, const RestoredMeta& meta, timespec mtime) {
+bool BackupStore::restore_by_rename(const std::string& rel, const std::string& sha256, const fs::path& backup,
+                                    const At& path, const FileInfo& cur, const RestoredMeta& meta, timespec mtime) {
   std::string got = hash_file(disk_, backup);  // the one read: proves the backup
   if (got != sha256) throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
   give_meta(disk_, backup, meta);
@@ -306,7 +310,8 @@ std::optional<bool> BackupStore::restore_link_group(const FileBackup& rec, const
 void BackupStore::write_into_inode(const FileBackup& rec, const At& path) {
   fs::path backup = resolve(rec.backup);
   std::string got = hash_file(disk_, backup);
-  if (got != rec.sha256) throw Error("backup " + rec.backup + " is corrupt (sha256 " + got + ", recorded " + rec.sha256 + ")");
+  if (got != rec.sha256)
+    throw Error("backup " + rec.backup + " is corrupt (sha256 " + got + ", recorded " + rec.sha256 + ")");
   FileInfo cur = disk_.info(path, Follow::no);
   // Not atomic for a reader, as no write into a file is; a crash midway leaves the entry and its
   // backup on record, and the next revert writes the inode again.
@@ -318,8 +323,9 @@ void BackupStore::write_into_inode(const FileBackup& rec, const At& path) {
   }
   out->sync();
   out->close();
-  give_meta(disk_, path, RestoredMeta{rec.owner ? rec.owner : std::optional<FileOwner>(FileOwner{cur.uid, cur.gid}),
-                                      rec.mode.value_or(cur.mode), rec.xattrs});
+  give_meta(disk_, path,
+            RestoredMeta{rec.owner ? rec.owner : std::optional<FileOwner>(FileOwner{cur.uid, cur.gid}),
+                         rec.mode.value_or(cur.mode), rec.xattrs});
 }
 
 bool BackupStore::restore_bytes(const FileBackup& rec, const At& path, RestoredTime when) {
@@ -345,7 +351,8 @@ bool BackupStore::restore_bytes(const FileBackup& rec, const At& path, RestoredT
   // The recorded owner (a build may have recreated the file as its own user), else the current.
   RestoredMeta meta{rec.owner, mode.value_or(bi.mode), rec.xattrs};
   if (!meta.owner && cur.exists()) meta.owner = FileOwner{cur.uid, cur.gid};
-  if (same_mount(bi, disk_.info(dir, Follow::yes)) && restore_by_rename(rel, sha256, backup, path, cur, meta, restored_mtime(when, rec)))
+  if (same_mount(bi, disk_.info(dir, Follow::yes)) &&
+      restore_by_rename(rel, sha256, backup, path, cur, meta, restored_mtime(when, rec)))
     return true;
   const At tmp = path.sibling(sibling_temp_path(path.full(), "overlay-restore").filename().string());
   // One read proves the backup and produces the restored bytes: the copy is hashed as written.
@@ -378,7 +385,8 @@ bool BackupStore::move_dir_back(const std::string& rel, const At& dir) {
   if (!mi.exists()) return false;
   if (mi.type != FileType::directory) throw Error("moved cache is not a directory: " + rel);
   FileInfo cur = disk_.info(dir, Follow::no);
-  if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir.full().string());
+  if (cur.exists() && cur.type != FileType::directory)
+    throw Error("a non-directory now stands at " + dir.full().string());
   tidy_dir(dir.full());
   if (dir.dir() == nullptr) make_dirs(disk_, dir.rel().parent_path());  // a held one exists
   const At trash = dir.sibling(sibling_temp_path(dir.full(), "overlay-trash").filename().string());
@@ -436,9 +444,9 @@ bool BackupStore::take_back_aside(const AsideDir& aside, const At& dir) {
                 (cur.exists() ? " (and " + dir_path + " is not the original cache: " + identity_of(cur) + ")" : ""));
   }
   if (!is_recorded_dir(ai, aside))
-    throw Error("aside copy " + copy_path + " was replaced since add-native (now " + identity_of(ai) + "; recorded inode " +
-                std::to_string(aside.ino) + " on device " + std::to_string(aside.dev) + ", owner uid " +
-                std::to_string(aside.uid) + "): refusing to restore it");
+    throw Error("aside copy " + copy_path + " was replaced since add-native (now " + identity_of(ai) +
+                "; recorded inode " + std::to_string(aside.ino) + " on device " + std::to_string(aside.dev) +
+                ", owner uid " + std::to_string(aside.uid) + "): refusing to restore it");
   if (cur.exists() && cur.type != FileType::directory) throw Error("a non-directory now stands at " + dir_path);
   tidy_dir(dir_path);
   if (!cur.exists()) {
@@ -456,8 +464,7 @@ bool BackupStore::take_back_aside(const AsideDir& aside, const At& dir) {
   return true;
 }
 
-void BackupStore::restore_dir(const std::string& rel, const std::optional<std::string>& sha256,
-                              const At& dir) {
+void BackupStore::restore_dir(const std::string& rel, const std::optional<std::string>& sha256, const At& dir) {
   fs::path tar = resolve(rel);
   FileInfo ti = disk_.info(tar, Follow::no);
   if (!ti.exists()) throw Error("backup missing: " + rel);
@@ -484,7 +491,9 @@ void BackupStore::restore_dir(const std::string& rel, const std::optional<std::s
   if (cur.exists()) litter_.push_back(trash.full().string());
 }
 
-bool BackupStore::renamable(const fs::path& dir, const FileInfo& di) { return why_not_renamable(disk_, dir, di).empty(); }
+bool BackupStore::renamable(const fs::path& dir, const FileInfo& di) {
+  return why_not_renamable(disk_, dir, di).empty();
+}
 
 void BackupStore::empty_dir(const At& dir) {
   auto held = hold_dir(disk_, dir);

@@ -75,8 +75,9 @@ bool under_trusted_root(const fs::path& overlay) {
 void refuse_unrevertable(Disk& disk, const fs::path& overlay, bool trust_owner) {
   if (trust_owner || under_trusted_root(overlay)) return;
   if (std::string why = why_untrusted(disk, overlay); !why.empty())
-    throw Error("refusing to record a change in overlay " + overlay.string() + ": " + why +
-                ", so revert and gc-stale would refuse to undo it (chmod go-w it, or pass --trust-owner here and to revert)");
+    throw Error(
+        "refusing to record a change in overlay " + overlay.string() + ": " + why +
+        ", so revert and gc-stale would refuse to undo it (chmod go-w it, or pass --trust-owner here and to revert)");
   if (std::string why = swappable_ancestor(disk, overlay); !why.empty())
     spdlog::warn("gc-stale will leave {} alone ({}): only `overlay revert` undoes it", overlay.string(), why);
 }

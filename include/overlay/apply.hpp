@@ -29,7 +29,7 @@ struct PatchModule {
 
 struct ApplyPlan {
   std::string patch_id;
-  NativePlan native;               // its swaps: the compiled files only (may be none)
+  NativePlan native;  // its swaps: the compiled files only (may be none)
   std::vector<PatchModule> modules;
   bool has_native() const { return !native.swaps.empty(); }
 };

@@ -8,6 +8,8 @@
 
 namespace overlay {
 
+// One X per libarchive function, packed; clang-format 14 re-indents such a list on every run.
+// clang-format off
 #define OVERLAY_ARCHIVE_FUNCTIONS(X)                                                                  \
   X(archive_entry_filetype) X(archive_entry_free) X(archive_entry_hardlink) X(archive_entry_mtime)      \
   X(archive_entry_mtime_nsec) X(archive_entry_new) X(archive_entry_pathname) X(archive_entry_perm)      \
@@ -19,6 +21,7 @@ namespace overlay {
   X(archive_write_data) X(archive_write_header) X(archive_write_new) X(archive_write_open)              \
   X(archive_write_set_bytes_in_last_block) X(archive_write_set_bytes_per_block)                         \
   X(archive_write_set_format_option) X(archive_write_set_format_pax_restricted)
+// clang-format on
 
 struct ArchiveApi {
 #define OVERLAY_ARCHIVE_POINTER(name) decltype(&::name) name = nullptr;

@@ -56,13 +56,13 @@ struct StoredStamp {
 
 struct StoredBuild {
   std::string recipe;
-  std::string inputs_sha256;        // the watched dirs' picture, less the outputs
-  std::vector<StoredStamp> deps;    // what the dependency records name outside that picture
-  std::vector<StoredStamp> sources; // the swapped-in targets' mtimes as the build saw them
-  std::vector<StoredFile> files;    // tracked artifacts and untracked outputs
-  std::vector<StoredStamp> before;  // the untracked outputs as they were before the build
-  std::vector<StoredDir> dirs;      // caches
-  std::string entry;                // the entry whose build it was
+  std::string inputs_sha256;         // the watched dirs' picture, less the outputs
+  std::vector<StoredStamp> deps;     // what the dependency records name outside that picture
+  std::vector<StoredStamp> sources;  // the swapped-in targets' mtimes as the build saw them
+  std::vector<StoredFile> files;     // tracked artifacts and untracked outputs
+  std::vector<StoredStamp> before;   // the untracked outputs as they were before the build
+  std::vector<StoredDir> dirs;       // caches
+  std::string entry;                 // the entry whose build it was
   double built_at = 0;
   std::uint64_t bytes = 0;
   fs::path where;  // the record's dir (not recorded)

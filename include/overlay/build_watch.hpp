@@ -20,8 +20,8 @@ class BuildWatch {
  public:
   // Pictures every regular file below `dirs` (nested dirs walked once), except `tracked` files
   // and anything below `skipped` dirs (caches, the overlay).
-  static BuildWatch start(Disk& disk, std::vector<fs::path> dirs, std::vector<fs::path> tracked, std::vector<fs::path> skipped,
-                          std::size_t max_files = kMaxWatchedFiles);
+  static BuildWatch start(Disk& disk, std::vector<fs::path> dirs, std::vector<fs::path> tracked,
+                          std::vector<fs::path> skipped, std::size_t max_files = kMaxWatchedFiles);
   // The files created or changed (size, inode or mtime) since start(), with their stamps now.
   std::vector<UntrackedOutput> finish(Disk& disk);
   // Why nothing is watched ("" when the watch is on).

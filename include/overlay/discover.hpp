@@ -12,10 +12,10 @@
 namespace overlay {
 
 struct DiscoverRequest {
-  fs::path target;                   // the source file (may be reached through symlinks)
-  fs::path root = "/";               // the walk up from the file stops here
-  std::vector<fs::path> cache_roots; // JIT cache roots searched besides the default ones
-  bool default_cache_roots = true;   // $TORCH_EXTENSIONS_DIR (else ~/.cache/torch_extensions), aiter's
+  fs::path target;                    // the source file (may be reached through symlinks)
+  fs::path root = "/";                // the walk up from the file stops here
+  std::vector<fs::path> cache_roots;  // JIT cache roots searched besides the default ones
+  bool default_cache_roots = true;    // $TORCH_EXTENSIONS_DIR (else ~/.cache/torch_extensions), aiter's
 };
 
 using Argv = std::vector<std::string>;
@@ -29,14 +29,14 @@ struct BuildCandidate {
   std::vector<fs::path> artifacts;  // built files whose bytes change with the target
   std::vector<fs::path> caches;     // dirs to pass to --invalidate-cache
   std::vector<std::string> evidence;
-  std::int64_t built_at_ns = 0;     // newest artifact's mtime: the most recently built ranks first
-  bool live = false;                // a running process maps one of its artifacts
+  std::int64_t built_at_ns = 0;  // newest artifact's mtime: the most recently built ranks first
+  bool live = false;             // a running process maps one of its artifacts
   // The flags to append to `add-native --overlay O --patched-file F`.
   std::vector<std::string> add_native_args(const fs::path& target) const;
 };
 
 struct DiscoverReport {
-  fs::path target;  // absolute, as given
+  fs::path target;                         // absolute, as given
   std::vector<BuildCandidate> candidates;  // best first: live, then newest, then fewest artifacts
   std::vector<std::string> searched;       // every place looked at
 };

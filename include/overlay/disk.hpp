@@ -28,8 +28,8 @@ struct FileInfo {
   gid_t gid = 0;
   dev_t dev = 0;
   ino_t ino = 0;
-  std::uint64_t nlink = 1;  // names the inode has
-  std::uint64_t blocks = 0; // 512-byte blocks allocated: fewer than the size needs is a file with holes
+  std::uint64_t nlink = 1;   // names the inode has
+  std::uint64_t blocks = 0;  // 512-byte blocks allocated: fewer than the size needs is a file with holes
   timespec mtime{};
   timespec ctime{};
   std::uint64_t mnt_id = 0;  // the mount it was reached through (statx); 0 where unknown
@@ -70,16 +70,16 @@ class DirHandle {
 class At {
  public:
   template <typename P>
-    requires std::constructible_from<fs::path, const P&>
-  At(const P& p) : rel_(p) {}  // NOLINT(google-explicit-constructor): a path is a place
+  requires std::constructible_from<fs::path, const P&> At(const P& p)
+      : rel_(p) {}  // NOLINT(google-explicit-constructor): a path is a place
   // `name` is one component ("" for the directory itself): a longer relative path could meet a
   // symlink on the way.
   At(const DirHandle& dir, std::string name);
   const DirHandle* dir() const { return dir_; }
   const fs::path& rel() const { return rel_; }  // the path, or the name inside dir()
   fs::path full() const { return dir_ != nullptr ? (rel_.empty() ? dir_->path() : dir_->path() / rel_) : rel_; }
-  At parent() const;                    // the directory holding it
-  At sibling(std::string name) const;   // another name in that directory
+  At parent() const;                   // the directory holding it
+  At sibling(std::string name) const;  // another name in that directory
   std::string filename() const { return full().filename().string(); }
 
  private:

@@ -41,7 +41,7 @@ struct PythonUse {
 struct EngagementReport {
   std::vector<ArtifactUse> uses;
   std::vector<PythonUse> python;  // live processes running the overlay's Python entries
-  std::size_t unreadable = 0;  // processes whose maps could not be read (another user's)
+  std::size_t unreadable = 0;     // processes whose maps could not be read (another user's)
 };
 
 inline constexpr const char* kLiveStatsDirName = "_stats/live";

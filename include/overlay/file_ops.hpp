@@ -14,8 +14,8 @@ namespace overlay {
 // or the new file, never a torn one, but a power cut may leave either (or, on a filesystem that
 // orders nothing, the new name with its bytes lost): for a file something else can put back
 // (add-native's swap, which the record restores). Returns the SHA-256 of the new file.
-std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& dest,
-                                    mode_t mode, Durable durable = Durable::yes);
+std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& dest, mode_t mode,
+                                    Durable durable = Durable::yes);
 
 // Writes `data` to dest with git's lockfile shape: dest.lock, fsync, rename over dest, fsync dir.
 // dest.lock is truncated, not created exclusively (a crash may leave one): two writers of one

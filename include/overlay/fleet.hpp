@@ -80,9 +80,9 @@ struct FleetReport {
   std::map<std::string, nlohmann::json> phases;
   std::map<std::string, NodeState> state;
   std::vector<std::string> rolled_back, unreachable, failed;
-  bool revert_complete = true;  // every node that may hold the step's entries answered its revert
+  bool revert_complete = true;            // every node that may hold the step's entries answered its revert
   std::map<std::string, double> phase_s;  // wall seconds of each phase's engine steps, all nodes together
-  int interrupted = 0;  // the signal (SIGINT, SIGTERM, SIGHUP) that stopped the step, 0 when none
+  int interrupted = 0;                    // the signal (SIGINT, SIGTERM, SIGHUP) that stopped the step, 0 when none
   nlohmann::json to_json() const;
 };
 

@@ -46,7 +46,8 @@ struct Hold {
 // A file add-native is about to change, and the SHA-256 of the bytes it will write there (none
 // for a file it deletes).
 struct HeldFile {
-  HeldFile(fs::path p, std::optional<std::string> patched = std::nullopt, bool is_artifact = false)  // NOLINT: a path is a held file
+  HeldFile(fs::path p, std::optional<std::string> patched = std::nullopt,
+           bool is_artifact = false)  // NOLINT: a path is a held file
       : path(std::move(p)), patched_sha256(std::move(patched)), artifact(is_artifact) {}
   fs::path path;
   std::optional<std::string> patched_sha256;
@@ -102,8 +103,8 @@ class HoldRegistry {
   // With `over` (add-native --over LOWER): a path LOWER's manifest records a change to, and that
   // no overlay above LOWER holds, is taken as a layer on LOWER: held by `overlay` with LOWER (and
   // what was under it) under it, with their checksums; no --force needed.
-  [[nodiscard]] HoldClaim acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force, double lock_timeout,
-                                  const std::optional<fs::path>& over = std::nullopt);
+  [[nodiscard]] HoldClaim acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force,
+                                  double lock_timeout, const std::optional<fs::path>& over = std::nullopt);
 
   // Why acquire would refuse `overlay` the path now (another overlay's change on record, or a
   // vanished holder's bytes in place), or nothing; read-only, without --force.
@@ -115,8 +116,8 @@ class HoldRegistry {
   // names the entry, once the overlay's directory exists, so its device and inode go in too), and
   // gives each path in `originals` that has none yet its original SHA-256 (artifacts, whose bytes
   // are hashed once, by their backup). One write per hold.
-  void note_entry(const std::vector<fs::path>& paths, const std::map<fs::path, std::string>& originals, const fs::path& overlay,
-                  const std::string& id, double lock_timeout);
+  void note_entry(const std::vector<fs::path>& paths, const std::map<fs::path, std::string>& originals,
+                  const fs::path& overlay, const std::string& id, double lock_timeout);
 
   // Undoes a claim whose add-native failed before its manifest named the entry: each path
   // `overlay` still holds goes back to its previous holder, or is free again.
@@ -128,8 +129,8 @@ class HoldRegistry {
   // A hold that names another overlay is dropped too when that one vanished and `reverted` (the
   // entry just reverted) holds the very original and patched bytes the hold recorded: the same
   // overlay, moved since its add-native.
-  void release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded, double lock_timeout,
-               const NativeEntry* reverted = nullptr);
+  void release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded,
+               double lock_timeout, const NativeEntry* reverted = nullptr);
 
   // A fold (fold.hpp) moved `from`'s changes to `paths` into `into`: each hold whose top is `from`
   // is `into`'s now; where `into` was under it, `into` keeps its own original and takes `from`'s
@@ -175,11 +176,12 @@ class HoldRegistry {
   // and given back).
   std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
   bool still_holds(const fs::path& holder, const fs::path& path);
-  bool vanished(const fs::path& overlay);  // no manifest there (an unreadable one is not vanished)
+  bool vanished(const fs::path& overlay);    // no manifest there (an unreadable one is not vanished)
   bool being_claimed(const fs::path& path);  // an add-native holds its path lock (claimed, not yet swapped)
   // The nearest overlay under the holder (other than `overlay`) whose record still holds `p`.
   std::optional<fs::path> live_under(const fs::path& p, const Hold& h, const fs::path& overlay);
-  bool layered_on(const fs::path& p, const std::optional<Hold>& h, const fs::path& overlay, const fs::path& lower, bool force);
+  bool layered_on(const fs::path& p, const std::optional<Hold>& h, const fs::path& overlay, const fs::path& lower,
+                  bool force);
   std::optional<OrphanHold> judge_orphan(const fs::path& path, const Hold& hold);
   std::optional<OrphanHold> lost_original(const fs::path& path, const Hold& hold);
 

@@ -96,8 +96,8 @@ struct SourceItem : FileBackup {
 
 // A file the entry's diff creates (added key "created_files"): removed on revert.
 struct CreatedItem {
-  std::string path;    // absolute
-  std::string sha256;  // what the tool wrote
+  std::string path;                 // absolute
+  std::string sha256;               // what the tool wrote
   std::optional<PinnedDir> parent;  // its directory at record time, when it existed then
   std::optional<LayerRef> layer;    // created over a file a lower overlay's change deleted
   json raw = json::object();
@@ -155,10 +155,10 @@ struct PythonToolGuard {
 // to the manifest's top level (with the entry and its build) for as long as that stamp holds:
 // the file may still hold patched code until a build regenerates it.
 struct UntrackedOutput {
-  std::string path;    // absolute
-  std::string change;  // created | changed
-  FileStamp stamp;     // as the build left it
-  std::string entry;   // top level only: the reverted entry whose build left it
+  std::string path;                                  // absolute
+  std::string change;                                // created | changed
+  FileStamp stamp;                                   // as the build left it
+  std::string entry;                                 // top level only: the reverted entry whose build left it
   std::vector<std::vector<std::string>> build_cmds;  // top level only: what regenerates it
   // Entry level only: the tracked (or relinked) shared library it was only relinked against,
   // so it holds none of the patched code; empty when it may hold some.
@@ -168,7 +168,7 @@ struct UntrackedOutput {
 // A process that mapped an entry's rebuilt artifact when revert replaced it: it runs the patched
 // code until it exits. Kept while that process (pid and start time) lives.
 struct RunningPatched {
-  std::string path;   // the artifact (absolute); the process maps the inode revert replaced
+  std::string path;  // the artifact (absolute); the process maps the inode revert replaced
   std::uint64_t dev = 0, ino = 0;
   std::int64_t pid = 0;
   std::uint64_t start_ticks = 0;
@@ -196,12 +196,12 @@ struct NativeEntry {
   std::optional<std::string> verify_artifact;
   std::optional<std::string> verify_pre_sha256;
   std::optional<Owner> owner;
-  std::optional<std::string> build_log;  // relative to the overlay
-  std::optional<double> created_at;      // seconds since the epoch
+  std::optional<std::string> build_log;         // relative to the overlay
+  std::optional<double> created_at;             // seconds since the epoch
   std::optional<PythonToolGuard> python_guard;  // added caches[0] item "python_tool_guard": true
-  std::optional<std::string> patch_id;   // `apply`: the patch this entry belongs to (added key)
+  std::optional<std::string> patch_id;          // `apply`: the patch this entry belongs to (added key)
   bool kept = false;  // `exec --keep-on-success` left it applied on purpose: gc-stale leaves it (added key)
-  std::vector<UntrackedOutput> untracked;  // observed around the build (added key)
+  std::vector<UntrackedOutput> untracked;     // observed around the build (added key)
   std::optional<BuildPicture> build_picture;  // the watch's picture after the build (added key)
   std::optional<std::string> served_from;     // the build store's record put back instead of a build (added key)
   json raw = json::object();
@@ -223,8 +223,8 @@ struct UpperRef {
 // overlay folded from, "fold_out" {into, fold, entries}; in the overlay folded into, "folds_in"
 // [{from, fold, entries, state: pending|committed}]. Committed is the fold's one point of no return.
 struct FoldMark {
-  std::string overlay;  // the other side, absolute
-  std::string fold;     // the fold's id
+  std::string overlay;               // the other side, absolute
+  std::string fold;                  // the fold's id
   std::vector<std::string> entries;  // the entry ids it moves
   bool committed = false;            // folds_in only
   bool operator==(const FoldMark&) const = default;

@@ -42,7 +42,7 @@ struct GivenChange {
 
 struct AddNativeRequest {
   fs::path overlay;
-  std::vector<GivenChange> changes;     // instead of targets or a patch (replay)
+  std::vector<GivenChange> changes;  // instead of targets or a patch (replay)
   std::vector<fs::path> targets;
   std::vector<fs::path> patched_files;  // one per target, or empty with `patch`
   std::optional<fs::path> patch;        // a unified diff: for the single target, or for patch_root
@@ -59,12 +59,12 @@ struct AddNativeRequest {
   std::optional<std::string> patch_id;
   double lock_timeout = 120;
   std::optional<double> build_timeout;
-  bool force = false;    // take over installed files another overlay still holds
-  bool rebuild = false;  // run the build even where the build store holds its outputs
+  bool force = false;        // take over installed files another overlay still holds
+  bool rebuild = false;      // run the build even where the build store holds its outputs
   bool trust_owner = false;  // record in an overlay others could write (revert must be told too)
   // --over LOWER: stacked on LOWER's changes (layers.hpp); a file LOWER holds is taken as a layer.
   std::optional<fs::path> over;
-  fs::path state_dir;    // the hold registry; empty: HoldRegistry::default_state_dir()
+  fs::path state_dir;  // the hold registry; empty: HoldRegistry::default_state_dir()
   CacheSnapshot cache_snapshot = CacheSnapshot::automatic;
 };
 

@@ -15,7 +15,7 @@ namespace overlay {
 struct RevertOptions {
   bool dry_run = false;
   double lock_timeout = 120;
-  fs::path state_dir;  // the hold registry; empty: HoldRegistry::default_state_dir()
+  fs::path state_dir;                     // the hold registry; empty: HoldRegistry::default_state_dir()
   std::optional<std::string> only_entry;  // revert just this entry id (--revert-on-failure)
   std::optional<std::string> only_patch;  // revert just the entries of this patch (`apply`)
   // gc-stale: asked under the overlay lock, with the manifest as it is then; a reason it gives
@@ -44,9 +44,9 @@ struct RevertAction {
 struct RevertReport {
   bool had_manifest = false;
   std::optional<std::string> spared;  // why spare_if left the overlay as it was
-  std::size_t entries = 0;           // native entries found
-  std::size_t entries_reverted = 0;  // fully restored and removed from the manifest
-  std::size_t modules_removed = 0;   // Python entries removed with their patch
+  std::size_t entries = 0;            // native entries found
+  std::size_t entries_reverted = 0;   // fully restored and removed from the manifest
+  std::size_t modules_removed = 0;    // Python entries removed with their patch
   std::vector<RevertAction> actions;
   std::vector<RevertProblem> problems;
   // Files the reverted builds created or changed that no entry tracked, still as built: they may

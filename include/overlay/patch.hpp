@@ -55,7 +55,7 @@ enum class FileChange { modified, created, deleted };
 class PatchedTree {
  public:
   struct Change {
-    fs::path path;     // absolute, under root
+    fs::path path;  // absolute, under root
     FileChange change;
     fs::path content;  // the patched bytes (modified, created)
   };

@@ -13,8 +13,8 @@
 namespace overlay {
 
 // (add-native pins the directory of a plain tracked path through the descriptor it holds open,
-// native_apply.cpp's HeldDirs.) For `p` inside directory `dir`, which the entry expects to be replaced (a cache dir): the pin
-// of `dir`'s parent, with p's path below it.
+// native_apply.cpp's HeldDirs.) For `p` inside directory `dir`, which the entry expects to be replaced (a cache dir):
+// the pin of `dir`'s parent, with p's path below it.
 std::optional<PinnedDir> pin_below(Disk& disk, const fs::path& dir, const fs::path& p);
 
 // Why the pinned directory no longer stands where it was pinned — "its directory changed since

@@ -21,10 +21,10 @@ enum class Output {
 };
 
 struct RunOptions {
-  fs::path cwd;                      // empty: inherit ours
+  fs::path cwd;  // empty: inherit ours
   Output output = Output::stream;
-  WriteHandle* log = nullptr;        // stream mode: everything is also written here (opened through Disk)
-  std::optional<double> timeout_s;   // SIGTERM to the group when exceeded, SIGKILL after grace
+  WriteHandle* log = nullptr;       // stream mode: everything is also written here (opened through Disk)
+  std::optional<double> timeout_s;  // SIGTERM to the group when exceeded, SIGKILL after grace
   double kill_grace_s = 5.0;
   std::vector<std::string> env_set;  // "NAME=value" entries added to our environment
   // Output::files: where the child's stdout and stderr go (ours to close), and where each is
@@ -40,14 +40,14 @@ struct RunOptions {
 };
 
 struct RunResult {
-  int exit_code = -1;      // when the child exited normally
-  int term_signal = 0;     // the signal that ended it, 0 when it exited
+  int exit_code = -1;   // when the child exited normally
+  int term_signal = 0;  // the signal that ended it, 0 when it exited
   bool timed_out = false;
   int forwarded_signal = 0;  // SIGINT/SIGTERM/SIGHUP we received during the run and forwarded
   pid_t pid = 0;             // the child's (it led its own process group)
   double wall_s = 0;         // from start to exit
-  std::string exec_error;  // non-empty when the program could not be started
-  std::string out, err;    // capture mode only
+  std::string exec_error;    // non-empty when the program could not be started
+  std::string out, err;      // capture mode only
   // Stream mode with a log: why writing it stopped (a full disk: it ends the log, not the
   // run; the output still reached stderr); "" when every byte went in.
   std::string log_error;

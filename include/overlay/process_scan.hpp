@@ -24,9 +24,9 @@ struct ProcessInfo {
   pid_t pid = 0;
   pid_t ppid = 0;
   std::uint64_t start_ticks = 0;
-  char state = 'R';                // field 3 of /proc/PID/stat: 'Z' is a zombie, no longer running
-  std::string cmdline;             // argv joined by spaces
-  std::vector<MappedFile> files;   // each (dev, ino, path) once
+  char state = 'R';               // field 3 of /proc/PID/stat: 'Z' is a zombie, no longer running
+  std::string cmdline;            // argv joined by spaces
+  std::vector<MappedFile> files;  // each (dev, ino, path) once
 };
 
 struct ProcessScan {
@@ -41,7 +41,8 @@ struct ProcessScan {
 // Reads every process of /proc (through `disk`), skipping those that exit meanwhile. With
 // `only_mapping` non-empty, keeps (and reads the stat and command line of) only the processes
 // that map one of those paths: one read per process.
-ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapping = {}, const fs::path& proc = "/proc");
+ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapping = {},
+                           const fs::path& proc = "/proc");
 
 // Whether a process other than us has a file open or mapped, asked of the kernel in O(1): a write
 // lease (fcntl F_SETLEASE) is granted only while no other open file refers to the inode, and a

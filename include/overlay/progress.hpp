@@ -10,14 +10,16 @@
 namespace overlay {
 
 // what: "copy libk.so"; done/total in bytes (total 0: unknown); finished: the last call.
-using ProgressSink = std::function<void(const std::string& what, std::uint64_t done, std::uint64_t total, bool finished)>;
+using ProgressSink =
+    std::function<void(const std::string& what, std::uint64_t done, std::uint64_t total, bool finished)>;
 
 void set_progress_sink(ProgressSink sink);
 
 // Files at least this large get a meter; smaller ones finish before a person could read it.
 inline constexpr std::uint64_t kProgressMinBytes = 16u << 20;
 
-// Reports one operation to the sink (none when `what` is empty), at most ten times a second, and its end on destruction.
+// Reports one operation to the sink (none when `what` is empty), at most ten times a second, and its end on
+// destruction.
 class ProgressMeter {
  public:
   ProgressMeter(std::string what, std::uint64_t total);

@@ -14,15 +14,15 @@ namespace overlay {
 
 struct DiskOp {
   // create, write, clone or copy (a file given src's blocks, or src's bytes by the kernel: path2
-  // the source, size its length, data its bytes), fsync (a file or a directory), syncfs, close, rename, exchange, mkdir, remove, symlink, link,
-  // chmod, utime, chown, xattr (a file's extended attributes set)
+  // the source, size its length, data its bytes), fsync (a file or a directory), syncfs, close, rename, exchange,
+  // mkdir, remove, symlink, link, chmod, utime, chown, xattr (a file's extended attributes set)
   std::string op;
   std::string path;
-  std::string path2;        // rename, exchange: the other name; symlink: the target; link: the existing file
-  std::uint64_t offset = 0; // write: where in the file; utime: seconds
-  std::uint64_t size = 0;   // write: how many bytes; utime: nanoseconds
-  std::string data;         // write: the bytes, when recorded (RecordData::bytes)
-  mode_t mode = 0;          // create, mkdir, chmod
+  std::string path2;         // rename, exchange: the other name; symlink: the target; link: the existing file
+  std::uint64_t offset = 0;  // write: where in the file; utime: seconds
+  std::uint64_t size = 0;    // write: how many bytes; utime: nanoseconds
+  std::string data;          // write: the bytes, when recorded (RecordData::bytes)
+  mode_t mode = 0;           // create, mkdir, chmod
 };
 
 // One tab-separated line: op, path, path2, offset, size, mode (octal), and — only when bytes were

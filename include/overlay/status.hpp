@@ -9,9 +9,9 @@
 #include "overlay/disk.hpp"
 #include "overlay/engagement.hpp"
 #include "overlay/layers.hpp"
-#include "overlay/python/sitecustomize.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/owner.hpp"
+#include "overlay/python/sitecustomize.hpp"
 
 namespace overlay {
 
@@ -48,8 +48,8 @@ struct NativeStatus {
   std::optional<Owner> owner;
   bool owner_alive = false;  // alive or unseen: may still be at work
   Liveness owner_liveness = Liveness::gone;
-  std::optional<double> created_at;   // seconds since the epoch
-  std::uint64_t snapshot_bytes = 0;   // backups, tars and moved caches kept for this entry
+  std::optional<double> created_at;      // seconds since the epoch
+  std::uint64_t snapshot_bytes = 0;      // backups, tars and moved caches kept for this entry
   std::optional<std::string> build_log;  // absolute
   std::vector<TrackedFile> files;
   std::vector<UntrackedOutput> untracked;  // its build's untracked outputs, still as built
@@ -61,20 +61,20 @@ struct NativeStatus {
 
 // A Python entry: it changes nothing in the install; `file` is its file in the overlay, if any.
 struct PythonStatus {
-  std::string kind;    // module | installer | rebind | capture | marker | hook
-  std::string name;    // module name or module:attr target
-  std::string detail;  // the overlay file, the replacement, or the capture output
-  bool present = true; // the overlay file it needs exists
+  std::string kind;     // module | installer | rebind | capture | marker | hook
+  std::string name;     // module name or module:attr target
+  std::string detail;   // the overlay file, the replacement, or the capture output
+  bool present = true;  // the overlay file it needs exists
   // From the per-process records sitecustomize.py leaves in <overlay>/_stats/ at exit:
   // (and from _stats/live/: processes still running, or killed before they could write one)
-  std::size_t applied_processes = 0;  // processes in which the entry applied
-  std::size_t running_processes = 0;  // of those, still running now
-  std::optional<std::uint64_t> calls; // calls over all those processes (rebinds with --count-calls)
+  std::size_t applied_processes = 0;    // processes in which the entry applied
+  std::size_t running_processes = 0;    // of those, still running now
+  std::optional<std::uint64_t> calls;   // calls over all those processes (rebinds with --count-calls)
   std::optional<std::string> patch_id;  // the `apply` patch it belongs to
 };
 
 struct StatusReport {
-  fs::path overlay;  // absolute
+  fs::path overlay;    // absolute
   bool exists = true;  // false: no such overlay (asked with Absent::nothing_recorded)
   bool has_manifest = false;
   std::vector<NativeStatus> natives;
@@ -124,8 +124,8 @@ struct WhichHit {
   fs::path overlay;
   std::string entry;
   std::optional<std::string> patch_id;
-  std::string kind;   // source | created | deleted | artifact | cache | untracked output
-  std::string state;  // as status says it
+  std::string kind;       // source | created | deleted | artifact | cache | untracked output
+  std::string state;      // as status says it
   FileStack layers = {};  // the file's stack, bottom first, where more than one overlay changes it
 };
 std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& overlays, const fs::path& path);

@@ -29,7 +29,7 @@ enum class RestoredTime { now, previous_second, original };
 struct RestoredMeta {
   std::optional<FileOwner> owner;  // none: left as it comes
   mode_t mode = 0;
-  std::optional<Xattrs> xattrs;    // none (a record without them): left as they come
+  std::optional<Xattrs> xattrs;  // none (a record without them): left as they come
 };
 
 // Where purge() leaves litter trees in the install until its detached deleter gets to them.

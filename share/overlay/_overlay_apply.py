@@ -44,7 +44,9 @@ def apply():
         # Its implementation files and hooks are imported from the overlay, as on PYTHONPATH.
         if _me() not in [_os.path.realpath(e or _os.getcwd()) for e in _sys.path if isinstance(e, str)]:
             _sys.path.insert(0, HERE)
-        spec = importlib.util.spec_from_file_location("_overlay_applied_sitecustomize", _os.path.join(HERE, "sitecustomize.py"))
+        spec = importlib.util.spec_from_file_location(
+            "_overlay_applied_sitecustomize", _os.path.join(HERE, "sitecustomize.py")
+        )
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return True

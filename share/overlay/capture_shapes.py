@@ -141,6 +141,7 @@ def _signature(torch, args, kwargs):
         if v is None or isinstance(v, (bool, int, float)):
             return repr(v)
         return type(v).__name__
+
     parts = [one(a) for a in args] + ["%s=%s" % (k, one(kwargs[k])) for k in sorted(kwargs)]
     return "|".join(parts)
 
@@ -151,6 +152,7 @@ def _shapes_dtypes(torch, args, kwargs):
     def visit(t):
         shapes.append([int(d) for d in t.shape])
         dtypes.add(str(t.dtype))
+
     _walk_tensors(torch, list(args) + list(kwargs.values()), visit)
     return {"input_shapes": shapes, "input_dtypes": sorted(dtypes)}
 
@@ -173,8 +175,14 @@ def _in_graph_capture(torch):
 def _snapshot(torch, x):
     """A copy later in-place ops cannot change: tensors detached and cloned to the CPU."""
     if torch is not None and torch.is_tensor(x):
-        return {"__tensor__": True, "data": x.detach().to("cpu").clone(), "dtype": str(x.dtype),
-                "device": str(x.device), "shape": list(x.shape), "contiguous": bool(x.is_contiguous())}
+        return {
+            "__tensor__": True,
+            "data": x.detach().to("cpu").clone(),
+            "dtype": str(x.dtype),
+            "device": str(x.device),
+            "shape": list(x.shape),
+            "contiguous": bool(x.is_contiguous()),
+        }
     if isinstance(x, (list, tuple)):
         return type(x)(_snapshot(torch, v) for v in x)
     if isinstance(x, dict):
@@ -249,8 +257,15 @@ class _Capture:
                 return
             self.seen.add(sig)
             self.regimes.add(regime)
-            self.records.append({"sig": sig, "regime": regime, "args": _snapshot(t, args),
-                                 "kwargs": _snapshot(t, kwargs), "output": _snapshot(t, out)})
+            self.records.append(
+                {
+                    "sig": sig,
+                    "regime": regime,
+                    "args": _snapshot(t, args),
+                    "kwargs": _snapshot(t, kwargs),
+                    "output": _snapshot(t, out),
+                }
+            )
         _log("recorded case %d (%s): %s" % (len(self.records), regime, sig))
 
     def _write_oracle(self, records):
@@ -279,21 +294,38 @@ class _Capture:
                 elif isinstance(o, dict):
                     for v in o.values():
                         visit(v)
+
             visit(r["args"])
             visit(r["kwargs"])
-            cases.append({"sig": r["sig"], "regime": r["regime"], "input_shapes": shapes,
-                          "input_dtypes": sorted(dtypes), "count": counts.get(r["sig"], 0)})
+            cases.append(
+                {
+                    "sig": r["sig"],
+                    "regime": r["regime"],
+                    "input_shapes": shapes,
+                    "input_dtypes": sorted(dtypes),
+                    "count": counts.get(r["sig"], 0),
+                }
+            )
         histogram = [dict({"sig": s, "count": n}, **self.shape_meta.get(s, {})) for s, n in counts.items()]
         histogram.sort(key=lambda e: e["count"], reverse=True)
         return {
-            "target": self.target, "process_id": os.getpid(), "rank": _rank(),
-            "module": self.module.__name__, "attr": self.attr,
-            "num_cases": len(records), "total_calls_observed": self.calls,
-            "regimes_covered": sorted(self.regimes), "cases": cases, "shape_counts": histogram,
-            "num_distinct_shapes": len(counts), "call_sequence": list(self.sequence),
-            "graph_replayed": self.in_graph_calls > 0, "in_graph_calls": self.in_graph_calls,
+            "target": self.target,
+            "process_id": os.getpid(),
+            "rank": _rank(),
+            "module": self.module.__name__,
+            "attr": self.attr,
+            "num_cases": len(records),
+            "total_calls_observed": self.calls,
+            "regimes_covered": sorted(self.regimes),
+            "cases": cases,
+            "shape_counts": histogram,
+            "num_distinct_shapes": len(counts),
+            "call_sequence": list(self.sequence),
+            "graph_replayed": self.in_graph_calls > 0,
+            "in_graph_calls": self.in_graph_calls,
             "reference_io": "reference_io.pt" if self.oracle_sha else None,
-            "reference_io_sha256": self.oracle_sha, "oracle_complete": self.oracle_sha is not None,
+            "reference_io_sha256": self.oracle_sha,
+            "oracle_complete": self.oracle_sha is not None,
             "build": False,
             "note": "Oracle captured from the unmodified function. Do not edit it during optimisation.",
         }
@@ -352,8 +384,10 @@ def install(target, out_dir, max_cases=5):
     leaf = attr.split(".")[-1]
     orig = getattr(owner, leaf)
     if not _wrappable(orig) and os.environ.get("CAPTURE_WRAP_UNSAFE") != "1":
-        raise RuntimeError("refusing to wrap non-Python callable %s (%s.%s): hook a Python caller of it, "
-                           "or set CAPTURE_WRAP_UNSAFE=1" % (target, type(orig).__module__, type(orig).__name__))
+        raise RuntimeError(
+            "refusing to wrap non-Python callable %s (%s.%s): hook a Python caller of it, "
+            "or set CAPTURE_WRAP_UNSAFE=1" % (target, type(orig).__module__, type(orig).__name__)
+        )
     cap = _Capture(target, module, attr, orig, _process_out_dir(os.path.abspath(out_dir)), int(max_cases))
     _CAPTURES[target] = cap
     setattr(owner, leaf, _stand_in(cap))

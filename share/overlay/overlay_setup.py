@@ -45,10 +45,29 @@ import shutil
 import subprocess
 import sys
 
-__all__ = ["main", "OverlayError", "_ensure_overlay", "_load_man", "_save_man", "merge_overlays", "module_file", "pkg_root",
-           "overlay_binary", "cmd_add_module", "cmd_add_rebind", "cmd_add_capture", "cmd_add_marker",
-           "cmd_add_installer", "cmd_add_hook", "cmd_add_vllm_phase_annotation",
-           "cmd_add_vllm_semantic_capture", "cmd_check", "_try_apply", "SITECUSTOMIZE", "LEGACY_SITECUSTOMIZE"]
+__all__ = [
+    "main",
+    "OverlayError",
+    "_ensure_overlay",
+    "_load_man",
+    "_save_man",
+    "merge_overlays",
+    "module_file",
+    "pkg_root",
+    "overlay_binary",
+    "cmd_add_module",
+    "cmd_add_rebind",
+    "cmd_add_capture",
+    "cmd_add_marker",
+    "cmd_add_installer",
+    "cmd_add_hook",
+    "cmd_add_vllm_phase_annotation",
+    "cmd_add_vllm_semantic_capture",
+    "cmd_check",
+    "_try_apply",
+    "SITECUSTOMIZE",
+    "LEGACY_SITECUSTOMIZE",
+]
 
 _HERE = os.path.dirname(os.path.realpath(__file__))
 
@@ -196,7 +215,7 @@ def _flag(argv, name):
         if a == name and i + 1 < len(argv):
             return argv[i + 1]
         if a.startswith(name + "="):
-            return a[len(name) + 1:]
+            return a[len(name) + 1 :]
     return None
 
 
@@ -208,10 +227,18 @@ def _completed(argv):
     verb, argv = argv[0], list(argv)
     # (The legacy --package/--subpath pair is left to the binary, which asks this same interpreter.)
     module = _flag(argv, "--module")
-    if verb in ("add-module", "copy-subtree") and module and _flag(argv, "--patched-file") is None and \
-            _flag(argv, "--src-file") is None and _flag(argv, "--python") is None:
+    if (
+        verb in ("add-module", "copy-subtree")
+        and module
+        and _flag(argv, "--patched-file") is None
+        and _flag(argv, "--src-file") is None
+        and _flag(argv, "--python") is None
+    ):
         argv += ["--src-file", module_file(module)]
-    for v, flag, name in (("add-capture", "--capture-file", "capture_shapes.py"), ("add-marker", "--marker-file", "seam_trace.py")):
+    for v, flag, name in (
+        ("add-capture", "--capture-file", "capture_shapes.py"),
+        ("add-marker", "--marker-file", "seam_trace.py"),
+    ):
         if verb == v and _flag(argv, flag) is None and _beside(name):
             argv += [flag, _beside(name)]
     return argv
@@ -254,8 +281,10 @@ def _try_apply(patch, target_file=None, cwd=None):
     first zero exit wins. True when one did; nothing to try is False."""
     attempts = []
     if target_file:
-        attempts += [["patch", target_file, "-i", patch],
-                     ["git", "apply", "--unsafe-paths", "--directory=%s" % os.path.dirname(target_file), patch]]
+        attempts += [
+            ["patch", target_file, "-i", patch],
+            ["git", "apply", "--unsafe-paths", "--directory=%s" % os.path.dirname(target_file), patch],
+        ]
     if cwd:
         attempts += [["git", "apply", patch], ["patch", "-p1", "-i", patch]]
     for argv in attempts:
@@ -334,7 +363,14 @@ def cmd_add_marker(a):
 
 
 def cmd_add_installer(a):
-    args = _common("add-installer", a) + ["--id", a.id, "--module", a.module, "--callable", _get(a, "callable", "install")]
+    args = _common("add-installer", a) + [
+        "--id",
+        a.id,
+        "--module",
+        a.module,
+        "--callable",
+        _get(a, "callable", "install"),
+    ]
     for t in _get(a, "target", []) or []:
         args += ["--target", t]
     for k in _get(a, "kernel", []) or []:
@@ -344,8 +380,14 @@ def cmd_add_installer(a):
 
 def cmd_add_hook(a):
     """add-hook: after a.module finishes importing, a.impl_module.a.impl_attr() runs (the forks')."""
-    args = _common("add-hook", a) + ["--module", a.module, "--impl-module", a.impl_module,
-                                     "--impl-attr", _get(a, "impl_attr", "install") or "install"]
+    args = _common("add-hook", a) + [
+        "--module",
+        a.module,
+        "--impl-module",
+        a.impl_module,
+        "--impl-attr",
+        _get(a, "impl_attr", "install") or "install",
+    ]
     if _get(a, "impl_file"):
         args += ["--impl-file", a.impl_file]
     _run_or_exit(args)
@@ -521,7 +563,9 @@ def __getattr__(name):  # PEP 562: the texts are asked of the binary when first 
         if name not in _TEXTS:
             rc, out, err = _call(["sitecustomize-text"] + flags[name], echo_out=False, echo_err=False)
             if rc != 0:
-                raise AttributeError("%s: overlay sitecustomize-text failed: %s" % (name, _last_line(err, "exit %d" % rc)))
+                raise AttributeError(
+                    "%s: overlay sitecustomize-text failed: %s" % (name, _last_line(err, "exit %d" % rc))
+                )
             _TEXTS[name] = out.decode("utf-8")
         return _TEXTS[name]
     raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -59,8 +59,10 @@ def install(target):
     owner, leaf = _owner_of(target)
     original = getattr(owner, leaf)
     if not _wrappable(original):
-        raise RuntimeError("cannot safely mark non-Python callable %s (%s.%s): mark a Python caller of it"
-                           % (target, type(original).__module__, type(original).__name__))
+        raise RuntimeError(
+            "cannot safely mark non-Python callable %s (%s.%s): mark a Python caller of it"
+            % (target, type(original).__module__, type(original).__name__)
+        )
     name = MARKER_PREFIX + target
 
     @functools.wraps(original)

@@ -15,16 +15,42 @@ import sys as _sys
 
 # ROCm/GPU probe tools are Python scripts that torch/aiter start while they import; applying the
 # overlay inside each of them again recursed into thousands of processes. Nothing happens there.
-_PROBE_NAMES = frozenset((
-    "rocm_agent_enumerator", "rocminfo", "offload-arch", "amdgpu-arch", "hipconfig", "hipcc",
-    "hipinfo", "rocm-smi", "rocm_smi", "amd-smi", "amd_smi", "roc-obj"))
+_PROBE_NAMES = frozenset(
+    (
+        "rocm_agent_enumerator",
+        "rocminfo",
+        "offload-arch",
+        "amdgpu-arch",
+        "hipconfig",
+        "hipcc",
+        "hipinfo",
+        "rocm-smi",
+        "rocm_smi",
+        "amd-smi",
+        "amd_smi",
+        "roc-obj",
+    )
+)
 # Set (to the importing process's pid) while this file imports a target: a process started
 # during that import is a probe of it, and skips the overlay; workers started later apply it.
 _GUARD_ENV = "OVERLAY_IMPORTING_TARGET"
 # Sections this version applies, and the keys the tool itself keeps at the top level.
-_KNOWN_SECTIONS = frozenset((
-    "modules", "rebinds", "captures", "markers", "hooks", "installers", "natives",
-    "running_patched", "untracked_outputs", "litter", "layers_above", "folds_in"))
+_KNOWN_SECTIONS = frozenset(
+    (
+        "modules",
+        "rebinds",
+        "captures",
+        "markers",
+        "hooks",
+        "installers",
+        "natives",
+        "running_patched",
+        "untracked_outputs",
+        "litter",
+        "layers_above",
+        "folds_in",
+    )
+)
 
 
 def _skip_reason():
@@ -70,7 +96,9 @@ class _HiddenUnittestDirs:
 
         self.saved = list(_sys.path)
         try:
-            hidden = [p for p in self.saved if isinstance(p, str) and os.path.isfile(os.path.join(p or ".", "unittest.py"))]
+            hidden = [
+                p for p in self.saved if isinstance(p, str) and os.path.isfile(os.path.join(p or ".", "unittest.py"))
+            ]
         except Exception:
             hidden = []
         self.kept = [p for p in self.saved if p not in hidden] if hidden else None
@@ -191,7 +219,11 @@ def _register_again(here):
     state = None
     for f in _sys.meta_path:
         st = getattr(f, "state", None)
-        if type(f).__name__ == "_OverlayFinder" and isinstance(getattr(st, "here", None), str) and os.path.realpath(st.here) == me:
+        if (
+            type(f).__name__ == "_OverlayFinder"
+            and isinstance(getattr(st, "here", None), str)
+            and os.path.realpath(st.here) == me
+        ):
             state = st
             break
     for e in _entries(manifest, "modules"):
@@ -318,7 +350,7 @@ def _parse_json_plain(text):
 
     def expect(c):
         ws()
-        if text[pos[0]:pos[0] + 1] != c:
+        if text[pos[0] : pos[0] + 1] != c:
             raise ValueError("expected %r at %d" % (c, pos[0]))
         pos[0] += 1
 
@@ -335,12 +367,12 @@ def _parse_json_plain(text):
             if text[j] == '"':
                 pos[0] = j + 1
                 return "".join(out)
-            c = text[j + 1:j + 2]
+            c = text[j + 1 : j + 2]
             if c == "u":
-                code = int(text[j + 2:j + 6], 16)
+                code = int(text[j + 2 : j + 6], 16)
                 i = j + 6
-                if 0xD800 <= code < 0xDC00 and text[i:i + 2] == "\\u":
-                    low = int(text[i + 2:i + 6], 16)
+                if 0xD800 <= code < 0xDC00 and text[i : i + 2] == "\\u":
+                    low = int(text[i + 2 : i + 6], 16)
                     if 0xDC00 <= low < 0xE000:
                         code, i = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00), i + 6
                 out.append(chr(code))
@@ -352,12 +384,12 @@ def _parse_json_plain(text):
 
     def value():
         ws()
-        c = text[pos[0]:pos[0] + 1]
+        c = text[pos[0] : pos[0] + 1]
         if c == "{":
             pos[0] += 1
             d = {}
             ws()
-            if text[pos[0]:pos[0] + 1] == "}":
+            if text[pos[0] : pos[0] + 1] == "}":
                 pos[0] += 1
                 return d
             while True:
@@ -365,7 +397,7 @@ def _parse_json_plain(text):
                 expect(":")
                 d[k] = value()
                 ws()
-                if text[pos[0]:pos[0] + 1] == "}":
+                if text[pos[0] : pos[0] + 1] == "}":
                     pos[0] += 1
                     return d
                 expect(",")
@@ -373,13 +405,13 @@ def _parse_json_plain(text):
             pos[0] += 1
             a = []
             ws()
-            if text[pos[0]:pos[0] + 1] == "]":
+            if text[pos[0] : pos[0] + 1] == "]":
                 pos[0] += 1
                 return a
             while True:
                 a.append(value())
                 ws()
-                if text[pos[0]:pos[0] + 1] == "]":
+                if text[pos[0] : pos[0] + 1] == "]":
                     pos[0] += 1
                     return a
                 expect(",")
@@ -398,19 +430,19 @@ def _parse_json_plain(text):
                 k += 1
             return k
 
-        if text[j:j + 1] == "-":
+        if text[j : j + 1] == "-":
             j += 1
         k = run(j)
         if k == j or (text[j] == "0" and k > j + 1):
             raise ValueError("no JSON value at %d" % i)
         real = False
-        if text[k:k + 1] == ".":
+        if text[k : k + 1] == ".":
             m = run(k + 1)
             if m == k + 1:
                 raise ValueError("bad number at %d" % i)
             k, real = m, True
-        if text[k:k + 1] in ("e", "E"):
-            m = k + 1 + (text[k + 1:k + 2] in ("+", "-"))
+        if text[k : k + 1] in ("e", "E"):
+            m = k + 1 + (text[k + 1 : k + 2] in ("+", "-"))
             e = run(m)
             if e == m:
                 raise ValueError("bad number at %d" % i)
@@ -469,7 +501,9 @@ def _apply(here):
         return
     for key in sorted(manifest):
         if key not in _KNOWN_SECTIONS and isinstance(manifest[key], list) and manifest[key]:
-            _log("manifest section %r (%d entries) is not applied by this version of overlay" % (key, len(manifest[key])))
+            _log(
+                "manifest section %r (%d entries) is not applied by this version of overlay" % (key, len(manifest[key]))
+            )
     state = _State(here, manifest)
     state.register_modules()
     state.register_lazy(rebinds)
@@ -567,13 +601,18 @@ class _State:
             if not os.path.isfile(path):
                 self.fail("module:" + name, "module inject FAILED %s: patched file missing: %s" % (name, path))
             elif not _importable(name):
-                self.fail("module:" + name, "module inject FAILED %s: package %s is not importable" % (name, name.split(".", 1)[0]))
+                self.fail(
+                    "module:" + name,
+                    "module inject FAILED %s: package %s is not importable" % (name, name.split(".", 1)[0]),
+                )
 
     # -- entries applied right after their module executes ------------------------------------
     def add_lazy(self, kind, module, key, what, apply, args):
         self.pending[key] = (kind, what)
         if not _importable(module):
-            label = {"rebind": "rebind", "capture": "capture install", "marker": "seam marker install", "hook": "hook"}[kind]
+            label = {"rebind": "rebind", "capture": "capture install", "marker": "seam marker install", "hook": "hook"}[
+                kind
+            ]
             self.fail(key, "%s FAILED %s: target package %s is not importable" % (label, what, module.split(".")[0]))
             self.retry.add(key)
         # (order, sequence, key, method, its arguments): no closure per entry, which cost 3 µs each
@@ -598,7 +637,9 @@ class _State:
             if not (_is_str(t, out) and ":" in t and isinstance(limit, int) and not isinstance(limit, bool)):
                 _log("capture install FAILED %r: malformed entry" % (e,))
                 continue
-            self.add_lazy("capture", t.split(":", 1)[0], "capture:" + t, t, self.capture, ("capture:" + t, t, out, limit))
+            self.add_lazy(
+                "capture", t.split(":", 1)[0], "capture:" + t, t, self.capture, ("capture:" + t, t, out, limit)
+            )
         for e in _entries(self.manifest, "markers"):
             t = e.get("target")
             if not (_is_str(t) and ":" in t):
@@ -631,7 +672,9 @@ class _State:
                     raise TypeError("--count-calls needs a callable, got %s" % type(impl).__name__)
                 impl = _counted(self.counters, key, impl)
             setattr(owner, attr, _same_kind(owner, attr, impl))
-            self.done(key, "rebound %s -> %s.%s%s" % (target, impl_module, impl_attr, " (counting calls)" if count else ""))
+            self.done(
+                key, "rebound %s -> %s.%s%s" % (target, impl_module, impl_attr, " (counting calls)" if count else "")
+            )
         except Exception as e:
             self.fail(key, "rebind FAILED %s: %s: %s" % (target, type(e).__name__, e))
 
@@ -667,7 +710,11 @@ class _State:
             self.fail(key, "hook %s.%s on %s FAILED: %s: %s" % (impl_module, impl_attr, module, type(e).__name__, e))
 
     def run_lazy(self, name, mod):
-        entries = [e for e in self.lazy.get(name, ()) if e[2] not in self.applied and (e[2] not in self.failed or e[2] in self.retry)]
+        entries = [
+            e
+            for e in self.lazy.get(name, ())
+            if e[2] not in self.applied and (e[2] not in self.failed or e[2] in self.retry)
+        ]
         self.retry.difference_update(e[2] for e in entries)  # one more try each
         if not entries:
             return
@@ -693,8 +740,18 @@ class _State:
                 self.done(key, "installed %s" % ident)
             except Exception as ex:
                 required = e.get("required", True) is not False
-                self.fail(key, "installer FAILED %s (%s.%s): %s: %s%s" % (
-                    ident, module, fn, type(ex).__name__, ex, "; required: exiting with status 70" if required else ""))
+                self.fail(
+                    key,
+                    "installer FAILED %s (%s.%s): %s: %s%s"
+                    % (
+                        ident,
+                        module,
+                        fn,
+                        type(ex).__name__,
+                        ex,
+                        "; required: exiting with status 70" if required else "",
+                    ),
+                )
                 if required:
                     # CPython carries on after a failing sitecustomize: a candidate must not
                     # quietly run as the stock server instead.
@@ -712,7 +769,10 @@ class _State:
                 if name in self.modules and "module:" + name not in self.applied:
                     # Importing it again would leave two module objects, and every reference to
                     # the stock one running stock code: refused, as the finder variant does.
-                    self.fail("module:" + name, "module registration FAILED %s: target already imported before overlay registration" % name)
+                    self.fail(
+                        "module:" + name,
+                        "module registration FAILED %s: target already imported before overlay registration" % name,
+                    )
                 elif name not in self.modules:
                     self.run_lazy(name, _sys.modules[name])
             except Exception as e:
@@ -842,11 +902,11 @@ def _json(v):
             o = ord(c)
             if c in '"\\':
                 out.append("\\" + c)
-            elif 0x20 <= o < 0x7f:
+            elif 0x20 <= o < 0x7F:
                 out.append(c)
-            elif o > 0xffff:
+            elif o > 0xFFFF:
                 o -= 0x10000
-                out.append("\\u%04x\\u%04x" % (0xd800 | (o >> 10), 0xdc00 | (o & 0x3ff)))
+                out.append("\\u%04x\\u%04x" % (0xD800 | (o >> 10), 0xDC00 | (o & 0x3FF)))
             else:
                 out.append("\\u%04x" % o)
         return '"%s"' % "".join(out)
@@ -918,9 +978,18 @@ class _LiveRecord:
             else:
                 with open("/proc/self/stat") as f:  # field 22, after the command name's ")"
                     start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-                _write_json(os.path.join(self.here, "_stats", "live"), self.name, {
-                    "pid": pid, "start_ticks": start_ticks, "applied": sorted(applied), "failed": sorted(failed),
-                    "pending": [k for k in self.pending if k not in applied and k not in failed]}, "\n")
+                _write_json(
+                    os.path.join(self.here, "_stats", "live"),
+                    self.name,
+                    {
+                        "pid": pid,
+                        "start_ticks": start_ticks,
+                        "applied": sorted(applied),
+                        "failed": sorted(failed),
+                        "pending": [k for k in self.pending if k not in applied and k not in failed],
+                    },
+                    "\n",
+                )
             self.said_applied, self.said_failed = applied, failed
         except Exception as e:
             self.broken = e
@@ -930,14 +999,22 @@ class _LiveRecord:
         if quiet or self.said:
             return
         self.said = True
-        _log("cannot record live applications in %s: %s (`overlay engaged` and `status` cannot see this process)" %
-             (self.here, self.broken))
+        _log(
+            "cannot record live applications in %s: %s (`overlay engaged` and `status` cannot see this process)"
+            % (self.here, self.broken)
+        )
 
     def current(self):
         """Whether this process's live record holds everything applied so far."""
         import os
 
-        return self.started and self.broken is None and not self.dirty and self.name is not None and self.pid == os.getpid()
+        return (
+            self.started
+            and self.broken is None
+            and not self.dirty
+            and self.name is not None
+            and self.pid == os.getpid()
+        )
 
     def finish(self):
         """The final record (in _stats/, same name) is written: this one goes."""
@@ -964,16 +1041,24 @@ def _at_exit(state):
     if state.applied and not state.counters and live.current() and not live.appended:
         # The live record already says what applied, in one line: it becomes the final one, moved.
         try:
-            os.replace(os.path.join(state.here, "_stats", "live", live.name), os.path.join(state.here, "_stats", live.name))
+            os.replace(
+                os.path.join(state.here, "_stats", "live", live.name), os.path.join(state.here, "_stats", live.name)
+            )
             return
         except OSError:
             pass
     if state.applied:
-        record = {"pid": os.getpid(), "applied": sorted(state.applied),
-                  "calls": {k: next(c) for k, c in state.counters.items()}}
+        record = {
+            "pid": os.getpid(),
+            "applied": sorted(state.applied),
+            "calls": {k: next(c) for k, c in state.counters.items()},
+        }
         # One small file per process, named as its live record so a reader counts it once.
-        name = live.name if live.name is not None and live.pid == os.getpid() else \
-            "%d-%s.json" % (os.getpid(), os.urandom(4).hex())
+        name = (
+            live.name
+            if live.name is not None and live.pid == os.getpid()
+            else "%d-%s.json" % (os.getpid(), os.urandom(4).hex())
+        )
         try:
             _write_json(os.path.join(state.here, "_stats"), name, record)
         except Exception as e:
@@ -1000,7 +1085,7 @@ def _chain_next_sitecustomize(here, chained):
     # _overlay_apply): it ran already.
     first = getattr(_sys.modules.get("sitecustomize"), "__file__", None)
     ran = os.path.realpath(first) if isinstance(first, str) else None
-    for entry in paths[at[0] + 1:]:
+    for entry in paths[at[0] + 1 :]:
         candidate = os.path.join(entry or os.getcwd(), "sitecustomize.py")
         try:
             if not os.path.isfile(candidate) or os.path.realpath(entry or ".") == me:

@@ -1,11 +1,12 @@
 // `overlay discover`: prints the builds that compile a file, best first (text or --json).
 #include <memory>
 
-#include "commands.hpp"
-#include "output.hpp"
 #include "overlay/discover.hpp"
 #include "overlay/error.hpp"
 #include "overlay/words.hpp"
+
+#include "commands.hpp"
+#include "output.hpp"
 
 namespace overlay::cli {
 namespace {
@@ -36,7 +37,8 @@ void print_candidate(std::size_t rank, const BuildCandidate& c, const fs::path& 
   std::string cmds;
   for (const auto& cmd : c.build_cmds) cmds += (cmds.empty() ? "" : " && ") + join_words(cmd);
   out_line(std::to_string(rank) + ". " + c.kind + "  " +
-           (cmds.empty() ? std::string("no command: built on its next load") : cmds + "  (in " + c.build_cwd.string() + ")"));
+           (cmds.empty() ? std::string("no command: built on its next load")
+                         : cmds + "  (in " + c.build_cwd.string() + ")"));
   for (const auto& a : c.artifacts) out_line("   artifact  " + a.string());
   for (const auto& d : c.caches) out_line("   cache     " + d.string());
   for (const auto& e : c.evidence) out_line("   evidence  " + e);

@@ -5,8 +5,6 @@
 #include <memory>
 #include <set>
 
-#include "commands.hpp"
-#include "output.hpp"
 #include "overlay/engagement.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
@@ -14,6 +12,9 @@
 #include "overlay/process_scan.hpp"
 #include "overlay/python/sitecustomize.hpp"
 #include "overlay/status.hpp"
+
+#include "commands.hpp"
+#include "output.hpp"
 
 namespace overlay::cli {
 
@@ -38,16 +39,25 @@ std::string python_process_line(const PythonUse& u) {
 nlohmann::json python_processes_json(const EngagementReport& r) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& u : r.python)
-    a.push_back({{"pid", u.pid}, {"start_ticks", u.start_ticks}, {"cmdline", u.cmdline}, {"applied", u.applied},
-                 {"failed", u.failed}, {"pending", u.pending}});
+    a.push_back({{"pid", u.pid},
+                 {"start_ticks", u.start_ticks},
+                 {"cmdline", u.cmdline},
+                 {"applied", u.applied},
+                 {"failed", u.failed},
+                 {"pending", u.pending}});
   return a;
 }
 
 nlohmann::json processes_json(const EngagementReport& r) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& u : r.uses)
-    a.push_back({{"pid", u.pid}, {"start_ticks", u.start_ticks}, {"cmdline", u.cmdline}, {"artifact", u.artifact},
-                 {"entry", u.entry}, {"state", to_string(u.state)}, {"reverted", u.reverted}});
+    a.push_back({{"pid", u.pid},
+                 {"start_ticks", u.start_ticks},
+                 {"cmdline", u.cmdline},
+                 {"artifact", u.artifact},
+                 {"entry", u.entry},
+                 {"state", to_string(u.state)},
+                 {"reverted", u.reverted}});
   return a;
 }
 
@@ -59,14 +69,16 @@ std::optional<Verdict> unreadable_verdict(Disk& disk, const ProcessScan& scan, c
     if (scan.find(pid)) return std::nullopt;
   for (pid_t pid : pids)
     if (read_process(disk, pid))
-      return Verdict{false, "process " + std::to_string(pid) +
-                                "'s maps could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)"};
+      return Verdict{false,
+                     "process " + std::to_string(pid) +
+                         "'s maps could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)"};
   return std::nullopt;
 }
 
 int run_engaged(Disk& disk, const std::string& overlay_in, const std::vector<pid_t>& pids) {
   fs::path overlay = absolute_normal(overlay_in);
-  if (disk.info(overlay, Follow::yes).type != FileType::directory) throw overlay::Error("overlay does not exist: " + overlay.string());
+  if (disk.info(overlay, Follow::yes).type != FileType::directory)
+    throw overlay::Error("overlay does not exist: " + overlay.string());
   Manifest m = load_manifest(disk, overlay).value_or(Manifest{});
   // With --pid the whole process table (the tree below a pid may map nothing); else only mappers.
   ProcessScan scan = pids.empty() ? scan_for_artifacts(disk, m) : scan_processes(disk);
@@ -79,7 +91,9 @@ int run_engaged(Disk& disk, const std::string& overlay_in, const std::vector<pid
   for (const auto& u : r.python)
     if (pids.empty() || tree.count(u.pid)) out_line(python_process_line(u));
   if (r.unreadable > 0)
-    err_line("engaged", std::to_string(r.unreadable) + " process(es) could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)");
+    err_line("engaged",
+             std::to_string(r.unreadable) +
+                 " process(es) could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)");
   auto& j = result();
   j["overlay"] = overlay.string();
   j["processes"] = processes_json(r);
@@ -89,15 +103,16 @@ int run_engaged(Disk& disk, const std::string& overlay_in, const std::vector<pid
     std::vector<PythonStatus> entries = python_entries_status(disk, overlay, m);
     for (const auto& p : entries) out_line(python_entry_line(p));
     j["python"] = python_entries_json(entries);
-    out_line("engaged: " + std::to_string(r.uses.size()) + " mapping(s) of tracked artifacts, " + std::to_string(r.python.size()) +
-             " live process(es) running Python entries");
+    out_line("engaged: " + std::to_string(r.uses.size()) + " mapping(s) of tracked artifacts, " +
+             std::to_string(r.python.size()) + " live process(es) running Python entries");
     return kOk;
   }
   EngagementScope scope = engagement_scope(m);
   if (!has_worker_modules(disk, overlay))
-    scope.python_hint = "; a TP worker started without the overlay's environment applies it through the worker modules: overlay "
-                        "add-worker-modules --overlay " + overlay.string() +
-                        ", then vLLM's --worker-extension-cls _overlay_worker_ext.OverlayWorkerExtension";
+    scope.python_hint =
+        "; a TP worker started without the overlay's environment applies it through the worker modules: overlay "
+        "add-worker-modules --overlay " +
+        overlay.string() + ", then vLLM's --worker-extension-cls _overlay_worker_ext.OverlayWorkerExtension";
   Verdict v = unreadable_verdict(disk, scan, pids).value_or(engagement_verdict(r, scan, pids, scope));
   j["engaged"] = v.engaged;
   j["why"] = v.why;

@@ -13,24 +13,25 @@
 #include <cstdlib>
 #include <memory>
 
-#include "commands.hpp"
-#include "native_flags.hpp"
-#include "output.hpp"
 #include "overlay/apply.hpp"
 #include "overlay/engagement.hpp"
 #include "overlay/error.hpp"
-#include "overlay/liveness.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
 #include "overlay/in_flight.hpp"
-#include "overlay/python/sitecustomize.hpp"
+#include "overlay/liveness.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/native.hpp"
 #include "overlay/owner.hpp"
 #include "overlay/process.hpp"
 #include "overlay/process_scan.hpp"
+#include "overlay/python/sitecustomize.hpp"
 #include "overlay/status.hpp"
 #include "overlay/words.hpp"
+
+#include "commands.hpp"
+#include "native_flags.hpp"
+#include "output.hpp"
 
 namespace overlay::cli {
 namespace {
@@ -62,7 +63,7 @@ class ExecSignals {
 
  private:
   static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old_[3] {};
+  struct sigaction old_[3]{};
 };
 
 struct ExecFlags : ApplyFlags {
@@ -99,7 +100,7 @@ class Exec {
   fs::path overlay_;
   Owner me_ = local_owner(::getpid()).value_or(Owner{::getpid(), 0, {}, {}, this_pid_ns()});
   std::string patch_id_, entry_id_;
-  int signal_ = 0;         // forwarded to a run of ours
+  int signal_ = 0;  // forwarded to a run of ours
   int cand_status_ = 0;
   bool cand_timed_out_ = false;
   std::optional<Verdict> verdict_;
@@ -126,9 +127,11 @@ void Exec::recover_dead_runs() {
     o.lock_timeout = g_.lock_timeout;
     o.only_entry = e.id;
     RevertReport r = revert_natives(disk_, overlay_, o);
-    if (!r.ok()) throw Error("entry " + e.id + " of a dead run (pid " + std::to_string(e.owner->pid) + ") could not be reverted: " +
-                             r.problems.front().path + ": " + r.problems.front().reason);
-    err_line("exec", "reverted entry " + e.id + " left applied by a dead run (pid " + std::to_string(e.owner->pid) + ")");
+    if (!r.ok())
+      throw Error("entry " + e.id + " of a dead run (pid " + std::to_string(e.owner->pid) +
+                  ") could not be reverted: " + r.problems.front().path + ": " + r.problems.front().reason);
+    err_line("exec",
+             "reverted entry " + e.id + " left applied by a dead run (pid " + std::to_string(e.owner->pid) + ")");
   }
 }
 
@@ -141,7 +144,8 @@ void Exec::refuse_held_targets() {
     if (disk_.info(p, Follow::yes).exists()) p = disk_.real_path(p);
     std::optional<fs::path> over;
     if (!f_.over.empty()) over = absolute_normal(f_.over);
-    if (auto why = holds.why_taken(p, overlay_, over)) throw Error(*why + "; the reference would not run on the original install");
+    if (auto why = holds.why_taken(p, overlay_, over))
+      throw Error(*why + "; the reference would not run on the original install");
   }
 }
 
@@ -182,12 +186,18 @@ nlohmann::json Exec::run_cmd(const std::string& which, bool judge) {
   if (out >= 0) ::close(out);
   if (err >= 0) ::close(err);
   if (r.forwarded_signal) signal_ = r.forwarded_signal;
-  nlohmann::json j = {{"argv", f_.cmd}, {"status", shell_status(r)}, {"exit_code", r.term_signal ? nlohmann::json(nullptr) : nlohmann::json(r.exit_code)},
-                      {"signal", r.term_signal ? nlohmann::json(r.term_signal) : nlohmann::json(nullptr)}, {"timed_out", r.timed_out},
-                      {"wall_s", r.wall_s}, {"stdout_log", stem + ".out"}, {"stderr_log", stem + ".err"}, {"pid", r.pid}};
+  nlohmann::json j = {{"argv", f_.cmd},
+                      {"status", shell_status(r)},
+                      {"exit_code", r.term_signal ? nlohmann::json(nullptr) : nlohmann::json(r.exit_code)},
+                      {"signal", r.term_signal ? nlohmann::json(r.term_signal) : nlohmann::json(nullptr)},
+                      {"timed_out", r.timed_out},
+                      {"wall_s", r.wall_s},
+                      {"stdout_log", stem + ".out"},
+                      {"stderr_log", stem + ".err"},
+                      {"pid", r.pid}};
   if (!r.exec_error.empty()) j["exec_error"] = r.exec_error;
-  out_line("exec: " + which + " " + describe(r) + " in " + std::to_string(r.wall_s).substr(0, 6) + " s  (stdout " + stem +
-           ".out, stderr " + stem + ".err)");
+  out_line("exec: " + which + " " + describe(r) + " in " + std::to_string(r.wall_s).substr(0, 6) + " s  (stdout " +
+           stem + ".out, stderr " + stem + ".err)");
   if (which == "cand") cand_status_ = shell_status(r), cand_timed_out_ = r.timed_out;
   return j;
 }
@@ -209,7 +219,8 @@ bool Exec::apply() {
       patch_id_ = applied.patch_id;
       j["mode"] = "apply";
       j["patch_id"] = patch_id_;
-      out_line("apply " + patch_id_ + "  (native=" + std::to_string(ap.native.swaps.size()) + " python=" + std::to_string(ap.modules.size()) + ")");
+      out_line("apply " + patch_id_ + "  (native=" + std::to_string(ap.native.swaps.size()) +
+               " python=" + std::to_string(ap.modules.size()) + ")");
       if (!applied.native) return !interrupted();
       plan = ap.native;
       entry = *applied.native;
@@ -226,15 +237,21 @@ bool Exec::apply() {
     if (interrupted()) return false;
     if (!plan.build_cmds.empty()) {
       BuildOutcome b = run_native_build(disk_, plan, entry);
-      j["build"] = {{"ok", b.ok}, {"log", entry.log_path.string()}, {"rc", b.result.rc()},
-                    {"served_from_store", b.served_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.served_from)}};
+      j["build"] = {
+          {"ok", b.ok},
+          {"log", entry.log_path.string()},
+          {"rc", b.result.rc()},
+          {"served_from_store", b.served_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.served_from)}};
       if (!b.served_from.empty())
-        err_line("exec", "candidate served from the build store (record " + b.served_from + "): the same build of the same inputs ran before; no command ran (--rebuild builds)");
+        err_line("exec", "candidate served from the build store (record " + b.served_from +
+                             "): the same build of the same inputs ran before; no command ran (--rebuild builds)");
       if (!b.store_note.empty()) err_line("exec", b.store_note);
       if (b.result.forwarded_signal) signal_ = b.result.forwarded_signal;
-      if (!b.log_error.empty()) err_line("exec", "warning: build log " + entry.log_path.string() + " is incomplete (" + b.log_error + ")");
+      if (!b.log_error.empty())
+        err_line("exec", "warning: build log " + entry.log_path.string() + " is incomplete (" + b.log_error + ")");
       if (!b.ok) {
-        j["error"] = "build failed (" + join_words(b.failed_cmd) + ") rc=" + std::to_string(b.result.rc()) + "; log: " + entry.log_path.string();
+        j["error"] = "build failed (" + join_words(b.failed_cmd) + ") rc=" + std::to_string(b.result.rc()) +
+                     "; log: " + entry.log_path.string();
         err_line("exec", j["error"]);
         return false;
       }
@@ -290,18 +307,25 @@ bool Exec::revert() {
     ok = false;
   }
   j["ok"] = ok;
-  out_line(ok ? "exec: reverted what it applied" : "exec: REVERT INCOMPLETE: run `overlay revert --overlay " + overlay_.string() + "` and look");
+  out_line(ok ? "exec: reverted what it applied"
+              : "exec: REVERT INCOMPLETE: run `overlay revert --overlay " + overlay_.string() + "` and look");
   return ok;
 }
 
 bool Exec::check_clean() {
   StatusReport s = overlay_status(disk_, overlay_);
-  nlohmann::json j = {{"checked", true}, {"clean", s.clean()}, {"not_original", s.not_original()},
-                      {"untracked_as_built", s.untracked_as_built()}, {"running_reverted", s.running_reverted()}};
-  std::string why = s.not_original() > 0 ? std::to_string(s.not_original()) + " tracked path(s) not at their original bytes"
-                    : s.untracked_as_built() > 0 ? std::to_string(s.untracked_as_built()) + " untracked build output(s) may hold patched code"
-                    : s.running_reverted() > 0  ? std::to_string(s.running_reverted()) + " process(es) still run patched code (restart them)"
-                                                : std::string();
+  nlohmann::json j = {{"checked", true},
+                      {"clean", s.clean()},
+                      {"not_original", s.not_original()},
+                      {"untracked_as_built", s.untracked_as_built()},
+                      {"running_reverted", s.running_reverted()}};
+  std::string why = s.not_original() > 0
+                        ? std::to_string(s.not_original()) + " tracked path(s) not at their original bytes"
+                    : s.untracked_as_built() > 0
+                        ? std::to_string(s.untracked_as_built()) + " untracked build output(s) may hold patched code"
+                    : s.running_reverted() > 0
+                        ? std::to_string(s.running_reverted()) + " process(es) still run patched code (restart them)"
+                        : std::string();
   if (!why.empty()) j["error"] = why;
   // Over a lower layer (--over), clean means this run's changes are gone: the lower layer's
   // stay, as before the run, and the line says so rather than calling the install pristine.
@@ -310,7 +334,8 @@ bool Exec::check_clean() {
   result()["clean"] = j;
   out_line(!s.clean()      ? "exec: install NOT clean: " + why
            : lower.empty() ? std::string("exec: install clean")
-                           : "exec: install clean of this run's changes (overlay " + lower + " under them stays applied, as before the run)");
+                           : "exec: install clean of this run's changes (overlay " + lower +
+                                 " under them stays applied, as before the run)");
   return s.clean();
 }
 
@@ -322,12 +347,14 @@ void Exec::keep_applied() {
     if (e.owner && e.owner->pid == me_.pid) e.owner.reset(), e.kept = true;
   save_manifest(disk_, overlay_, m);
   result()["revert"] = {{"ran", false}, {"kept", true}};
-  out_line("exec: kept the patch applied (--keep-on-success); undo it with `overlay revert --overlay " + overlay_.string() + "`");
+  out_line("exec: kept the patch applied (--keep-on-success); undo it with `overlay revert --overlay " +
+           overlay_.string() + "`");
 }
 
 int Exec::run() {
   if (f_.cmd.empty()) throw Error("no command: pass it after --, e.g. overlay exec … -- python3 bench.py");
-  if (f_.targets.empty() && f_.patch_root.empty()) throw Error("pass --target (as add-native) or --patch with --patch-root (as apply)");
+  if (f_.targets.empty() && f_.patch_root.empty())
+    throw Error("pass --target (as add-native) or --patch with --patch-root (as apply)");
   require_pythonpath_safe(overlay_);  // CMD runs with the overlay on PYTHONPATH
   ExecSignals signals;
   g_signal = 0;
@@ -346,7 +373,8 @@ int Exec::run() {
   if (applied && !interrupted()) {
     j["cand"] = run_cmd("cand", f_.engaged);
     if (f_.engaged) {
-      Verdict v = verdict_.value_or(Verdict{false, "the candidate exited before it could be judged (it is sampled every 0.25 s while it runs)"});
+      Verdict v = verdict_.value_or(
+          Verdict{false, "the candidate exited before it could be judged (it is sampled every 0.25 s while it runs)"});
       j["engaged"] = {{"engaged", v.engaged}, {"why", v.why}};
       out_line((v.engaged ? "ENGAGED " : "NOT_ENGAGED ") + v.why);
     }

@@ -10,15 +10,16 @@
 #include <cstdio>
 #include <memory>
 
-#include "commands.hpp"
-#include "native_flags.hpp"
-#include "output.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/fleet.hpp"
 #include "overlay/owner.hpp"
 #include "overlay/process.hpp"
 #include "overlay/words.hpp"
+
+#include "commands.hpp"
+#include "native_flags.hpp"
+#include "output.hpp"
 
 namespace overlay::cli {
 
@@ -44,12 +45,15 @@ struct Engine {
 const char* const kEngineFlags[] = {"--slurm", "--slurm-args", "--node-bin", "--coordinator-record", "--help"};
 
 void add_engine_flags(CLI::App& sub, Engine& e) {
-  auto* s = sub.add_flag("--slurm", e.slurm, "Run each phase as one srun step (one task per node) in this Slurm allocation ($SLURM_JOB_ID)");
+  auto* s =
+      sub.add_flag("--slurm", e.slurm,
+                   "Run each phase as one srun step (one task per node) in this Slurm allocation ($SLURM_JOB_ID)");
   sub.add_option("--slurm-args", e.slurm_args,
                  "Get an allocation of its own first: salloc ARGS (e.g. \"-N3 -p gpu\"), the whole step inside it")
       ->excludes(s);
   sub.add_option("--node-bin", e.node_bin, "The overlay binary on the nodes (default: this one's path)");
-  sub.add_option("--coordinator-record", e.record, "(set by --slurm-args for the coordinator it starts under salloc)")->group("");
+  sub.add_option("--coordinator-record", e.record, "(set by --slurm-args for the coordinator it starts under salloc)")
+      ->group("");
 }
 
 // What the coordinator under salloc writes for the process that started it (--slurm-args): its
@@ -113,7 +117,8 @@ std::string self_path() {
 }
 
 // One phase's command on a node: this binary's path (or --node-bin), one-line JSON.
-std::vector<std::string> node_argv(const Engine& e, const Globals& g, const std::string& sub, const std::vector<std::string>& args) {
+std::vector<std::string> node_argv(const Engine& e, const Globals& g, const std::string& sub,
+                                   const std::vector<std::string>& args) {
   std::vector<std::string> argv = {e.node_bin.empty() ? self_path() : e.node_bin, "--fleet-node", "--lock-timeout",
                                    std::to_string(g.lock_timeout), sub};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -136,10 +141,12 @@ int coordinator_died(const nlohmann::json& rec, const RunResult& r, const Engine
   j["fleet_id"] = id.empty() ? nlohmann::json(nullptr) : nlohmann::json(id);
   j["outcome"] = "failed";
   j["revert_complete"] = id.empty();
-  std::string what = "the coordinator under salloc (pid " + pid + ") ended without a result (killed, e.g. kill -9 or the OOM killer; " + salloc + ")";
+  std::string what = "the coordinator under salloc (pid " + pid +
+                     ") ended without a result (killed, e.g. kill -9 or the OOM killer; " + salloc + ")";
   if (!id.empty() && !overlay.empty())
-    what += ": the nodes may still hold fleet step " + id + ": run `overlay fleet revert --slurm-args \"" + e.slurm_args + "\" --overlay " +
-            overlay + " --fleet-id " + id + "` (or gc-stale on each node once its job has ended)";
+    what += ": the nodes may still hold fleet step " + id + ": run `overlay fleet revert --slurm-args \"" +
+            e.slurm_args + "\" --overlay " + overlay + " --fleet-id " + id +
+            "` (or gc-stale on each node once its job has ended)";
   j["error"] = what;
   err_line("fleet", what);
   return id.empty() ? kFailed : kRevertIncomplete;
@@ -149,7 +156,8 @@ int coordinator_died(const nlohmann::json& rec, const RunResult& r, const Engine
 // process only waits, passes signals to the coordinator, and reports a coordinator that died.
 int rerun_under_salloc(const Engine& e, const Globals& g, const std::string& overlay = "") {
   const char* tmp = std::getenv("TMPDIR");
-  std::string record = std::string(tmp && *tmp ? tmp : "/tmp") + "/overlay-fleet-" + std::to_string(::getpid()) + "-" + random_hex(4) + ".json";
+  std::string record = std::string(tmp && *tmp ? tmp : "/tmp") + "/overlay-fleet-" + std::to_string(::getpid()) + "-" +
+                       random_hex(4) + ".json";
   std::vector<std::string> argv = {"salloc", "--no-kill"};
   for (auto& w : split_words(e.slurm_args)) argv.push_back(w);
   argv.push_back(self_path());
@@ -200,7 +208,8 @@ int rerun_under_salloc(const Engine& e, const Globals& g, const std::string& ove
 }
 
 std::unique_ptr<FleetRunner> make_runner(const Engine& e) {
-  if (!e.slurm) throw Error("no engine: pass --slurm (inside a Slurm allocation) or --slurm-args \"ARGS\" (salloc ARGS first)");
+  if (!e.slurm)
+    throw Error("no engine: pass --slurm (inside a Slurm allocation) or --slurm-args \"ARGS\" (salloc ARGS first)");
   return std::make_unique<SlurmRunner>();
 }
 
@@ -208,7 +217,8 @@ std::unique_ptr<FleetRunner> make_runner(const Engine& e) {
 std::string answer_text(const nlohmann::json& a) {
   if (!a.value("arrived", false)) return "NO RESULT (" + a.value("why", std::string()) + ")";
   if (a.value("exit", -1) == 0) return "ok";
-  return "exit " + std::to_string(a.value("exit", -1)) + (a.contains("error") && a["error"].is_string() ? ": " + a["error"].get<std::string>() : "");
+  return "exit " + std::to_string(a.value("exit", -1)) +
+         (a.contains("error") && a["error"].is_string() ? ": " + a["error"].get<std::string>() : "");
 }
 
 void print_phase(const FleetReport& rep, const char* phase) {
@@ -229,11 +239,13 @@ void print_outcome(const FleetReport& rep, const FleetRunner& runner, const std:
     out_line(n + "  " + (it == rep.state.end() ? "-" : to_string(it->second)));
   }
   if (rep.interrupted != 0)
-    err_line("fleet", "step " + id + " stopped by signal " + std::to_string(rep.interrupted) + (rep.revert_complete ? "; every node rolled back" : ""));
-  out_line(outcome_token(rep.outcome) + " " + id + " on " + runner.describe() + "; failed " + names(rep.failed) + "; rolled back " + names(rep.rolled_back) +
-           "; unreachable " + names(rep.unreachable));
+    err_line("fleet", "step " + id + " stopped by signal " + std::to_string(rep.interrupted) +
+                          (rep.revert_complete ? "; every node rolled back" : ""));
+  out_line(outcome_token(rep.outcome) + " " + id + " on " + runner.describe() + "; failed " + names(rep.failed) +
+           "; rolled back " + names(rep.rolled_back) + "; unreachable " + names(rep.unreachable));
   if (!rep.revert_complete)
-    err_line("fleet", "a node may still hold fleet step " + id + ": when it is back, run `overlay fleet revert --slurm … --fleet-id " + id +
+    err_line("fleet", "a node may still hold fleet step " + id +
+                          ": when it is back, run `overlay fleet revert --slurm … --fleet-id " + id +
                           "` (or gc-stale there: the step's coordinator is gone)");
 }
 
@@ -277,9 +289,10 @@ FleetCommands step_commands(const ApplyStep& s, const Globals& g, const std::str
 void add_step_flags(CLI::App& sub, ApplyStep& s) {
   s.sub = &sub;
   add_change_flags(sub, s.f, Diffs::targets_or_patch);
-  sub.add_option("--python-root", s.f.python_root, "Directory .py paths are module names under (default: --patch-root; apply only)");
+  sub.add_option("--python-root", s.f.python_root,
+                 "Directory .py paths are module names under (default: --patch-root; apply only)");
   add_build_flags(sub, s.f);
-  sub.get_option("--owner-pid")->group("");  // the coordinator owns every node's entry
+  sub.get_option("--owner-pid")->group("");          // the coordinator owns every node's entry
   sub.get_option("--revert-on-failure")->group("");  // the fleet reverts every node itself
   add_engine_flags(sub, s.e);
 }
@@ -302,7 +315,7 @@ struct StepSignals {
   StepSignals(const StepSignals&) = delete;
   StepSignals& operator=(const StepSignals&) = delete;
   static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old[3] {};
+  struct sigaction old[3]{};
 };
 
 // A step's engine, id and node commands, announced.
@@ -359,7 +372,8 @@ nlohmann::json run_cmd(const ExecStep& s, const std::string& which, bool with_py
   if (s.timeout > 0) o.timeout_s = s.timeout;
   if (with_pythonpath) {  // srun passes our environment to its tasks: the patched .py files engage
     const char* old = std::getenv("PYTHONPATH");
-    o.env_set.push_back("PYTHONPATH=" + absolute_normal(s.f.overlay).string() + (old && *old ? ":" + std::string(old) : std::string()));
+    o.env_set.push_back("PYTHONPATH=" + absolute_normal(s.f.overlay).string() +
+                        (old && *old ? ":" + std::string(old) : std::string()));
   }
   std::fflush(stdout);
   RunResult r = run_process(s.cmd, o);
@@ -371,7 +385,8 @@ nlohmann::json run_cmd(const ExecStep& s, const std::string& which, bool with_py
 
 int run_fleet_exec(ExecStep& s, const Globals& g) {
   if (s.cmd.empty()) throw Error("no command: pass it after --, e.g. overlay fleet exec … -- srun python3 bench.py");
-  if (s.f.targets.empty() && s.f.patch_root.empty()) throw Error("pass --target (as add-native) or --patch with --patch-root (as apply)");
+  if (s.f.targets.empty() && s.f.patch_root.empty())
+    throw Error("pass --target (as add-native) or --patch with --patch-root (as apply)");
   if (!s.e.slurm_args.empty()) return rerun_under_salloc(s.e, g, s.f.overlay);
   StepSignals signals;
   begin_coordinator(s.e);
@@ -388,7 +403,8 @@ int run_fleet_exec(ExecStep& s, const Globals& g) {
   } else {
     rep.outcome = "failed";  // interrupted during the reference: nothing was applied
   }
-  if (applied && g_signal == 0) j["cand"] = run_cmd(s, "cand", !s.f.patch_root.empty() && s.f.targets.empty(), cand_status);
+  if (applied && g_signal == 0)
+    j["cand"] = run_cmd(s, "cand", !s.f.patch_root.empty() && s.f.targets.empty(), cand_status);
   if (applied) fleet_revert(*runner, cmds, rep);  // a failed apply was rolled back already
   bool clean = rep.revert_complete && fleet_clean(*runner, cmds, rep);
   conclude_step(rep, g_signal, true, clean);
@@ -415,15 +431,19 @@ struct PassOn {
 
 std::string node_summary(const std::string& counterpart, const nlohmann::json& doc) {
   if (counterpart == "verify-native") return doc.value("result", std::string());
-  if (counterpart == "revert") return "reverted " + std::to_string(doc.value("entries_reverted", 0)) + " of " + std::to_string(doc.value("entries", 0)) + " entries";
+  if (counterpart == "revert")
+    return "reverted " + std::to_string(doc.value("entries_reverted", 0)) + " of " +
+           std::to_string(doc.value("entries", 0)) + " entries";
   std::string s = doc.value("clean", false) ? "clean" : "NOT clean";
   if (!doc.value("exists", true)) return s + " (no overlay there)";
   if (!doc.contains("natives") || !doc["natives"].is_array()) return s;
   s += "; " + std::to_string(doc["natives"].size()) + " native entr" + (doc["natives"].size() == 1 ? "y" : "ies");
   for (const auto& n : doc["natives"]) {
-    s += " [" + n.value("id", std::string()) + (n.contains("patch_id") && n["patch_id"].is_string() ? " patch " + n["patch_id"].get<std::string>() : "");
+    s += " [" + n.value("id", std::string()) +
+         (n.contains("patch_id") && n["patch_id"].is_string() ? " patch " + n["patch_id"].get<std::string>() : "");
     if (n.contains("owner") && n["owner"].is_object())
-      s += " owner " + std::to_string(n["owner"].value("pid", 0)) + (n["owner"].contains("host") ? "@" + n["owner"].value("host", std::string()) : "") +
+      s += " owner " + std::to_string(n["owner"].value("pid", 0)) +
+           (n["owner"].contains("host") ? "@" + n["owner"].value("host", std::string()) : "") +
            (n["owner"].value("alive", false) ? " alive" : " gone");
     s += "]";
   }
@@ -443,27 +463,31 @@ int run_pass_on(PassOn& p, const Globals& g) {
       out_line("fleet: " + a.node + " " + p.counterpart + " NO RESULT (" + a.why + ")");
       continue;
     }
-    std::string err = a.doc.contains("error") && a.doc["error"].is_string() ? ": " + a.doc["error"].get<std::string>() : "";
-    out_line("fleet: " + a.node + " " + p.counterpart + " " + node_summary(p.counterpart, a.doc) + (a.ok() ? "" : " (exit " + std::to_string(a.exit) + err + ")"));
+    std::string err =
+        a.doc.contains("error") && a.doc["error"].is_string() ? ": " + a.doc["error"].get<std::string>() : "";
+    out_line("fleet: " + a.node + " " + p.counterpart + " " + node_summary(p.counterpart, a.doc) +
+             (a.ok() ? "" : " (exit " + std::to_string(a.exit) + err + ")"));
   }
   auto& j = result();
   j["engine"] = runner->describe();
   j["node_list"] = runner->nodes();
   j.update(rep.to_json());
-  out_line(outcome_token(rep.outcome) + " " + p.counterpart + " on " + runner->describe() + "; failed " + names(rep.failed) + "; unreachable " +
-           names(rep.unreachable));
+  out_line(outcome_token(rep.outcome) + " " + p.counterpart + " on " + runner->describe() + "; failed " +
+           names(rep.failed) + "; unreachable " + names(rep.unreachable));
   return rep.exit;
 }
 
-void add_pass_on(CLI::App& fleet, const Globals& g, const std::shared_ptr<Handler>& chosen, const char* name, const char* counterpart, const char* help,
-                 Setup setup) {
+void add_pass_on(CLI::App& fleet, const Globals& g, const std::shared_ptr<Handler>& chosen, const char* name,
+                 const char* counterpart, const char* help, Setup setup) {
   auto p = std::make_shared<PassOn>();
   CLI::App* sub = fleet.add_subcommand(name, help);
   p->sub = sub;
   p->counterpart = counterpart;
   p->keeps_counterpart_flags = setup(*sub, g);  // the counterpart's flags, as it has them; it runs on the nodes
   if (std::string(name) == "revert")
-    sub->add_option("--fleet-id", p->fleet_id, "Revert only this fleet step's entries (its id: patch id on every node); nodes without any are fine")
+    sub->add_option(
+           "--fleet-id", p->fleet_id,
+           "Revert only this fleet step's entries (its id: patch id on every node); nodes without any are fine")
         ->excludes("--patch-id")
         ->check(fleet_id_problem);
   add_engine_flags(*sub, p->e);
@@ -478,11 +502,14 @@ Handler fleet_command(CLI::App& fleet, const Globals& g) {
   auto chosen = std::make_shared<Handler>();
   fleet.require_subcommand(1);
   auto a = std::make_shared<ApplyStep>();
-  CLI::App* apply = fleet.add_subcommand("apply", "On every node: add-native (or apply with --patch-root) and verify-native; any failure reverts every node");
+  CLI::App* apply = fleet.add_subcommand(
+      "apply",
+      "On every node: add-native (or apply with --patch-root) and verify-native; any failure reverts every node");
   add_step_flags(*apply, *a);
   apply->callback([chosen, a, &g] { *chosen = [a, &g] { return run_fleet_apply(*a, g); }; });
   auto x = std::make_shared<ExecStep>();
-  CLI::App* exec = fleet.add_subcommand("exec", "[reference run,] apply on every node, candidate run, revert on every node, clean check");
+  CLI::App* exec = fleet.add_subcommand(
+      "exec", "[reference run,] apply on every node, candidate run, revert on every node, clean check");
   add_step_flags(*exec, *x);
   exec->add_flag("--ref", x->ref, "Run CMD on the clean fleet first (the reference)");
   exec->add_option("--timeout", x->timeout, "Stop each run of CMD after SECONDS; exit 124")->check(CLI::PositiveNumber);
@@ -490,8 +517,10 @@ Handler fleet_command(CLI::App& fleet, const Globals& g) {
   exec->positionals_at_end(true);
   exec->callback([chosen, x, &g] { *chosen = [x, &g] { return run_fleet_exec(*x, g); }; });
   add_pass_on(fleet, g, chosen, "verify", "verify-native", "verify-native on every node", verify_native_command);
-  add_pass_on(fleet, g, chosen, "revert", "revert", "revert on every node (a step whose coordinator died: --fleet-id)", revert_command);
-  add_pass_on(fleet, g, chosen, "status", "status", "status on every node: each entry with its fleet id and owner", status_command);
+  add_pass_on(fleet, g, chosen, "revert", "revert", "revert on every node (a step whose coordinator died: --fleet-id)",
+              revert_command);
+  add_pass_on(fleet, g, chosen, "status", "status", "status on every node: each entry with its fleet id and owner",
+              status_command);
   return [chosen] {
     int rc = kFailed;  // what the record says when the handler throws (its error is the document)
     try {

@@ -1,20 +1,22 @@
 // overlay: deploy an optimised kernel into a live install in place, and restore every byte.
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "overlay/lock.hpp"
+
 #include "commands.hpp"
 #include "output.hpp"
-#include "overlay/lock.hpp"
 
 namespace {
 
 void setup_logging(int verbose, bool quiet) {
   using overlay::cli::stderr_is_fancy;
-  auto logger = spdlog::stderr_color_mt("overlay", stderr_is_fancy() ? spdlog::color_mode::automatic : spdlog::color_mode::never);
+  auto logger =
+      spdlog::stderr_color_mt("overlay", stderr_is_fancy() ? spdlog::color_mode::automatic : spdlog::color_mode::never);
   logger->set_pattern("overlay: %^%l%$: %v");
   spdlog::set_default_logger(logger);
   auto level = spdlog::level::warn;
@@ -89,10 +91,13 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
   bool json = false;
   app.add_flag("--json", json, "Print one JSON document describing the result on stdout; human text goes to stderr");
-  app.add_option("--lock-timeout", g.lock_timeout, "Seconds to wait for another process's lock on the overlay (env OVERLAY_LOCK_TIMEOUT)")
+  app.add_option("--lock-timeout", g.lock_timeout,
+                 "Seconds to wait for another process's lock on the overlay (env OVERLAY_LOCK_TIMEOUT)")
       ->check(CLI::NonNegativeNumber);
   bool fleet_node = false;
-  app.add_flag("--fleet-node", fleet_node, "A fleet node's run (set by overlay fleet): --json, one line naming the node")->group("");
+  app.add_flag("--fleet-node", fleet_node,
+               "A fleet node's run (set by overlay fleet): --json, one line naming the node")
+      ->group("");
   for (int i = 0; i < argc; ++i) g.argv.emplace_back(argv[i]);
   std::function<int()> run;
   Wanted want = wanted_from(argc, argv);

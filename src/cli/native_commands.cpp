@@ -1,29 +1,29 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
 #include <spdlog/spdlog.h>
 
-#include "commands.hpp"
-#include "native_flags.hpp"
-#include "output.hpp"
 #include "overlay/apply.hpp"
 #include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
 #include "overlay/gc.hpp"
 #include "overlay/holds.hpp"
 #include "overlay/in_flight.hpp"
-#include "overlay/file_ops.hpp"
 #include "overlay/native.hpp"
 #include "overlay/python/verbs.hpp"
 #include "overlay/status.hpp"
 #include "overlay/trust.hpp"
 #include "overlay/words.hpp"
 
+#include "commands.hpp"
+#include "native_flags.hpp"
+#include "output.hpp"
+
 namespace overlay::cli {
 namespace {
-
 
 // "90", "90s", "15m", "2h", "1d" -> seconds.
 double parse_duration(const std::string& text) {
@@ -38,10 +38,13 @@ double parse_duration(const std::string& text) {
 // A build log that is incomplete; the files a build created or changed that no entry tracks (a
 // warning naming them, for they keep what the build made of the patched source after revert).
 void warn_about_build(const std::string& cmd, const BuildOutcome& b, const AppliedEntry& entry) {
-  if (!b.log_error.empty()) err_line(cmd, "warning: build log " + entry.log_path.string() + " is incomplete (" + b.log_error + "); the build's whole output went to stderr");
+  if (!b.log_error.empty())
+    err_line(cmd, "warning: build log " + entry.log_path.string() + " is incomplete (" + b.log_error +
+                      "); the build's whole output went to stderr");
   if (!b.watch_off.empty()) err_line(cmd, "build outputs not watched: " + b.watch_off);
   if (!b.served_from.empty())
-    err_line(cmd, "served from the build store (record " + b.served_from + "): the same build of the same inputs ran before; no command ran (--rebuild builds)");
+    err_line(cmd, "served from the build store (record " + b.served_from +
+                      "): the same build of the same inputs ran before; no command ran (--rebuild builds)");
   if (!b.store_note.empty()) err_line(cmd, b.store_note);
   std::vector<std::string> holding, clear;
   for (const auto& u : b.untracked) (u.clear_reason.empty() ? holding : clear).push_back(u.path);
@@ -51,13 +54,16 @@ void warn_about_build(const std::string& cmd, const BuildOutcome& b, const Appli
     return v.size() > 8 ? s + ", … (" + std::to_string(v.size() - 8) + " more)" : s;
   };
   if (!clear.empty())
-    err_line(cmd, "the build rewrote " + std::to_string(clear.size()) +
-                      " untracked file(s) that hold none of the patched code (relinked, or compiled from other sources; "
-                      "status says why): " + names(clear));
+    err_line(cmd,
+             "the build rewrote " + std::to_string(clear.size()) +
+                 " untracked file(s) that hold none of the patched code (relinked, or compiled from other sources; "
+                 "status says why): " +
+                 names(clear));
   if (!holding.empty())
-    err_line(cmd, "warning: the build created or changed " + std::to_string(holding.size()) +
-                      " file(s) no entry tracks; revert leaves them as built (pass them with --artifact to track them): " +
-                      names(holding));
+    err_line(cmd,
+             "warning: the build created or changed " + std::to_string(holding.size()) +
+                 " file(s) no entry tracks; revert leaves them as built (pass them with --artifact to track them): " +
+                 names(holding));
 }
 
 nlohmann::json build_json(const BuildOutcome& b, const AppliedEntry& entry) {
@@ -85,7 +91,9 @@ bool revert_entry_now(Disk& disk, const NativePlan& plan, const AppliedEntry& en
   RevertReport r = revert_natives(disk, plan.overlay, o);
   for (const auto& p : r.problems) err_line("add-native", "cannot restore " + p.path + ": " + p.reason);
   result()["reverted_on_failure"] = r.ok() && r.entries_reverted == 1;
-  if (r.ok()) err_line("add-native", "--revert-on-failure: entry " + entry.id + " reverted; the install is back at its original bytes");
+  if (r.ok())
+    err_line("add-native",
+             "--revert-on-failure: entry " + entry.id + " reverted; the install is back at its original bytes");
   return r.ok();
 }
 
@@ -122,17 +130,25 @@ void fill_request(AddNativeFlags& f, const Globals& g) {
 }
 
 std::string fleet_id_problem(const std::string& s) {
-  bool ok = !s.empty() && s.size() <= 64 && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos &&
-            s.front() != '.' && s.front() != '-';
+  bool ok =
+      !s.empty() && s.size() <= 64 &&
+      s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos &&
+      s.front() != '.' && s.front() != '-';
   return ok ? std::string() : "a fleet id is 1-64 letters, digits, '.', '_' or '-' (not first)";
 }
 
 void add_fleet_node_flags(CLI::App& sub, AddNativeFlags& f) {
   auto valid_id = fleet_id_problem;
-  auto valid_owner = [](const std::string& s) { return parse_owner_text(s) ? std::string() : "expected PID:TICKS@HOST[/JOB]"; };
-  sub.add_option("--fleet-id", f.fleet_id, "A fleet step's id: the entry's patch id (set by overlay fleet)")->check(valid_id)->group("");
-  sub.add_option("--fleet-owner", f.fleet_owner, "The fleet step's coordinator, PID:TICKS@HOST[/JOB] (set by overlay fleet)")
-      ->check(valid_owner)->group("");
+  auto valid_owner = [](const std::string& s) {
+    return parse_owner_text(s) ? std::string() : "expected PID:TICKS@HOST[/JOB]";
+  };
+  sub.add_option("--fleet-id", f.fleet_id, "A fleet step's id: the entry's patch id (set by overlay fleet)")
+      ->check(valid_id)
+      ->group("");
+  sub.add_option("--fleet-owner", f.fleet_owner,
+                 "The fleet step's coordinator, PID:TICKS@HOST[/JOB] (set by overlay fleet)")
+      ->check(valid_owner)
+      ->group("");
 }
 
 namespace {
@@ -156,8 +172,8 @@ nlohmann::json files_json(const NativePlan& plan) {
 
 // Runs the entry's build; on failure says why and, with --revert-on-failure, calls `undo`.
 // `build` in the JSON document (j) gets the outcome. Returns the exit status.
-int build_and_report(Disk& disk, const std::string& cmd, const NativePlan& plan, const AppliedEntry& entry, bool revert_on_failure,
-                     const std::function<bool()>& undo, nlohmann::json& j) {
+int build_and_report(Disk& disk, const std::string& cmd, const NativePlan& plan, const AppliedEntry& entry,
+                     bool revert_on_failure, const std::function<bool()>& undo, nlohmann::json& j) {
   j["build"] = {{"ran", false}};
   if (plan.build_cmds.empty()) return kOk;
   BuildOutcome b = run_native_build(disk, plan, entry);
@@ -191,8 +207,8 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
   j["files"] = files_json(plan);
   j["counts"] = {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}};
   report_layers("add-native", plan, entry, j);
-  int rc = build_and_report(disk, "add-native", plan, entry, f.revert_on_failure,
-                            [&] { return revert_entry_now(disk, plan, entry, g); }, j);
+  int rc = build_and_report(
+      disk, "add-native", plan, entry, f.revert_on_failure, [&] { return revert_entry_now(disk, plan, entry, g); }, j);
   if (rc != kOk) return rc;  // stdout carries the summary only on success, as overlay_setup.py's does
   out_line("OVERLAY_DIR=" + plan.overlay.string());
   std::string summary = "add-native " + plan.swaps.front().target.string();
@@ -226,7 +242,8 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
     out_line("OVERLAY_DIR=" + ov.string());
     out_line("apply " + applied.patch_id + "  (native=" + std::to_string(plan.native.swaps.size()) + " python=" +
              std::to_string(plan.modules.size()) + " build=" + (plan.native.build_cmds.empty() ? "no" : "yes") + ")");
-    for (const auto& s : plan.native.swaps) out_line("  native  " + std::string(to_string(s.kind)) + " " + s.target.string());
+    for (const auto& s : plan.native.swaps)
+      out_line("  native  " + std::string(to_string(s.kind)) + " " + s.target.string());
     for (const auto& m : plan.modules) out_line("  python  " + m.module + " <- " + m.installed.string());
     if (!plan.modules.empty()) out_line("launch with: PYTHONPATH=" + ov.string() + ":$PYTHONPATH");
   };
@@ -235,8 +252,10 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
   j["patch_id"] = applied.patch_id;
   j["python"] = nlohmann::json::array();
   for (const auto& m : plan.modules)
-    j["python"].push_back({{"module", m.module}, {"file", (ov / kPatchedDir / (m.module + ".py")).string()},
-                           {"installed", m.installed.string()}, {"created", m.created}});
+    j["python"].push_back({{"module", m.module},
+                           {"file", (ov / kPatchedDir / (m.module + ".py")).string()},
+                           {"installed", m.installed.string()},
+                           {"created", m.created}});
   j["pythonpath"] = ov.string();
   j["native"] = nullptr;
   if (!applied.native) {
@@ -244,11 +263,14 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
     return kOk;
   }
   const AppliedEntry& entry = *applied.native;
-  nlohmann::json n = {{"entry", entry.id}, {"files", files_json(plan.native)},
-                      {"counts", {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}}}};
+  nlohmann::json n = {
+      {"entry", entry.id},
+      {"files", files_json(plan.native)},
+      {"counts", {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}}}};
   report_layers("apply", plan.native, entry, n);
-  int rc = build_and_report(disk, "apply", plan.native, entry, f.revert_on_failure,
-                            [&] { return revert_patch_now(disk, ov, applied.patch_id, g); }, n);
+  int rc = build_and_report(
+      disk, "apply", plan.native, entry, f.revert_on_failure,
+      [&] { return revert_patch_now(disk, ov, applied.patch_id, g); }, n);
   j["native"] = n;
   if (rc == kOk) summary();
   return rc;
@@ -259,8 +281,10 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
 std::string print_verify_items(const VerifyReport& r) {
   for (const auto& i : r.items)
     if (i.state != ArtifactState::rebuilt && i.state != ArtifactState::created)
-      out_line(std::string("FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path + (i.why.empty() ? "" : " (" + i.why + ")"));
-  return std::string(r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL") + " (checked " + std::to_string(r.items.size()) + ")";
+      out_line(std::string("FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path +
+               (i.why.empty() ? "" : " (" + i.why + ")"));
+  return std::string(r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL") + " (checked " + std::to_string(r.items.size()) +
+         ")";
 }
 
 namespace {
@@ -326,7 +350,8 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   j["untracked_outputs"] = untracked_json(r.untracked_left);
   EngagementReport running;
   for (const auto& x : r.still_running)
-    running.uses.push_back({static_cast<pid_t>(x.pid), x.start_ticks, x.cmdline, x.path, x.entry, MapState::patched, true});
+    running.uses.push_back(
+        {static_cast<pid_t>(x.pid), x.start_ticks, x.cmdline, x.path, x.entry, MapState::patched, true});
   j["still_running"] = processes_json(running);
   j["processes_examined"] = r.processes_examined;
   j["layers_reverted"] = r.layers_reverted;
@@ -334,13 +359,16 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   j["notes"] = r.notes;
   j["mtimes"] = nlohmann::json::array();
   for (const auto& t : r.times)
-    j["mtimes"].push_back({{"entry", t.entry}, {"original", t.original}, {"why_fresh", t.original ? nlohmann::json(nullptr) : nlohmann::json(t.why_fresh)},
+    j["mtimes"].push_back({{"entry", t.entry},
+                           {"original", t.original},
+                           {"why_fresh", t.original ? nlohmann::json(nullptr) : nlohmann::json(t.why_fresh)},
                            {"rewritten", t.rewritten}});
   for (const auto& l : r.layers_reverted) err_line("revert", "reverted layer " + l + " first (--with-layers)");
   for (const auto& n : r.notes) err_line("revert", "note: " + n);
   if (!r.blocked_by.empty()) {
     for (const auto& p : r.problems) err_line("revert", "refused: " + p.path + ": " + p.reason);
-    j["error"] = "refused: " + std::to_string(r.blocked_by.size()) + " layer(s) stacked on this overlay's changes; nothing changed";
+    j["error"] = "refused: " + std::to_string(r.blocked_by.size()) +
+                 " layer(s) stacked on this overlay's changes; nothing changed";
     err_line("revert", j["error"]);
     return kFailed;
   }
@@ -348,13 +376,16 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   for (const auto& u : r.untracked_left)
     err_line("revert", "warning: " + u.path + " was " + u.change + " by the build of entry " + u.entry +
                            ", is tracked by none and may hold patched code until the next build (" +
-                           (u.build_cmds.empty() ? std::string("none recorded") : join_words(u.build_cmds.front())) + ") regenerates it");
+                           (u.build_cmds.empty() ? std::string("none recorded") : join_words(u.build_cmds.front())) +
+                           ") regenerates it");
   if (!r.had_manifest) {
     out_line("revert: no manifest; nothing to do");
     return kOk;
   }
   if (dry_run) {
-    for (const auto& a : r.actions) out_line("revert: would " + (a.action == "unchanged" ? std::string("leave (already original)") : a.action) + " " + a.path);
+    for (const auto& a : r.actions)
+      out_line("revert: would " + (a.action == "unchanged" ? std::string("leave (already original)") : a.action) + " " +
+               a.path);
   }
   for (const auto& p : r.problems) err_line("revert", "cannot restore " + p.path + ": " + p.reason);
   if (!r.ok()) {
@@ -364,13 +395,16 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   }
   if (!dry_run)
     for (const auto& t : r.times)
-      err_line("revert", "entry " + t.entry + ": " +
-                             (!t.original ? "sources dated now, build outputs a second back (" + t.why_fresh + "): the next build redoes them"
-                              : t.rewritten.empty()
-                                  ? std::string("original mtimes back (the install's build has nothing to redo)")
-                                  : "original mtimes back (nothing to recompile; the build may relink what depends on " +
-                                        std::to_string(t.rewritten.size()) + " untracked output(s) it rewrote without patched code, e.g. " +
-                                        t.rewritten.front() + ")"));
+      err_line(
+          "revert",
+          "entry " + t.entry + ": " +
+              (!t.original
+                   ? "sources dated now, build outputs a second back (" + t.why_fresh + "): the next build redoes them"
+               : t.rewritten.empty()
+                   ? std::string("original mtimes back (the install's build has nothing to redo)")
+                   : "original mtimes back (nothing to recompile; the build may relink what depends on " +
+                         std::to_string(t.rewritten.size()) +
+                         " untracked output(s) it rewrote without patched code, e.g. " + t.rewritten.front() + ")"));
   std::string where = fs::absolute(overlay).lexically_normal().string();
   if (!patch_id.empty() && missing_ok && r.entries_reverted == 0 && r.modules_removed == 0 && r.actions.empty())
     out_line("revert: no entry of patch " + patch_id + " in " + where + "; nothing to do");
@@ -378,7 +412,8 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
     out_line("revert: removed patch " + patch_id + " (" + std::to_string(r.entries_reverted) + " native, " +
              std::to_string(r.modules_removed) + " python) from " + where);
   else
-    out_line(std::string(dry_run ? "revert: dry run; nothing changed in " : "revert: restored native changes in ") + where);
+    out_line(std::string(dry_run ? "revert: dry run; nothing changed in " : "revert: restored native changes in ") +
+             where);
   return kOk;
 }
 
@@ -400,9 +435,15 @@ int run_gc(Disk& disk, const std::string& root, bool dry_run, const std::string&
         out_line("gc-stale: reverted " + i.overlay.string());
         if (!i.reason.empty()) err_line("gc-stale", "warning: " + i.reason);
         break;
-      case GcOutcome::would_revert: out_line("gc-stale: would revert " + i.overlay.string()); break;
-      case GcOutcome::skipped: err_line("gc-stale", "skipped " + i.overlay.string() + ": " + i.reason); break;
-      case GcOutcome::failed: err_line("gc-stale", "failed " + i.overlay.string() + ": " + i.reason); break;
+      case GcOutcome::would_revert:
+        out_line("gc-stale: would revert " + i.overlay.string());
+        break;
+      case GcOutcome::skipped:
+        err_line("gc-stale", "skipped " + i.overlay.string() + ": " + i.reason);
+        break;
+      case GcOutcome::failed:
+        err_line("gc-stale", "failed " + i.overlay.string() + ": " + i.reason);
+        break;
     }
   }
   std::size_t n = dry_run ? r.count(GcOutcome::would_revert) : r.count(GcOutcome::reverted);
@@ -410,7 +451,8 @@ int run_gc(Disk& disk, const std::string& root, bool dry_run, const std::string&
   j["would_revert"] = dry_run ? n : 0;
   out_line(std::string("gc-stale: ") + (dry_run ? "would revert " : "reverted ") + std::to_string(n) +
            " stale native overlay(s) under " + fs::absolute(root).lexically_normal().string());
-  if (r.count(GcOutcome::failed)) j["error"] = std::to_string(r.count(GcOutcome::failed)) + " overlay(s) could not be reverted";
+  if (r.count(GcOutcome::failed))
+    j["error"] = std::to_string(r.count(GcOutcome::failed)) + " overlay(s) could not be reverted";
   return r.count(GcOutcome::failed) ? kFailed : kOk;
 }
 
@@ -471,8 +513,9 @@ void add_build_flags(CLI::App& sub, AddNativeFlags& f) {
   sub.add_option("--over", f.over,
                  "Stack on overlay LOWER's in-place changes: a file it holds is taken as a layer on it (revert puts "
                  "LOWER's bytes back; LOWER cannot be reverted under it); one it does not hold, a plain add");
-  sub.add_flag("--force", f.req.force,
-               "Patch files another overlay still holds, taking its bytes as the original (the loss path: prefer --over)");
+  sub.add_flag(
+      "--force", f.req.force,
+      "Patch files another overlay still holds, taking its bytes as the original (the loss path: prefer --over)");
   sub.add_flag("--trust-owner", f.req.trust_owner,
                "Record in an overlay directory another user owns or can write (revert must then be told too)");
   sub.add_option("--owner-pid", f.owner_pid,
@@ -518,13 +561,16 @@ Handler revert_command(CLI::App& sub, const Globals& g) {
   sub.add_flag("--with-layers", f->with_layers,
                "Revert the layers stacked on this overlay's changes (add-native --over) first, top-down; without it "
                "a layer above refuses the revert");
-  auto* patch_opt = sub.add_option("--patch-id", f->patch_id,
-                                   "Undo only the entries of this patch (from `apply`, or a fleet step's id), its Python entries included");
-  sub.add_flag("--missing-ok", f->missing_ok, "With --patch-id: no entry of that patch here is nothing to do, not an error")
+  auto* patch_opt = sub.add_option(
+      "--patch-id", f->patch_id,
+      "Undo only the entries of this patch (from `apply`, or a fleet step's id), its Python entries included");
+  sub.add_flag("--missing-ok", f->missing_ok,
+               "With --patch-id: no entry of that patch here is nothing to do, not an error")
       ->needs(patch_opt);
-  sub.add_flag("--adopt", f->adopt,
-               "Take this overlay as the one that made its changes though it is a copy (cp -a, an archive restored) of an "
-               "overlay that is gone for good");
+  sub.add_flag(
+      "--adopt", f->adopt,
+      "Take this overlay as the one that made its changes though it is a copy (cp -a, an archive restored) of an "
+      "overlay that is gone for good");
   add_trust_flag(sub, f->trust);
   return [f, &g] {
     check_trusted(cli_disk(), f->overlay, f->trust);

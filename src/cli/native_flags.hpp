@@ -2,12 +2,14 @@
 // The flags add-native, apply and exec share, and the request they describe.
 #include <sys/types.h>
 
-#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
-#include "commands.hpp"
+#include <CLI/CLI.hpp>
+
 #include "overlay/native.hpp"
+
+#include "commands.hpp"
 
 namespace overlay::cli {
 

@@ -3,18 +3,19 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
 
-#include "commands.hpp"
-#include "overlay/json_bytes.hpp"
 #include "overlay/error.hpp"
+#include "overlay/json_bytes.hpp"
 #include "overlay/owner.hpp"
 #include "overlay/progress.hpp"
 #include "overlay/recording_disk.hpp"
+
+#include "commands.hpp"
 
 namespace overlay::cli {
 
@@ -113,8 +114,9 @@ void draw_progress(const std::string& what, std::uint64_t done, std::uint64_t to
   if (finished) {
     std::fputs("\r\033[K", stderr);  // leave no half line behind for the next message
   } else if (total > 0) {
-    std::fprintf(stderr, "\r\033[K%s  %3d%%  %s of %s", what.c_str(), static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total)),
-                 mib(done).c_str(), mib(total).c_str());
+    std::fprintf(stderr, "\r\033[K%s  %3d%%  %s of %s", what.c_str(),
+                 static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total)), mib(done).c_str(),
+                 mib(total).c_str());
   } else {
     std::fprintf(stderr, "\r\033[K%s  %s", what.c_str(), mib(done).c_str());
   }

@@ -1,12 +1,13 @@
 #include <memory>
 
-#include "commands.hpp"
-#include "output.hpp"
 #include "overlay/error.hpp"
 #include "overlay/python/check.hpp"
 #include "overlay/python/merge.hpp"
 #include "overlay/python/sitecustomize.hpp"
 #include "overlay/python/verbs.hpp"
+
+#include "commands.hpp"
+#include "output.hpp"
 
 namespace overlay::cli {
 namespace {
@@ -63,7 +64,8 @@ int run_add_module(const ModuleFlags& f, const Globals& g) {
   // As v3: --module wins over the legacy pair; the pair needs both halves.
   if (f.module.empty() && (f.package.empty() || f.subpath.empty()))
     throw Error("add-module requires --module (or legacy --package + --subpath)");
-  if (!f.patched.empty() && !f.patch.empty()) err_line("add-module", "--patch ignored: --patched-file is taken as it is");
+  if (!f.patched.empty() && !f.patch.empty())
+    err_line("add-module", "--patch ignored: --patched-file is taken as it is");
   r.module = f.module.empty() ? legacy_module_name(f.package, f.subpath) : f.module;
   if (!f.patched.empty()) r.patched_file = fs::path(f.patched);
   if (!f.patch.empty()) r.patch = fs::path(f.patch);
@@ -243,12 +245,14 @@ Handler merge_command(CLI::App& sub, const Globals&) {
 
 Handler add_worker_modules_command(CLI::App& sub, const Globals& g) {
   auto f = std::make_shared<Shared>();
-  Handler h = python_verb(sub, g, "add-worker-modules", f,
-                          [](const Shared& k, const Globals& gl) { return add_worker_modules(cli_disk(), k.common(gl)); });
+  Handler h = python_verb(sub, g, "add-worker-modules", f, [](const Shared& k, const Globals& gl) {
+    return add_worker_modules(cli_disk(), k.common(gl));
+  });
   return [h] {
     int rc = h();
-    out_line("launch TP workers with: VLLM_WORKER_MULTIPROC_METHOD=spawn ... --worker-extension-cls "
-             "_overlay_worker_ext.OverlayWorkerExtension");
+    out_line(
+        "launch TP workers with: VLLM_WORKER_MULTIPROC_METHOD=spawn ... --worker-extension-cls "
+        "_overlay_worker_ext.OverlayWorkerExtension");
     return rc;
   };
 }

@@ -105,7 +105,10 @@ const char* sitecustomize_word(SitecustomizeKind k) {
 }
 
 void print_status_table(const StatusReport& r) {
-  out_line("overlay " + r.overlay.string() + (!r.exists ? "  (does not exist: nothing recorded)" : r.has_manifest ? "" : "  (no manifest: nothing recorded)"));
+  out_line("overlay " + r.overlay.string() +
+           (!r.exists        ? "  (does not exist: nothing recorded)"
+            : r.has_manifest ? ""
+                             : "  (no manifest: nothing recorded)"));
   for (const auto& e : r.natives) {
     std::string age = e.created_at ? "age " + human_age(seconds_now() - *e.created_at) : "age -";
     out_line("native " + (e.id.empty() ? std::string("(overlay_setup.py)") : e.id) +
@@ -123,8 +126,10 @@ void print_status_table(const StatusReport& r) {
       out_line(line + f.path + more);
     }
     if (e.served_from) out_line("  build     served from the build store (" + *e.served_from + "): no command ran");
-    out_line(e.why_fresh_times.empty() ? std::string("  revert    gives back the original mtimes (the install's build then has nothing to redo)")
-                                       : "  revert    dates restored sources now, build outputs a second back (" + e.why_fresh_times + ")");
+    out_line(
+        e.why_fresh_times.empty()
+            ? std::string("  revert    gives back the original mtimes (the install's build then has nothing to redo)")
+            : "  revert    dates restored sources now, build outputs a second back (" + e.why_fresh_times + ")");
     for (const auto& u : e.untracked)
       out_line(u.clear_reason.empty()
                    ? "  untracked rebuilt      " + u.path + "  (" + u.change + " by this entry's build)"
@@ -137,13 +142,15 @@ void print_status_table(const StatusReport& r) {
              (u.build_cmds.empty() ? std::string("the next build") : join_words(u.build_cmds.front())) +
              " regenerates it)");
   for (const auto& l : r.litter_left)
-    out_line("litter                 " + l + "  (a tree a revert renamed aside in the install and was killed before it got out; "
+    out_line("litter                 " + l +
+             "  (a tree a revert renamed aside in the install and was killed before it got out; "
              "the next revert or gc-stale deletes it)");
   if (r.fold_out)
-    out_line("fold " + r.fold_out->fold + " of " + std::to_string(r.fold_out->entries.size()) + " entr" +
-             (r.fold_out->entries.size() == 1 ? "y" : "ies") + " into " + r.fold_out->overlay +
-             " was interrupted: the next revert, gc-stale or fold of this overlay settles it (finished where it committed, "
-             "else undone)");
+    out_line(
+        "fold " + r.fold_out->fold + " of " + std::to_string(r.fold_out->entries.size()) + " entr" +
+        (r.fold_out->entries.size() == 1 ? "y" : "ies") + " into " + r.fold_out->overlay +
+        " was interrupted: the next revert, gc-stale or fold of this overlay settles it (finished where it committed, "
+        "else undone)");
   for (const auto& u : r.engagement.uses) out_line(process_line(u));
   for (const auto& u : r.engagement.python) out_line(python_process_line(u));
   for (const auto& p : r.pythons) out_line(python_entry_line(p));
@@ -157,7 +164,8 @@ void print_status_table(const StatusReport& r) {
       bad == 0 && untracked == 0 && running > 0
           ? "install clean on disk; " + std::to_string(running) + " process(es) still run patched code (restart them)"
       : bad == 0 && untracked == 0 && !r.litter_left.empty()
-          ? "tracked files original, but " + std::to_string(r.litter_left.size()) + " tree(s) of litter lie in the install"
+          ? "tracked files original, but " + std::to_string(r.litter_left.size()) +
+                " tree(s) of litter lie in the install"
       : bad == 0 && untracked == 0 ? std::string("install clean (every tracked file original)")
       : bad == 0                   ? "tracked files original, but " + std::to_string(untracked) +
                        " untracked build output(s) may hold patched code"
@@ -208,9 +216,11 @@ std::vector<std::string> broken_layers(const StatusReport& r) {
   for (const auto& e : r.natives)
     for (const auto& f : e.files) {
       bool broken = f.state == FileState::stranded ||
-                    std::any_of(f.layers.begin(), f.layers.end(), [](const StackLayer& l) { return l.state == RefState::vanished; });
-      if (broken) lines.push_back("  " + f.path + ": " + to_string(f.state) + "; layers, bottom first: " + describe_stack(f.layers) +
-                                  (f.note.empty() ? "" : " (" + f.note + ")"));
+                    std::any_of(f.layers.begin(), f.layers.end(),
+                                [](const StackLayer& l) { return l.state == RefState::vanished; });
+      if (broken)
+        lines.push_back("  " + f.path + ": " + to_string(f.state) + "; layers, bottom first: " +
+                        describe_stack(f.layers) + (f.note.empty() ? "" : " (" + f.note + ")"));
     }
   return lines;
 }
@@ -248,8 +258,10 @@ nlohmann::json status_json(const StatusReport& r) {
     n["untracked_outputs"] = untracked_json(e.untracked);
     j["natives"].push_back(std::move(n));
   }
-  j["fold_out"] = r.fold_out ? nlohmann::json{{"into", r.fold_out->overlay}, {"fold", r.fold_out->fold}, {"entries", r.fold_out->entries}}
-                             : nlohmann::json(nullptr);
+  j["fold_out"] =
+      r.fold_out
+          ? nlohmann::json{{"into", r.fold_out->overlay}, {"fold", r.fold_out->fold}, {"entries", r.fold_out->entries}}
+          : nlohmann::json(nullptr);
   j["python"] = python_entries_json(r.pythons);
   j["sitecustomize"] =
       r.pythons.empty() ? nlohmann::json(nullptr) : nlohmann::json(sitecustomize_word(r.sitecustomize));
@@ -432,13 +444,15 @@ Handler status_command(CLI::App& sub, const Globals&) {
   auto* all_opt = sub.add_flag("--all", *all, "One line for every overlay the holds registry knows on this machine");
   ov_opt->excludes(all_opt);
   sub.add_flag("--check-clean", *clean, "Exit 1 unless every tracked file is at its original bytes");
-  sub.add_flag("--missing-ok", *missing_ok, "An overlay that does not exist has nothing recorded (clean), not an error")->excludes(all_opt);
+  sub.add_flag("--missing-ok", *missing_ok, "An overlay that does not exist has nothing recorded (clean), not an error")
+      ->excludes(all_opt);
   add_trust_flag(sub, *trust);
   return [overlay, clean, all, trust, missing_ok] {
     if (*all) return run_status_all(cli_disk(), *clean);
     if (overlay->empty()) throw Error("pass --overlay O, or --all");
     Absent absent = *missing_ok ? Absent::nothing_recorded : Absent::error;
-    if (absent == Absent::error || cli_disk().info(*overlay, Follow::no).exists()) check_trusted(cli_disk(), *overlay, *trust);
+    if (absent == Absent::error || cli_disk().info(*overlay, Follow::no).exists())
+      check_trusted(cli_disk(), *overlay, *trust);
     return run_status(cli_disk(), *overlay, *clean, absent);
   };
 }

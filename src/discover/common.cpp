@@ -4,6 +4,7 @@
 
 #include "overlay/error.hpp"
 #include "overlay/words.hpp"
+
 #include "parts.hpp"
 
 namespace overlay::discover_parts {

@@ -1,6 +1,7 @@
 // The pipeline's task config: a config.yaml up the tree whose top-level `compile_command` is the
 // build (no graph to read: no artifacts, ranked last).
 #include "overlay/file_ops.hpp"
+
 #include "parts.hpp"
 
 namespace overlay::discover_parts {
@@ -28,8 +29,10 @@ std::optional<std::pair<std::string, int>> yaml_compile_command(const std::strin
     if (v.size() >= 2 && (v[0] == '"' || v[0] == '\'') && v.back() == v[0]) {
       std::string inner = v.substr(1, v.size() - 2), out;
       for (std::size_t k = 0; k < inner.size(); ++k) {
-        if (v[0] == '\'' && inner[k] == '\'' && k + 1 < inner.size() && inner[k + 1] == '\'') ++k;
-        else if (v[0] == '"' && inner[k] == '\\' && k + 1 < inner.size()) ++k;
+        if (v[0] == '\'' && inner[k] == '\'' && k + 1 < inner.size() && inner[k + 1] == '\'')
+          ++k;
+        else if (v[0] == '"' && inner[k] == '\\' && k + 1 < inner.size())
+          ++k;
         out += inner[k];
       }
       v = out;

@@ -2,7 +2,6 @@
 // finder (src/discover/*.cpp) what builds it there, and ranks what they found.
 #include "overlay/discover.hpp"
 
-
 #include <algorithm>
 #include <set>
 
@@ -10,6 +9,7 @@
 #include "overlay/file_ops.hpp"
 #include "overlay/process_scan.hpp"
 #include "overlay/words.hpp"
+
 #include "parts.hpp"
 
 namespace overlay {
@@ -30,7 +30,8 @@ std::vector<fs::path> ancestors(Disk& disk, const Target& t, const fs::path& roo
   return dirs;
 }
 
-void candidates_at(Disk& disk, const fs::path& d, const Target& t, std::set<fs::path>& ninja_seen, DiscoverReport& rep) {
+void candidates_at(Disk& disk, const fs::path& d, const Target& t, std::set<fs::path>& ninja_seen,
+                   DiscoverReport& rep) {
   rep.searched.push_back(d.string());
   for (const auto& found : ninja_dirs_at(disk, d, t)) {
     fs::path nd = disk.real_path(found);
@@ -46,11 +47,13 @@ void candidates_at(Disk& disk, const fs::path& d, const Target& t, std::set<fs::
 
 // Editable installs whose loader lies in the sys.path dir `d`: their build dir's candidate (made
 // here, or already found on the walk up) becomes theirs.
-void editable_candidates(Disk& disk, const fs::path& d, const Target& t, std::set<fs::path>& ninja_seen, DiscoverReport& rep) {
+void editable_candidates(Disk& disk, const fs::path& d, const Target& t, std::set<fs::path>& ninja_seen,
+                         DiscoverReport& rep) {
   for (const auto& b : editable_builds(disk, d)) {
     rep.searched.push_back(b.loader.string() + " (editable install)");
     fs::path nd = disk.real_path(b.build_dir);
-    auto known = std::find_if(rep.candidates.begin(), rep.candidates.end(), [&](const BuildCandidate& c) { return c.build_cwd == nd; });
+    auto known = std::find_if(rep.candidates.begin(), rep.candidates.end(),
+                              [&](const BuildCandidate& c) { return c.build_cwd == nd; });
     if (known != rep.candidates.end()) {
       adopt_editable(disk, b, *known);
     } else if (ninja_seen.insert(nd).second) {
@@ -81,7 +84,8 @@ std::set<std::pair<dev_t, ino_t>> mapped_files(Disk& disk, const std::vector<std
 void rank(Disk& disk, std::vector<BuildCandidate>& cands) {
   std::set<std::pair<dev_t, ino_t>> mapped;
   bool any_library = std::any_of(cands.begin(), cands.end(), [](const BuildCandidate& c) {
-    return std::any_of(c.artifacts.begin(), c.artifacts.end(), [](const fs::path& a) { return is_shared_library_name(a); });
+    return std::any_of(c.artifacts.begin(), c.artifacts.end(),
+                       [](const fs::path& a) { return is_shared_library_name(a); });
   });
   if (cands.size() > 1 && any_library) {
     std::vector<std::string> files;
@@ -101,14 +105,18 @@ void rank(Disk& disk, std::vector<BuildCandidate>& cands) {
     }
   }
   std::stable_sort(cands.begin(), cands.end(), [](const BuildCandidate& a, const BuildCandidate& b) {
-    auto key = [](const BuildCandidate& c) { return std::make_tuple(c.kind == "config", !c.live, -c.built_at_ns, c.artifacts.size()); };
+    auto key = [](const BuildCandidate& c) {
+      return std::make_tuple(c.kind == "config", !c.live, -c.built_at_ns, c.artifacts.size());
+    };
     return key(a) < key(b);
   });
   for (std::size_t i = 0; i < cands.size(); ++i) {
     auto& c = cands[i];
     std::string why = c.kind == "config" ? std::string("a task config's command (no build graph to measure)")
-                                         : std::string(c.live ? "live; " : "") + "rebuilds " + std::to_string(c.artifacts.size()) + " artifact(s)";
-    if (i > 0 && c.kind != "config" && !c.live && c.built_at_ns < cands[0].built_at_ns) why += "; built before rank 1's";
+                                         : std::string(c.live ? "live; " : "") + "rebuilds " +
+                                               std::to_string(c.artifacts.size()) + " artifact(s)";
+    if (i > 0 && c.kind != "config" && !c.live && c.built_at_ns < cands[0].built_at_ns)
+      why += "; built before rank 1's";
     c.evidence.push_back("rank " + std::to_string(i + 1) + " of " + std::to_string(cands.size()) + ": " + why);
   }
 }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "overlay/file_ops.hpp"
+
 #include "parts.hpp"
 
 namespace overlay::discover_parts {
@@ -73,8 +74,10 @@ std::vector<fs::path> include_dirs(const std::vector<std::string>& lines, const 
     auto w = ninja_words(l);
     for (std::size_t i = 0; i < w.size(); ++i) {
       std::string d;
-      if ((w[i] == "-I" || w[i] == "-isystem") && i + 1 < w.size()) d = w[i + 1];
-      else if (w[i].rfind("-I", 0) == 0 && w[i].size() > 2) d = w[i].substr(2);
+      if ((w[i] == "-I" || w[i] == "-isystem") && i + 1 < w.size())
+        d = w[i + 1];
+      else if (w[i].rfind("-I", 0) == 0 && w[i].size() > 2)
+        d = w[i].substr(2);
       if (!d.empty()) add_unique(out, resolve_in(dir, d));
     }
   }
@@ -83,7 +86,8 @@ std::vector<fs::path> include_dirs(const std::vector<std::string>& lines, const 
 
 }  // namespace
 
-std::vector<std::string> objects_including(Disk& disk, const fs::path& build_ninja, const Target& t, std::string& evidence) {
+std::vector<std::string> objects_including(Disk& disk, const fs::path& build_ninja, const Target& t,
+                                           std::string& evidence) {
   std::vector<std::string> objs;
   if (!is_regular(disk, build_ninja)) return objs;
   fs::path dir = build_ninja.parent_path();

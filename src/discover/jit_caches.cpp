@@ -16,14 +16,15 @@
 
 #include "overlay/file_ops.hpp"
 #include "overlay/words.hpp"
+
 #include "parts.hpp"
 
 namespace overlay::discover_parts {
 namespace {
 
 // The line of a build file that names the target (absolute, or relative to `dir`), 1-based.
-std::optional<std::pair<int, std::string>> naming_line(Disk& disk, const fs::path& file, const fs::path& dir, const Target& t,
-                                                       bool make_syntax) {
+std::optional<std::pair<int, std::string>> naming_line(Disk& disk, const fs::path& file, const fs::path& dir,
+                                                       const Target& t, bool make_syntax) {
   auto lines = lines_of(read_small_file(disk, file, kMaxTextBytes));
   for (std::size_t i = 0; i < lines.size(); ++i) {
     auto words = make_syntax ? words_or_none(lines[i]) : ninja_words(lines[i]);
@@ -46,10 +47,13 @@ void torch_dir(Disk& disk, const fs::path& dir, const Target& t, std::vector<Bui
   c.build_cwd = dir;
   c.caches = {dir};
   for (const auto& e : sorted_entries(disk, dir))  // <name>.so, or <name>_vN.so after a rebuild in one process
-    if (e.name.rfind(name, 0) == 0 && ends_with(e.name, ".so") && is_regular(disk, dir / e.name)) c.artifacts.push_back(dir / e.name);
-  c.evidence.push_back("torch extension '" + name + "': " +
-                       (named ? (dir / "build.ninja").string() + ":" + std::to_string(named->first) + " compiles " + named->second : why) +
-                       " (built again on its next load)");
+    if (e.name.rfind(name, 0) == 0 && ends_with(e.name, ".so") && is_regular(disk, dir / e.name))
+      c.artifacts.push_back(dir / e.name);
+  c.evidence.push_back(
+      "torch extension '" + name + "': " +
+      (named ? (dir / "build.ninja").string() + ":" + std::to_string(named->first) + " compiles " + named->second
+             : why) +
+      " (built again on its next load)");
   out.push_back(std::move(c));
 }
 
@@ -57,7 +61,8 @@ void torch_dir(Disk& disk, const fs::path& dir, const Target& t, std::vector<Bui
 // aiter imports (aiter/jit/core.py: `build_module` runs ninja there, then copies the module up).
 // The build: ninja in the build dir, then the copy; for a header (aiter's rules record no
 // depfiles, so ninja cannot see it) first the removal of the objects whose sources include it.
-void aiter_module(Disk& disk, const fs::path& jit, const std::string& md, const Target& t, std::vector<BuildCandidate>& out) {
+void aiter_module(Disk& disk, const fs::path& jit, const std::string& md, const Target& t,
+                  std::vector<BuildCandidate>& out) {
   fs::path bdir = jit / "build" / md / "build";
   if (!is_regular(disk, bdir / "build.ninja")) return;
   std::optional<BuildCandidate> graph = ninja_candidate(disk, bdir, t);
@@ -102,12 +107,16 @@ void aiter_cpp_itfs(Disk& disk, const fs::path& folder, const Target& t, std::ve
   if (auto named = naming_line(disk, mk, folder, t, true)) {
     how = mk.string() + ":" + std::to_string(named->first) + " names " + named->second;
   } else {
-    walk_tree(disk, folder, [&](const fs::path& rel, FileType type) {
-      if (type == FileType::directory) return std::distance(rel.begin(), rel.end()) > 2 ? WalkStep::skip : WalkStep::descend;
-      if (how.empty() && rel.filename() == t.given.filename() && type == FileType::regular)
-        how = (folder / rel).string() + ": a copy of " + t.given.filename().string() + " built by " + mk.string();
-      return WalkStep::descend;
-    }, [](const fs::path&, const std::string&) {});
+    walk_tree(
+        disk, folder,
+        [&](const fs::path& rel, FileType type) {
+          if (type == FileType::directory)
+            return std::distance(rel.begin(), rel.end()) > 2 ? WalkStep::skip : WalkStep::descend;
+          if (how.empty() && rel.filename() == t.given.filename() && type == FileType::regular)
+            how = (folder / rel).string() + ": a copy of " + t.given.filename().string() + " built by " + mk.string();
+          return WalkStep::descend;
+        },
+        [](const fs::path&, const std::string&) {});
     if (how.empty()) return;
   }
   BuildCandidate c;
@@ -129,11 +138,14 @@ std::vector<fs::path> jit_roots(Disk& disk, const DiscoverRequest& req, const Ta
   std::vector<fs::path> roots;
   if (req.default_cache_roots) {
     const char* home = std::getenv("HOME");
-    if (const char* te = std::getenv("TORCH_EXTENSIONS_DIR"); te && *te) roots.emplace_back(te);
-    else if (home && *home) roots.push_back(fs::path(home) / ".cache/torch_extensions");
+    if (const char* te = std::getenv("TORCH_EXTENSIONS_DIR"); te && *te)
+      roots.emplace_back(te);
+    else if (home && *home)
+      roots.push_back(fs::path(home) / ".cache/torch_extensions");
     env_root(roots, "AITER_JIT_DIR");
     env_root(roots, "AITER_ROOT_DIR", "build");
-    if (home && *home) add_unique(roots, fs::path(home) / ".aiter/jit"), add_unique(roots, fs::path(home) / ".aiter/build");
+    if (home && *home)
+      add_unique(roots, fs::path(home) / ".aiter/jit"), add_unique(roots, fs::path(home) / ".aiter/build");
     // aiter built from source keeps its JIT dir in the package: <repo>/aiter/jit beside <repo>/csrc.
     for (fs::path d = t.given.parent_path(); !d.empty(); d = d.parent_path()) {
       if (is_directory(disk, d / "aiter/jit")) add_unique(roots, d / "aiter/jit");
@@ -153,8 +165,10 @@ void jit_candidates(Disk& disk, const fs::path& root, const Target& t, std::vect
       for (const auto& md : sorted_entries(disk, d)) aiter_module(disk, root, md.name, t, out);
       continue;
     }
-    if (is_regular(disk, d / "build.ninja")) torch_dir(disk, d, t, out);
-    else if (is_regular(disk, d / "Makefile")) aiter_cpp_itfs(disk, d, t, out);
+    if (is_regular(disk, d / "build.ninja"))
+      torch_dir(disk, d, t, out);
+    else if (is_regular(disk, d / "Makefile"))
+      aiter_cpp_itfs(disk, d, t, out);
     else  // torch's py3XX_<cu|cpu>/ level
       for (const auto& sub : sorted_entries(disk, d))
         if (is_regular(disk, d / sub.name / "build.ninja")) torch_dir(disk, d / sub.name, t, out);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "overlay/words.hpp"
+
 #include "parts.hpp"
 
 namespace overlay::discover_parts {
@@ -29,8 +30,10 @@ std::vector<Recipe> recipes_of(const fs::path& dir, const std::string& line) {
   fs::path cwd = dir;
   std::vector<std::string> cur;
   auto flush = [&] {
-    if (cur.size() == 2 && cur[0] == "cd") cwd = resolve_in(cwd, cur[1]);
-    else if (!cur.empty()) out.push_back({cwd, cur, line});
+    if (cur.size() == 2 && cur[0] == "cd")
+      cwd = resolve_in(cwd, cur[1]);
+    else if (!cur.empty())
+      out.push_back({cwd, cur, line});
     cur.clear();
   };
   for (auto w : words_or_none(line)) {
@@ -102,7 +105,8 @@ std::optional<BuildCandidate> make_candidate(Disk& disk, const fs::path& dir, co
     c.kind = "make";
     c.build_cmds.push_back({"make", "-C", dir.string()});
     c.build_cwd = dir;
-    c.evidence.insert(c.evidence.begin(), (dir / "Makefile").string() + ": make -n -W " + s + " would run: " + compiles);
+    c.evidence.insert(c.evidence.begin(),
+                      (dir / "Makefile").string() + ": make -n -W " + s + " would run: " + compiles);
     return c;
   }
   return std::nullopt;

@@ -11,6 +11,7 @@
 #include "overlay/file_ops.hpp"
 #include "overlay/object_files.hpp"
 #include "overlay/words.hpp"
+
 #include "parts.hpp"
 
 namespace overlay::discover_parts {
@@ -40,8 +41,10 @@ NinjaNode ninja_query(const fs::path& dir, const std::string& path) {
         n.outputs.push_back(item);
       } else if (section == "input") {
         InputKind k = InputKind::explicit_;
-        if (item.rfind("|| ", 0) == 0) k = InputKind::order_only, item = item.substr(3);
-        else if (item.rfind("| ", 0) == 0) k = InputKind::implicit, item = item.substr(2);
+        if (item.rfind("|| ", 0) == 0)
+          k = InputKind::order_only, item = item.substr(3);
+        else if (item.rfind("| ", 0) == 0)
+          k = InputKind::implicit, item = item.substr(2);
         n.inputs.emplace_back(item, k);
       }
     } else if (l.rfind("  ", 0) == 0) {
@@ -79,7 +82,8 @@ std::vector<std::string> ninja_dependents_by_deps(Disk& disk, const fs::path& di
       continue;
     }
     std::string dep = l.substr(l.find_first_not_of(' '));
-    if (!current.empty() && t.is(disk, resolve_in(dir, dep)) && std::find(outs.begin(), outs.end(), current) == outs.end()) {
+    if (!current.empty() && t.is(disk, resolve_in(dir, dep)) &&
+        std::find(outs.begin(), outs.end(), current) == outs.end()) {
       outs.push_back(current);
       via = dep;
     }
@@ -96,13 +100,15 @@ std::vector<std::string> first_outputs(Disk& disk, const fs::path& dir, const Ta
     for (const auto& o : n.outputs)
       if (rebuilt_from(ninja_query(dir, o), s)) first.push_back(o);
     if (first.empty()) continue;
-    c.evidence.push_back((dir / "build.ninja").string() + ": " + s + " is an input of " + join_words(first) + " (ninja -t query)");
+    c.evidence.push_back((dir / "build.ninja").string() + ": " + s + " is an input of " + join_words(first) +
+                         " (ninja -t query)");
     return first;
   }
   std::string via;
   std::vector<std::string> first = ninja_dependents_by_deps(disk, dir, t, via);
   if (!first.empty())
-    c.evidence.push_back((dir / ".ninja_deps").string() + ": " + join_words(first) + " depend on " + via + " (ninja -t deps)");
+    c.evidence.push_back((dir / ".ninja_deps").string() + ": " + join_words(first) + " depend on " + via +
+                         " (ninja -t deps)");
   return first;
 }
 
@@ -123,17 +129,21 @@ void follow_outputs(Disk& disk, const fs::path& dir, const std::vector<std::stri
     bool phony = n.rule == "phony";
     // Only files the build left: not a symlink to a library, not a custom command's symbolic
     // output (CMake's install.util), never created.
-    if (!phony && disk.info(p, Follow::no).type == FileType::regular && !(p.extension() == ".a" && is_thin_archive(disk, p))) add_unique(c.artifacts, p);
+    if (!phony && disk.info(p, Follow::no).type == FileType::regular &&
+        !(p.extension() == ".a" && is_thin_archive(disk, p)))
+      add_unique(c.artifacts, p);
     if (!phony && is_shared_library_name(p)) continue;
     for (const auto& o : n.outputs) {
       if (seen.count(o)) continue;
-      if (rebuilt_from(ninja_query(dir, o), out)) todo.push_back(o);
-      else if (std::find(order_only.begin(), order_only.end(), o) == order_only.end()) order_only.push_back(o);
+      if (rebuilt_from(ninja_query(dir, o), out))
+        todo.push_back(o);
+      else if (std::find(order_only.begin(), order_only.end(), o) == order_only.end())
+        order_only.push_back(o);
     }
   }
   if (!order_only.empty())
-    c.evidence.push_back((dir / "build.ninja").string() + ": not rebuilt (reached only through order-only inputs): " +
-                         join_words(order_only));
+    c.evidence.push_back((dir / "build.ninja").string() +
+                         ": not rebuilt (reached only through order-only inputs): " + join_words(order_only));
 }
 
 // Installed copies of the artifacts that `cmake --install` made (install_manifest.txt): same file
@@ -156,7 +166,8 @@ void add_installed_copies(Disk& disk, const fs::path& dir, BuildCandidate& c) {
                          std::vector<std::string> s;
                          for (const auto& p : copies) s.push_back(p.string());
                          return s;
-                       }()) + " (so the build installs too: cmake --install)");
+                       }()) +
+                       " (so the build installs too: cmake --install)");
 }
 
 // Build dirs the CMake compile database beside `dir` names for the target (CMAKE_BINARY_DIR).
@@ -172,7 +183,8 @@ std::vector<fs::path> compile_db_build_dirs(Disk& disk, const fs::path& dir, con
   }
   if (!j.is_array()) return out;
   for (const auto& e : j) {
-    if (!e.is_object() || !e.contains("file") || !e.contains("directory") || !e["file"].is_string() || !e["directory"].is_string())
+    if (!e.is_object() || !e.contains("file") || !e.contains("directory") || !e["file"].is_string() ||
+        !e["directory"].is_string())
       continue;
     fs::path d = e["directory"].get<std::string>();
     if (!t.is(disk, resolve_in(d, e["file"].get<std::string>()))) continue;
@@ -197,7 +209,8 @@ bool is_setuptools_temp(const fs::path& d) { return d.filename().string().rfind(
 std::vector<fs::path> ninja_dirs_at(Disk& disk, const fs::path& dir, const Target& t) {
   std::vector<fs::path> dirs;
   auto add = [&](const fs::path& d) {
-    if (!is_setuptools_temp(d) && disk.info(d / "build.ninja", Follow::no).type == FileType::regular) add_unique(dirs, d);
+    if (!is_setuptools_temp(d) && disk.info(d / "build.ninja", Follow::no).type == FileType::regular)
+      add_unique(dirs, d);
   };
   add(dir);
   for (const auto& e : sorted_entries(disk, dir)) {
@@ -222,7 +235,8 @@ std::optional<BuildCandidate> ninja_candidate(Disk& disk, const fs::path& dir, c
   c.build_cmds.push_back(cmake ? Argv{"cmake", "--build", dir.string()} : Argv{"ninja", "-C", dir.string()});
   c.build_cwd = dir;
   if (cmake) c.evidence.push_back((dir / "CMakeCache.txt").string() + ": a CMake build dir");
-  if (meson) c.evidence.push_back((dir / "meson-private").string() + ": a Meson build dir (ninja regenerates it as needed)");
+  if (meson)
+    c.evidence.push_back((dir / "meson-private").string() + ": a Meson build dir (ninja regenerates it as needed)");
   if (cmake) add_installed_copies(disk, dir, c);
   return c;
 }

@@ -11,6 +11,7 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/words.hpp"
+
 #include "parts.hpp"
 
 namespace overlay::discover_parts {
@@ -19,7 +20,8 @@ namespace {
 // The object a temp dir holds for the target: named by its build.ninja (BuildExtension), else
 // where setuptools puts it (the source's path below the project, or its absolute path with the
 // leading '/' dropped, as distutils' object_filenames does).
-std::optional<fs::path> temp_object(Disk& disk, const fs::path& temp, const fs::path& proj, const Target& t, std::string& why) {
+std::optional<fs::path> temp_object(Disk& disk, const fs::path& temp, const fs::path& proj, const Target& t,
+                                    std::string& why) {
   fs::path ninja = temp / "build.ninja";
   if (is_regular(disk, ninja)) {
     for (const auto& line : lines_of(read_small_file(disk, ninja, kMaxTextBytes))) {
@@ -49,14 +51,18 @@ bool is_extension_module(const std::string& name) { return ends_with(name, ".so"
 std::vector<fs::path> modules_below(Disk& disk, const fs::path& root, bool skip_build) {
   std::vector<fs::path> out;
   if (!is_directory(disk, root)) return out;
-  walk_tree(disk, root, [&](const fs::path& r, FileType type) {
-    std::string top = r.begin()->string();
-    if (type == FileType::directory)
-      return ((skip_build && top == "build") || top[0] == '.' || std::distance(r.begin(), r.end()) > 6) ? WalkStep::skip
-                                                                                                      : WalkStep::descend;
-    if (type == FileType::regular && is_extension_module(r.filename().string())) out.push_back(r);
-    return WalkStep::descend;
-  }, [](const fs::path&, const std::string&) {});
+  walk_tree(
+      disk, root,
+      [&](const fs::path& r, FileType type) {
+        std::string top = r.begin()->string();
+        if (type == FileType::directory)
+          return ((skip_build && top == "build") || top[0] == '.' || std::distance(r.begin(), r.end()) > 6)
+                     ? WalkStep::skip
+                     : WalkStep::descend;
+        if (type == FileType::regular && is_extension_module(r.filename().string())) out.push_back(r);
+        return WalkStep::descend;
+      },
+      [](const fs::path&, const std::string&) {});
   return out;
 }
 
@@ -84,8 +90,8 @@ bool file_mentions(Disk& disk, const fs::path& file, const std::vector<std::stri
 
 // The modules (relative to build/lib.*) that link the target's object: the only one, or those
 // whose bytes name the source. Empty `certain` says it could not tell and kept them all.
-std::vector<fs::path> linking_modules(Disk& disk, const fs::path& lib, const std::vector<fs::path>& mods, const Target& t,
-                                      const fs::path& proj, std::string& why) {
+std::vector<fs::path> linking_modules(Disk& disk, const fs::path& lib, const std::vector<fs::path>& mods,
+                                      const Target& t, const fs::path& proj, std::string& why) {
   if (mods.size() <= 1) return mods;
   std::vector<std::string> needles = {t.given.string(), t.real.string()};
   if (fs::path rel = t.relative_to(proj); !rel.empty()) needles.push_back(rel.string());
@@ -93,11 +99,12 @@ std::vector<fs::path> linking_modules(Disk& disk, const fs::path& lib, const std
   for (const auto& m : mods)
     if (file_mentions(disk, lib / m, needles)) hit.push_back(m);
   if (!hit.empty()) {
-    why = std::to_string(hit.size()) + " of " + std::to_string(mods.size()) + " modules name " + t.given.filename().string() +
-          " in their bytes (debug info): only those are rebuilt";
+    why = std::to_string(hit.size()) + " of " + std::to_string(mods.size()) + " modules name " +
+          t.given.filename().string() + " in their bytes (debug info): only those are rebuilt";
     return hit;
   }
-  why = "uncertain: " + std::to_string(mods.size()) + " modules and none names the source in its bytes (built without -g); all kept";
+  why = "uncertain: " + std::to_string(mods.size()) +
+        " modules and none names the source in its bytes (built without -g); all kept";
   return mods;
 }
 
@@ -130,7 +137,8 @@ std::vector<std::string> build_requires(const std::string& text) {
     std::string name = list.substr(q + 1, end - q - 1);
     name = name.substr(0, name.find_first_of("<>=!~;[ "));
     std::replace(name.begin(), name.end(), '-', '_');
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
     if (name == "meson_python") name = "mesonpy";
     if (name == "scikit_build_core") name = "scikit_build_core";
     if (!name.empty()) mods.push_back(name);
@@ -140,14 +148,15 @@ std::vector<std::string> build_requires(const std::string& text) {
 }
 
 struct Interpreter {
-  std::string exe;          // sys.executable
-  std::string ext_suffix;   // sysconfig EXT_SUFFIX
+  std::string exe;         // sys.executable
+  std::string ext_suffix;  // sysconfig EXT_SUFFIX
   bool imports_all = false;
 };
 
 std::optional<Interpreter> ask(const std::string& python, const std::vector<std::string>& mods, const fs::path& cwd) {
-  std::string code = "import sys, sysconfig\nprint(sys.executable)\nprint(sysconfig.get_config_var('EXT_SUFFIX'))\n"
-                     "import importlib.util\nprint(all(importlib.util.find_spec(m) is not None for m in sys.argv[1:]))\n";
+  std::string code =
+      "import sys, sysconfig\nprint(sys.executable)\nprint(sysconfig.get_config_var('EXT_SUFFIX'))\n"
+      "import importlib.util\nprint(all(importlib.util.find_spec(m) is not None for m in sys.argv[1:]))\n";
   Argv argv = {python, "-c", code};
   argv.insert(argv.end(), mods.begin(), mods.end());
   RunResult r = query(argv, cwd);
@@ -159,8 +168,8 @@ std::optional<Interpreter> ask(const std::string& python, const std::vector<std:
 // An interpreter that builds modules with the suffix the built ones have and finds every module
 // the build imports: python3 on PATH, python3.X for the ABI tag, /usr/bin/python3; the why in
 // `evidence`, and "uncertain" when none does both.
-std::string pick_interpreter(const std::vector<fs::path>& built, const std::vector<std::string>& mods, const fs::path& cwd,
-                             std::vector<std::string>& evidence) {
+std::string pick_interpreter(const std::vector<fs::path>& built, const std::vector<std::string>& mods,
+                             const fs::path& cwd, std::vector<std::string>& evidence) {
   std::string suffix;  // ".cpython-311-x86_64-linux-gnu.so" of the first built module
   for (const auto& b : built) {
     std::string n = b.filename().string();
@@ -182,7 +191,8 @@ std::string pick_interpreter(const std::vector<fs::path>& built, const std::vect
     auto i = ask(n, mods, cwd);
     if (!i) continue;
     bool abi = suffix.empty() || i->ext_suffix == suffix;
-    tried.push_back(i->exe + (abi ? "" : " (builds " + i->ext_suffix + ")") + (i->imports_all ? "" : " (cannot import all)"));
+    tried.push_back(i->exe + (abi ? "" : " (builds " + i->ext_suffix + ")") +
+                    (i->imports_all ? "" : " (cannot import all)"));
     if (abi && i->imports_all) {
       evidence.push_back("interpreter " + i->exe + ": builds " + (suffix.empty() ? i->ext_suffix : suffix) +
                          " modules and finds " + (mods.empty() ? std::string("setuptools") : join_words(mods)));
@@ -192,8 +202,9 @@ std::string pick_interpreter(const std::vector<fs::path>& built, const std::vect
   }
   std::string all;
   for (const auto& x : tried) all += (all.empty() ? "" : ", ") + x;
-  evidence.push_back("interpreter uncertain: none of " + (all.empty() ? std::string("python3, /usr/bin/python3") : all) +
-                     " both builds " + suffix + " modules and finds " + join_words(mods) + "; check build_cmds[0][0]");
+  evidence.push_back("interpreter uncertain: none of " +
+                     (all.empty() ? std::string("python3, /usr/bin/python3") : all) + " both builds " + suffix +
+                     " modules and finds " + join_words(mods) + "; check build_cmds[0][0]");
   return fallback ? fallback->exe : "python3";
 }
 

@@ -12,6 +12,7 @@
 #include <cstdlib>
 
 #include "overlay/file_ops.hpp"
+
 #include "parts.hpp"
 
 namespace overlay::discover_parts {
@@ -36,9 +37,12 @@ std::vector<std::string> string_literals(const std::string& text) {
 
 bool is_loader_name(const std::string& n, std::string& kind) {
   if (!ends_with(n, ".py") || n.empty() || n[0] != '_') return false;
-  if (ends_with(n, "_editable_loader.py")) kind = "meson-python";
-  else if (n.rfind("_editable_skbc_", 0) == 0 || ends_with(n, "_editable.py")) kind = "scikit-build";
-  else return false;
+  if (ends_with(n, "_editable_loader.py"))
+    kind = "meson-python";
+  else if (n.rfind("_editable_skbc_", 0) == 0 || ends_with(n, "_editable.py"))
+    kind = "scikit-build";
+  else
+    return false;
   return true;
 }
 
@@ -68,9 +72,12 @@ std::vector<EditableBuild> editable_builds(Disk& disk, const fs::path& dir) {
       if (s.empty() || s[0] != '/') continue;
       fs::path p = fs::path(s).lexically_normal();
       bool build_dir = is_regular(disk, p / "build.ninja");
-      if (b.build_dir.empty() && build_dir) b.build_dir = p;
-      else if (!b.build_dir.empty() && is_directory(disk, p)) b.install_dir = p;  // skbc's last argument
-      else if (is_regular(disk, p) && is_shared_library_name(p)) b.installed.push_back(p);
+      if (b.build_dir.empty() && build_dir)
+        b.build_dir = p;
+      else if (!b.build_dir.empty() && is_directory(disk, p))
+        b.install_dir = p;  // skbc's last argument
+      else if (is_regular(disk, p) && is_shared_library_name(p))
+        b.installed.push_back(p);
     }
     if (!b.build_dir.empty()) out.push_back(std::move(b));
   }
@@ -79,14 +86,15 @@ std::vector<EditableBuild> editable_builds(Disk& disk, const fs::path& dir) {
 
 void adopt_editable(Disk& disk, const EditableBuild& b, BuildCandidate& c) {
   c.kind = b.kind;
-  c.evidence.push_back(b.loader.string() + ": an editable install (" + b.kind + ") that builds in " + b.build_dir.string() +
-                       (b.kind == "meson-python" ? " (again on every import)" : ""));
+  c.evidence.push_back(b.loader.string() + ": an editable install (" + b.kind + ") that builds in " +
+                       b.build_dir.string() + (b.kind == "meson-python" ? " (again on every import)" : ""));
   if (b.kind != "scikit-build") return;
   c.build_cmds = {{"cmake", "--build", b.build_dir.string()}};
   if (b.install_dir.empty()) return;
   c.build_cmds.push_back({"cmake", "--install", b.build_dir.string(), "--prefix", b.install_dir.string()});
   for (const auto& p : b.installed)
-    if (std::any_of(c.artifacts.begin(), c.artifacts.end(), [&](const fs::path& a) { return a.filename() == p.filename(); }) &&
+    if (std::any_of(c.artifacts.begin(), c.artifacts.end(),
+                    [&](const fs::path& a) { return a.filename() == p.filename(); }) &&
         is_regular(disk, p))
       add_unique(c.artifacts, p);
 }

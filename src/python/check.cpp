@@ -39,9 +39,12 @@ CheckResult check_module(Disk& disk, const std::string& module, const std::strin
 
 const char* check_token(ModuleSource s) {
   switch (s) {
-    case ModuleSource::overlay_active: return "OVERLAY_ACTIVE";
-    case ModuleSource::injected: return "INJECTED";
-    case ModuleSource::install: return "INSTALL (overlay not shadowing this module)";
+    case ModuleSource::overlay_active:
+      return "OVERLAY_ACTIVE";
+    case ModuleSource::injected:
+      return "INJECTED";
+    case ModuleSource::install:
+      return "INSTALL (overlay not shadowing this module)";
   }
   return "?";
 }

@@ -13,12 +13,13 @@ std::string text(const json& e, const char* k, const char* fallback = "") {
 }
 
 // The top-level keys that are not Python entry sections: native entries and the tool's own records.
-const char* const kOwnKeys[] = {"natives", "running_patched", "untracked_outputs", "litter", "layers_above", "fold_out", "folds_in"};
+const char* const kOwnKeys[] = {"natives",      "running_patched", "untracked_outputs", "litter",
+                                "layers_above", "fold_out",        "folds_in"};
 
 }  // namespace
 
 const std::vector<PySection>& python_sections() {
-  static const std::vector<PySection> s = {{"modules", "module"}, {"installers", "id"}, {"rebinds", "target"},
+  static const std::vector<PySection> s = {{"modules", "module"},  {"installers", "id"},  {"rebinds", "target"},
                                            {"captures", "target"}, {"markers", "target"}, {"hooks", "module"}};
   return s;
 }
@@ -46,13 +47,16 @@ std::vector<PyEntry> python_entries(const json& doc) {
     std::string impl = text(e, "impl_module") + "." + text(e, "impl_attr");
     auto cc = e.find("count_calls");
     bool counted = cc != e.end() && cc->is_boolean() && cc->get<bool>();
-    return PyEntry{"rebind", "rebind:" + text(e, "target") + "->" + impl, text(e, "target"), impl, std::nullopt, counted, {}};
+    return PyEntry{
+        "rebind", "rebind:" + text(e, "target") + "->" + impl, text(e, "target"), impl, std::nullopt, counted, {}};
   });
   each("captures", [](const json& e) {
-    return PyEntry{"capture", "capture:" + text(e, "target"), text(e, "target"), text(e, "out"), std::nullopt, false, {}};
+    return PyEntry{"capture", "capture:" + text(e, "target"), text(e, "target"), text(e, "out"), std::nullopt, false,
+                   {}};
   });
   each("markers", [](const json& e) {
-    return PyEntry{"marker", "marker:" + text(e, "target"), text(e, "target"), "seam_trace.install", std::nullopt, false, {}};
+    return PyEntry{
+        "marker", "marker:" + text(e, "target"), text(e, "target"), "seam_trace.install", std::nullopt, false, {}};
   });
   each("hooks", [](const json& e) {
     std::string impl = text(e, "impl_module") + "." + text(e, "impl_attr", "install");
@@ -67,7 +71,8 @@ std::vector<std::string> unapplied_sections(const json& doc) {
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     const std::string& key = it.key();  // a structured binding cannot be captured before C++20's clang 16
     if (!it->is_array() || it->empty()) continue;
-    bool known = std::any_of(python_sections().begin(), python_sections().end(), [&](const PySection& s) { return key == s.array; }) ||
+    bool known = std::any_of(python_sections().begin(), python_sections().end(),
+                             [&](const PySection& s) { return key == s.array; }) ||
                  std::find(std::begin(kOwnKeys), std::end(kOwnKeys), key) != std::end(kOwnKeys);
     if (!known) out.push_back(key);
   }

@@ -37,7 +37,9 @@ bool sites_overlap(const std::string& a, const std::string& b) {
   };
   auto [am, aa] = split(a);
   auto [bm, ba] = split(b);
-  auto below = [](const std::string& x, const std::string& y, char sep) { return x.size() > y.size() && x.compare(0, y.size(), y) == 0 && x[y.size()] == sep; };
+  auto below = [](const std::string& x, const std::string& y, char sep) {
+    return x.size() > y.size() && x.compare(0, y.size(), y) == 0 && x[y.size()] == sep;
+  };
   if (am == bm) return aa.empty() || ba.empty() || aa == ba || below(aa, ba, '.') || below(ba, aa, '.');
   return (aa.empty() && below(bm, am, '.')) || (ba.empty() && below(am, bm, '.'));
 }
@@ -57,7 +59,7 @@ std::vector<std::string> sites_of(const json& e, const std::string& array) {
 
 struct Union {
   json doc = json::object();
-  std::map<std::string, std::pair<fs::path, fs::path>> files;  // rel -> (path, its overlay)
+  std::map<std::string, std::pair<fs::path, fs::path>> files;                   // rel -> (path, its overlay)
   std::vector<std::pair<std::string, std::pair<std::string, fs::path>>> sites;  // site -> (owner, overlay)
   std::map<std::string, fs::path> entry_from;  // "array:identity" -> the overlay it came from
   std::vector<std::string> notes;
@@ -76,7 +78,8 @@ void add_entries(Union& u, const fs::path& src, const Manifest& m) {
         if (identity_of(have, s) != id) continue;
         if (have != e)
           throw Error(std::string("conflicting ") + s.array + " entry for " + id + ": " + have.dump() + " (from " +
-                      u.entry_from[s.array + std::string(":") + id].string() + ") vs " + e.dump() + " (from " + src.string() + ")");
+                      u.entry_from[s.array + std::string(":") + id].string() + ") vs " + e.dump() + " (from " +
+                      src.string() + ")");
         dup = true;
       }
       if (dup) continue;
@@ -85,8 +88,8 @@ void add_entries(Union& u, const fs::path& src, const Manifest& m) {
       for (const auto& site : sites_of(e, s.array))
         for (const auto& [prev, who] : u.sites)
           if (who.first != owner && sites_overlap(site, prev))
-            throw Error("conflicting overlay target: " + site + " (" + owner + " from " + src.string() + ") overlaps " + prev + " (" +
-                        who.first + " from " + who.second.string() + ")");
+            throw Error("conflicting overlay target: " + site + " (" + owner + " from " + src.string() + ") overlaps " +
+                        prev + " (" + who.first + " from " + who.second.string() + ")");
       for (const auto& site : sites_of(e, s.array)) u.sites.push_back({site, {owner, src}});
       into.push_back(e);
     }
@@ -97,7 +100,8 @@ void add_other_keys(Union& u, const fs::path& src, const Manifest& m) {
   for (const auto& [key, value] : m.doc.items()) {
     bool section = false;
     for (const PySection& s : python_sections()) section = section || key == s.array;
-    if (section || key == "natives" || key == "running_patched" || key == "untracked_outputs" || key == "litter") continue;
+    if (section || key == "natives" || key == "running_patched" || key == "untracked_outputs" || key == "litter")
+      continue;
     if (u.doc.contains(key) && u.doc[key] != value)
       throw Error("conflicting manifest metadata " + key + ": " + src.string() + " differs from the other overlay");
     u.doc[key] = value;
@@ -110,12 +114,14 @@ void add_other_keys(Union& u, const fs::path& src, const Manifest& m) {
 void add_files(Disk& disk, Union& u, const fs::path& src) {
   walk_tree(disk, src, [&](const fs::path& rel, FileType type) {
     if (is_own_name(rel)) return WalkStep::skip;
-    if (type == FileType::symlink) throw Error("overlay symlinks must be materialised before merge: " + (src / rel).string());
+    if (type == FileType::symlink)
+      throw Error("overlay symlinks must be materialised before merge: " + (src / rel).string());
     if (type != FileType::regular) return WalkStep::descend;
     auto it = u.files.find(rel.string());
     if (it != u.files.end()) {
       if (read_small_file(disk, it->second.first, 1u << 28) != read_small_file(disk, src / rel, 1u << 28))
-        throw Error("conflicting overlay file " + rel.string() + ": " + it->second.first.string() + " vs " + (src / rel).string());
+        throw Error("conflicting overlay file " + rel.string() + ": " + it->second.first.string() + " vs " +
+                    (src / rel).string());
       return WalkStep::descend;
     }
     u.files[rel.string()] = {src / rel, src};
@@ -140,8 +146,8 @@ void check_complete(const Union& u) {
       std::string m = e["module"].get<std::string>();
       auto files = module_files(m);
       if (!u.files.count(files[0]) && !u.files.count(files[1]))
-        throw Error("installer " + e.value("id", m) + " imports " + m + ", which the overlay does not hold (" + files[0] + " or " +
-                    files[1] + ")");
+        throw Error("installer " + e.value("id", m) + " imports " + m + ", which the overlay does not hold (" +
+                    files[0] + " or " + files[1] + ")");
       installer_modules.push_back(m);
     }
   if (!u.doc.contains("modules") || !u.doc["modules"].is_array()) return;
@@ -158,12 +164,14 @@ void check_complete(const Union& u) {
 
 fs::path checked_input(Disk& disk, const fs::path& p, const fs::path& out, const char* flag) {
   fs::path abs = absolute_normal(p);
-  if (disk.info(abs, Follow::yes).type != FileType::directory) throw Error(std::string(flag) + " overlay does not exist: " + abs.string());
+  if (disk.info(abs, Follow::yes).type != FileType::directory)
+    throw Error(std::string(flag) + " overlay does not exist: " + abs.string());
   auto inside = [](const fs::path& a, const fs::path& b) {
     auto rel = a.lexically_relative(b);
     return !rel.empty() && *rel.begin() != "..";
   };
-  if (inside(abs, out) || inside(out, abs)) throw Error("merge inputs and output must not contain one another: " + abs.string());
+  if (inside(abs, out) || inside(out, abs))
+    throw Error("merge inputs and output must not contain one another: " + abs.string());
   if (classify_sitecustomize(disk, abs) == SitecustomizeKind::foreign)
     // v7's words (its callers match them): the file's own hooks would be lost.
     throw Error(std::string("custom sitecustomize cannot be merged automatically: ") + abs.string() + " (" + flag +

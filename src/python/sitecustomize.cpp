@@ -1,11 +1,10 @@
 #include "overlay/python/sitecustomize.hpp"
 
-#include "overlay/error.hpp"
-
 #include <algorithm>
 #include <cstdlib>
 #include <utility>
 
+#include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
 #include "overlay/process.hpp"
@@ -17,16 +16,22 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
-    {"5b19e0839e173042ba845516036fbc5a3873d7b30e0636f1c05890613492e827", "overlay (format 3, before the Python formatter)"},
-    {"771522af033c30308ac6e98ae3fe49210ce5a870e14e1155614a9b2a4a2389dc", "overlay (format 3, finder class _Finder, installed only with a manifest)"},
-    {"f7bae4aa9c34a672c9bce0c5ef8f7ff41363405d878ae7b812e1ec507504dacd", "overlay (format 2, live record rewritten per module)"},
-    {"1d75eb66138e0e62af023a55fc25d38a0db5011641cef43f9702b2c028aecd32", "overlay (format 2, before precompiled start-up)"},
+    {"5b19e0839e173042ba845516036fbc5a3873d7b30e0636f1c05890613492e827",
+     "overlay (format 3, before the Python formatter)"},
+    {"771522af033c30308ac6e98ae3fe49210ce5a870e14e1155614a9b2a4a2389dc",
+     "overlay (format 3, finder class _Finder, installed only with a manifest)"},
+    {"f7bae4aa9c34a672c9bce0c5ef8f7ff41363405d878ae7b812e1ec507504dacd",
+     "overlay (format 2, live record rewritten per module)"},
+    {"1d75eb66138e0e62af023a55fc25d38a0db5011641cef43f9702b2c028aecd32",
+     "overlay (format 2, before precompiled start-up)"},
     {"e83ffc8276e6f1f5b2e920856e1cdbf2a35af5eee5c8ccf0e11e4f06c687445f", "overlay (format 2, before layers)"},
     // Three texts of 2026-12-04 that missed this list (tests/upstream/known_texts_test.py found them).
     {"441fe19393bbba757e581b5104e09d823746ef740175b87c2f7cf6ab5e000e9d", "overlay (format 2, first layers)"},
     {"7b14187261089d130545368fe101925c1a20a02d855cf88f83e402683f8453db", "overlay (format 2, first start-up plan)"},
-    {"09287425a1fa0de09bff5dbcfe2746e95e5c261cd364589f1eff61e350658b9d", "overlay (format 2, before the start-up plan)"},
-    {"b9537508d67439ca994879cce2fca733d319b7a2a790661d93d683ffff5d007a", "overlay (format 2, before layers and installers)"},
+    {"09287425a1fa0de09bff5dbcfe2746e95e5c261cd364589f1eff61e350658b9d",
+     "overlay (format 2, before the start-up plan)"},
+    {"b9537508d67439ca994879cce2fca733d319b7a2a790661d93d683ffff5d007a",
+     "overlay (format 2, before layers and installers)"},
     {"5ba306870c2abeca55267982d3abe2580e44b2d83b9e05da4d12af9aceae2aa2", "overlay (format 2)"},
     {"525486fde3322edfbdb0a32f6a7ea4e736cdcf10f43ff100b5c585a557dae86e", "overlay (format 1, live records)"},
     {"239e427dcc8500a706c80d889f504e3e77055903dd519c50a5b1cb8440644704", "overlay (format 1, call counts)"},
@@ -46,7 +51,8 @@ const std::string& legacy_sitecustomize_text() {
     const std::string& t = sitecustomize_text();
     auto begin = t.find("    # installers: begin");
     auto end = t.find("# installers: end\n", begin);
-    if (begin == std::string::npos || end == std::string::npos) throw Error("sitecustomize.py lost its installers markers");
+    if (begin == std::string::npos || end == std::string::npos)
+      throw Error("sitecustomize.py lost its installers markers");
     return t.substr(0, begin) + t.substr(end + std::string("# installers: end\n").size());
   }();
   return text;
@@ -77,16 +83,20 @@ bool is_runtime_file(const std::string& name) {
 }
 
 bool has_worker_modules(Disk& disk, const fs::path& overlay) {
-  return disk.info(overlay / kWorkerExtName, Follow::no).exists() || disk.info(overlay / kApplyModuleName, Follow::no).exists();
+  return disk.info(overlay / kWorkerExtName, Follow::no).exists() ||
+         disk.info(overlay / kApplyModuleName, Follow::no).exists();
 }
 
 // Each worker module holds our text afterwards; one that already does is not written again.
 void write_worker_modules(Disk& disk, const fs::path& overlay) {
-  for (const auto& [name, text] : {std::pair{kWorkerExtName, &worker_ext_text()}, std::pair{kApplyModuleName, &apply_module_text()}}) {
+  for (const auto& [name, text] :
+       {std::pair{kWorkerExtName, &worker_ext_text()}, std::pair{kApplyModuleName, &apply_module_text()}}) {
     fs::path p = overlay / name;
     FileInfo fi = disk.info(p, Follow::no);
-    if (fi.type == FileType::regular && fi.size == text->size() && read_small_file(disk, p, fi.size + 1) == *text) continue;
-    if (fi.exists() && fi.type != FileType::regular) throw Error("overlay runtime file is not a regular file: " + p.string());
+    if (fi.type == FileType::regular && fi.size == text->size() && read_small_file(disk, p, fi.size + 1) == *text)
+      continue;
+    if (fi.exists() && fi.type != FileType::regular)
+      throw Error("overlay runtime file is not a regular file: " + p.string());
     write_file_atomically(disk, p, *text, 0644);
   }
 }
@@ -203,8 +213,8 @@ std::string kept_foreign_note(const fs::path& overlay) {
 
 void require_pythonpath_safe(const fs::path& overlay) {
   if (overlay.string().find(':') != std::string::npos)
-    throw Error("overlay path contains ':', which splits PYTHONPATH, so the overlay could never be put on it: " + overlay.string() +
-                " (choose a path without ':')");
+    throw Error("overlay path contains ':', which splits PYTHONPATH, so the overlay could never be put on it: " +
+                overlay.string() + " (choose a path without ':')");
 }
 
 }  // namespace overlay

@@ -74,8 +74,10 @@ std::optional<fs::path> hook_file_of(Disk& disk, const fs::path& given, const st
 
 // Writes the hook module into the overlay: the caller's file, else the embedded default.
 void write_hook(Disk& disk, const std::optional<fs::path>& given, const std::string& embedded, const fs::path& dest) {
-  if (given) replace_file_atomically(disk, *given, dest, 0644);
-  else write_file_atomically(disk, dest, embedded, 0644);
+  if (given)
+    replace_file_atomically(disk, *given, dest, 0644);
+  else
+    write_file_atomically(disk, dest, embedded, 0644);
 }
 
 const char* kFindSpecScript = R"PY(
@@ -96,10 +98,11 @@ except Exception as e:
 
 std::string find_module_origin(const std::string& module, const std::string& python, bool disable_overlays) {
   json j = ask_python(python, kFindSpecScript, module, disable_overlays);
-  if (j.contains("error")) throw Error("module " + module + " cannot be located by " + python + ": " + j["error"].get<std::string>());
+  if (j.contains("error"))
+    throw Error("module " + module + " cannot be located by " + python + ": " + j["error"].get<std::string>());
   if (!j.contains("origin") || !j["origin"].is_string())
-    throw Error("module " + module + " not found by " + python + " (PYTHONPATH=" +
-                (std::getenv("PYTHONPATH") ? std::getenv("PYTHONPATH") : "") + ")");
+    throw Error("module " + module + " not found by " + python +
+                " (PYTHONPATH=" + (std::getenv("PYTHONPATH") ? std::getenv("PYTHONPATH") : "") + ")");
   return j["origin"].get<std::string>();
 }
 
@@ -118,7 +121,8 @@ void check_overlay_target(Disk& disk, const PyCommon& c) {
   if (!bi.exists()) return;  // the first iteration of a loop: the overlay starts empty (seed_base)
   if (bi.type != FileType::directory) throw Error("--from is not a directory: " + base.string());
   if (!load_manifest(disk, base)) throw Error("--from overlay has no manifest: " + base.string());
-  if (fi.exists() && load_manifest(disk, ov)) throw Error("--from seeds a new overlay, but " + ov.string() + " already has a manifest");
+  if (fi.exists() && load_manifest(disk, ov))
+    throw Error("--from seeds a new overlay, but " + ov.string() + " already has a manifest");
 }
 
 // Copies BASE's Python files (not its native backups, logs, records or manifest; its
@@ -129,13 +133,15 @@ Manifest seed_from(Disk& disk, const fs::path& base, const fs::path& ov) {
   m.natives.clear();
   walk_tree(disk, base, [&](const fs::path& rel, FileType type) {
     std::string top = rel.begin()->string();
-    bool own_runtime = (top == "sitecustomize.py" && classify_sitecustomize(disk, base) != SitecustomizeKind::foreign) ||
-                       (is_runtime_file(top) && top != "sitecustomize.py");
-    if (top == kBackupDirName || top == "_trash" || top == "_logs" || top == kStatsDirName || top == kManifestName || own_runtime ||
-        top == "__pycache__" || rel.filename().string().rfind('.', 0) == 0)
+    bool own_runtime =
+        (top == "sitecustomize.py" && classify_sitecustomize(disk, base) != SitecustomizeKind::foreign) ||
+        (is_runtime_file(top) && top != "sitecustomize.py");
+    if (top == kBackupDirName || top == "_trash" || top == "_logs" || top == kStatsDirName || top == kManifestName ||
+        own_runtime || top == "__pycache__" || rel.filename().string().rfind('.', 0) == 0)
       return WalkStep::skip;
     if (type == FileType::directory) make_dirs(disk, ov / rel);
-    if (type == FileType::regular) replace_file_atomically(disk, base / rel, ov / rel, disk.info(base / rel, Follow::no).mode);
+    if (type == FileType::regular)
+      replace_file_atomically(disk, base / rel, ov / rel, disk.info(base / rel, Follow::no).mode);
     return WalkStep::descend;
   });
   if (has_worker_modules(disk, base)) write_worker_modules(disk, ov);  // asked for in BASE: asked for here
@@ -208,8 +214,10 @@ PyAddResult record_with(Disk& disk, const PyCommon& c, Edit&& edit, PutFiles&& p
 }
 
 template <typename PutFiles>
-PyAddResult record(Disk& disk, const PyCommon& c, const char* array, const Identity& identity, const json& entry, PutFiles&& put) {
-  return record_with(disk, c, [&](json& doc) { upsert(doc, array, identity, entry); }, put);
+PyAddResult record(Disk& disk, const PyCommon& c, const char* array, const Identity& identity, const json& entry,
+                   PutFiles&& put) {
+  return record_with(
+      disk, c, [&](json& doc) { upsert(doc, array, identity, entry); }, put);
 }
 
 // The impl file an add-* copies into the overlay under its own name.
@@ -226,7 +234,8 @@ std::optional<fs::path> impl_file_of(Disk& disk, const std::optional<fs::path>& 
 // depth, dot-names at the top (v4).
 std::vector<std::pair<fs::path, fs::path>> impl_dir_files(Disk& disk, const fs::path& given) {
   fs::path dir = absolute_normal(given);
-  if (disk.info(dir, Follow::yes).type != FileType::directory) throw Error("--impl-dir is not a directory: " + dir.string());
+  if (disk.info(dir, Follow::yes).type != FileType::directory)
+    throw Error("--impl-dir is not a directory: " + dir.string());
   std::vector<std::pair<fs::path, fs::path>> files;
   std::function<void(const fs::path&, int)> visit = [&](const fs::path& rel, int depth) {
     if (depth > 64) throw Error("--impl-dir nests too deep (a symlink loop?): " + (dir / rel).string());
@@ -238,9 +247,12 @@ std::vector<std::pair<fs::path, fs::path>> impl_dir_files(Disk& disk, const fs::
         throw Error("--impl-dir holds " + e.name + ", a name the overlay keeps for itself: " + (dir / e.name).string());
       fs::path r = rel / e.name;
       FileInfo fi = disk.info(dir / r, Follow::yes);
-      if (fi.type == FileType::directory) visit(r, depth + 1);
-      else if (fi.type == FileType::regular) files.emplace_back(r, dir / r);
-      else throw Error("--impl-dir holds something that is not a file or directory: " + (dir / r).string());
+      if (fi.type == FileType::directory)
+        visit(r, depth + 1);
+      else if (fi.type == FileType::regular)
+        files.emplace_back(r, dir / r);
+      else
+        throw Error("--impl-dir holds something that is not a file or directory: " + (dir / r).string());
     }
   };
   visit({}, 0);
@@ -264,7 +276,8 @@ bool valid_dotted_name(std::string_view name) {
   std::size_t start = 0;
   for (;;) {
     auto dot = name.find('.', start);
-    if (!is_identifier(name.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start))) return false;
+    if (!is_identifier(name.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start)))
+      return false;
     if (dot == std::string_view::npos) return true;
     start = dot + 1;
   }
@@ -319,14 +332,15 @@ PyAddResult add_module(Disk& disk, const AddModuleRequest& req) {
     content = existing_file(disk, *req.patched_file, "patched file");
     refuse_package_initializer(req.module, content);
   } else {
-    fs::path src = req.src_file ? existing_file(disk, *req.src_file, "source file") : locate_installed_module(req.module, req.python);
+    fs::path src = req.src_file ? existing_file(disk, *req.src_file, "source file")
+                                : locate_installed_module(req.module, req.python);
     refuse_package_initializer(req.module, src);
     content = src;
     if (req.patch) {
       fs::path diff = existing_file(disk, *req.patch, "patch file");
       try {
         patched = std::make_shared<PatchedCopy>(disk, src, diff);  // never applied to the install
-      } catch (const Error& e) {  // v3's words first: callers match them
+      } catch (const Error& e) {                                   // v3's words first: callers match them
         throw Error(std::string("failed to apply patch: ") + e.what());
       }
       content = patched->file();
@@ -384,9 +398,8 @@ PyAddResult add_marker(Disk& disk, const AddMarkerRequest& req) {
   check_target(req.target);
   std::optional<fs::path> hook = hook_file_of(disk, req.marker_file, "marker file");
   check_overlay_target(disk, req.common);
-  PyAddResult r = record(disk, req.common, "markers", {"target"}, json{{"target", req.target}}, [&](const fs::path& o) {
-    write_hook(disk, hook, marker_hook_text(), o / "seam_trace.py");
-  });
+  PyAddResult r = record(disk, req.common, "markers", {"target"}, json{{"target", req.target}},
+                         [&](const fs::path& o) { write_hook(disk, hook, marker_hook_text(), o / "seam_trace.py"); });
   r.summary = "add-marker " + req.target;
   return r;
 }
@@ -407,14 +420,15 @@ PyAddResult add_hook(Disk& disk, const AddHookRequest& req) {
 }
 
 PyAddResult add_installer(Disk& disk, const AddInstallerRequest& req) {
-  if (req.id.empty() || req.id.find_first_of("\n\r") != std::string::npos) throw Error("invalid --id: '" + req.id + "'");
+  if (req.id.empty() || req.id.find_first_of("\n\r") != std::string::npos)
+    throw Error("invalid --id: '" + req.id + "'");
   if (!valid_dotted_name(req.module)) throw Error("invalid --module: '" + req.module + "'");
   if (!is_identifier(req.callable)) throw Error("invalid --callable: '" + req.callable + "'");
   for (const auto& t : req.targets) check_target(t, true);
   for (const auto& k : req.kernels)
     if (k.empty()) throw Error("--kernel is empty");
   check_overlay_target(disk, req.common);
-  json entry = {{"id", req.id}, {"module", req.module}, {"callable", req.callable},
+  json entry = {{"id", req.id},     {"module", req.module},   {"callable", req.callable},
                 {"required", true}, {"targets", req.targets}, {"kernels", req.kernels}};
   PyAddResult r = record_with(
       disk, req.common,
@@ -434,8 +448,10 @@ PyAddResult add_installer(Disk& disk, const AddInstallerRequest& req) {
 
 PyAddResult add_worker_modules(Disk& disk, const PyCommon& c) {
   check_overlay_target(disk, c);
-  PyAddResult r = record_with(disk, c, [](json&) {}, [&](const fs::path& o) { write_worker_modules(disk, o); });
-  r.summary = "add-worker-modules -> " + (r.overlay / kWorkerExtName).string() + ", " + (r.overlay / kApplyModuleName).string();
+  PyAddResult r = record_with(
+      disk, c, [](json&) {}, [&](const fs::path& o) { write_worker_modules(disk, o); });
+  r.summary =
+      "add-worker-modules -> " + (r.overlay / kWorkerExtName).string() + ", " + (r.overlay / kApplyModuleName).string();
   return r;
 }
 
@@ -450,7 +466,8 @@ PyAddResult ensure_overlay(Disk& disk, const PyCommon& c) {
                  (fi.exists() && load_manifest(disk, ov))))
     seeded.from.reset();
   check_overlay_target(disk, seeded);
-  PyAddResult r = record_with(disk, seeded, [](json&) {}, [](const fs::path&) {});
+  PyAddResult r = record_with(
+      disk, seeded, [](json&) {}, [](const fs::path&) {});
   r.launch_line = false;
   return r;
 }

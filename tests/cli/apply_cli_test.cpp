@@ -1,8 +1,8 @@
 // `overlay apply`: one diff touching a Python wrapper and the C++ kernel behind it, on a small
 // CMake + Ninja install with a Python package in front; real python3, real GNU patch, real build.
-#include <gtest/gtest.h>
-
 #include <iostream>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -34,9 +34,11 @@ struct Apply : ::testing::Test {
 
   Apply() {
     kernel_cpp = "extern \"C\" int kernel() { return 4; }\n";
-    ops_py = "import ctypes\n_lib = ctypes.CDLL(\"" + (build / "libkernel.so").string() + "\")\n\n"
+    ops_py = "import ctypes\n_lib = ctypes.CDLL(\"" + (build / "libkernel.so").string() +
+             "\")\n\n"
              "def value():\n    return (\"orig\", _lib.kernel())\n";
-    write_file(inst / "CMakeLists.txt", "cmake_minimum_required(VERSION 3.16)\nproject(k CXX)\nadd_library(kernel SHARED csrc/kernel.cpp)\n");
+    write_file(inst / "CMakeLists.txt",
+               "cmake_minimum_required(VERSION 3.16)\nproject(k CXX)\nadd_library(kernel SHARED csrc/kernel.cpp)\n");
     write_file(inst / "csrc/kernel.cpp", kernel_cpp);
     write_file(inst / "pkg/__init__.py", "");
     write_file(inst / "pkg/ops.py", ops_py);
@@ -49,7 +51,8 @@ struct Apply : ::testing::Test {
   // A git-style diff (a/ b/ prefixes) of `rel` from its installed text to `patched`.
   std::string diff_of(const std::string& rel, const std::string& patched) {
     write_file(t / "new" / rel, patched);
-    Cmd d = run({"diff", "-u", "--label", "a/" + rel, "--label", "b/" + rel, (inst / rel).string(), (t / "new" / rel).string()});
+    Cmd d = run({"diff", "-u", "--label", "a/" + rel, "--label", "b/" + rel, (inst / rel).string(),
+                 (t / "new" / rel).string()});
     return d.out;
   }
   fs::path write_diff(const std::string& name, const std::string& text) {
@@ -59,11 +62,21 @@ struct Apply : ::testing::Test {
   fs::path mixed_diff() {
     std::string py = ops_py;
     py.replace(py.find("\"orig\""), 6, "\"new\"");
-    return write_diff("mixed.diff", diff_of("pkg/ops.py", py) + diff_of("csrc/kernel.cpp", "extern \"C\" int kernel() { return 7; }\n"));
+    return write_diff("mixed.diff", diff_of("pkg/ops.py", py) +
+                                        diff_of("csrc/kernel.cpp", "extern \"C\" int kernel() { return 7; }\n"));
   }
   std::vector<std::string> apply_args(const fs::path& diff, const std::vector<std::string>& more = {}) {
-    std::vector<std::string> a = {"apply", "--overlay", ov.string(), "--patch", diff.string(), "--patch-root", inst.string(),
-                                  "--artifact", (build / "libkernel.so").string(), "--build-cmd", "cmake --build " + build.string()};
+    std::vector<std::string> a = {"apply",
+                                  "--overlay",
+                                  ov.string(),
+                                  "--patch",
+                                  diff.string(),
+                                  "--patch-root",
+                                  inst.string(),
+                                  "--artifact",
+                                  (build / "libkernel.so").string(),
+                                  "--build-cmd",
+                                  "cmake --build " + build.string()};
     a.insert(a.end(), more.begin(), more.end());
     return a;
   }
@@ -75,7 +88,8 @@ struct Apply : ::testing::Test {
   }
   // The install as it matters: sources, the Python package, the built library.
   std::string install_digest() {
-    return tree_digest(inst / "csrc") + tree_digest(inst / "pkg") + file_sha256(build / "libkernel.so") + read_file(inst / "README.txt");
+    return tree_digest(inst / "csrc") + tree_digest(inst / "pkg") + file_sha256(build / "libkernel.so") +
+           read_file(inst / "README.txt");
   }
   json manifest() { return json::parse(read_file(ov / "_overlay_manifest.json")); }
 };
@@ -91,7 +105,8 @@ TEST_F(Apply, RoutesPerFileAndRevertsByPatchId) {
   std::cout << "APPLY --json:\n" << doc.dump(2) << std::endl;
   std::string id = doc["patch_id"];
   EXPECT_EQ(doc["python"][0]["module"], "pkg.ops");
-  EXPECT_EQ(doc["native"]["files"], json::parse("[{\"path\": \"" + (inst / "csrc/kernel.cpp").string() + "\", \"change\": \"modify\"}]"));
+  EXPECT_EQ(doc["native"]["files"],
+            json::parse("[{\"path\": \"" + (inst / "csrc/kernel.cpp").string() + "\", \"change\": \"modify\"}]"));
   EXPECT_EQ(doc["native"]["build"]["ok"], true);
   json m = manifest();
   ASSERT_EQ(m["natives"].size(), 1u);
@@ -106,8 +121,10 @@ TEST_F(Apply, RoutesPerFileAndRevertsByPatchId) {
   EXPECT_EQ(run_overlay({"verify-native", "--overlay", ov.string()}).rc, 0);
   Cmd st = run_overlay({"status", "--overlay", ov.string()});
   std::cout << "STATUS:\n" << st.out << std::endl;
-  EXPECT_NE(st.out.find("patch " + id + ": 1 native, 1 python (revert --patch-id " + id + ")"), std::string::npos) << st.out;
-  EXPECT_EQ(json::parse(run_overlay({"--json", "status", "--overlay", ov.string()}).out)["patches"][0]["python"], json({"pkg.ops"}));
+  EXPECT_NE(st.out.find("patch " + id + ": 1 native, 1 python (revert --patch-id " + id + ")"), std::string::npos)
+      << st.out;
+  EXPECT_EQ(json::parse(run_overlay({"--json", "status", "--overlay", ov.string()}).out)["patches"][0]["python"],
+            json({"pkg.ops"}));
 
   Cmd r = run_overlay({"revert", "--overlay", ov.string(), "--patch-id", id});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -142,7 +159,8 @@ TEST_F(Apply, PlainRevertAndGcTakeThePatchWhole) {
   for (std::string how : {"revert", "gc-stale"}) {
     std::string before = install_digest();
     ASSERT_EQ(run_overlay(apply_args(mixed_diff())).rc, 0);
-    Cmd r = how == "revert" ? run_overlay({"revert", "--overlay", ov.string()}) : run_overlay({"gc-stale", "--root", t.path().string()});
+    Cmd r = how == "revert" ? run_overlay({"revert", "--overlay", ov.string()})
+                            : run_overlay({"gc-stale", "--root", t.path().string()});
     ASSERT_EQ(r.rc, 0) << r.err;
     EXPECT_EQ(install_digest(), before) << how;
     EXPECT_TRUE(manifest()["modules"].empty()) << how << ": the patch's Python part went with its native part";
@@ -167,7 +185,8 @@ TEST_F(Apply, PythonOnlyPatch) {
 TEST_F(Apply, RefusedBeforeAnythingChanges) {
   fs::path mixed = mixed_diff();
   fs::path txt = write_diff("txt.diff", read_file(mixed) + diff_of("README.txt", "new docs\n"));
-  fs::path bad = write_diff("bad.diff", "--- a/csrc/kernel.cpp\n+++ b/csrc/kernel.cpp\n@@ -1 +1 @@\n-int nothing_like_this();\n+int x();\n");
+  fs::path bad = write_diff(
+      "bad.diff", "--- a/csrc/kernel.cpp\n+++ b/csrc/kernel.cpp\n@@ -1 +1 @@\n-int nothing_like_this();\n+int x();\n");
   expect_refused_unchanged(
       {apply_args(txt),
        with(apply_args(mixed), {"--python-root", (inst / "csrc").string()}),
@@ -175,12 +194,18 @@ TEST_F(Apply, RefusedBeforeAnythingChanges) {
        {"apply", "--overlay", ov.string(), "--patch", mixed.string()},
        {"apply", "--overlay", ov.string(), "--patch-root", inst.string(), "--patch", (t / "missing.diff").string()}},
       t.path(), [](const std::vector<std::string>& args) { return run_overlay(args); });
-  EXPECT_NE(run_overlay(apply_args(txt)).err.find("neither a compiled source nor Python: " + (inst / "README.txt").string()),
-            std::string::npos);
-  EXPECT_NE(run_overlay(with(apply_args(mixed), {"--python-root", (inst / "csrc").string()})).err.find(".py file outside --python-root"),
+  EXPECT_NE(
+      run_overlay(apply_args(txt)).err.find("neither a compiled source nor Python: " + (inst / "README.txt").string()),
+      std::string::npos);
+  EXPECT_NE(run_overlay(with(apply_args(mixed), {"--python-root", (inst / "csrc").string()}))
+                .err.find(".py file outside --python-root"),
             std::string::npos);
   // A module that already has an overlay entry: refused too, the overlay as it was.
   write_file(t / "other.py", "def value():\n    return 'x'\n");
-  ASSERT_EQ(run_overlay({"add-module", "--overlay", ov.string(), "--module", "pkg.ops", "--patched-file", (t / "other.py").string()}).rc, 0);
-  expect_refused_unchanged({apply_args(mixed)}, t.path(), [](const std::vector<std::string>& args) { return run_overlay(args); });
+  ASSERT_EQ(run_overlay({"add-module", "--overlay", ov.string(), "--module", "pkg.ops", "--patched-file",
+                         (t / "other.py").string()})
+                .rc,
+            0);
+  expect_refused_unchanged({apply_args(mixed)}, t.path(),
+                           [](const std::vector<std::string>& args) { return run_overlay(args); });
 }

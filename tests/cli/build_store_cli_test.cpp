@@ -3,9 +3,9 @@
 // building. Every input that decides the build is part of the key; each test here changes one and
 // makes a wrong hit visible in what the program prints. Through the real binary, real CMake and
 // Ninja, a compiler wrapper that counts compiles.
-#include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -25,13 +25,15 @@ struct BuildStoreCli : ::testing::Test {
 
   // A compiler at `path` that logs each compile and passes `extra` before its arguments.
   void wrapper(const fs::path& path, const std::string& extra) {
-    write_file(path, "#!/bin/sh\ncase \" $* \" in *\" -c \"*) echo c >> " + (t / "compiles").string() + ";; esac\nexec c++ " + extra +
-                         " \"$@\"\n",
+    write_file(path,
+               "#!/bin/sh\ncase \" $* \" in *\" -c \"*) echo c >> " + (t / "compiles").string() + ";; esac\nexec c++ " +
+                   extra + " \"$@\"\n",
                0755);
   }
   void configure(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {"cmake", "-S", proj.string(), "-B", bdir.string(), "-G", "Ninja",
-                                     "-DCMAKE_CXX_COMPILER=" + (t / "cxx").string()};
+    std::vector<std::string> argv = {
+        "cmake",       "-S", proj.string(), "-B",
+        bdir.string(), "-G", "Ninja",       "-DCMAKE_CXX_COMPILER=" + (t / "cxx").string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     Cmd c = run(argv);
     ASSERT_EQ(c.rc, 0) << c.err;
@@ -39,20 +41,26 @@ struct BuildStoreCli : ::testing::Test {
     ASSERT_EQ(b.rc, 0) << b.out << b.err;
   }
   void SetUp() override {
-    if (!have({"cmake", "--version"}) || !have({"ninja", "--version"})) GTEST_SKIP() << "needs cmake and ninja (Debian: cmake ninja-build)";
-    write_file(proj / "CMakeLists.txt",
-               "cmake_minimum_required(VERSION 3.16)\nproject(p CXX)\nadd_library(kern SHARED src/kern.cpp src/other.cpp)\n"
-               "target_include_directories(kern PRIVATE include)\nadd_executable(run src/main.cpp)\ntarget_link_libraries(run kern)\n");
+    if (!have({"cmake", "--version"}) || !have({"ninja", "--version"}))
+      GTEST_SKIP() << "needs cmake and ninja (Debian: cmake ninja-build)";
+    write_file(
+        proj / "CMakeLists.txt",
+        "cmake_minimum_required(VERSION 3.16)\nproject(p CXX)\nadd_library(kern SHARED src/kern.cpp src/other.cpp)\n"
+        "target_include_directories(kern PRIVATE include)\nadd_executable(run src/main.cpp)\ntarget_link_libraries(run "
+        "kern)\n");
     write_file(proj / "include/bias.h", "#define BIAS 0\n");  // outside the dirs the build watch pictures
-    const std::string kern = "#include \"bias.h\"\n#ifndef EXTRA\n#define EXTRA 0\n#endif\nint value() { return VALUE + BIAS + EXTRA; }\n";
+    const std::string kern =
+        "#include \"bias.h\"\n#ifndef EXTRA\n#define EXTRA 0\n#endif\nint value() { return VALUE + BIAS + EXTRA; }\n";
     write_file(proj / "src/kern.cpp", "#define VALUE 4\n" + kern);
     write_file(t / "cand/A/kern.cpp", "#define VALUE 7\n" + kern);
     write_file(t / "cand/B/kern.cpp", "#define VALUE 9\n" + kern);
     write_file(proj / "src/other.cpp", "int other() { return 1; }\n");
-    write_file(proj / "src/main.cpp", "#include <cstdio>\nint value();\nint main() { std::printf(\"%d\\n\", value()); }\n");
+    write_file(proj / "src/main.cpp",
+               "#include <cstdio>\nint value();\nint main() { std::printf(\"%d\\n\", value()); }\n");
     wrapper(t / "cxx", "");
     configure();
-    Cmd d = run_overlay({"--json", "discover", "--target", (proj / "src/kern.cpp").string(), "--root", t.path().string()}, {}, env);
+    Cmd d = run_overlay(
+        {"--json", "discover", "--target", (proj / "src/kern.cpp").string(), "--root", t.path().string()}, {}, env);
     ASSERT_EQ(d.rc, 0) << d.err;
     json c = json::parse(d.out)["candidates"];
     ASSERT_FALSE(c.empty()) << d.out;
@@ -67,8 +75,10 @@ struct BuildStoreCli : ::testing::Test {
     Cmd c = run({(bdir / "run").string()});
     return c.rc == 0 ? c.out.substr(0, c.out.find('\n')) : "error: " + c.err;
   }
-  Cmd add(const std::string& cand, const std::vector<std::string>& extra = {}, const std::vector<std::string>& more_env = {}) {
-    std::vector<std::string> a = {"--json", "add-native", "--overlay", ov, "--patched-file", (t / "cand" / cand / "kern.cpp").string()};
+  Cmd add(const std::string& cand, const std::vector<std::string>& extra = {},
+          const std::vector<std::string>& more_env = {}) {
+    std::vector<std::string> a = {"--json", "add-native",     "--overlay",
+                                  ov,       "--patched-file", (t / "cand" / cand / "kern.cpp").string()};
     a.insert(a.end(), flags.begin(), flags.end());
     a.insert(a.end(), extra.begin(), extra.end());
     std::vector<std::string> e = env;
@@ -81,8 +91,8 @@ struct BuildStoreCli : ::testing::Test {
     EXPECT_EQ(value(), stock);
   }
   // Applies `cand`, checks whether it was served and what it prints, reverts.
-  void cycle(const std::string& cand, bool served, const std::string& prints, const std::vector<std::string>& extra = {},
-             const std::vector<std::string>& more_env = {}) {
+  void cycle(const std::string& cand, bool served, const std::string& prints,
+             const std::vector<std::string>& extra = {}, const std::vector<std::string>& more_env = {}) {
     int before = compiles();
     Cmd a = add(cand, extra, more_env);
     ASSERT_EQ(a.rc, 0) << a.err;
@@ -122,7 +132,8 @@ TEST_F(BuildStoreCli, ARepeatedCandidateIsServedNotBuilt) {
   EXPECT_NE(v.out.find("FRESH_BUILD_OK"), std::string::npos) << v.out;
   Cmd s = run_overlay({"status", "--overlay", ov}, {}, env);
   EXPECT_NE(s.out.find("served from the build store (" + record + ")"), std::string::npos) << s.out;
-  EXPECT_NE(s.out.find("  revert    gives back the original mtimes (the install's build then has nothing to redo)"), std::string::npos)
+  EXPECT_NE(s.out.find("  revert    gives back the original mtimes (the install's build then has nothing to redo)"),
+            std::string::npos)
       << s.out;
   json sj = json::parse(run_overlay({"--json", "status", "--overlay", ov}, {}, env).out)["natives"][0];
   EXPECT_EQ(sj["served_from_store"], record);
@@ -245,10 +256,14 @@ struct BuildStoreMake : ::testing::Test {
   fs::path p = t / "p";
   std::string ov = (t / "ov").string();
   std::vector<std::string> env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
-  const std::string body = "#include <stdio.h>\n#include \"h.h\"\n#ifndef Y\n#define Y 0\n#endif\nint main(void) { printf(\"%d %d %d\\n\", V, H, Y); return 0; }\n";
+  const std::string body =
+      "#include <stdio.h>\n#include \"h.h\"\n#ifndef Y\n#define Y 0\n#endif\nint main(void) { printf(\"%d %d %d\\n\", "
+      "V, H, Y); return 0; }\n";
 
   void SetUp() override {
-    write_file(p / "Makefile", "prog: foo.c\n\tcc $(CFLAGS) -I../inc1 -I../inc2 -MD -MF obj/prog.d -o prog $(CURDIR)/foo.c\n-include obj/prog.d\n");
+    write_file(p / "Makefile",
+               "prog: foo.c\n\tcc $(CFLAGS) -I../inc1 -I../inc2 -MD -MF obj/prog.d -o prog $(CURDIR)/foo.c\n-include "
+               "obj/prog.d\n");
     fs::create_directories(p / "obj");
     fs::create_directories(t / "inc1");
     write_file(t / "inc2/h.h", "#define H 1\n");
@@ -264,9 +279,10 @@ struct BuildStoreMake : ::testing::Test {
   std::pair<bool, std::string> cycle(const std::vector<std::string>& more_env = {}) {
     std::vector<std::string> e = env;
     e.insert(e.end(), more_env.begin(), more_env.end());
-    Cmd a = run_overlay({"add-native", "--overlay", ov, "--target", (p / "foo.c").string(), "--patched-file", (t / "cand.c").string(),
-                         "--artifact", (p / "prog").string(), "--build-cmd", "make", "--build-cwd", p.string()},
-                        {}, e);
+    Cmd a = run_overlay(
+        {"add-native", "--overlay", ov, "--target", (p / "foo.c").string(), "--patched-file", (t / "cand.c").string(),
+         "--artifact", (p / "prog").string(), "--build-cmd", "make", "--build-cwd", p.string()},
+        {}, e);
     EXPECT_EQ(a.rc, 0) << a.err;
     std::pair<bool, std::string> got{a.err.find("served from the build store") != std::string::npos, value()};
     EXPECT_EQ(run_overlay({"revert", "--overlay", ov}, {}, env).rc, 0);

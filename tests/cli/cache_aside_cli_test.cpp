@@ -2,10 +2,10 @@
 // filesystem (a hidden sibling), O(1) at any file count, through the real binary: auto picks it
 // across filesystems, tar where the cache's parent cannot be written; a replaced or planted aside
 // copy is refused; the rebuilt cache revert replaces is litter the record names until deleted.
-#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -26,8 +26,9 @@ struct CacheAside : ::testing::Test {
   // add-native of the kernel with the cache; the build fills the cache again, as a JIT does.
   Cmd add(const fs::path& overlay, const std::string& snapshot = "auto") {
     return run_overlay({"add-native", "--overlay", overlay.string(), "--target", in.source.string(), "--patched-file",
-                        (t / "patched.cpp").string(), "--invalidate-cache", in.cache.string(), "--cache-snapshot", snapshot,
-                        "--build-cwd", in.root.string(), "--build-cmd", "sh -c 'mkdir cache && echo rebuilt > cache/new.so'"});
+                        (t / "patched.cpp").string(), "--invalidate-cache", in.cache.string(), "--cache-snapshot",
+                        snapshot, "--build-cwd", in.root.string(), "--build-cmd",
+                        "sh -c 'mkdir cache && echo rebuilt > cache/new.so'"});
   }
   json cache_item(const fs::path& overlay) {
     return json::parse(read_file(overlay / "_overlay_manifest.json"))["natives"][0]["caches"].back();
@@ -63,10 +64,13 @@ TEST_F(CacheAside, AcrossFilesystemsAutoRenamesTheCacheAsideAndBackInPlace) {
   EXPECT_EQ(c["aside"]["ino"].get<std::uint64_t>(), static_cast<std::uint64_t>(cache_ino));
   EXPECT_EQ(read_file(in.cache / "new.so"), "rebuilt\n");
   // overlay_setup.py cannot put such a cache back: the entry's guard stops it first.
-  EXPECT_TRUE(json::parse(read_file(shm_ov / "_overlay_manifest.json"))["natives"][0]["caches"][0].value("python_tool_guard", false));
+  EXPECT_TRUE(json::parse(read_file(shm_ov / "_overlay_manifest.json"))["natives"][0]["caches"][0].value(
+      "python_tool_guard", false));
   Cmd st = run_overlay({"status", "--overlay", shm_ov.string()});
-  EXPECT_NE(st.out.find("cache     rebuilt      " + in.cache.string() + "  (original kept aside at " + aside.string() + ")"),
-            std::string::npos) << st.out;
+  EXPECT_NE(
+      st.out.find("cache     rebuilt      " + in.cache.string() + "  (original kept aside at " + aside.string() + ")"),
+      std::string::npos)
+      << st.out;
   Cmd r = run_overlay({"--json", "revert", "--overlay", shm_ov.string()});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(ino(in.cache), cache_ino);
@@ -93,12 +97,14 @@ TEST_F(CacheAside, AMountPointCacheIsATarRestoredInPlaceAndAsideIsRefused) {
   std::string mounted = tree_digest(in.root);
   Cmd bad = add(ov, "aside");
   EXPECT_EQ(bad.rc, 1);
-  EXPECT_EQ(bad.err, "add-native: --cache-snapshot aside: cannot rename " + in.cache.string() + ": it is a mount point\n");
+  EXPECT_EQ(bad.err,
+            "add-native: --cache-snapshot aside: cannot rename " + in.cache.string() + ": it is a mount point\n");
   EXPECT_FALSE(fs::exists(ov / "_overlay_manifest.json"));
   EXPECT_EQ(tree_digest(in.root), mounted);
   Cmd a = run_overlay({"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file",
-                       (t / "patched.cpp").string(), "--invalidate-cache", in.cache.string(), "--build-cwd", in.root.string(),
-                       "--build-cmd", "sh -c 'test -z \"$(ls -A cache)\" && echo rebuilt > cache/new.so'"});
+                       (t / "patched.cpp").string(), "--invalidate-cache", in.cache.string(), "--build-cwd",
+                       in.root.string(), "--build-cmd",
+                       "sh -c 'test -z \"$(ls -A cache)\" && echo rebuilt > cache/new.so'"});
   ASSERT_EQ(a.rc, 0) << a.err;  // the build found the cache emptied in place
   json c = cache_item(ov);
   EXPECT_TRUE(c["backup_tar"].is_string()) << c;
@@ -115,8 +121,9 @@ TEST_F(CacheAside, AsideIntoAReadOnlyParentIsRefusedUpFront) {
   auto ro = ScopedMount::read_only(in.root);
   if (!ro->ok()) GTEST_SKIP() << ro->why();
   write_file(t / "k.cpp", "int k() { return 4; }\n");
-  Cmd bad = run_overlay({"add-native", "--overlay", ov.string(), "--target", (t / "k.cpp").string(), "--patched-file",
-                         (t / "patched.cpp").string(), "--invalidate-cache", in.cache.string(), "--cache-snapshot", "aside"});
+  Cmd bad =
+      run_overlay({"add-native", "--overlay", ov.string(), "--target", (t / "k.cpp").string(), "--patched-file",
+                   (t / "patched.cpp").string(), "--invalidate-cache", in.cache.string(), "--cache-snapshot", "aside"});
   EXPECT_EQ(bad.rc, 1);
   EXPECT_EQ(bad.err, "add-native: --cache-snapshot aside: cannot rename " + in.cache.string() + ": its parent " +
                          in.root.string() + " is not writable\n");
@@ -136,7 +143,9 @@ TEST_F(CacheAside, AReplacedAsideCopyIsRefusedAndTheEntryKept) {
   EXPECT_NE(st.out.find("aside copy replaced since add-native: revert refuses it"), std::string::npos) << st.out;
   Cmd r = run_overlay({"revert", "--overlay", ov.string()});
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find(in.cache.string() + ": aside copy " + aside.string() + " was replaced since add-native"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(in.cache.string() + ": aside copy " + aside.string() + " was replaced since add-native"),
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("refusing to restore it"), std::string::npos) << r.err;
   EXPECT_EQ(read_file(in.cache / "new.so"), "rebuilt\n");  // nothing of the planted tree went in
   EXPECT_EQ(read_file(aside / "evil.so"), "evil\n");
@@ -166,13 +175,15 @@ TEST_F(CacheAside, LitterOfAKilledDeleterIsSweptByTheNextGcStale) {
   ASSERT_EQ(r.rc, 0) << r.err;
   json m = json::parse(read_file(ov / "_overlay_manifest.json"));
   ASSERT_EQ(m["litter"].size(), 1u) << m;
-  EXPECT_FALSE(fs::exists(m["litter"][0].get<std::string>())) << "revert returned with the rebuilt cache in the install";
+  EXPECT_FALSE(fs::exists(m["litter"][0].get<std::string>()))
+      << "revert returned with the rebuilt cache in the install";
   EXPECT_EQ(tree_digest(in.root), before);
   // The deleter gives up on the immutable file: it is done once nothing else is left in _trash.
   auto files_in_trash = [&] {
     std::uintmax_t n = 0;
     std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(ov / "_trash", ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    for (auto it = fs::recursive_directory_iterator(ov / "_trash", ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec))
       n += it->is_directory(ec) ? 0 : 1;
     return n;
   };

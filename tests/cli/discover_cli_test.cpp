@@ -2,15 +2,16 @@
 // Make, setuptools in place, a task config). The proof for each: add-native with exactly the
 // reported add_native_args round-trips (FRESH_BUILD_OK, new behaviour, revert byte-exact).
 // The torch JIT fixture lives in tests/realworld (it compiles against libtorch).
-#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <functional>
 #include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
 
@@ -62,15 +63,17 @@ struct Discover : ::testing::Test {
     ASSERT_EQ(a.rc, 0) << a.err;
     Cmd v = run_overlay({"verify-native", "--overlay", ov.string()});
     EXPECT_EQ(v.rc, 0) << v.out;
-    EXPECT_NE(v.out.find("FRESH_BUILD_OK (checked " + std::to_string(cand["artifacts"].size()) + ")"), std::string::npos) << v.out;
+    EXPECT_NE(v.out.find("FRESH_BUILD_OK (checked " + std::to_string(cand["artifacts"].size()) + ")"),
+              std::string::npos)
+        << v.out;
     EXPECT_EQ(value(), new_value);
     Cmd r = run_overlay({"revert", "--overlay", ov.string()});
     ASSERT_EQ(r.rc, 0) << r.err;
     for (const auto& e : exact)
       EXPECT_EQ(fs::is_directory(e) ? tree_digest(e) : file_sha256(e), before[e.string()]) << e << " after revert";
     std::cout << "ROUNDTRIP | " << cand["kind"].get<std::string>() << " | " << a.out.substr(a.out.find('\n') + 1)
-              << "           | " << trim(v.out.substr(v.out.rfind("FRESH"))) << " | value " << old_value << " -> " << new_value
-              << " -> " << value() << " | " << trim(r.out) << std::endl;
+              << "           | " << trim(v.out.substr(v.out.rfind("FRESH"))) << " | value " << old_value << " -> "
+              << new_value << " -> " << value() << " | " << trim(r.out) << std::endl;
   }
 };
 
@@ -135,7 +138,8 @@ TEST_F(Discover, FileInTwoBuildsBothRankedAndSymlinkedPathResolved) {
     EXPECT_EQ(strings(d["candidates"][1]["artifacts"]),
               (std::set<std::string>{(proj / "build-extra/CMakeFiles/fast.dir/kernel.cpp.o").string(),
                                      (proj / "build-extra/CMakeFiles/fast_static.dir/kernel.cpp.o").string(),
-                                     (proj / "build-extra/libfast.so").string(), (proj / "build-extra/libfast_static.a").string(),
+                                     (proj / "build-extra/libfast.so").string(),
+                                     (proj / "build-extra/libfast_static.a").string(),
                                      (proj / "build-extra/app2").string()}));
     std::string why = d["candidates"][1]["evidence"].back();
     EXPECT_NE(why.find("rank 2 of 2: rebuilds 5 artifact(s); built before rank 1's"), std::string::npos) << why;
@@ -152,13 +156,15 @@ TEST_F(Discover, WritesNothing) {
   ASSERT_EQ(run({"make", "-C", (t / "mk").string()}).rc, 0);
   std::string before = tree_digest(t.path());
   std::vector<std::int64_t> times;
-  for (const auto& p : {build / ".ninja_log", build / ".ninja_deps", build / "build.ninja", t / "mk/k.o", proj.parent_path()})
+  for (const auto& p :
+       {build / ".ninja_log", build / ".ninja_deps", build / "build.ninja", t / "mk/k.o", proj.parent_path()})
     times.push_back(mtime_ns(p));
   discover(proj / "kernel.cpp");
   discover(t / "mk/k.c");
   EXPECT_EQ(tree_digest(t.path()), before);
   std::vector<std::int64_t> after;
-  for (const auto& p : {build / ".ninja_log", build / ".ninja_deps", build / "build.ninja", t / "mk/k.o", proj.parent_path()})
+  for (const auto& p :
+       {build / ".ninja_log", build / ".ninja_deps", build / "build.ninja", t / "mk/k.o", proj.parent_path()})
     after.push_back(mtime_ns(p));
   EXPECT_EQ(after, times);
   EXPECT_FALSE(fs::exists(ov));  // no overlay, no lock, no state
@@ -167,7 +173,8 @@ TEST_F(Discover, WritesNothing) {
 TEST_F(Discover, PlainNinjaTreeWithRelativeInputs) {
   fs::path nt = t / "nt";
   write_file(nt / "src/k.c", "int k(void) { return 4; }\n");
-  write_file(nt / "src/main.c", "#include <stdio.h>\nint k(void);\nint main(void) { printf(\"%d\\n\", k()); return 0; }\n");
+  write_file(nt / "src/main.c",
+             "#include <stdio.h>\nint k(void);\nint main(void) { printf(\"%d\\n\", k()); return 0; }\n");
   write_file(nt / "src/unrelated.c", "int u(void) { return 0; }\n");
   write_file(nt / "out/build.ninja",
              "rule cc\n  command = cc -c $in -o $out\nrule link\n  command = cc $in -o $out\n"
@@ -189,9 +196,11 @@ TEST_F(Discover, MakefileAndTaskConfig) {
   fs::path task = t / "task", app = task / "app";
   write_file(app / "kernel.c", "int kernel(void) { return 4; }\n");
   write_file(app / "other.c", "int other(void) { return 1; }\n");
-  write_file(app / "main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
-  write_file(app / "Makefile", "all: app libother.a\napp: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n"
-                               "libother.a: other.o\n\tar rcs $@ other.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n.PHONY: all\n");
+  write_file(app / "main.c",
+             "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+  write_file(app / "Makefile",
+             "all: app libother.a\napp: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n"
+             "libother.a: other.o\n\tar rcs $@ other.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n.PHONY: all\n");
   write_file(task / "config.yaml", "name: demo\ncompile_command: |\n  make -C\n  " + app.string() + "\nrepeat: 3\n");
   ASSERT_EQ(run({"make", "-C", app.string()}).rc, 0);
   write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
@@ -202,9 +211,11 @@ TEST_F(Discover, MakefileAndTaskConfig) {
   EXPECT_EQ(strings(mk["artifacts"]), (std::set<std::string>{(app / "kernel.o").string(), (app / "app").string()}));
   EXPECT_EQ(cfg["kind"], "config");
   EXPECT_EQ(cfg["build_cmd"], json({"make", "-C", app.string()}));
-  EXPECT_NE(cfg["evidence"][0].get<std::string>().find("config.yaml:2: compile_command"), std::string::npos) << cfg.dump();
+  EXPECT_NE(cfg["evidence"][0].get<std::string>().find("config.yaml:2: compile_command"), std::string::npos)
+      << cfg.dump();
   auto value = [&] { return trim(run({(app / "app").string()}).out); };
-  round_trip(mk, t / "best/kernel.c", value, "4", "7", {app / "kernel.c", app / "kernel.o", app / "app", app / "libother.a"});
+  round_trip(mk, t / "best/kernel.c", value, "4", "7",
+             {app / "kernel.c", app / "kernel.o", app / "app", app / "libother.a"});
   // The config's command rebuilds too; with no artifacts to track, only the source is restored.
   fs::remove_all(ov);
   round_trip(cfg, t / "best/kernel.c", value, "4", "7", {app / "kernel.c"});
@@ -218,7 +229,9 @@ TEST_F(Discover, SetuptoolsInPlace) {
   fs::path proj = t / "proj";
   write_file(proj / "csrc/dsq.c", c_extension_source("dsq", 4));
   write_file(t / "best/dsq.c", c_extension_source("dsq", 7));
-  write_file(proj / "setup.py", "from setuptools import setup, Extension\nsetup(name='dsq', ext_modules=[Extension('dsq', ['csrc/dsq.c'])])\n");
+  write_file(
+      proj / "setup.py",
+      "from setuptools import setup, Extension\nsetup(name='dsq', ext_modules=[Extension('dsq', ['csrc/dsq.c'])])\n");
   Cmd b = run({py, "setup.py", "-q", "build_ext", "--inplace"}, proj);
   ASSERT_EQ(b.rc, 0) << b.err;
   json d = discover(proj / "csrc/dsq.c");
@@ -227,7 +240,8 @@ TEST_F(Discover, SetuptoolsInPlace) {
   EXPECT_EQ(cand["kind"], "setuptools");
   // The interpreter is named by its path: one that builds this ABI and imports setuptools.
   ASSERT_EQ(cand["build_cmd"].size(), 4u);
-  EXPECT_EQ(json(std::vector<json>(cand["build_cmd"].begin() + 1, cand["build_cmd"].end())), json({"setup.py", "build_ext", "--inplace"}));
+  EXPECT_EQ(json(std::vector<json>(cand["build_cmd"].begin() + 1, cand["build_cmd"].end())),
+            json({"setup.py", "build_ext", "--inplace"}));
   EXPECT_EQ(run({cand["build_cmd"][0].get<std::string>(), "-c", "import setuptools"}).rc, 0);
   EXPECT_EQ(cand["build_cwd"], proj.string());
   // Every output that stays on disk: the object under build/temp.*, the module under build/lib.*
@@ -237,9 +251,12 @@ TEST_F(Discover, SetuptoolsInPlace) {
   for (const auto& a : cand["artifacts"]) {
     fs::path p = a.get<std::string>();
     std::string rel = p.lexically_relative(proj).string();
-    if (rel.rfind("build/temp.", 0) == 0 && p.filename() == "dsq.o") kinds.insert("object");
-    else if (rel.rfind("build/lib.", 0) == 0 && p.filename().string().rfind("dsq.", 0) == 0) kinds.insert("build copy");
-    else if (p.parent_path() == proj && p.filename().string().rfind("dsq.", 0) == 0) kinds.insert("in place"), so = p;
+    if (rel.rfind("build/temp.", 0) == 0 && p.filename() == "dsq.o")
+      kinds.insert("object");
+    else if (rel.rfind("build/lib.", 0) == 0 && p.filename().string().rfind("dsq.", 0) == 0)
+      kinds.insert("build copy");
+    else if (p.parent_path() == proj && p.filename().string().rfind("dsq.", 0) == 0)
+      kinds.insert("in place"), so = p;
   }
   EXPECT_EQ(kinds, (std::set<std::string>{"object", "build copy", "in place"})) << cand.dump(2);
   EXPECT_EQ(cand["artifacts"].size(), 3u);
@@ -250,7 +267,8 @@ TEST_F(Discover, SetuptoolsInPlace) {
 
 TEST_F(Discover, UnknownFileExitsOneAndListsPlaces) {
   write_file(t / "lonely/dir/x.cpp", "int x;\n");
-  Cmd c = run_overlay({"discover", "--target", (t / "lonely/dir/x.cpp").string(), "--root", t.path().string()}, {}, env);
+  Cmd c =
+      run_overlay({"discover", "--target", (t / "lonely/dir/x.cpp").string(), "--root", t.path().string()}, {}, env);
   EXPECT_EQ(c.rc, 1);
   EXPECT_EQ(c.out, "");
   EXPECT_EQ(std::count(c.err.begin(), c.err.end(), '\n'), 1) << c.err;

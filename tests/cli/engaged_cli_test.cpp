@@ -2,12 +2,11 @@
 // sleeps, started before add-native (stale), after it (patched), under a parent that does not map
 // it (found through the process tree), and kept running across revert (status --check-clean then
 // names it until it exits). No fake /proc: the kernel's own maps are read.
-#include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -27,9 +26,10 @@ struct Engaged : ::testing::Test {
     write_file(inst / "k.c", "int kernel(void) { return 4; }\n");
     write_file(t / "best/k.c", "int kernel(void) { return 7; }\n");
     ASSERT_EQ(run({"cc", "-shared", "-fPIC", "-o", lib, "k.c"}, inst).rc, 0);
-    write_file(t / "hold.c", "#include <dlfcn.h>\n#include <stdio.h>\n#include <unistd.h>\nint main(int c, char** v) { (void)c;"
-                             " if (!dlopen(v[1], RTLD_NOW)) return 2; FILE* f = fopen(v[2], \"w\"); fputs(\"ready\", f); fclose(f);"
-                             " sleep(300); return 0; }\n");
+    write_file(t / "hold.c",
+               "#include <dlfcn.h>\n#include <stdio.h>\n#include <unistd.h>\nint main(int c, char** v) { (void)c;"
+               " if (!dlopen(v[1], RTLD_NOW)) return 2; FILE* f = fopen(v[2], \"w\"); fputs(\"ready\", f); fclose(f);"
+               " sleep(300); return 0; }\n");
     ASSERT_EQ(run({"cc", "-o", (t / "hold").string(), (t / "hold.c").string(), "-ldl"}).rc, 0);
   }
   void TearDown() override {
@@ -72,13 +72,16 @@ TEST_F(Engaged, StaleBeforeTheBuildPatchedAfterAndStillRunningAfterRevert) {
   ASSERT_EQ(a.rc, 0) << a.err;
   Cmd e1 = engaged(before);
   EXPECT_EQ(e1.rc, 1);
-  EXPECT_NE(e1.out.find("\nNOT_ENGAGED process " + std::to_string(before) + " maps the stale build of " + lib), std::string::npos) << e1.out;
+  EXPECT_NE(e1.out.find("\nNOT_ENGAGED process " + std::to_string(before) + " maps the stale build of " + lib),
+            std::string::npos)
+      << e1.out;
   EXPECT_NE(e1.out.find("  stale  " + lib), std::string::npos) << e1.out;
 
   pid_t after = start("after");
   Cmd e2 = engaged(after);
   EXPECT_EQ(e2.rc, 0) << e2.out;
-  EXPECT_NE(e2.out.find("ENGAGED process " + std::to_string(after) + " maps the patched " + lib), std::string::npos) << e2.out;
+  EXPECT_NE(e2.out.find("ENGAGED process " + std::to_string(after) + " maps the patched " + lib), std::string::npos)
+      << e2.out;
 
   // A parent that maps nothing itself: its child is found through the process tree.
   pid_t shell = start("child", true);
@@ -109,7 +112,8 @@ TEST_F(Engaged, StaleBeforeTheBuildPatchedAfterAndStillRunningAfterRevert) {
   EXPECT_NE(c1.err.find("still runs the patched " + lib + ": restart it"), std::string::npos) << c1.err;
   Cmd e4 = engaged(after);
   EXPECT_EQ(e4.rc, 1);
-  EXPECT_NE(e4.out.find("\nNOT_ENGAGED process " + std::to_string(after) + " maps " + lib + " that revert replaced\n"), std::string::npos)
+  EXPECT_NE(e4.out.find("\nNOT_ENGAGED process " + std::to_string(after) + " maps " + lib + " that revert replaced\n"),
+            std::string::npos)
       << e4.out;
 
   // Restarted: clean, and the new process runs the original.
@@ -119,7 +123,8 @@ TEST_F(Engaged, StaleBeforeTheBuildPatchedAfterAndStillRunningAfterRevert) {
   EXPECT_EQ(c2.rc, 0) << c2.out << c2.err;
   Cmd e5 = engaged(restarted);
   EXPECT_EQ(e5.rc, 1);
-  EXPECT_EQ(e5.out, "NOT_ENGAGED the overlay has no entry that a process could run (none added, or all reverted)\n") << e5.out;
+  EXPECT_EQ(e5.out, "NOT_ENGAGED the overlay has no entry that a process could run (none added, or all reverted)\n")
+      << e5.out;
 }
 
 TEST_F(Engaged, BadInputIsOneLineAndExitOne) {
@@ -168,7 +173,8 @@ TEST_F(Engaged, WhichAndStatusAllOverThreeOverlays) {
   std::string entry = m["natives"][0]["id"];
   Cmd w = run_overlay({"which", (t / "inst1/libk.so").string()}, {}, state);
   EXPECT_EQ(w.rc, 0) << w.err;
-  EXPECT_EQ(w.out, (t / "inst1/libk.so").string() + ": overlay " + ovs[1] + "  entry " + entry + "  (artifact, rebuilt)\n");
+  EXPECT_EQ(w.out,
+            (t / "inst1/libk.so").string() + ": overlay " + ovs[1] + "  entry " + entry + "  (artifact, rebuilt)\n");
   Cmd ws = run_overlay({"which", (t / "inst1/k.c").string()}, {}, state);
   EXPECT_NE(ws.out.find("overlay " + ovs[1] + "  entry " + entry + "  (source, patched)"), std::string::npos) << ws.out;
   Cmd none = run_overlay({"which", (t / "hold.c").string()}, {}, state);
@@ -178,11 +184,13 @@ TEST_F(Engaged, WhichAndStatusAllOverThreeOverlays) {
   Cmd all = run_overlay({"status", "--all", "--check-clean"}, {}, state);
   EXPECT_EQ(all.rc, 1);
   for (const auto& o : ovs) EXPECT_NE(all.out.find(o + "  native 1  python 0"), std::string::npos) << all.out;
-  EXPECT_NE(all.out.find("status: 3 overlay(s) known to the holds registry, 3 not clean"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("status: 3 overlay(s) known to the holds registry, 3 not clean"), std::string::npos)
+      << all.out;
   for (const auto& o : ovs) ASSERT_EQ(run_overlay({"revert", "--overlay", o}, {}, state).rc, 0);
   Cmd after = run_overlay({"status", "--all", "--check-clean"}, {}, state);
   EXPECT_EQ(after.rc, 0) << after.out << after.err;
-  EXPECT_NE(after.out.find("status: 0 overlay(s) known to the holds registry, 0 not clean"), std::string::npos) << after.out;
+  EXPECT_NE(after.out.find("status: 0 overlay(s) known to the holds registry, 0 not clean"), std::string::npos)
+      << after.out;
   EXPECT_EQ(run_overlay({"status", "--overlay", ovs[0], "--all"}, {}, state).rc, 2);
 }
 
@@ -199,8 +207,8 @@ TEST_F(Engaged, AnotherUsersProcessIsFoundByRootAndCountedOtherwise) {
   pid_t daemon_pid = fork();
   if (daemon_pid == 0) {
     setpgid(0, 0);
-    execlp("setpriv", "setpriv", "--reuid=1", "--regid=1", "--clear-groups", (t / "hold").c_str(), lib.c_str(), ready.c_str(),
-           static_cast<char*>(nullptr));
+    execlp("setpriv", "setpriv", "--reuid=1", "--regid=1", "--clear-groups", (t / "hold").c_str(), lib.c_str(),
+           ready.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   started.push_back(daemon_pid);
@@ -208,18 +216,21 @@ TEST_F(Engaged, AnotherUsersProcessIsFoundByRootAndCountedOtherwise) {
   Cmd as_root = run_overlay({"engaged", "--overlay", ov});
   EXPECT_NE(as_root.out.find("process " + std::to_string(daemon_pid) + " ("), std::string::npos) << as_root.out;
   EXPECT_NE(as_root.out.find("  patched  " + lib), std::string::npos) << as_root.out;
-  Cmd as_nobody = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", overlay_binary(), "--json", "engaged",
-                       "--overlay", ov});
+  Cmd as_nobody = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", overlay_binary(), "--json",
+                       "engaged", "--overlay", ov});
   EXPECT_EQ(as_nobody.rc, 0) << as_nobody.err;
   EXPECT_EQ(as_nobody.out.find("\"pid\": " + std::to_string(daemon_pid)), std::string::npos) << as_nobody.out;
-  EXPECT_NE(as_nobody.err.find("process(es) could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)"), std::string::npos)
+  EXPECT_NE(as_nobody.err.find(
+                "process(es) could not be read (permission denied: another user's need root, or CAP_SYS_PTRACE)"),
+            std::string::npos)
       << as_nobody.err;
   EXPECT_EQ(as_nobody.out.find("\"unreadable_processes\": 0"), std::string::npos) << as_nobody.out;
   // Its verdict is "could not be read", never "gone" (the process lives) nor a guess.
-  Cmd verdict = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", overlay_binary(), "engaged", "--overlay", ov,
-                     "--pid", std::to_string(daemon_pid)});
+  Cmd verdict = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", overlay_binary(), "engaged",
+                     "--overlay", ov, "--pid", std::to_string(daemon_pid)});
   EXPECT_EQ(verdict.rc, 1);
-  EXPECT_NE(verdict.out.find("NOT_ENGAGED process " + std::to_string(daemon_pid) + "'s maps could not be read (permission denied"),
+  EXPECT_NE(verdict.out.find("NOT_ENGAGED process " + std::to_string(daemon_pid) +
+                             "'s maps could not be read (permission denied"),
             std::string::npos)
       << verdict.out;
 }
@@ -228,9 +239,19 @@ TEST_F(Engaged, AnotherUsersProcessIsFoundByRootAndCountedOtherwise) {
 // open or mapped): with no process on the artifact it reads no process's maps at all; with one,
 // it scans and names it.
 TEST_F(Engaged, RevertScansProcessesOnlyWhenSomeoneHasTheArtifactOpen) {
-  std::vector<std::string> add = {"add-native", "--overlay", ov, "--target", (inst / "k.c").string(), "--patched-file",
-                                  (t / "best/k.c").string(), "--artifact", lib, "--build-cmd", "cc -shared -fPIC -o libk.so k.c",
-                                  "--build-cwd", inst.string()};
+  std::vector<std::string> add = {"add-native",
+                                  "--overlay",
+                                  ov,
+                                  "--target",
+                                  (inst / "k.c").string(),
+                                  "--patched-file",
+                                  (t / "best/k.c").string(),
+                                  "--artifact",
+                                  lib,
+                                  "--build-cmd",
+                                  "cc -shared -fPIC -o libk.so k.c",
+                                  "--build-cwd",
+                                  inst.string()};
   ASSERT_EQ(run_overlay(add).rc, 0);
   json quiet = json::parse(run_overlay({"--json", "revert", "--overlay", ov}).out);
   EXPECT_EQ(quiet["processes_examined"], 0) << quiet.dump(2);

@@ -3,12 +3,11 @@
 // (_stats/live/), so `engaged --pid` judges a live server; one started without the overlay, one
 // that has not imported the module yet, one started before an entry was added, one whose entry
 // failed, and a parent whose child interpreter applied are each told apart. No fake /proc.
-#include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -59,8 +58,8 @@ struct EngagedPython : ::testing::Test {
       }
   }
   Cmd rebind(const std::string& attr, const std::string& impl = "fast_add") {
-    return run_overlay({"add-rebind", "--overlay", ov, "--target", "pkg.ops:" + attr, "--impl-module", "fast_ops", "--impl-attr",
-                        impl, "--impl-file", (t / "fast_ops.py").string(), "--count-calls"},
+    return run_overlay({"add-rebind", "--overlay", ov, "--target", "pkg.ops:" + attr, "--impl-module", "fast_ops",
+                        "--impl-attr", impl, "--impl-file", (t / "fast_ops.py").string(), "--count-calls"},
                        {}, {"PYTHONPATH=" + site});
   }
   // Starts `python3 server.py READY MODE`, with the overlay first on PYTHONPATH or without it.
@@ -84,7 +83,9 @@ struct EngagedPython : ::testing::Test {
     waitpid(pid, nullptr, 0);
   }
   Cmd engaged(pid_t pid) { return run_overlay({"engaged", "--overlay", ov, "--pid", std::to_string(pid)}); }
-  json python_entry(std::size_t i) { return json::parse(run_overlay({"--json", "status", "--overlay", ov}).out)["python"][i]; }
+  json python_entry(std::size_t i) {
+    return json::parse(run_overlay({"--json", "status", "--overlay", ov}).out)["python"][i];
+  }
 };
 
 std::string key(const std::string& attr, const std::string& impl = "fast_add") {
@@ -103,8 +104,10 @@ TEST_F(EngagedPython, ALiveServerIsJudgedByWhatAppliedInIt) {
       << e0.out;
   // What would reach a process started without the overlay's environment is named, until the
   // overlay holds the worker modules.
-  const std::string hint = "a TP worker started without the overlay's environment applies it through the worker modules: overlay "
-                           "add-worker-modules --overlay " + ov;
+  const std::string hint =
+      "a TP worker started without the overlay's environment applies it through the worker modules: overlay "
+      "add-worker-modules --overlay " +
+      ov;
   EXPECT_NE(e0.out.find(hint), std::string::npos) << e0.out;
   ASSERT_EQ(run_overlay({"add-worker-modules", "--overlay", ov}).rc, 0);
   Cmd again = engaged(plain);
@@ -114,8 +117,8 @@ TEST_F(EngagedPython, ALiveServerIsJudgedByWhatAppliedInIt) {
   pid_t idle = start("idle", "idle");
   Cmd e1 = engaged(idle);
   EXPECT_EQ(e1.rc, 1);
-  EXPECT_NE(e1.out.find("NOT_ENGAGED Python entry " + key("add") + " has not applied in process " + std::to_string(idle) +
-                        " (its module is not imported yet)"),
+  EXPECT_NE(e1.out.find("NOT_ENGAGED Python entry " + key("add") + " has not applied in process " +
+                        std::to_string(idle) + " (its module is not imported yet)"),
             std::string::npos)
       << e1.out;
   EXPECT_NE(e1.out.find("    pending  " + key("add")), std::string::npos) << e1.out;
@@ -123,7 +126,8 @@ TEST_F(EngagedPython, ALiveServerIsJudgedByWhatAppliedInIt) {
   pid_t user = start("user", "import");
   Cmd e2 = engaged(user);
   EXPECT_EQ(e2.rc, 0) << e2.out << e2.err;
-  EXPECT_NE(e2.out.find("ENGAGED process " + std::to_string(user) + " applied 1 Python entry\n"), std::string::npos) << e2.out;
+  EXPECT_NE(e2.out.find("ENGAGED process " + std::to_string(user) + " applied 1 Python entry\n"), std::string::npos)
+      << e2.out;
   EXPECT_NE(e2.out.find("    applied  " + key("add")), std::string::npos) << e2.out;
   json p = python_entry(0);
   EXPECT_EQ(p["applied_processes"], 1) << p;
@@ -143,8 +147,8 @@ TEST_F(EngagedPython, ALiveServerIsJudgedByWhatAppliedInIt) {
   ASSERT_EQ(rebind("mul", "fast_add").rc, 0);
   Cmd e4 = engaged(user);
   EXPECT_EQ(e4.rc, 1);
-  EXPECT_NE(e4.out.find("NOT_ENGAGED Python entry " + key("mul") + " has not applied in process " + std::to_string(user) +
-                        " (added after it started: restart it)"),
+  EXPECT_NE(e4.out.find("NOT_ENGAGED Python entry " + key("mul") + " has not applied in process " +
+                        std::to_string(user) + " (added after it started: restart it)"),
             std::string::npos)
       << e4.out;
 
@@ -161,7 +165,9 @@ TEST_F(EngagedPython, ALiveServerIsJudgedByWhatAppliedInIt) {
   EXPECT_EQ(p["applied_processes"], 2) << p;
   EXPECT_EQ(p["running_processes"], 0) << p;
   Cmd s = run_overlay({"status", "--overlay", ov});
-  EXPECT_NE(s.out.find("rebind pkg.ops:add -> fast_ops.fast_add  applied in 2 process(es), 3 call(s)\n"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("rebind pkg.ops:add -> fast_ops.fast_add  applied in 2 process(es), 3 call(s)\n"),
+            std::string::npos)
+      << s.out;
 }
 
 // An entry that fails where it applies makes the process NOT_ENGAGED, naming the entry.
@@ -170,8 +176,11 @@ TEST_F(EngagedPython, AFailedEntryIsNotEngaged) {
   pid_t user = start("user", "import");
   Cmd e = engaged(user);
   EXPECT_EQ(e.rc, 1);
-  EXPECT_NE(e.out.find("NOT_ENGAGED process " + std::to_string(user) + ": " + key("nope") + " FAILED"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("NOT_ENGAGED process " + std::to_string(user) + ": " + key("nope") + " FAILED"),
+            std::string::npos)
+      << e.out;
   EXPECT_NE(e.out.find("    FAILED   " + key("nope")), std::string::npos) << e.out;
   quit("user", user);
-  EXPECT_FALSE(fs::exists(t / "ov/_stats/live") && !fs::is_empty(t / "ov/_stats/live")) << "an exited process's live record stays";
+  EXPECT_FALSE(fs::exists(t / "ov/_stats/live") && !fs::is_empty(t / "ov/_stats/live"))
+      << "an exited process's live record stays";
 }

@@ -3,8 +3,6 @@
 // fails, SIGINT/SIGTERM/SIGKILL to exec mid-candidate, a CMD that ignores SIGTERM, a revert that
 // cannot complete — leaves the install byte-exact (or says loudly that it could not), and two
 // execs on one install serialise.
-#include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -25,7 +24,8 @@ struct Exec : ::testing::Test {
   TempDir t;
   fs::path example = source_dir() / "examples/cpu_smoke";
   fs::path install = t / "install", build = t / "install/build";
-  fs::path src = t / "install/src/kernel.cpp", lib = t / "install/build/libkernel.so", smoke = t / "install/build/smoke";
+  fs::path src = t / "install/src/kernel.cpp", lib = t / "install/build/libkernel.so",
+           smoke = t / "install/build/smoke";
   fs::path obj = t / "install/build/CMakeFiles/kernel.dir/src/kernel.cpp.o";  // discover names it: track it too
   std::string ov = (t / "ov").string();
   std::vector<std::string> env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
@@ -35,22 +35,35 @@ struct Exec : ::testing::Test {
     fs::create_directories(install);
     fs::copy(example / "src", install / "src", fs::copy_options::recursive);
     fs::copy_file(example / "CMakeLists.txt", install / "CMakeLists.txt");
-    ASSERT_EQ(run({"cmake", "-S", install.string(), "-B", build.string(), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"}).rc, 0);
+    ASSERT_EQ(
+        run({"cmake", "-S", install.string(), "-B", build.string(), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"}).rc,
+        0);
     ASSERT_EQ(run({"cmake", "--build", build.string()}).rc, 0);
     src_sha = file_sha256(src), lib_sha = file_sha256(lib);
   }
   // exec's flags for the kernel swap, then `--`, then cmd.
   std::vector<std::string> args(const std::vector<std::string>& extra, const std::vector<std::string>& cmd,
                                 const std::string& build_cmd = "") {
-    std::vector<std::string> a = {"exec", "--overlay", ov, "--target", src.string(), "--patched-file",
-                                  (example / "patched/kernel.cpp").string(), "--artifact", lib.string(), "--artifact", obj.string(), "--build-cmd",
+    std::vector<std::string> a = {"exec",
+                                  "--overlay",
+                                  ov,
+                                  "--target",
+                                  src.string(),
+                                  "--patched-file",
+                                  (example / "patched/kernel.cpp").string(),
+                                  "--artifact",
+                                  lib.string(),
+                                  "--artifact",
+                                  obj.string(),
+                                  "--build-cmd",
                                   build_cmd.empty() ? "cmake --build " + build.string() : build_cmd};
     a.insert(a.end(), extra.begin(), extra.end());
     a.push_back("--");
     a.insert(a.end(), cmd.begin(), cmd.end());
     return a;
   }
-  Cmd exec(const std::vector<std::string>& extra, const std::vector<std::string>& cmd, const std::string& build_cmd = "") {
+  Cmd exec(const std::vector<std::string>& extra, const std::vector<std::string>& cmd,
+           const std::string& build_cmd = "") {
     return run_overlay(args(extra, cmd, build_cmd), t.path(), env);
   }
   void expect_restored() {
@@ -63,7 +76,8 @@ struct Exec : ::testing::Test {
   }
   // A CMD that marks it started (file F) and then sleeps: for signals mid-candidate.
   std::vector<std::string> sleeper(const std::string& f, const std::string& trap = "") {
-    return {"sh", "-c", trap + "echo \"$$\" > " + (t / f).string() + "; sleep 30; touch " + (t / f).string() + ".ran-on"};
+    return {"sh", "-c",
+            trap + "echo \"$$\" > " + (t / f).string() + "; sleep 30; touch " + (t / f).string() + ".ran-on"};
   }
   // Until `p` holds something, for as long as exec `pid` runs.
   bool wait_for(const fs::path& p, pid_t pid) {
@@ -81,7 +95,13 @@ struct Exec : ::testing::Test {
 // (each run's view of the install is in its log: the source's SHA-256 and the kernel's value).
 TEST_F(Exec, RefThenApplyThenCandidateThenRevert) {
   std::vector<std::string> cmd = {"sh", "-c", "sha256sum " + src.string() + "; " + smoke.string()};
-  Cmd r = run_overlay([&] { auto a = args({"--ref"}, cmd); a.insert(a.begin(), "--json"); return a; }(), t.path(), env);
+  Cmd r = run_overlay(
+      [&] {
+        auto a = args({"--ref"}, cmd);
+        a.insert(a.begin(), "--json");
+        return a;
+      }(),
+      t.path(), env);
   ASSERT_EQ(r.rc, 0) << r.err;
   json j = json::parse(r.out);
   EXPECT_EQ(j["command"], "exec");
@@ -177,7 +197,8 @@ TEST_F(Exec, AKilledExecIsRevertedByGcStaleOrTheNextExec) {
     } else {
       Cmd next = exec({}, {"true"});
       EXPECT_EQ(next.rc, 0) << next.err;
-      EXPECT_NE(next.err.find("left applied by a dead run (pid " + std::to_string(p) + ")"), std::string::npos) << next.err;
+      EXPECT_NE(next.err.find("left applied by a dead run (pid " + std::to_string(p) + ")"), std::string::npos)
+          << next.err;
     }
     expect_restored();
   }
@@ -186,13 +207,16 @@ TEST_F(Exec, AKilledExecIsRevertedByGcStaleOrTheNextExec) {
 // A backup tampered with during the candidate: revert cannot prove it, so exec says so and exits
 // 121 — never the candidate's 0.
 TEST_F(Exec, ARevertThatCannotCompleteHasItsOwnExitCode) {
-  std::string tamper = "import json; m = json.load(open('" + ov + "/_overlay_manifest.json')); "
-                       "open('" + ov + "/' + m['natives'][0]['sources'][0]['backup'], 'a').write('x')";
+  std::string tamper = "import json; m = json.load(open('" + ov +
+                       "/_overlay_manifest.json')); "
+                       "open('" +
+                       ov + "/' + m['natives'][0]['sources'][0]['backup'], 'a').write('x')";
   Cmd r = exec({}, {"python3", "-c", tamper});
   EXPECT_EQ(r.rc, 121) << r.out << r.err;
   EXPECT_NE(r.err.find("exec: cannot restore " + src.string()), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("exec: REVERT INCOMPLETE"), std::string::npos) << r.out;
-  EXPECT_EQ(json::parse(read_file(fs::path(ov) / "_overlay_manifest.json"))["natives"].size(), 1u) << "the entry must stay recorded";
+  EXPECT_EQ(json::parse(read_file(fs::path(ov) / "_overlay_manifest.json"))["natives"].size(), 1u)
+      << "the entry must stay recorded";
 }
 
 // Two execs on one install (two overlays): the second waits for the first; with a short
@@ -200,10 +224,17 @@ TEST_F(Exec, ARevertThatCannotCompleteHasItsOwnExitCode) {
 TEST_F(Exec, TwoExecsOnOneInstallSerialise) {
   fs::path log = t / "order.log";
   std::string ov2 = (t / "ov2").string();
-  pid_t a = spawn_overlay(args({}, {"sh", "-c", "echo A-start >> " + log.string() + "; sleep 1; echo A-end >> " + log.string()}), env);
+  pid_t a = spawn_overlay(
+      args({}, {"sh", "-c", "echo A-start >> " + log.string() + "; sleep 1; echo A-end >> " + log.string()}), env);
   ASSERT_TRUE(wait_for(log, a));
-  Cmd quick = run_overlay([&] { auto x = args({}, {"true"}); x[2] = ov2; x.insert(x.begin(), {"--lock-timeout", "0.2"}); return x; }(),
-                          t.path(), env);
+  Cmd quick = run_overlay(
+      [&] {
+        auto x = args({}, {"true"});
+        x[2] = ov2;
+        x.insert(x.begin(), {"--lock-timeout", "0.2"});
+        return x;
+      }(),
+      t.path(), env);
   EXPECT_EQ(quick.rc, 3) << quick.err;
   EXPECT_NE(quick.err.find("is locked by another overlay process"), std::string::npos) << quick.err;
   auto b_args = args({}, {"sh", "-c", "echo B-start >> " + log.string() + "; echo B-end >> " + log.string()});
@@ -240,12 +271,18 @@ TEST_F(Exec, KeepOnSuccessLeavesThePatchOwnerless) {
 // NOT_ENGAGED, and that is reported, not hidden.
 TEST_F(Exec, EngagedJudgesTheCandidateWhileItRuns) {
   std::string load = "import ctypes, time; k = ctypes.CDLL('" + lib.string() + "'); time.sleep(1)";
-  Cmd yes = run_overlay([&] { auto a = args({"--engaged"}, {"/usr/bin/python3", "-c", load}); a.insert(a.begin(), "--json"); return a; }(),
-                        t.path(), env);
+  Cmd yes = run_overlay(
+      [&] {
+        auto a = args({"--engaged"}, {"/usr/bin/python3", "-c", load});
+        a.insert(a.begin(), "--json");
+        return a;
+      }(),
+      t.path(), env);
   ASSERT_EQ(yes.rc, 0) << yes.err;
   json j = json::parse(yes.out);
   EXPECT_EQ(j["engaged"]["engaged"], true) << j.dump(2);
-  EXPECT_NE(j["engaged"]["why"].get<std::string>().find("maps the patched " + lib.string()), std::string::npos) << j.dump(2);
+  EXPECT_NE(j["engaged"]["why"].get<std::string>().find("maps the patched " + lib.string()), std::string::npos)
+      << j.dump(2);
   Cmd no = exec({"--engaged"}, {"sleep", "1"});
   EXPECT_EQ(no.rc, 0);
   EXPECT_NE(no.out.find("\nNOT_ENGAGED process "), std::string::npos) << no.out;
@@ -258,16 +295,18 @@ TEST_F(Exec, EngagedJudgesTheCandidateWhileItRuns) {
 TEST_F(Exec, AMixedPythonAndNativePatchChangesAProgramAndLeavesNothing) {
   write_file(install / "py/kpkg/__init__.py", "");
   write_file(install / "py/kpkg/scale.py", "FACTOR = 1\n");
-  std::string diff = run({"diff", "-u", "install/src/kernel.cpp", (example / "patched/kernel.cpp").string()}, t.path()).out;
+  std::string diff =
+      run({"diff", "-u", "install/src/kernel.cpp", (example / "patched/kernel.cpp").string()}, t.path()).out;
   diff = "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n" + diff.substr(diff.find("@@"));
   diff += "--- a/py/kpkg/scale.py\n+++ b/py/kpkg/scale.py\n@@ -1 +1 @@\n-FACTOR = 1\n+FACTOR = 10\n";
   write_file(t / "mixed.diff", diff);
   std::string prog = "import subprocess, kpkg.scale; v = float(subprocess.check_output(['" + smoke.string() +
                      "']).decode()); print(v * kpkg.scale.FACTOR)";
-  Cmd r = run_overlay({"exec", "--overlay", ov, "--patch", (t / "mixed.diff").string(), "--patch-root", install.string(),
-                       "--python-root", (install / "py").string(), "--artifact", lib.string(), "--artifact", obj.string(), "--build-cmd",
-                       "cmake --build " + build.string(), "--", "python3", "-c", prog},
-                      t.path(), {env[0], "PYTHONPATH=" + (install / "py").string()});
+  Cmd r =
+      run_overlay({"exec", "--overlay", ov, "--patch", (t / "mixed.diff").string(), "--patch-root", install.string(),
+                   "--python-root", (install / "py").string(), "--artifact", lib.string(), "--artifact", obj.string(),
+                   "--build-cmd", "cmake --build " + build.string(), "--", "python3", "-c", prog},
+                  t.path(), {env[0], "PYTHONPATH=" + (install / "py").string()});
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("\n70.0\n"), std::string::npos) << r.out;
   EXPECT_EQ(read_file(install / "py/kpkg/scale.py"), "FACTOR = 1\n");
@@ -277,7 +316,8 @@ TEST_F(Exec, AMixedPythonAndNativePatchChangesAProgramAndLeavesNothing) {
 }
 
 TEST_F(Exec, BadInputIsOneLineAndChangesNothing) {
-  Cmd no_cmd = run_overlay({"exec", "--overlay", ov, "--target", src.string(), "--patched-file", src.string()}, t.path(), env);
+  Cmd no_cmd =
+      run_overlay({"exec", "--overlay", ov, "--target", src.string(), "--patched-file", src.string()}, t.path(), env);
   EXPECT_EQ(no_cmd.rc, 1);
   EXPECT_EQ(no_cmd.err, "exec: no command: pass it after --, e.g. overlay exec … -- python3 bench.py\n");
   Cmd no_target = run_overlay({"exec", "--overlay", ov, "--", "true"}, t.path(), env);
@@ -285,8 +325,9 @@ TEST_F(Exec, BadInputIsOneLineAndChangesNothing) {
   EXPECT_EQ(no_target.err, "exec: pass --target (as add-native) or --patch with --patch-root (as apply)\n");
   Cmd missing = exec({}, {"true"});  // fine; now a missing patched file
   EXPECT_EQ(missing.rc, 0);
-  Cmd bad = run_overlay({"exec", "--overlay", ov, "--target", src.string(), "--patched-file", (t / "nope.cpp").string(), "--", "true"},
-                        t.path(), env);
+  Cmd bad = run_overlay(
+      {"exec", "--overlay", ov, "--target", src.string(), "--patched-file", (t / "nope.cpp").string(), "--", "true"},
+      t.path(), env);
   EXPECT_EQ(bad.rc, 1);
   EXPECT_NE(bad.err.find("nope.cpp"), std::string::npos) << bad.err;
   expect_restored();

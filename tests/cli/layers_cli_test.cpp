@@ -4,10 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include <gtest/gtest.h>
-
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -278,14 +277,15 @@ TEST_F(Layers, FoldRefusesWhatItCannotDoAndChangesNothing) {
   fs::create_directory_symlink(t / "ev/cand", t / "ev/clink");
   std::vector<std::string> quick = env;
   quick.push_back("OVERLAY_LOCK_TIMEOUT=2");
-  for (const auto& args : std::vector<std::vector<std::string>>{{"fold", "--from", ov("cand"), "--into", ov("clink")},
-                                                               {"fold", "--from", ov("clink"), "--into", ov("cand")}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"fold", "--from", ov("cand"), "--into", ov("clink")},
+                                             {"fold", "--from", ov("clink"), "--into", ov("cand")}}) {
     Cmd same = run_overlay(args, t.path(), quick);
     EXPECT_EQ(same.rc, 1) << same.err;  // refused at once, not a lock waited for (exit 3)
     EXPECT_NE(same.err.find("name the same overlay"), std::string::npos) << same.err;
   }
-  Cmd over_self = run_overlay({"add-native", "--overlay", ov("clink"), "--over", ov("cand"), "--target", in.source.string(),
-                               "--patched-file", cand(4).string()},
+  Cmd over_self = run_overlay({"add-native", "--overlay", ov("clink"), "--over", ov("cand"), "--target",
+                               in.source.string(), "--patched-file", cand(4).string()},
                               t.path(), quick);
   EXPECT_EQ(over_self.rc, 1);
   EXPECT_NE(over_self.err.find("--over names this overlay itself"), std::string::npos) << over_self.err;
@@ -295,11 +295,26 @@ TEST_F(Layers, FoldRefusesWhatItCannotDoAndChangesNothing) {
 // accepted overlay's build of the cache; fold drops it (the accepted overlay keeps its own copy,
 // the pristine one), and the final revert leaves the install exactly as it was.
 TEST_F(Layers, FoldOfACacheBothLayersPutAsideLeavesNothingOfEitherBuild) {
-  const char* rebuild = "sh -c 'cat src/kernel.cpp > lib/libk.so; mkdir -p cache && cat src/kernel.cpp > cache/entry.o'";
+  const char* rebuild =
+      "sh -c 'cat src/kernel.cpp > lib/libk.so; mkdir -p cache && cat src/kernel.cpp > cache/entry.o'";
   auto add_aside = [&](const std::string& o, int v, std::vector<std::string> extra) {
-    std::vector<std::string> a{"add-native", "--overlay", ov(o), "--target", in.source.string(), "--patched-file",
-                               cand(v).string(), "--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(),
-                               "--cache-snapshot", "aside", "--build-cwd", in.root.string(), "--build-cmd", rebuild};
+    std::vector<std::string> a{"add-native",
+                               "--overlay",
+                               ov(o),
+                               "--target",
+                               in.source.string(),
+                               "--patched-file",
+                               cand(v).string(),
+                               "--artifact",
+                               in.artifact.string(),
+                               "--invalidate-cache",
+                               in.cache.string(),
+                               "--cache-snapshot",
+                               "aside",
+                               "--build-cwd",
+                               in.root.string(),
+                               "--build-cmd",
+                               rebuild};
     a.insert(a.end(), extra.begin(), extra.end());
     return run(a);
   };
@@ -482,7 +497,8 @@ TEST_F(Layers, ExecOverRunsTheReferenceOnTheAcceptedInstall) {
   EXPECT_EQ(read_file(rec), kernel(5) + kernel(7));
   // Clean of its own changes, and it says the accepted layer under them is still applied (it
   // used to say "install clean" over the accepted overlay's patch).
-  EXPECT_NE(e.out.find("exec: install clean of this run's changes (overlay " + ov("acc") + " under them stays applied"), std::string::npos)
+  EXPECT_NE(e.out.find("exec: install clean of this run's changes (overlay " + ov("acc") + " under them stays applied"),
+            std::string::npos)
       << e.out;
   EXPECT_EQ(value(), kernel(5));
   Cmd refused = run({"exec", "--ref", "--overlay", ov("cand"), "--target", in.source.string(), "--patched-file",
@@ -528,14 +544,18 @@ TEST_F(Layers, AMovedLayerNeverBringsBackTheChangeOfALowerRevertedUnderIt) {
 // takes a verified candidate only; and an overlay stacked on another is not exported on its own.
 TEST_F(Layers, FoldTakesOnlyAVerifiedCandidateAndExportOnlyABottomLayer) {
   ASSERT_EQ(add("acc", 5).rc, 0);
-  ASSERT_EQ(run({"add-native", "--overlay", ov("cand"), "--over", ov("acc"), "--target", in.source.string(), "--patched-file",
-                 cand(6).string(), "--artifact", in.artifact.string(), "--build-cmd", "true"}).rc, 0);
+  ASSERT_EQ(run({"add-native", "--overlay", ov("cand"), "--over", ov("acc"), "--target", in.source.string(),
+                 "--patched-file", cand(6).string(), "--artifact", in.artifact.string(), "--build-cmd", "true"})
+                .rc,
+            0);
   EXPECT_EQ(run({"verify-native", "--overlay", ov("cand")}).rc, 2);
   expect_refused_unchanged({{"fold", "--from", ov("cand"), "--into", ov("acc")},
                             {"export", "--overlay", ov("cand"), "--out", (t / "b").string()}},
                            t.path(), [&](const std::vector<std::string>& a) { return run(a); });
   Cmd f = run({"fold", "--from", ov("cand"), "--into", ov("acc")});
-  EXPECT_NE(f.err.find("the candidate was not built: FRESH_BUILD_FAIL unchanged " + in.artifact.string()), std::string::npos) << f.err;
+  EXPECT_NE(f.err.find("the candidate was not built: FRESH_BUILD_FAIL unchanged " + in.artifact.string()),
+            std::string::npos)
+      << f.err;
   Cmd e = run({"export", "--overlay", ov("cand"), "--out", (t / "b").string()});
   EXPECT_NE(e.err.find("is stacked on " + ov("acc")), std::string::npos) << e.err;
 }

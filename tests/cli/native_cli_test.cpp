@@ -1,6 +1,5 @@
 // The native subcommands through the real binary.
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -8,6 +7,8 @@
 
 #include <algorithm>
 #include <set>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -26,8 +27,8 @@ struct Cli : ::testing::Test {
   Cli() { write_file(t / "patched.cpp", "int kernel() { return 7; }\n"); }
 
   Cmd add(std::vector<std::string> extra) {
-    std::vector<std::string> a{"add-native", "--overlay", ov, "--target", in.source.string(),
-                               "--patched-file", (t / "patched.cpp").string()};
+    std::vector<std::string> a{
+        "add-native", "--overlay", ov, "--target", in.source.string(), "--patched-file", (t / "patched.cpp").string()};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_overlay(a);
   }
@@ -40,10 +41,12 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 }  // namespace
 
 TEST_F(Cli, ApplyRebuildVerifyRevertByteExact) {
-  Cmd a = add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd", in.root.string(),
-               "--build-cmd", "sh -c 'test ! -e cache && echo rebuilt > lib/libk.so && mkdir cache && echo new > cache/f'"});
+  Cmd a = add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd",
+               in.root.string(), "--build-cmd",
+               "sh -c 'test ! -e cache && echo rebuilt > lib/libk.so && mkdir cache && echo new > cache/f'"});
   ASSERT_EQ(a.rc, 0) << a.err;
-  EXPECT_EQ(a.out, "OVERLAY_DIR=" + ov + "\nadd-native " + in.source.string() + "  (sources=1 artifacts=1 caches=1 build=yes)\n");
+  EXPECT_EQ(a.out, "OVERLAY_DIR=" + ov + "\nadd-native " + in.source.string() +
+                       "  (sources=1 artifacts=1 caches=1 build=yes)\n");
   EXPECT_EQ(read_file(in.source), "int kernel() { return 7; }\n");
   EXPECT_EQ(read_file(in.artifact), "rebuilt\n");
   Cmd v = run_overlay({"verify-native", "--overlay", ov});
@@ -96,11 +99,13 @@ TEST_F(Cli, ATradedArtifactLooksUnchangedAndOneWithExtendedAttributesIsNotTraded
   write_file(tagged, big, 0755);
   ASSERT_EQ(::setxattr(tagged.c_str(), "user.overlay-test", "1", 1, 0), 0) << "user xattrs refused here";
   before = tree_digest(in.root);
-  struct stat a0 {}, t0 {};
+  struct stat a0 {
+  }, t0{};
   ASSERT_EQ(::stat(in.artifact.c_str(), &a0), 0);
   ASSERT_EQ(::stat(tagged.c_str(), &t0), 0);
   ASSERT_EQ(add({"--artifact", in.artifact.string(), "--artifact", tagged.string()}).rc, 0);
-  struct stat a1 {}, t1 {};
+  struct stat a1 {
+  }, t1{};
   ASSERT_EQ(::stat(in.artifact.c_str(), &a1), 0);
   ASSERT_EQ(::stat(tagged.c_str(), &t1), 0);
   EXPECT_NE(a1.st_ino, a0.st_ino);
@@ -119,12 +124,15 @@ TEST_F(Cli, ATradedArtifactLooksUnchangedAndOneWithExtendedAttributesIsNotTraded
 }
 
 TEST_F(Cli, VerifyReportsEachFailureKind) {
-  ASSERT_EQ(add({"--artifact", in.artifact.string(), "--artifact", (in.root / "lib/never.so").string(),
-                 "--artifact", (in.root / "lib/gone.so").string()}).rc, 0);
+  ASSERT_EQ(add({"--artifact", in.artifact.string(), "--artifact", (in.root / "lib/never.so").string(), "--artifact",
+                 (in.root / "lib/gone.so").string()})
+                .rc,
+            0);
   Cmd v = run_overlay({"verify-native", "--overlay", ov});
   EXPECT_EQ(v.rc, 2);
   EXPECT_NE(v.out.find("FRESH_BUILD_FAIL unchanged " + in.artifact.string() + "\n"), std::string::npos);
-  EXPECT_NE(v.out.find("FRESH_BUILD_FAIL not-created " + (in.root / "lib/never.so").string() + "\n"), std::string::npos);
+  EXPECT_NE(v.out.find("FRESH_BUILD_FAIL not-created " + (in.root / "lib/never.so").string() + "\n"),
+            std::string::npos);
   EXPECT_TRUE(v.out.ends_with("FRESH_BUILD_FAIL (checked 3)\n"));
   fs::remove(in.artifact);
   v = run_overlay({"verify-native", "--overlay", ov});
@@ -178,13 +186,17 @@ TEST_F(Cli, FailingBuildReportsRcAndStaysRevertable) {
 }
 
 TEST_F(Cli, TamperedBackupRefusedByNameOthersRestored) {
-  ASSERT_EQ(add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(),
-                 "--build-cmd", "sh -c 'echo rebuilt > " + in.artifact.string() + "'"}).rc, 0);
+  ASSERT_EQ(add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cmd",
+                 "sh -c 'echo rebuilt > " + in.artifact.string() + "'"})
+                .rc,
+            0);
   std::string art_backup = manifest()["natives"][0]["artifacts"][0]["backup"];
   write_file(t / "ov" / art_backup, "evil bytes");
   Cmd r = revert();
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("revert: cannot restore " + in.artifact.string() + ": backup " + art_backup + " is corrupt"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("revert: cannot restore " + in.artifact.string() + ": backup " + art_backup + " is corrupt"),
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(read_file(in.source), "int kernel() { return 4; }\n");  // the rest was restored
   EXPECT_TRUE(fs::exists(in.cache / "a/b/deep.bin"));
   EXPECT_EQ(read_file(in.artifact), "rebuilt\n");  // never the tampered bytes
@@ -206,11 +218,16 @@ TEST_F(Cli, BackupPathEscapingOverlayRefused) {
 }
 
 TEST_F(Cli, MalformedManifestsGiveCleanErrors) {
-  const char* bad[] = {"{oops", "[1,2]", R"({"natives": null, "modules": 5})", R"({"natives": [null]})",
+  const char* bad[] = {"{oops",
+                       "[1,2]",
+                       R"({"natives": null, "modules": 5})",
+                       R"({"natives": [null]})",
                        R"({"natives": [{"sources": [{"install_path": null}]}]})",
                        R"({"natives": [{"artifacts": [{"path": "/x", "existed": true, "backup": 3}]}]})",
                        R"({"natives": [{"caches": [{"dir": "relative", "existed": false}]}]})",
-                       R"({"natives": [{"sources": "nope"}]})", "\"just a string\"", ""};
+                       R"({"natives": [{"sources": "nope"}]})",
+                       "\"just a string\"",
+                       ""};
   fs::create_directories(t / "ov");
   for (const char* text : bad) {
     write_file(t / "ov/_overlay_manifest.json", text);
@@ -243,7 +260,8 @@ TEST_F(Cli, BadInvocationsChangeNothing) {
       {"add-native", "--overlay", ov, "--target", s, "--patched-file", p, "--artifact", (t / "adir").string()},
       {"add-native", "--overlay", ov, "--target", s, "--patched-file", p, "--invalidate-cache", s},
       {"add-native", "--overlay", ov, "--target", s, "--patched-file", p, "--build-cmd", "echo 'unterminated"},
-      {"add-native", "--overlay", ov, "--target", s, "--patched-file", p, "--build-cmd", "make", "--build-cwd", (t / "nodir").string()},
+      {"add-native", "--overlay", ov, "--target", s, "--patched-file", p, "--build-cmd", "make", "--build-cwd",
+       (t / "nodir").string()},
       {"add-native", "--overlay", s, "--target", s, "--patched-file", p},
       {"add-native", "--overlay", ov, "--target", s, "--patched-file", p, "--no-such-flag"},
       {"add-native", "--overlay", ov, "--target", s, "--patched-file", p, "--owner-pid", "999999999"},
@@ -260,14 +278,20 @@ TEST_F(Cli, BadInvocationsChangeNothing) {
 }
 
 TEST_F(Cli, PatchAppliesAndFailingPatchLeavesNoTrace) {
-  write_file(t / "good.diff", "--- a/kernel.cpp\n+++ b/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 5; }\n");
-  write_file(t / "bad.diff", "--- a/kernel.cpp\n+++ b/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 8; }\n+int kernel() { return 5; }\n");
-  Cmd bad = run_overlay({"add-native", "--overlay", ov, "--target", in.source.string(), "--patch", (t / "bad.diff").string()});
+  write_file(
+      t / "good.diff",
+      "--- a/kernel.cpp\n+++ b/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 5; }\n");
+  write_file(
+      t / "bad.diff",
+      "--- a/kernel.cpp\n+++ b/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 8; }\n+int kernel() { return 5; }\n");
+  Cmd bad = run_overlay(
+      {"add-native", "--overlay", ov, "--target", in.source.string(), "--patch", (t / "bad.diff").string()});
   EXPECT_EQ(bad.rc, 1);
   EXPECT_NE(bad.err.find("does not apply"), std::string::npos) << bad.err;
   EXPECT_EQ(tree_digest(in.root), before);
   EXPECT_FALSE(fs::exists(t / "ov"));
-  Cmd good = run_overlay({"add-native", "--overlay", ov, "--target", in.source.string(), "--patch", (t / "good.diff").string()});
+  Cmd good = run_overlay(
+      {"add-native", "--overlay", ov, "--target", in.source.string(), "--patch", (t / "good.diff").string()});
   ASSERT_EQ(good.rc, 0) << good.err;
   EXPECT_EQ(read_file(in.source), "int kernel() { return 5; }\n");
   EXPECT_EQ(std::distance(fs::directory_iterator(in.source.parent_path()), fs::directory_iterator()), 1);
@@ -299,9 +323,12 @@ TEST_F(Cli, PatchSweepsPrivateDirsOfDeadRunsOnly) {
   make(dead_young, false);
   make(live_old, true);
   make(not_ours, true);
-  write_file(t / "good.diff", "--- a/kernel.cpp\n+++ b/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 5; }\n");
-  Cmd a = run_overlay({"add-native", "--overlay", ov, "--target", in.source.string(), "--patch", (t / "good.diff").string()}, {},
-                      {"TMPDIR=" + tmp.string()});
+  write_file(
+      t / "good.diff",
+      "--- a/kernel.cpp\n+++ b/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 5; }\n");
+  Cmd a = run_overlay(
+      {"add-native", "--overlay", ov, "--target", in.source.string(), "--patch", (t / "good.diff").string()}, {},
+      {"TMPDIR=" + tmp.string()});
   ASSERT_EQ(a.rc, 0) << a.err;
   std::set<std::string> left;
   for (const auto& e : fs::directory_iterator(tmp)) left.insert(e.path().filename().string());
@@ -318,7 +345,8 @@ TEST_F(Cli, GcStaleFindsAndReverts) {
   EXPECT_EQ(read_file(in.source), "int kernel() { return 7; }\n");
   Cmd g = run_overlay({"gc-stale", "--root", t.path().string()});
   EXPECT_EQ(g.rc, 0) << g.err;
-  EXPECT_TRUE(g.out.ends_with("gc-stale: reverted 1 stale native overlay(s) under " + t.path().string() + "\n")) << g.out;
+  EXPECT_TRUE(g.out.ends_with("gc-stale: reverted 1 stale native overlay(s) under " + t.path().string() + "\n"))
+      << g.out;
   EXPECT_EQ(tree_digest(in.root), before);
   Cmd again = run_overlay({"gc-stale", "--root", t.path().string()});
   EXPECT_TRUE(again.out.ends_with("gc-stale: reverted 0 stale native overlay(s) under " + t.path().string() + "\n"));
@@ -326,7 +354,9 @@ TEST_F(Cli, GcStaleFindsAndReverts) {
 
 TEST_F(Cli, OwnerPidFromEnvironmentSparesLiveRun) {
   ASSERT_EQ(run_overlay({"add-native", "--overlay", ov, "--target", in.source.string(), "--patched-file",
-                     (t / "patched.cpp").string(), "--owner-pid", std::to_string(::getpid())}).rc, 0);
+                         (t / "patched.cpp").string(), "--owner-pid", std::to_string(::getpid())})
+                .rc,
+            0);
   Cmd g = run_overlay({"gc-stale", "--root", t.path().string()});
   EXPECT_NE(g.err.find("owner pid " + std::to_string(::getpid()) + " is still running"), std::string::npos) << g.err;
   EXPECT_EQ(read_file(in.source), "int kernel() { return 7; }\n");
@@ -348,7 +378,8 @@ TEST_F(Cli, VersionAndHelp) {
 TEST_F(Cli, SecondOverlayRefusedOnAHeldFileUnlessForced) {
   std::vector<std::string> env{"OVERLAY_STATE_DIR=" + (t / "state").string()};
   auto add_to = [&](const std::string& o, std::vector<std::string> extra) {
-    std::vector<std::string> a{"add-native", "--overlay", o, "--target", in.source.string(), "--patched-file", (t / "patched.cpp").string()};
+    std::vector<std::string> a{
+        "add-native", "--overlay", o, "--target", in.source.string(), "--patched-file", (t / "patched.cpp").string()};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_overlay(a, {}, env);
   };
@@ -356,7 +387,8 @@ TEST_F(Cli, SecondOverlayRefusedOnAHeldFileUnlessForced) {
   std::string other = (t / "ov2").string();
   Cmd refused = add_to(other, {});
   EXPECT_EQ(refused.rc, 1);
-  EXPECT_EQ(refused.err, "add-native: " + in.source.string() + " is held by overlay " + ov + " (revert it first, stack on it with --over " + ov + ", or pass --force)\n");
+  EXPECT_EQ(refused.err, "add-native: " + in.source.string() + " is held by overlay " + ov +
+                             " (revert it first, stack on it with --over " + ov + ", or pass --force)\n");
   EXPECT_FALSE(fs::exists(t / "ov2"));
   EXPECT_EQ(add_to(ov, {}).rc, 0);  // the same overlay may stack
   Cmd forced = add_to(other, {"--force"});
@@ -406,7 +438,8 @@ TEST_F(Cli, SwappedSourceNewerThanArtifactsInWholeSeconds) {
   for (int round = 0; round < 3; ++round) {
     ASSERT_EQ(run({"touch", in.artifact.string()}).rc, 0);  // "just built"
     ASSERT_EQ(add({"--artifact", in.artifact.string()}).rc, 0);
-    struct stat src {}, art {};
+    struct stat src {
+    }, art{};
     ASSERT_EQ(::stat(in.source.c_str(), &src), 0);
     ASSERT_EQ(::stat(in.artifact.c_str(), &art), 0);
     EXPECT_GT(src.st_mtim.tv_sec, art.st_mtim.tv_sec) << "round " << round;

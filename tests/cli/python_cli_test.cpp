@@ -1,7 +1,7 @@
 // Python overlays through the real binary and a real python3 running the generated sitecustomize.py.
-#include <gtest/gtest.h>
-
 #include <algorithm>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -19,14 +19,18 @@ struct Py : ::testing::Test {
   Py() {
     write_file(t / "site/pkg/__init__.py", "");
     write_file(t / "site/pkg/sub.py", "def value():\n    return 'original'\n");
-    write_file(t / "site/pkg/ops.py", "def add(a, b):\n    return a + b\n\nclass K:\n    def m(self):\n        return 'orig-m'\n");
+    write_file(t / "site/pkg/ops.py",
+               "def add(a, b):\n    return a + b\n\nclass K:\n    def m(self):\n        return 'orig-m'\n");
     write_file(t / "sub_patched.py", "def value():\n    return 'patched'\n");
-    write_file(t / "fast_ops.py", "def fast_add(a, b):\n    return ('fast', a + b)\n\ndef fast_m(self):\n    return 'fast-m'\n");
+    write_file(t / "fast_ops.py",
+               "def fast_add(a, b):\n    return ('fast', a + b)\n\ndef fast_m(self):\n    return 'fast-m'\n");
   }
   std::vector<std::string> env_without() { return {"PYTHONPATH=" + site}; }
   std::vector<std::string> env_with(const std::string& o) { return {"PYTHONPATH=" + o + ":" + site}; }
   Cmd ov_cmd(const std::vector<std::string>& args) { return run_overlay(args, t.path(), env_without()); }
-  Cmd py(const std::string& code, const std::vector<std::string>& env) { return run({"python3", "-c", code}, t.path(), env); }
+  Cmd py(const std::string& code, const std::vector<std::string>& env) {
+    return run({"python3", "-c", code}, t.path(), env);
+  }
   json manifest(const std::string& o) { return json::parse(read_file(fs::path(o) / "_overlay_manifest.json")); }
 };
 
@@ -35,9 +39,11 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 }  // namespace
 
 TEST_F(Py, AddModulePrintsCompatibleTokens) {
-  Cmd a = ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()});
+  Cmd a =
+      ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()});
   ASSERT_EQ(a.rc, 0) << a.err;
-  EXPECT_EQ(a.out, "OVERLAY_DIR=" + ov + "\nadd-module pkg.sub -> " + ov + "/_patched/pkg.sub.py\nlaunch with: PYTHONPATH=" + ov + ":$PYTHONPATH\n");
+  EXPECT_EQ(a.out, "OVERLAY_DIR=" + ov + "\nadd-module pkg.sub -> " + ov +
+                       "/_patched/pkg.sub.py\nlaunch with: PYTHONPATH=" + ov + ":$PYTHONPATH\n");
   EXPECT_EQ(read_file(t / "ov/_patched/pkg.sub.py"), read_file(t / "sub_patched.py"));
   EXPECT_EQ(manifest(ov)["modules"], json::parse(R"([{"module": "pkg.sub", "file": "_patched/pkg.sub.py"}])"));
   EXPECT_TRUE(fs::exists(t / "ov/sitecustomize.py"));
@@ -63,7 +69,10 @@ TEST_F(Py, APackageInitializerIsRefusedAndNothingIsWritten) {
     EXPECT_EQ(lines(c.err), 1) << c.err;
     EXPECT_FALSE(fs::exists(ov)) << "written for " << args.back();
   }
-  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  ASSERT_EQ(
+      ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()})
+          .rc,
+      0);
   std::string before = tree_digest(ov);
   for (const auto& args : ways) EXPECT_EQ(ov_cmd(args).rc, 1);
   EXPECT_EQ(tree_digest(ov), before);
@@ -82,8 +91,17 @@ TEST_F(Py, WorkerModulesAreWrittenOnRequestAndKeptCurrent) {
   // Upstream's names only: no worker modules, no lock file (Python verbs flock the directory), no
   // __pycache__ where processes write their own bytecode.
   const std::vector<std::string> plain = {"_overlay_manifest.json", "fast_ops.py", "sitecustomize.py"};
-  std::vector<std::string> rebind = {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
-                                     "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string()};
+  std::vector<std::string> rebind = {"add-rebind",
+                                     "--overlay",
+                                     ov,
+                                     "--target",
+                                     "pkg.ops:add",
+                                     "--impl-module",
+                                     "fast_ops",
+                                     "--impl-attr",
+                                     "fast_add",
+                                     "--impl-file",
+                                     (t / "fast_ops.py").string()};
   std::vector<std::string> bytecode_on = env_without();
   bytecode_on.push_back("PYTHONDONTWRITEBYTECODE=");  // empty is unset, for Python and for the tool
   ASSERT_EQ(run_overlay(rebind, t.path(), bytecode_on).rc, 0);
@@ -91,11 +109,15 @@ TEST_F(Py, WorkerModulesAreWrittenOnRequestAndKeptCurrent) {
   std::string manifest_bytes = read_file(t / "ov/_overlay_manifest.json");
   Cmd w = ov_cmd({"add-worker-modules", "--overlay", ov});
   ASSERT_EQ(w.rc, 0) << w.err;
-  EXPECT_NE(w.out.find("add-worker-modules -> " + ov + "/_overlay_worker_ext.py, " + ov + "/_overlay_apply.py\n"), std::string::npos) << w.out;
-  EXPECT_NE(w.out.find("--worker-extension-cls _overlay_worker_ext.OverlayWorkerExtension"), std::string::npos) << w.out;
+  EXPECT_NE(w.out.find("add-worker-modules -> " + ov + "/_overlay_worker_ext.py, " + ov + "/_overlay_apply.py\n"),
+            std::string::npos)
+      << w.out;
+  EXPECT_NE(w.out.find("--worker-extension-cls _overlay_worker_ext.OverlayWorkerExtension"), std::string::npos)
+      << w.out;
   EXPECT_EQ(read_file(t / "ov/_overlay_manifest.json"), manifest_bytes) << "no entry is added";
   const fs::path share = fs::path(OVERLAY_SOURCE_DIR) / "share/overlay";
-  for (const char* n : {"_overlay_worker_ext.py", "_overlay_apply.py"}) EXPECT_EQ(read_file(t / "ov" / n), read_file(share / n)) << n;
+  for (const char* n : {"_overlay_worker_ext.py", "_overlay_apply.py"})
+    EXPECT_EQ(read_file(t / "ov" / n), read_file(share / n)) << n;
   // An older text of one of them is brought current by the next add-*.
   write_file(t / "ov/_overlay_apply.py", "# an older binary's text\n");
   ASSERT_EQ(ov_cmd(rebind).rc, 0);
@@ -112,14 +134,21 @@ TEST_F(Py, WorkerModulesAreWrittenOnRequestAndKeptCurrent) {
   ASSERT_EQ(ov_cmd({"merge", "--overlay", merged, "--with", other, "--with", ov}).rc, 0);
   EXPECT_TRUE(fs::exists(fs::path(merged) / "_overlay_apply.py"));
   // And what they are for: a process whose environment lacks the overlay applies it on import.
-  Cmd late = py("import sys; sys.path.insert(0, " + json(ov).dump() + "); import _overlay_worker_ext; import pkg.ops; print(pkg.ops.add(1, 2))",
+  Cmd late = py("import sys; sys.path.insert(0, " + json(ov).dump() +
+                    "); import _overlay_worker_ext; import pkg.ops; print(pkg.ops.add(1, 2))",
                 env_without());
   EXPECT_EQ(late.out, "('fast', 3)\n") << late.err;
 }
 
 TEST_F(Py, ModuleInjectedThroughBothImportForms) {
-  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
-  Cmd on = py("from pkg import sub\nimport pkg.sub\nimport pkg\nprint(sub.value(), pkg.sub.value(), pkg.sub is sub, getattr(sub, '__overlay_injected__', False))", env_with(ov));
+  ASSERT_EQ(
+      ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()})
+          .rc,
+      0);
+  Cmd on =
+      py("from pkg import sub\nimport pkg.sub\nimport pkg\nprint(sub.value(), pkg.sub.value(), pkg.sub is sub, "
+         "getattr(sub, '__overlay_injected__', False))",
+         env_with(ov));
   EXPECT_EQ(on.out, "patched patched True True\n") << on.err;
   EXPECT_NE(on.err.find("[overlay] injected module pkg.sub <- " + ov + "/_patched/pkg.sub.py"), std::string::npos);
   Cmd off = py("from pkg import sub\nprint(sub.value())", env_without());
@@ -128,23 +157,31 @@ TEST_F(Py, ModuleInjectedThroughBothImportForms) {
 }
 
 TEST_F(Py, RebindTakesEffectAndDisappearsOffPythonpath) {
-  Cmd a = ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
-                  "--impl-file", (t / "fast_ops.py").string()});
+  Cmd a = ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr",
+                  "fast_add", "--impl-file", (t / "fast_ops.py").string()});
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_NE(a.out.find("add-rebind pkg.ops:add -> fast_ops.fast_add"), std::string::npos);
-  ASSERT_EQ(ov_cmd({"monkeypatch", "--overlay", ov, "--target", "pkg.ops:K.m", "--impl-module", "fast_ops", "--impl-attr", "fast_m"}).rc, 0);
+  ASSERT_EQ(ov_cmd({"monkeypatch", "--overlay", ov, "--target", "pkg.ops:K.m", "--impl-module", "fast_ops",
+                    "--impl-attr", "fast_m"})
+                .rc,
+            0);
   Cmd on = py("from pkg.ops import add, K\nprint(add(1, 2), K().m())", env_with(ov));
   EXPECT_EQ(on.out, "('fast', 3) fast-m\n") << on.err;
   EXPECT_NE(on.err.find("[overlay] rebound pkg.ops:add -> fast_ops.fast_add"), std::string::npos);
   EXPECT_EQ(py("from pkg.ops import add, K\nprint(add(1, 2), K().m())", env_without()).out, "3 orig-m\n");
   EXPECT_EQ(manifest(ov)["rebinds"].size(), 2u);
   // Same target again replaces the entry.
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_m"}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
+                    "--impl-attr", "fast_m"})
+                .rc,
+            0);
   EXPECT_EQ(manifest(ov)["rebinds"].size(), 2u);
 }
 
 TEST_F(Py, PatchFindsInstalledFileAndPatchesOverlayCopyOnly) {
-  write_file(t / "sub.diff", "--- a/sub.py\n+++ b/sub.py\n@@ -1,2 +1,2 @@\n def value():\n-    return 'original'\n+    return 'from-diff'\n");
+  write_file(
+      t / "sub.diff",
+      "--- a/sub.py\n+++ b/sub.py\n@@ -1,2 +1,2 @@\n def value():\n-    return 'original'\n+    return 'from-diff'\n");
   std::string before = tree_digest(t / "site");
   Cmd a = ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patch", (t / "sub.diff").string()});
   ASSERT_EQ(a.rc, 0) << a.err;
@@ -152,20 +189,26 @@ TEST_F(Py, PatchFindsInstalledFileAndPatchesOverlayCopyOnly) {
   EXPECT_EQ(py("from pkg import sub; print(sub.value())", env_with(ov)).out, "from-diff\n");
   // --src-file names the source explicitly.
   write_file(t / "other.py", "def value():\n    return 'original'\n");
-  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patch", (t / "sub.diff").string(), "--src-file",
-                    (t / "other.py").string()}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patch", (t / "sub.diff").string(),
+                    "--src-file", (t / "other.py").string()})
+                .rc,
+            0);
   EXPECT_EQ(manifest(ov)["modules"].size(), 1u);
 }
 
 TEST_F(Py, LegacyCopySubtreeFlags) {
-  Cmd a = ov_cmd({"copy-subtree", "--overlay", ov, "--package", "pkg", "--subpath", "sub.py", "--patched-file", (t / "sub_patched.py").string()});
+  Cmd a = ov_cmd({"copy-subtree", "--overlay", ov, "--package", "pkg", "--subpath", "sub.py", "--patched-file",
+                  (t / "sub_patched.py").string()});
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_EQ(manifest(ov)["modules"][0]["module"], "pkg.sub");
   EXPECT_EQ(py("import pkg.sub; print(pkg.sub.value())", env_with(ov)).out, "patched\n");
 }
 
 TEST_F(Py, CheckAndPathOnly) {
-  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  ASSERT_EQ(
+      ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()})
+          .rc,
+      0);
   Cmd c = run_overlay({"check", "--module", "pkg.sub"}, t.path(), env_with(ov));
   EXPECT_EQ(c.out, "pkg.sub -> " + ov + "/_patched/pkg.sub.py\nOVERLAY_ACTIVE\n") << c.err;
   c = run_overlay({"check", "--module", "pkg.ops"}, t.path(), env_with(ov));
@@ -182,16 +225,26 @@ TEST_F(Py, CheckAndPathOnly) {
 }
 
 TEST_F(Py, BrokenEntriesLogButInterpreterRuns) {
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:nope", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
-                    "--impl-file", (t / "fast_ops.py").string()}).rc, 0);
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.sub:value", "--impl-module", "missing_impl", "--impl-attr", "f"}).rc, 0);
-  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.gone", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:nope", "--impl-module", "fast_ops",
+                    "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string()})
+                .rc,
+            0);
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.sub:value", "--impl-module", "missing_impl",
+                    "--impl-attr", "f"})
+                .rc,
+            0);
+  ASSERT_EQ(
+      ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.gone", "--patched-file", (t / "sub_patched.py").string()})
+          .rc,
+      0);
   fs::remove(t / "ov/_patched/pkg.gone.py");
   Cmd r = py("import pkg.ops, pkg.sub\nprint('still running', pkg.ops.add(1, 1), pkg.sub.value())", env_with(ov));
   EXPECT_EQ(r.rc, 0);
   EXPECT_EQ(r.out, "still running 2 original\n");
   EXPECT_NE(r.err.find("[overlay] rebind FAILED pkg.ops:nope: AttributeError"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("[overlay] rebind FAILED pkg.sub:value: impl module missing_impl is not importable"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[overlay] rebind FAILED pkg.sub:value: impl module missing_impl is not importable"),
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("[overlay] module inject FAILED pkg.gone: patched file missing"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("never applied"), std::string::npos) << r.err;  // failed ones are not also "never applied"
   // A corrupt manifest: still runs, says so.
@@ -202,7 +255,8 @@ TEST_F(Py, BrokenEntriesLogButInterpreterRuns) {
 }
 
 TEST_F(Py, DefaultCaptureHookWritesRecords) {
-  Cmd a = ov_cmd({"add-capture", "--overlay", ov, "--target", "pkg.ops:add", "--out", (t / "cap").string(), "--max", "2"});
+  Cmd a =
+      ov_cmd({"add-capture", "--overlay", ov, "--target", "pkg.ops:add", "--out", (t / "cap").string(), "--max", "2"});
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_EQ(read_file(t / "ov/capture_shapes.py"), read_file(source_dir() / "share/overlay/capture_shapes.py"));
   std::string code =
@@ -223,19 +277,26 @@ TEST_F(Py, DefaultCaptureHookWritesRecords) {
 
 TEST_F(Py, FromComposesLiveStackPlusOneEntry) {
   std::string live = (t / "live").string(), cand = (t / "cand").string();
-  ASSERT_EQ(ov_cmd({"add-module", "--overlay", live, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-module", "--overlay", live, "--module", "pkg.sub", "--patched-file",
+                    (t / "sub_patched.py").string()})
+                .rc,
+            0);
   write_file(t / "live_native/k.cpp", "orig\n");
   write_file(t / "k2.cpp", "new\n");
-  ASSERT_EQ(ov_cmd({"add-native", "--overlay", live, "--target", (t / "live_native/k.cpp").string(), "--patched-file", (t / "k2.cpp").string()}).rc, 0);
-  Cmd a = ov_cmd({"add-rebind", "--overlay", cand, "--from", live, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr",
-                  "fast_add", "--impl-file", (t / "fast_ops.py").string()});
+  ASSERT_EQ(ov_cmd({"add-native", "--overlay", live, "--target", (t / "live_native/k.cpp").string(), "--patched-file",
+                    (t / "k2.cpp").string()})
+                .rc,
+            0);
+  Cmd a = ov_cmd({"add-rebind", "--overlay", cand, "--from", live, "--target", "pkg.ops:add", "--impl-module",
+                  "fast_ops", "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string()});
   ASSERT_EQ(a.rc, 0) << a.err;
   json m = manifest(cand);
   EXPECT_EQ(m["modules"].size(), 1u);
   EXPECT_EQ(m["rebinds"].size(), 1u);
   EXPECT_TRUE(m["natives"].empty());
   EXPECT_FALSE(fs::exists(t / "cand/_native_backup"));
-  EXPECT_EQ(py("from pkg import sub, ops\nprint(sub.value(), ops.add(1, 2))", env_with(cand)).out, "patched ('fast', 3)\n");
+  EXPECT_EQ(py("from pkg import sub, ops\nprint(sub.value(), ops.add(1, 2))", env_with(cand)).out,
+            "patched ('fast', 3)\n");
   EXPECT_EQ(py("from pkg import sub, ops\nprint(sub.value(), ops.add(1, 2))", env_with(live)).out, "patched 3\n");
   EXPECT_EQ(ov_cmd({"revert", "--overlay", live}).rc, 0);
 }
@@ -243,8 +304,14 @@ TEST_F(Py, FromComposesLiveStackPlusOneEntry) {
 TEST_F(Py, MixedPythonAndNativeRoundTrip) {
   write_file(t / "inst/k.cpp", "orig\n");
   write_file(t / "k2.cpp", "new\n");
-  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
-  ASSERT_EQ(ov_cmd({"add-native", "--overlay", ov, "--target", (t / "inst/k.cpp").string(), "--patched-file", (t / "k2.cpp").string()}).rc, 0);
+  ASSERT_EQ(
+      ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()})
+          .rc,
+      0);
+  ASSERT_EQ(ov_cmd({"add-native", "--overlay", ov, "--target", (t / "inst/k.cpp").string(), "--patched-file",
+                    (t / "k2.cpp").string()})
+                .rc,
+            0);
   json m = manifest(ov);
   EXPECT_EQ(m["modules"].size(), 1u);
   EXPECT_EQ(m["natives"].size(), 1u);
@@ -257,14 +324,19 @@ TEST_F(Py, MixedPythonAndNativeRoundTrip) {
 }
 
 TEST_F(Py, SitecustomizeRegeneratedManifestKept) {
-  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  ASSERT_EQ(
+      ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()})
+          .rc,
+      0);
   std::string ours = read_file(t / "ov/sitecustomize.py");
   // An older generation (this tool's format 1, from git history) is regenerated.
   Cmd old = run({"git", "-C", source_dir().string(), "show", "8f4c862:share/overlay/sitecustomize.py"});
   if (old.rc != 0) GTEST_SKIP() << "no git history here: " << old.err;
   write_file(t / "ov/sitecustomize.py", old.out);
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
-                    "--impl-file", (t / "fast_ops.py").string()}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
+                    "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string()})
+                .rc,
+            0);
   EXPECT_EQ(read_file(t / "ov/sitecustomize.py"), ours);
   EXPECT_EQ(manifest(ov)["modules"].size(), 1u);
   EXPECT_EQ(manifest(ov)["rebinds"].size(), 1u);
@@ -287,13 +359,16 @@ TEST_F(Py, BadInputChangesNothing) {
       {"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", p, "--from", p},
       {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
        "--impl-dir", (t / "missing").string()},
-      {"add-rebind", "--overlay", ov, "--target", "pkg.ops.add", "--impl-module", "fast_ops", "--impl-attr", "fast_add"},
+      {"add-rebind", "--overlay", ov, "--target", "pkg.ops.add", "--impl-module", "fast_ops", "--impl-attr",
+       "fast_add"},
       {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
        "--impl-file", (t / "missing.py").string()},
-      {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast-ops", "--impl-attr", "fast_add"},
+      {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast-ops", "--impl-attr",
+       "fast_add"},
       {"add-capture", "--overlay", ov, "--target", "pkg.ops", "--out", (t / "cap").string()},
       {"add-capture", "--overlay", ov, "--target", "pkg.ops:add", "--out", (t / "cap").string(), "--max", "0"},
-      {"add-capture", "--overlay", ov, "--target", "pkg.ops:add", "--out", (t / "cap").string(), "--capture-file", (t / "nope.py").string()},
+      {"add-capture", "--overlay", ov, "--target", "pkg.ops:add", "--out", (t / "cap").string(), "--capture-file",
+       (t / "nope.py").string()},
       {"check", "--module", "bad name"},
   };
   expect_refused_unchanged(cases, t.path(), [&](const std::vector<std::string>& c) { return ov_cmd(c); });
@@ -302,21 +377,32 @@ TEST_F(Py, BadInputChangesNothing) {
 // Issue 11, item 4: an entry whose module is never imported is reported at exit, and one that
 // cannot apply at all is reported at start-up, before the program runs.
 TEST_F(Py, NeverSilentlyInert) {
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
-                    "--impl-file", (t / "fast_ops.py").string()}).rc, 0);
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkgg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add"}).rc, 0);
-  ASSERT_EQ(ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
+                    "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string()})
+                .rc,
+            0);
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkgg.ops:add", "--impl-module", "fast_ops",
+                    "--impl-attr", "fast_add"})
+                .rc,
+            0);
+  ASSERT_EQ(
+      ov_cmd({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()})
+          .rc,
+      0);
   Cmd r = py("import sys\nsys.stderr.write('program start\\n')\nprint('ran')", env_with(ov));
   EXPECT_EQ(r.rc, 0);
   EXPECT_EQ(r.out, "ran\n");
   auto at = [&](const std::string& s) { return r.err.find(s); };
-  ASSERT_NE(at("[overlay] rebind FAILED pkgg.ops:add: target package pkgg is not importable"), std::string::npos) << r.err;
+  ASSERT_NE(at("[overlay] rebind FAILED pkgg.ops:add: target package pkgg is not importable"), std::string::npos)
+      << r.err;
   EXPECT_LT(at("rebind FAILED pkgg.ops:add"), at("program start")) << r.err;
   // It imported none of the targets (a helper process): nothing said at exit (issue 40).
   EXPECT_EQ(at("never applied"), std::string::npos) << r.err;
   // It imported one: what did not apply in it is said at exit.
   Cmd partial = py("import pkg.ops\nimport sys\nsys.stderr.write('program end\\n')", env_with(ov));
-  EXPECT_GT(partial.err.find("[overlay] module pkg.sub never applied: module never imported"), partial.err.find("program end")) << partial.err;
+  EXPECT_GT(partial.err.find("[overlay] module pkg.sub never applied: module never imported"),
+            partial.err.find("program end"))
+      << partial.err;
   EXPECT_EQ(partial.err.find("pkg.ops:add never applied"), std::string::npos) << partial.err;
   EXPECT_EQ(partial.err.find("pkgg.ops:add never applied"), std::string::npos) << partial.err;
   // Imported: applied, and nothing said at exit.
@@ -330,8 +416,10 @@ TEST_F(Py, NeverSilentlyInert) {
 // rebound function 3 times each give calls 6 in 2 processes, in status text and --json.
 TEST_F(Py, CountCallsAcrossProcesses) {
   write_file(t / "fast_ops.py", "def fast_add(a, b=2):\n    \"\"\"fast doc\"\"\"\n    return ('fast', a + b)\n");
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
-                    "--impl-file", (t / "fast_ops.py").string(), "--count-calls"}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
+                    "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string(), "--count-calls"})
+                .rc,
+            0);
   EXPECT_EQ(manifest(ov)["rebinds"][0]["count_calls"], true);
   Cmd before = ov_cmd({"--json", "status", "--overlay", ov});
   ASSERT_EQ(before.rc, 0) << before.err;
@@ -354,9 +442,14 @@ TEST_F(Py, CountCallsAcrossProcesses) {
   EXPECT_EQ(p["calls"], 6) << p;
   EXPECT_EQ(p["applied_processes"], 2) << p;
   Cmd text = ov_cmd({"status", "--overlay", ov});
-  EXPECT_NE(text.out.find("rebind pkg.ops:add -> fast_ops.fast_add  applied in 2 process(es), 6 call(s)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("rebind pkg.ops:add -> fast_ops.fast_add  applied in 2 process(es), 6 call(s)"),
+            std::string::npos)
+      << text.out;
   // Without --count-calls: applied counted, calls null.
-  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add"}).rc, 0);
+  ASSERT_EQ(ov_cmd({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
+                    "--impl-attr", "fast_add"})
+                .rc,
+            0);
   py("import pkg.ops\npkg.ops.add(1)", env_with(ov));
   json q = json::parse(ov_cmd({"--json", "status", "--overlay", ov}).out)["python"][0];
   EXPECT_TRUE(q["calls"].is_null()) << q;
@@ -368,8 +461,17 @@ TEST_F(Py, CountCallsAcrossProcesses) {
 // the overlay (issue 51). Where it is on, the tool writes none (the first process does): the
 // overlay holds only upstream's names (issue 52); OVERLAY_PRECOMPILE=1 asks, =0 refuses.
 TEST_F(Py, NoProcessCompilesTheRuntimeWhereBytecodeWritingIsOff) {
-  const std::vector<std::string> rebind = {"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
-                                           "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string()};
+  const std::vector<std::string> rebind = {"add-rebind",
+                                           "--overlay",
+                                           ov,
+                                           "--target",
+                                           "pkg.ops:add",
+                                           "--impl-module",
+                                           "fast_ops",
+                                           "--impl-attr",
+                                           "fast_add",
+                                           "--impl-file",
+                                           (t / "fast_ops.py").string()};
   std::vector<std::string> off = env_without(), bytecode_on = env_without();
   off.push_back("PYTHONDONTWRITEBYTECODE=1");
   bytecode_on.push_back("PYTHONDONTWRITEBYTECODE=");  // empty is unset, for Python and for the tool
@@ -389,15 +491,19 @@ TEST_F(Py, NoProcessCompilesTheRuntimeWhereBytecodeWritingIsOff) {
   env.push_back("PYTHONDONTWRITEBYTECODE=1");
   Cmd on = run({"python3", "-v", "-c", "from pkg.ops import add\nprint(add(1, 2))"}, t.path(), env);
   EXPECT_EQ(on.out, "('fast', 3)\n") << on.err;
-  EXPECT_NE(on.err.find("code object from '" + ov + "/__pycache__/sitecustomize."), std::string::npos) << on.err.substr(0, 4000);
+  EXPECT_NE(on.err.find("code object from '" + ov + "/__pycache__/sitecustomize."), std::string::npos)
+      << on.err.substr(0, 4000);
   // The start-up plan for this manifest is there too: a process that cannot parse JSON at all
   // still applies it.
   bool plan = false;
-  for (const auto& e : fs::directory_iterator(t / "ov/__pycache__")) plan |= e.path().filename().string().rfind("_overlay_plan.", 0) == 0;
+  for (const auto& e : fs::directory_iterator(t / "ov/__pycache__"))
+    plan |= e.path().filename().string().rfind("_overlay_plan.", 0) == 0;
   EXPECT_TRUE(plan);
   // A second add changes the manifest: the plan follows it.
-  ASSERT_EQ(run_overlay({"add-rebind", "--overlay", ov, "--target", "pkg.ops:K.m", "--impl-module", "fast_ops", "--impl-attr", "fast_m"},
-                        t.path(), off).rc,
+  ASSERT_EQ(run_overlay({"add-rebind", "--overlay", ov, "--target", "pkg.ops:K.m", "--impl-module", "fast_ops",
+                         "--impl-attr", "fast_m"},
+                        t.path(), off)
+                .rc,
             0);
   EXPECT_EQ(py("from pkg.ops import add, K\nprint(add(1, 2), K().m())", env).out, "('fast', 3) fast-m\n");
 }
@@ -407,14 +513,17 @@ TEST_F(Py, NoProcessCompilesTheRuntimeWhereBytecodeWritingIsOff) {
 TEST_F(Py, AProcessWithoutAJsonModuleAppliesTheOverlay) {
   std::vector<std::string> tool_env = env_without();
   tool_env.push_back("PYTHONDONTWRITEBYTECODE=1");  // the tool writes the plan
-  ASSERT_EQ(run_overlay({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops", "--impl-attr", "fast_add",
-                         "--impl-file", (t / "fast_ops.py").string()},
-                        t.path(), tool_env).rc,
+  ASSERT_EQ(run_overlay({"add-rebind", "--overlay", ov, "--target", "pkg.ops:add", "--impl-module", "fast_ops",
+                         "--impl-attr", "fast_add", "--impl-file", (t / "fast_ops.py").string()},
+                        t.path(), tool_env)
+                .rc,
             0);
   write_file(t / "nojson/json/__init__.py", "raise ImportError(\"No module named 'json'\")\n");
   write_file(t / "nojson/_json.py", "raise ImportError(\"No module named '_json'\")\n");
-  std::vector<std::string> env = {"PYTHONPATH=" + (t / "nojson").string() + ":" + ov + ":" + site, "PYTHONDONTWRITEBYTECODE=1"};
-  const std::string code = "from pkg.ops import add\nprint(add(1, 2))\ntry:\n    import json\nexcept ImportError:\n    print('no json')\n";
+  std::vector<std::string> env = {"PYTHONPATH=" + (t / "nojson").string() + ":" + ov + ":" + site,
+                                  "PYTHONDONTWRITEBYTECODE=1"};
+  const std::string code =
+      "from pkg.ops import add\nprint(add(1, 2))\ntry:\n    import json\nexcept ImportError:\n    print('no json')\n";
   Cmd with_plan = py(code, env);
   EXPECT_EQ(with_plan.out, "('fast', 3)\nno json\n") << with_plan.err;
   fs::remove_all(t / "ov/__pycache__");

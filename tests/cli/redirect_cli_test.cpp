@@ -2,9 +2,9 @@
 // add-native must not steer where revert, gc-stale, verify-native or status act. The repro of
 // the issue through the real binary: add-native on inst/k/a.cu (artifact inst/k/a.so), then
 // inst/k renamed to inst/k.real and replaced by a symlink to a decoy.
-#include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -29,9 +29,9 @@ struct Redirect : ::testing::Test {
     original = tree_digest(inst);
   }
   Cmd add(const std::string& overlay = "") {
-    return run_overlay({"add-native", "--overlay", overlay.empty() ? ov : overlay, "--target", (k / "a.cu").string(), "--patched-file",
-                        (t / "patched.cu").string(), "--artifact", (k / "a.so").string(), "--invalidate-cache",
-                        (k / "cache").string(), "--build-cwd", k.string(), "--build-cmd",
+    return run_overlay({"add-native", "--overlay", overlay.empty() ? ov : overlay, "--target", (k / "a.cu").string(),
+                        "--patched-file", (t / "patched.cu").string(), "--artifact", (k / "a.so").string(),
+                        "--invalidate-cache", (k / "cache").string(), "--build-cwd", k.string(), "--build-cmd",
                         "sh -c 'echo built from 7 > a.so && mkdir cache && echo jit of 7 > cache/jit.o'"});
   }
   // The swap of the issue: the real directory moved away, a symlink to the decoy in its place.
@@ -55,13 +55,14 @@ TEST_F(Redirect, RevertRefusesASwappedDirectoryAndWritesNothingThroughIt) {
   Cmd r = run_overlay({"revert", "--overlay", ov});
   EXPECT_EQ(r.rc, 1);
   for (const char* name : {"a.cu", "a.so", "cache"})
-    EXPECT_NE(r.err.find("revert: cannot restore " + (k / name).string() + ": its directory changed since add-native (now a symlink to " +
-                         decoy.string() + ")"),
+    EXPECT_NE(r.err.find("revert: cannot restore " + (k / name).string() +
+                         ": its directory changed since add-native (now a symlink to " + decoy.string() + ")"),
               std::string::npos)
-        << name << "\n" << r.err;
-  EXPECT_TRUE(fs::is_empty(decoy));                           // nothing written outside
-  EXPECT_EQ(tree_digest(t / "inst/k.real"), patched);        // the real directory untouched
-  EXPECT_EQ(natives().size(), 1u);                           // the entry kept
+        << name << "\n"
+        << r.err;
+  EXPECT_TRUE(fs::is_empty(decoy));                    // nothing written outside
+  EXPECT_EQ(tree_digest(t / "inst/k.real"), patched);  // the real directory untouched
+  EXPECT_EQ(natives().size(), 1u);                     // the entry kept
   // The same for gc-stale (CI, as root, over shared roots) and for a dry run.
   Cmd gc = run_overlay({"gc-stale", "--root", t.path().string()});
   EXPECT_NE(gc.rc, 0);
@@ -82,7 +83,8 @@ TEST_F(Redirect, AnotherRealDirectoryInItsPlaceIsRefusedToo) {
   fs::create_directories(k);  // same name, another inode
   Cmd r = run_overlay({"revert", "--overlay", ov});
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.err.find("its directory changed since add-native (another directory now stands at " + k.string()), std::string::npos)
+  EXPECT_NE(r.err.find("its directory changed since add-native (another directory now stands at " + k.string()),
+            std::string::npos)
       << r.err;
   EXPECT_TRUE(fs::is_empty(k));
   fs::remove(k);
@@ -97,13 +99,14 @@ TEST_F(Redirect, VerifyAndStatusNameTheRedirectionInsteadOfJudgingTheDecoy) {
   write_file(decoy / "a.so", "built from 4\n");  // the decoy even holds the original bytes
   Cmd v = run_overlay({"verify-native", "--overlay", ov});
   EXPECT_EQ(v.rc, 2);
-  EXPECT_NE(v.out.find("FRESH_BUILD_FAIL redirected " + (k / "a.so").string() + " (its directory changed since add-native"),
-            std::string::npos)
+  EXPECT_NE(
+      v.out.find("FRESH_BUILD_FAIL redirected " + (k / "a.so").string() + " (its directory changed since add-native"),
+      std::string::npos)
       << v.out;
   Cmd st = run_overlay({"status", "--overlay", ov, "--check-clean"});
   EXPECT_NE(st.rc, 0);
-  EXPECT_NE(st.out.find("source    redirected   " + (k / "a.cu").string() + "  (its directory changed since add-native (now a symlink to " +
-                        decoy.string() + "))"),
+  EXPECT_NE(st.out.find("source    redirected   " + (k / "a.cu").string() +
+                        "  (its directory changed since add-native (now a symlink to " + decoy.string() + "))"),
             std::string::npos)
       << st.out;
   Cmd sj = run_overlay({"--json", "status", "--overlay", ov});
@@ -138,12 +141,14 @@ TEST_F(Redirect, ASymlinkOnThePathAtAddNativeIsResolvedOnceAndPinned) {
 TEST_F(Redirect, APatchRootDiffIsNotCarriedOutOfTheRootThroughASymlink) {
   write_file(decoy / "b.cu", "int b() { return 1; }\n");
   fs::create_directory_symlink(decoy, inst / "ext");
-  write_file(t / "b.diff", "--- a/ext/b.cu\n+++ b/ext/b.cu\n@@ -1 +1 @@\n-int b() { return 1; }\n+int b() { return 2; }\n");
+  write_file(t / "b.diff",
+             "--- a/ext/b.cu\n+++ b/ext/b.cu\n@@ -1 +1 @@\n-int b() { return 1; }\n+int b() { return 2; }\n");
   std::string before = tree_digest(decoy);
-  Cmd a = run_overlay({"add-native", "--overlay", ov, "--patch", (t / "b.diff").string(), "--patch-root", inst.string()});
+  Cmd a =
+      run_overlay({"add-native", "--overlay", ov, "--patch", (t / "b.diff").string(), "--patch-root", inst.string()});
   EXPECT_EQ(a.rc, 1);
-  EXPECT_EQ(a.err, "add-native: file the diff changes leads out of the patch root through a symlink: " + (inst / "ext/b.cu").string() +
-                       " is " + (decoy / "b.cu").string() + "\n");
+  EXPECT_EQ(a.err, "add-native: file the diff changes leads out of the patch root through a symlink: " +
+                       (inst / "ext/b.cu").string() + " is " + (decoy / "b.cu").string() + "\n");
   EXPECT_EQ(tree_digest(decoy), before);
   EXPECT_FALSE(fs::exists(t / "ov/_overlay_manifest.json"));
 }
@@ -171,7 +176,8 @@ TEST_F(Redirect, GcStaleLeavesAnOverlayWhosePathAnotherUserCouldSwap) {
     fs::permissions(shared, fs::perms(0755));
     ASSERT_EQ(::chown(shared.c_str(), 65534, 65534), 0);
     g = gc(t / "runs");
-    EXPECT_EQ(g.err, "gc-stale: skipped " + ov2 + ": directory " + shared.string() + " above it is owned by another user (uid 65534)\n");
+    EXPECT_EQ(g.err, "gc-stale: skipped " + ov2 + ": directory " + shared.string() +
+                         " above it is owned by another user (uid 65534)\n");
     EXPECT_EQ(tree_digest(inst), patched);
     ASSERT_EQ(::chown(shared.c_str(), 0, 0), 0);
   }

@@ -2,7 +2,6 @@
 // after the build and names every file the build created or changed that no entry tracks; revert
 // and status keep saying so until a build regenerates them. Through the real binary, real make.
 #include <gtest/gtest.h>
-
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -19,16 +18,22 @@ struct Untracked : ::testing::Test {
 
   void SetUp() override {
     write_file(app / "kernel.c", "int kernel(void) { return 4; }\n");
-    write_file(app / "main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
-    write_file(app / "Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -c -o $@ $<\n");
+    write_file(app / "main.c",
+               "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+    write_file(app / "Makefile",
+               "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -c -o $@ $<\n");
     write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
     ASSERT_EQ(run({"make", "-C", app.string()}).rc, 0);
   }
   // The caller tracks the executable only: kernel.o, which the build rewrites too, is missed.
   Cmd add(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> a = {"--json", "add-native", "--overlay", ov, "--target", (app / "kernel.c").string(),
-                                  "--patched-file", (t / "best/kernel.c").string(), "--artifact", (app / "app").string(),
-                                  "--build-cmd", "make", "--build-cwd", app.string()};
+    std::vector<std::string> a = {"--json",         "add-native",
+                                  "--overlay",      ov,
+                                  "--target",       (app / "kernel.c").string(),
+                                  "--patched-file", (t / "best/kernel.c").string(),
+                                  "--artifact",     (app / "app").string(),
+                                  "--build-cmd",    "make",
+                                  "--build-cwd",    app.string()};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_overlay(a);
   }
@@ -42,15 +47,20 @@ TEST_F(Untracked, ABuildOutputNoEntryTracksIsNamedUntilABuildRegeneratesIt) {
   Cmd a = add();
   ASSERT_EQ(a.rc, 0) << a.err;
   json j = json::parse(a.out);
-  EXPECT_EQ(j["untracked_outputs"], json::array({{{"path", obj}, {"change", "changed"}, {"clear_reason", nullptr}}})) << a.out;
-  EXPECT_NE(a.err.find("add-native: warning: the build created or changed 1 file(s) no entry tracks; revert leaves them as built "
-                       "(pass them with --artifact to track them): " + obj),
-            std::string::npos)
+  EXPECT_EQ(j["untracked_outputs"], json::array({{{"path", obj}, {"change", "changed"}, {"clear_reason", nullptr}}}))
+      << a.out;
+  EXPECT_NE(
+      a.err.find(
+          "add-native: warning: the build created or changed 1 file(s) no entry tracks; revert leaves them as built "
+          "(pass them with --artifact to track them): " +
+          obj),
+      std::string::npos)
       << a.err;
   json m = json::parse(read_file(t / "ov/_overlay_manifest.json"));
   EXPECT_EQ(m["natives"][0]["untracked_outputs"][0]["path"], obj);
   Cmd s = run_overlay({"status", "--overlay", ov});
-  EXPECT_NE(s.out.find("  untracked rebuilt      " + obj + "  (changed by this entry's build)"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("  untracked rebuilt      " + obj + "  (changed by this entry's build)"), std::string::npos)
+      << s.out;
   // status says beforehand which mtimes revert will give: kernel.o may hold patched code, so the
   // restored source is dated now (issue 51).
   EXPECT_NE(s.out.find("  revert    dates restored sources now, build outputs a second back (untracked output " + obj +
@@ -70,7 +80,9 @@ TEST_F(Untracked, ABuildOutputNoEntryTracksIsNamedUntilABuildRegeneratesIt) {
   EXPECT_EQ(c.rc, 1);
   EXPECT_NE(c.out.find("untracked rebuilt      " + obj), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("may hold patched code until make regenerates it"), std::string::npos) << c.out;
-  EXPECT_NE(c.out.find("tracked files original, but 1 untracked build output(s) may hold patched code"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("tracked files original, but 1 untracked build output(s) may hold patched code"),
+            std::string::npos)
+      << c.out;
   EXPECT_NE(c.err.find("status: 1 untracked build output(s) may hold patched code"), std::string::npos) << c.err;
 
   // The install's next build regenerates it from the restored source: clean again.

@@ -1,10 +1,10 @@
 // Operator experience through the real binary: status and --check-clean, --json on every
 // subcommand, --revert-on-failure, multi-file diffs with --patch-root, the progress line and
 // NO_COLOR on a real pseudo-terminal.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <map>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -25,8 +25,8 @@ struct Ux : ::testing::Test {
 
   Cmd ovl(const std::vector<std::string>& args) { return run_overlay(args, t.path(), env); }
   Cmd add(std::vector<std::string> extra) {
-    std::vector<std::string> a{"add-native", "--overlay", ov, "--target", in.source.string(), "--patched-file",
-                               (t / "patched.cpp").string()};
+    std::vector<std::string> a{
+        "add-native", "--overlay", ov, "--target", in.source.string(), "--patched-file", (t / "patched.cpp").string()};
     a.insert(a.end(), extra.begin(), extra.end());
     return ovl(a);
   }
@@ -67,8 +67,8 @@ const std::string kRebuild = "sh -c 'echo rebuilt > lib/libk.so && mkdir -p cach
 }  // namespace
 
 TEST_F(Ux, StatusReportsEachStateAndCheckCleanExitCodes) {
-  Cmd a = add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd", in.root.string(),
-               "--build-cmd", kRebuild, "--owner-pid", std::to_string(::getpid())});
+  Cmd a = add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd",
+               in.root.string(), "--build-cmd", kRebuild, "--owner-pid", std::to_string(::getpid())});
   ASSERT_EQ(a.rc, 0) << a.err;
   auto log_at = a.err.find("add-native: build log: ");
   ASSERT_NE(log_at, std::string::npos) << a.err;
@@ -89,8 +89,8 @@ TEST_F(Ux, StatusReportsEachStateAndCheckCleanExitCodes) {
   EXPECT_NE(dirty.err.find("3 tracked path(s) not at their original bytes"), std::string::npos) << dirty.err;
 
   write_file(in.source, "someone else edited this\n");  // drift
-  fs::remove(in.artifact);                               // gone
-  fs::remove_all(in.cache);                              // invalidated, not rebuilt
+  fs::remove(in.artifact);                              // gone
+  fs::remove_all(in.cache);                             // invalidated, not rebuilt
   st = states();
   EXPECT_EQ(st[in.source.string()], "drifted");
   EXPECT_EQ(st[in.artifact.string()], "missing");
@@ -120,8 +120,8 @@ TEST_F(Ux, StatusOfAnEntryWhoseSourceIsBackAtItsOriginalBytes) {
 }
 
 TEST_F(Ux, JsonOnEveryNativeSubcommand) {
-  Cmd a = add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd", in.root.string(),
-               "--build-cmd", kRebuild, "--json"});
+  Cmd a = add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd",
+               in.root.string(), "--build-cmd", kRebuild, "--json"});
   json ja = doc(a);
   expect_envelope(ja, "add-native", a.rc);
   expect_keys(ja, {"overlay", "entry", "files", "counts", "build"});
@@ -196,16 +196,18 @@ TEST_F(Ux, JsonOnEveryPythonSubcommand) {
   write_file(t / "sub.py", "def value():\n    return 'patched'\n");
   write_file(t / "impl.py", "def fast():\n    return 'fast'\n");
   env.push_back("PYTHONPATH=" + (t / "site").string());
-  Cmd m = ovl({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub.py").string(), "--json"});
+  Cmd m =
+      ovl({"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub.py").string(), "--json"});
   expect_envelope(doc(m), "add-module", 0);
   expect_keys(doc(m), {"overlay", "summary", "sitecustomize", "pythonpath"});
-  Cmd b = ovl({"add-rebind", "--overlay", ov, "--target", "pkg.sub:value", "--impl-module", "impl", "--impl-attr", "fast",
-               "--impl-file", (t / "impl.py").string(), "--json"});
+  Cmd b = ovl({"add-rebind", "--overlay", ov, "--target", "pkg.sub:value", "--impl-module", "impl", "--impl-attr",
+               "fast", "--impl-file", (t / "impl.py").string(), "--json"});
   expect_envelope(doc(b), "add-rebind", 0);
   Cmd c = ovl({"add-capture", "--overlay", ov, "--target", "pkg.sub:value", "--out", (t / "cap").string(), "--json"});
   expect_envelope(doc(c), "add-capture", 0);
   EXPECT_TRUE(doc(c)["capture_file"].is_null()) << c.out;  // the binary's own hook
-  EXPECT_EQ(read_file(fs::path(ov) / "capture_shapes.py"), read_file(fs::path(OVERLAY_SOURCE_DIR) / "share/overlay/capture_shapes.py"));
+  EXPECT_EQ(read_file(fs::path(ov) / "capture_shapes.py"),
+            read_file(fs::path(OVERLAY_SOURCE_DIR) / "share/overlay/capture_shapes.py"));
   Cmd k = ovl({"check", "--module", "pkg.sub", "--json"});
   expect_envelope(doc(k), "check", 0);
   EXPECT_EQ(doc(k)["source"], "install");
@@ -218,8 +220,9 @@ TEST_F(Ux, JsonOnEveryPythonSubcommand) {
 }
 
 TEST_F(Ux, RevertOnFailureUndoesTheEntryAtOnce) {
-  Cmd a = add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd", in.root.string(),
-               "--build-cmd", "sh -c 'echo half > lib/libk.so; exit 3'", "--revert-on-failure", "--json"});
+  Cmd a =
+      add({"--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd", in.root.string(),
+           "--build-cmd", "sh -c 'echo half > lib/libk.so; exit 3'", "--revert-on-failure", "--json"});
   EXPECT_EQ(a.rc, 1);
   json j = doc(a);
   expect_envelope(j, "add-native", 1);
@@ -253,7 +256,8 @@ namespace {
 // and deletes src/old.h.
 std::string multi_diff() {
   return "diff --git a/src/kernel.cpp b/src/kernel.cpp\n"
-         "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n"
+         "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return "
+         "7; }\n"
          "diff --git a/src/new.h b/src/new.h\nnew file mode 100644\n"
          "--- /dev/null\n+++ b/src/new.h\n@@ -0,0 +1,2 @@\n+-- not a header line\n+#define NEW 1\n"
          "diff --git a/src/old.h b/src/old.h\ndeleted file mode 100644\n"
@@ -311,7 +315,8 @@ TEST_F(Ux, PatchRootRefusalsChangeNothing) {
 }
 
 TEST_F(Ux, ProgressLineOnlyOnATerminalAndNoColorHonoured) {
-  if (run({"script", "-qfec", "true", "/dev/null"}).rc != 0) GTEST_SKIP() << "script(1) cannot give the binary a terminal here";
+  if (run({"script", "-qfec", "true", "/dev/null"}).rc != 0)
+    GTEST_SKIP() << "script(1) cannot give the binary a terminal here";
   write_file(in.artifact, std::string(24u << 20, 'x'));
   std::string cmd = std::string(overlay_binary()) + " add-native --overlay " + ov + " --target " + in.source.string() +
                     " --patched-file " + (t / "patched.cpp").string() + " --artifact " + in.artifact.string();
@@ -337,13 +342,14 @@ TEST_F(Ux, ProgressLineOnlyOnATerminalAndNoColorHonoured) {
   EXPECT_NE(uncoloured.out.find("restore"), std::string::npos) << uncoloured.out;
   EXPECT_EQ(uncoloured.out.find("\033[3"), std::string::npos) << uncoloured.out;
   // Tar snapshots and their restore report progress too.
-  std::string tar_add = std::string(overlay_binary()) + " add-native --overlay " + ov + " --target " + in.source.string() +
-                        " --patched-file " + (t / "patched.cpp").string() + " --invalidate-cache " + in.cache.string() +
-                        " --cache-snapshot tar";
+  std::string tar_add = std::string(overlay_binary()) + " add-native --overlay " + ov + " --target " +
+                        in.source.string() + " --patched-file " + (t / "patched.cpp").string() +
+                        " --invalidate-cache " + in.cache.string() + " --cache-snapshot tar";
   Cmd snap = run({"script", "-qfec", tar_add, "/dev/null"}, t.path(), env);
   ASSERT_EQ(snap.rc, 0) << snap.out;
   EXPECT_NE(snap.out.find("snapshot " + in.cache.string()), std::string::npos) << snap.out;
-  Cmd restore = run({"script", "-qfec", std::string(overlay_binary()) + " revert --overlay " + ov, "/dev/null"}, t.path(), env);
+  Cmd restore =
+      run({"script", "-qfec", std::string(overlay_binary()) + " revert --overlay " + ov, "/dev/null"}, t.path(), env);
   ASSERT_EQ(restore.rc, 0) << restore.out;
   EXPECT_NE(restore.out.find("restore cache_0.tar"), std::string::npos) << restore.out;
 }

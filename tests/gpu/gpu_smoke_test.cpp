@@ -2,13 +2,13 @@
 // add-native and the install's own incremental build, run (7.0), reverted byte-exact, run (4.0).
 // And engagement: a driver kept running from before add-native is `stale` (NOT_ENGAGED), one
 // started after it ENGAGED; revert while that one runs leaves status --check-clean failing.
-#include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+
+#include <gtest/gtest.h>
 
 #include "gpu_toolchain.hpp"
 #include "test_util.hpp"
@@ -33,9 +33,17 @@ HipInstall build_install(const fs::path& root, const GpuToolchain& tc) {
   fs::create_directories(root);
   fs::copy(example / "src", root / "src", fs::copy_options::recursive);
   fs::copy_file(example / "CMakeLists.txt", root / "CMakeLists.txt");
-  in.env = {"PATH=" + tc.compiler.parent_path().string() + ":" + (std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin")};
-  std::vector<std::string> cfg{"cmake", "-S", root.string(), "-B", in.build.string(), "-G", "Ninja",
-                               "-DCMAKE_BUILD_TYPE=Release", "-DHIP_SMOKE_BACKEND=" + tc.kind};
+  in.env = {"PATH=" + tc.compiler.parent_path().string() + ":" +
+            (std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin")};
+  std::vector<std::string> cfg{"cmake",
+                               "-S",
+                               root.string(),
+                               "-B",
+                               in.build.string(),
+                               "-G",
+                               "Ninja",
+                               "-DCMAKE_BUILD_TYPE=Release",
+                               "-DHIP_SMOKE_BACKEND=" + tc.kind};
   if (!tc.compat_dir.empty()) cfg.push_back("-DHIP_SMOKE_COMPAT_DIR=" + tc.compat_dir.string());
   if (tc.kind == "rocm") cfg.push_back("-DCMAKE_HIP_COMPILER=" + tc.compiler.string());
   Cmd c = run(cfg, root, in.env);
@@ -97,8 +105,8 @@ TEST(GpuSmoke, HipKernelRecompiledOnGpuAndRevertedByteExact) {
   pid_t held_before = start_held(in, t / "before.ready", held_before_value);
   EXPECT_EQ(held_before_value, "4.0");
   Cmd add = run_overlay({"add-native", "--overlay", ov, "--target", in.src.string(), "--patched-file",
-                         (source_dir() / "examples/hip_smoke/patched/kernel.hip").string(), "--artifact", in.lib.string(),
-                         "--build-cmd", "cmake --build " + in.build.string()},
+                         (source_dir() / "examples/hip_smoke/patched/kernel.hip").string(), "--artifact",
+                         in.lib.string(), "--build-cmd", "cmake --build " + in.build.string()},
                         in.root, in.env);
   ASSERT_EQ(add.rc, 0) << add.err;
   EXPECT_NE(add.err.find("kernel.hip.o"), std::string::npos) << "the build did not recompile the kernel: " << add.err;
@@ -108,8 +116,10 @@ TEST(GpuSmoke, HipKernelRecompiledOnGpuAndRevertedByteExact) {
   EXPECT_EQ(value_of(second), "7.0");
   Cmd stale = run_overlay({"engaged", "--overlay", ov, "--pid", std::to_string(held_before)});
   EXPECT_EQ(stale.rc, 1) << stale.out;
-  EXPECT_NE(stale.out.find("NOT_ENGAGED process " + std::to_string(held_before) + " maps the stale build of " + in.lib.string()),
-            std::string::npos) << stale.out;
+  EXPECT_NE(stale.out.find("NOT_ENGAGED process " + std::to_string(held_before) + " maps the stale build of " +
+                           in.lib.string()),
+            std::string::npos)
+      << stale.out;
   pid_t held_after = start_held(in, t / "after.ready", held_after_value);
   EXPECT_EQ(held_after_value, "7.0");
   Cmd engaged = run_overlay({"engaged", "--overlay", ov, "--pid", std::to_string(held_after)});
@@ -133,5 +143,6 @@ TEST(GpuSmoke, HipKernelRecompiledOnGpuAndRevertedByteExact) {
   EXPECT_EQ(file_sha256(in.lib), lib_sha);
   std::string third = run_driver(in);
   EXPECT_EQ(value_of(third), "4.0");
-  std::printf("gpu: values %s -> %s -> %s\n", value_of(first).c_str(), value_of(second).c_str(), value_of(third).c_str());
+  std::printf("gpu: values %s -> %s -> %s\n", value_of(first).c_str(), value_of(second).c_str(),
+              value_of(third).c_str());
 }

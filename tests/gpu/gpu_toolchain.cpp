@@ -24,7 +24,8 @@ std::optional<fs::path> find_program(const std::string& name, const std::vector<
 bool system_hip_header_works(const fs::path& nvcc) {
   TempDir t;
   write_file(t / "probe.hip", "#include <hip/hip_runtime.h>\n__global__ void k(float* p) { p[0] = 1.0f; }\n");
-  Cmd c = run({nvcc.string(), "-x", "cu", "-D__HIP_PLATFORM_NVIDIA__", "-c", (t / "probe.hip").string(), "-o", (t / "probe.o").string()});
+  Cmd c = run({nvcc.string(), "-x", "cu", "-D__HIP_PLATFORM_NVIDIA__", "-c", (t / "probe.hip").string(), "-o",
+               (t / "probe.o").string()});
   return c.rc == 0;
 }
 
@@ -33,7 +34,8 @@ bool system_hip_header_works(const fs::path& nvcc) {
 std::string GpuToolchain::describe() const {
   if (kind == "rocm") return "ROCm: " + compiler.string();
   return "NVIDIA: " + compiler.string() +
-         (compat_dir.empty() ? " with the system hip/hip_runtime.h" : " with the test's compat header " + compat_dir.string());
+         (compat_dir.empty() ? " with the system hip/hip_runtime.h"
+                             : " with the test's compat header " + compat_dir.string());
 }
 
 std::optional<GpuToolchain> find_gpu_toolchain() {

@@ -7,8 +7,8 @@
 namespace overlay::test {
 
 struct GpuToolchain {
-  std::string kind;             // "rocm" or "cuda"
-  std::filesystem::path compiler;  // hipcc or nvcc
+  std::string kind;                  // "rocm" or "cuda"
+  std::filesystem::path compiler;    // hipcc or nvcc
   std::filesystem::path compat_dir;  // set when the NVIDIA build needs tests/gpu/compat
   std::string describe() const;
 };

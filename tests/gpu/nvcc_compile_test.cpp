@@ -13,8 +13,16 @@ TEST(NvccCompile, HipSmokeSourcesCompile) {
   std::printf("nvcc: %s\n", tc->describe().c_str());
   TempDir t;
   for (const char* src : {"examples/hip_smoke/src/kernel.hip", "examples/hip_smoke/patched/kernel.hip"}) {
-    std::vector<std::string> argv{tc->compiler.string(), "-x", "cu", "-D__HIP_PLATFORM_NVIDIA__", "-Xcompiler", "-fPIC", "-c",
-                                  (source_dir() / src).string(), "-o", (t / "k.o").string()};
+    std::vector<std::string> argv{tc->compiler.string(),
+                                  "-x",
+                                  "cu",
+                                  "-D__HIP_PLATFORM_NVIDIA__",
+                                  "-Xcompiler",
+                                  "-fPIC",
+                                  "-c",
+                                  (source_dir() / src).string(),
+                                  "-o",
+                                  (t / "k.o").string()};
     if (!tc->compat_dir.empty()) argv.push_back("-I" + tc->compat_dir.string());
     Cmd c = run(argv);
     EXPECT_EQ(c.rc, 0) << src << ": " << c.err;

@@ -6,11 +6,11 @@
 //      before changing anything of the entry they cannot restore, so `overlay revert` finishes.
 // Every check compares the whole install tree (paths, types, modes, link targets, bytes). Each case
 // prints one "MATRIX |" line: shape | direction | outcome.
-#include <gtest/gtest.h>
-
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -40,15 +40,16 @@ int failures() {
 }
 
 void matrix(const std::string& shape, const std::string& direction, const std::string& outcome, int failures_before) {
-  std::cout << "MATRIX | " << shape << " | " << direction << " | " << (failures() > failures_before ? "FAILED" : outcome)
-            << std::endl;
+  std::cout << "MATRIX | " << shape << " | " << direction << " | "
+            << (failures() > failures_before ? "FAILED" : outcome) << std::endl;
 }
 
 // A build the tools run as the install's own: rewrites each file argument and recreates each
 // directory argument (a trailing "/") with a new object in it. Split alike by shlex and by overlay.
 std::string build_cmd(const std::vector<std::string>& items) {
-  std::string cmd = "sh -c 'for f in \"$@\"; do case $f in */) mkdir -p \"$f\" && echo rebuilt > \"$f/k.o\";; "
-                    "*) printf rebuilt > \"$f\";; esac; done' sh";
+  std::string cmd =
+      "sh -c 'for f in \"$@\"; do case $f in */) mkdir -p \"$f\" && echo rebuilt > \"$f/k.o\";; "
+      "*) printf rebuilt > \"$f\";; esac; done' sh";
   for (const auto& i : items) cmd += " " + i;
   return cmd;
 }
@@ -78,13 +79,17 @@ struct Interop : ::testing::Test {
     write_file(inst / "cache2/x.o", "x\n");
     write_file(p / "kernel.cpp", "int kernel() { return 7; }\n");
     write_file(p / "extra.cpp", "int extra() { return 2; }\n");
-    write_file(p / "kernel.diff", "--- a/kernel.cpp\n+++ b/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n");
+    write_file(
+        p / "kernel.diff",
+        "--- a/kernel.cpp\n+++ b/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n");
     write_file(p / "multi.diff",
-               "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n"
+               "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { "
+               "return 7; }\n"
                "--- a/src/old.cpp\n+++ /dev/null\n@@ -1 +0,0 @@\n-old\n"
                "--- /dev/null\n+++ b/src/new.cpp\n@@ -0,0 +1 @@\n+new\n");
     write_file(p / "delete.diff",
-               "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n"
+               "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { "
+               "return 7; }\n"
                "--- a/src/old.cpp\n+++ /dev/null\n@@ -1 +0,0 @@\n-old\n");
     fs::create_directories(ovs);
     original = tree_digest(inst);
@@ -94,8 +99,9 @@ struct Interop : ::testing::Test {
   std::string pf(const std::string& rel) const { return (p / rel).string(); }
 
   // add-native flags for one entry (absolute paths; cwd of the build is the install).
-  std::vector<std::string> entry(const std::string& target, const std::string& patched, const std::vector<std::string>& artifacts,
-                                 const std::vector<std::string>& caches, const std::vector<std::string>& built) {
+  std::vector<std::string> entry(const std::string& target, const std::string& patched,
+                                 const std::vector<std::string>& artifacts, const std::vector<std::string>& caches,
+                                 const std::vector<std::string>& built) {
     std::vector<std::string> a = {"--overlay", ov.string(), "--target", in(target)};
     if (patched.size() > 5 && patched.substr(patched.size() - 5) == ".diff")
       a.insert(a.end(), {"--patch", pf(patched)});
@@ -133,21 +139,36 @@ struct PyShape {
 std::vector<PyShape> python_shapes() {
   return {
       {"tar cache + existing artifact",
-       [](Interop& f) { return std::vector<std::vector<std::string>>{f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"})}; }},
+       [](Interop& f) {
+         return std::vector<std::vector<std::string>>{
+             f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"})};
+       }},
       {"new artifact + missing cache dir",
-       [](Interop& f) { return std::vector<std::vector<std::string>>{f.entry("src/kernel.cpp", "kernel.cpp", {"lib/new.so"}, {"jit"}, {"lib/new.so", "jit/"})}; }},
+       [](Interop& f) {
+         return std::vector<std::vector<std::string>>{
+             f.entry("src/kernel.cpp", "kernel.cpp", {"lib/new.so"}, {"jit"}, {"lib/new.so", "jit/"})};
+       }},
       {"--patch + two caches",
-       [](Interop& f) { return std::vector<std::vector<std::string>>{f.entry("src/kernel.cpp", "kernel.diff", {}, {"cache", "cache2"}, {"cache/", "cache2/"})}; }},
+       [](Interop& f) {
+         return std::vector<std::vector<std::string>>{
+             f.entry("src/kernel.cpp", "kernel.diff", {}, {"cache", "cache2"}, {"cache/", "cache2/"})};
+       }},
       {"artifact inside its cache",
-       [](Interop& f) { return std::vector<std::vector<std::string>>{f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"})}; }},
+       [](Interop& f) {
+         return std::vector<std::vector<std::string>>{
+             f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"})};
+       }},
       {"two entries",
        [](Interop& f) {
          return std::vector<std::vector<std::string>>{
              f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}),
-             f.entry("src/extra.cpp", "extra.cpp", {"lib/libk.so", "lib/new.so"}, {"cache2", "jit"}, {"lib/libk.so", "lib/new.so", "cache2/", "jit/"})};
+             f.entry("src/extra.cpp", "extra.cpp", {"lib/libk.so", "lib/new.so"}, {"cache2", "jit"},
+                     {"lib/libk.so", "lib/new.so", "cache2/", "jit/"})};
        }},
       {"no artifact, no cache, no build",
-       [](Interop& f) { return std::vector<std::vector<std::string>>{f.entry("src/kernel.cpp", "kernel.cpp", {}, {}, {})}; }},
+       [](Interop& f) {
+         return std::vector<std::vector<std::string>>{f.entry("src/kernel.cpp", "kernel.cpp", {}, {}, {})};
+       }},
   };
 }
 
@@ -163,7 +184,8 @@ TEST_F(Interop, PythonToolEntriesRevertedByOverlay) {
         ASSERT_EQ(a.rc, 0) << a.err;
       }
       ASSERT_NE(tree_digest(inst), original);
-      Cmd r = how == "revert" ? run_overlay({"revert", "--overlay", ov.string()}) : run_overlay({"gc-stale", "--root", ovs.string()});
+      Cmd r = how == "revert" ? run_overlay({"revert", "--overlay", ov.string()})
+                              : run_overlay({"gc-stale", "--root", ovs.string()});
       EXPECT_EQ(r.rc, 0) << r.out << r.err;
       EXPECT_EQ(tree_digest(inst), original);
       EXPECT_TRUE(manifest()["natives"].empty());
@@ -189,7 +211,9 @@ TEST_F(Interop, PythonToolKilledAtEveryStep) {
   auto run_killed = [&](int n, bool torn) {
     std::vector<std::string> argv = {"python3", driver.string(), reference_script().string()};
     argv.insert(argv.end(), add.begin(), add.end());
-    return run(argv, t.path(), {"KILL_AT=" + std::to_string(n), std::string("KILL_TORN=") + (torn ? "1" : "0"), "KILL_LOG=" + (t / "steps").string()});
+    return run(argv, t.path(),
+               {"KILL_AT=" + std::to_string(n), std::string("KILL_TORN=") + (torn ? "1" : "0"),
+                "KILL_LOG=" + (t / "steps").string()});
   };
   Cmd full = run_killed(0, false);
   ASSERT_EQ(full.rc, 0) << full.err;
@@ -197,8 +221,10 @@ TEST_F(Interop, PythonToolKilledAtEveryStep) {
   {
     std::string s = read_file(t / "steps"), line;
     for (char c : s)
-      if (c == '\n') steps.push_back(line), line.clear();
-      else line += c;
+      if (c == '\n')
+        steps.push_back(line), line.clear();
+      else
+        line += c;
   }
   ASSERT_GE(steps.size(), 7u);  // copy2 x2, json.dump x2, tar members, copy2 (swap), rmtree, build
   ASSERT_EQ(py_tool({"revert", "--overlay", ov.string()}).rc, 0);
@@ -207,7 +233,8 @@ TEST_F(Interop, PythonToolKilledAtEveryStep) {
   for (std::size_t n = 1; n <= steps.size(); ++n) {
     for (bool torn : {false, true}) {
       if (torn && steps[n - 1] != "json.dump") continue;
-      std::string name = "killed before step " + std::to_string(n) + " (" + steps[n - 1] + (torn ? ", manifest half-written" : "") + ")";
+      std::string name = "killed before step " + std::to_string(n) + " (" + steps[n - 1] +
+                         (torn ? ", manifest half-written" : "") + ")";
       SCOPED_TRACE(name);
       int f0 = failures();
       fs::remove_all(ov);
@@ -221,7 +248,8 @@ TEST_F(Interop, PythonToolKilledAtEveryStep) {
         parses = false;  // the Python tool writes its manifest in place: a kill can tear it
       }
       std::string how = n % 2 ? "revert" : "gc-stale";
-      Cmd r = how == "revert" ? run_overlay({"revert", "--overlay", ov.string()}) : run_overlay({"gc-stale", "--root", ovs.string()});
+      Cmd r = how == "revert" ? run_overlay({"revert", "--overlay", ov.string()})
+                              : run_overlay({"gc-stale", "--root", ovs.string()});
       // Whatever the state, the install comes back; a torn manifest can only be one written
       // before the install was touched, and it is reported, never guessed at.
       EXPECT_EQ(tree_digest(inst), original);
@@ -249,11 +277,14 @@ TEST_F(Interop, PythonToolKilledByItsBuild) {
     int f0 = failures();
     fs::remove_all(ov);
     auto args = entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so", "cache/ext.so"}, {"cache", "cache2"}, {});
-    args.insert(args.end(), {"--build-cmd", "sh -c 'printf half > lib/libk.so; mkdir -p cache; echo o > cache/k.o; kill -9 $PPID; sleep 5'",
-                             "--build-cwd", inst.string()});
+    args.insert(
+        args.end(),
+        {"--build-cmd", "sh -c 'printf half > lib/libk.so; mkdir -p cache; echo o > cache/k.o; kill -9 $PPID; sleep 5'",
+         "--build-cwd", inst.string()});
     Cmd a = py_add(args);
     ASSERT_EQ(a.rc, 128 + 9) << a.err;
-    Cmd r = how == "revert" ? run_overlay({"revert", "--overlay", ov.string()}) : run_overlay({"gc-stale", "--root", ovs.string()});
+    Cmd r = how == "revert" ? run_overlay({"revert", "--overlay", ov.string()})
+                            : run_overlay({"gc-stale", "--root", ovs.string()});
     EXPECT_EQ(r.rc, 0) << r.err;
     EXPECT_EQ(tree_digest(inst), original) << how;
     matrix("overlay_setup.py add-native killed by its own build", "overlay " + how, "restored", f0);
@@ -279,51 +310,92 @@ std::vector<OvShape> overlay_shapes() {
   const std::vector<std::string> aside = {"--cache-snapshot", "aside"};
   return {
       {"tar cache + existing artifact",
-       [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), tar)}; }, true},
+       [=](Interop& f) {
+         return V{
+             with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), tar)};
+       },
+       true},
       {"moved cache",
-       [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), move)}; }, false},
+       [=](Interop& f) {
+         return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}),
+                       move)};
+       },
+       false},
       {"auto cache (same filesystem: moved)",
-       [=](Interop& f) { return V{f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"})}; }, false},
+       [=](Interop& f) {
+         return V{f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"})};
+       },
+       false},
       {"cache renamed aside (what auto picks across filesystems)",
-       [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), aside)}; }, false},
+       [=](Interop& f) {
+         return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}),
+                       aside)};
+       },
+       false},
       {"new artifact + missing cache dir",
-       [=](Interop& f) { return V{f.entry("src/kernel.cpp", "kernel.cpp", {"lib/new.so"}, {"jit"}, {"lib/new.so", "jit/"})}; }, true},
+       [=](Interop& f) {
+         return V{f.entry("src/kernel.cpp", "kernel.cpp", {"lib/new.so"}, {"jit"}, {"lib/new.so", "jit/"})};
+       },
+       true},
       {"several targets, tar caches",
        [=](Interop& f) {
-         auto a = f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache", "cache2"}, {"lib/libk.so", "cache/", "cache2/"});
+         auto a = f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache", "cache2"},
+                          {"lib/libk.so", "cache/", "cache2/"});
          return V{with(with(a, {"--target", f.in("src/extra.cpp"), "--patched-file", f.pf("extra.cpp")}), tar)};
-       }, true},
+       },
+       true},
       {"diff creating and deleting files",
        [=](Interop& f) {
-         return V{{"--overlay", f.ov.string(), "--patch", f.pf("multi.diff"), "--patch-root", f.inst.string(), "--invalidate-cache",
-                   f.in("cache"), "--cache-snapshot", "tar"}};
-       }, false},
+         return V{{"--overlay", f.ov.string(), "--patch", f.pf("multi.diff"), "--patch-root", f.inst.string(),
+                   "--invalidate-cache", f.in("cache"), "--cache-snapshot", "tar"}};
+       },
+       false},
       {"diff deleting a file, tar cache",
        [=](Interop& f) {
-         return V{{"--overlay", f.ov.string(), "--patch", f.pf("delete.diff"), "--patch-root", f.inst.string(), "--invalidate-cache",
-                   f.in("cache"), "--cache-snapshot", "tar"}};
-       }, true},
+         return V{{"--overlay", f.ov.string(), "--patch", f.pf("delete.diff"), "--patch-root", f.inst.string(),
+                   "--invalidate-cache", f.in("cache"), "--cache-snapshot", "tar"}};
+       },
+       true},
       {"artifact inside its cache, tar",
-       [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"}), tar)}; }, true},
+       [=](Interop& f) {
+         return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"}),
+                       tar)};
+       },
+       true},
       {"artifact inside its cache, moved",
-       [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"}), move)}; }, false},
+       [=](Interop& f) {
+         return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"}),
+                       move)};
+       },
+       false},
       {"artifact inside its cache, aside",
-       [=](Interop& f) { return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"}), aside)}; }, false},
+       [=](Interop& f) {
+         return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"cache/ext.so"}, {"cache"}, {"cache/", "cache/ext.so"}),
+                       aside)};
+       },
+       false},
       {"two entries, older aside, newer tar",
        [=](Interop& f) {
-         return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), aside),
-                  with(f.entry("src/extra.cpp", "extra.cpp", {"lib/libk.so"}, {"cache2"}, {"lib/libk.so", "cache2/"}), tar)};
-       }, false},
+         return V{
+             with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}),
+                  aside),
+             with(f.entry("src/extra.cpp", "extra.cpp", {"lib/libk.so"}, {"cache2"}, {"lib/libk.so", "cache2/"}), tar)};
+       },
+       false},
       {"two entries, both tar",
        [=](Interop& f) {
-         return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), tar),
-                  with(f.entry("src/extra.cpp", "extra.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), tar)};
-       }, true},
+         return V{
+             with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), tar),
+             with(f.entry("src/extra.cpp", "extra.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), tar)};
+       },
+       true},
       {"two entries, older moved, newer tar",
        [=](Interop& f) {
-         return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), move),
-                  with(f.entry("src/extra.cpp", "extra.cpp", {"lib/libk.so"}, {"cache2"}, {"lib/libk.so", "cache2/"}), tar)};
-       }, false},
+         return V{
+             with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), move),
+             with(f.entry("src/extra.cpp", "extra.cpp", {"lib/libk.so"}, {"cache2"}, {"lib/libk.so", "cache2/"}), tar)};
+       },
+       false},
   };
 }
 
@@ -340,7 +412,8 @@ TEST_F(Interop, LayeredOverlaysRevertedByPythonTool) {
     int f0 = failures();
     fs::remove_all(ov);
     fs::remove_all(low);
-    auto lower = with(entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), {"--cache-snapshot", "tar"});
+    auto lower = with(entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}),
+                      {"--cache-snapshot", "tar"});
     lower[1] = low.string();
     ASSERT_EQ(ov_add(lower).rc, 0);
     std::string accepted = tree_digest(inst);
@@ -367,8 +440,10 @@ TEST_F(Interop, LayeredOverlaysRevertedByPythonTool) {
     EXPECT_TRUE(tree_digest(inst) == accepted || tree_digest(inst) == original);
     EXPECT_EQ(run_overlay({"revert", "--overlay", low.string()}).rc, 0);
     EXPECT_EQ(tree_digest(inst), original);
-    matrix("layer (--over) on a tar-cache entry", "overlay add-native --over -> overlay_setup.py " + how,
-           how == "revert lower" ? "restored (lower), then overlay revert" : "stopped at the layer, then overlay revert", f0);
+    matrix(
+        "layer (--over) on a tar-cache entry", "overlay add-native --over -> overlay_setup.py " + how,
+        how == "revert lower" ? "restored (lower), then overlay revert" : "stopped at the layer, then overlay revert",
+        f0);
   }
 }
 
@@ -386,7 +461,8 @@ TEST_F(Interop, OverlayEntriesRevertedByPythonTool) {
       std::string applied = tree_digest(inst);
       ASSERT_NE(applied, original);
       json before = manifest();
-      Cmd py = how == "revert" ? py_tool({"revert", "--overlay", ov.string()}) : py_tool({"gc-stale", "--root", ovs.string()});
+      Cmd py = how == "revert" ? py_tool({"revert", "--overlay", ov.string()})
+                               : py_tool({"gc-stale", "--root", ovs.string()});
       std::string outcome;
       if (shape.python_restores) {
         EXPECT_EQ(py.rc, 0) << py.err;
@@ -396,7 +472,9 @@ TEST_F(Interop, OverlayEntriesRevertedByPythonTool) {
       } else {
         // It stopped, said why, cleared nothing, and deleted no cache it could not put back.
         EXPECT_NE(py.rc, 0);
-        EXPECT_NE(py.err.find("STOP--overlay_setup.py-cannot-restore-this-entry--run-overlay-revert"), std::string::npos) << py.err;
+        EXPECT_NE(py.err.find("STOP--overlay_setup.py-cannot-restore-this-entry--run-overlay-revert"),
+                  std::string::npos)
+            << py.err;
         EXPECT_EQ(py.out.find("revert: restored"), std::string::npos) << py.out;
         EXPECT_EQ(manifest(), before);
         for (const auto& e : before["natives"])

@@ -4,9 +4,9 @@
 //   overlay -> upstream: an overlay the binary made is extended by the version, checked by it and
 //     run: every entry of both applies (the version keeps our sitecustomize.py, as it keeps any).
 // Each case prints one "UPSTREAM |" line: version | direction | outcome.
-#include <gtest/gtest.h>
-
 #include <iostream>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -32,7 +32,8 @@ int failed_parts() {
 }
 
 void report(const Version& v, const std::string& direction, const std::string& outcome) {
-  std::cout << "UPSTREAM | " << v.file << " | " << direction << " | " << (failed_parts() ? "FAILED" : outcome) << std::endl;
+  std::cout << "UPSTREAM | " << v.file << " | " << direction << " | " << (failed_parts() ? "FAILED" : outcome)
+            << std::endl;
 }
 
 struct UpstreamInterop : ::testing::TestWithParam<Version> {
@@ -45,8 +46,11 @@ struct UpstreamInterop : ::testing::TestWithParam<Version> {
     write_file(t / "site/pkg/sub.py", "def value():\n    return 'original'\n");
     write_file(t / "site/pkg/ops.py", "def add(a, b):\n    return a + b\n\ndef scale(x, k):\n    return x * k\n");
     write_file(t / "sub_patched.py", "def value():\n    return 'patched'\n");
-    write_file(t / "fast_ops.py", "def fast_add(a, b):\n    return ('fast', a + b)\n\ndef fast_scale(x, k):\n    return ('fast', x * k)\n");
-    write_file(t / "annotate.py", "import sys\ndef install():\n    sys.stderr.write('annotate ran after pkg.ops\\n')\n");
+    write_file(
+        t / "fast_ops.py",
+        "def fast_add(a, b):\n    return ('fast', a + b)\n\ndef fast_scale(x, k):\n    return ('fast', x * k)\n");
+    write_file(t / "annotate.py",
+               "import sys\ndef install():\n    sys.stderr.write('annotate ran after pkg.ops\\n')\n");
   }
   std::vector<std::string> env() { return {"PYTHONPATH=" + site}; }
   Cmd upstream(std::vector<std::string> args) {
@@ -55,13 +59,25 @@ struct UpstreamInterop : ::testing::TestWithParam<Version> {
   }
   Cmd ours(const std::vector<std::string>& args) { return run_overlay(args, t.path(), env()); }
   Cmd launch() {
-    return run({"python3", "-c", "import pkg.sub, pkg.ops\nprint(pkg.sub.value(), pkg.ops.add(1, 2), pkg.ops.scale(2, 3))"}, t.path(),
-               {"PYTHONPATH=" + ov + ":" + site});
+    return run(
+        {"python3", "-c", "import pkg.sub, pkg.ops\nprint(pkg.sub.value(), pkg.ops.add(1, 2), pkg.ops.scale(2, 3))"},
+        t.path(), {"PYTHONPATH=" + ov + ":" + site});
   }
-  std::vector<std::string> module_args() { return {"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()}; }
+  std::vector<std::string> module_args() {
+    return {"add-module", "--overlay", ov, "--module", "pkg.sub", "--patched-file", (t / "sub_patched.py").string()};
+  }
   std::vector<std::string> rebind_args(const char* target, const char* attr) {
-    return {"add-rebind", "--overlay", ov, "--target", target, "--impl-module", "fast_ops", "--impl-attr", attr,
-            "--impl-file", (t / "fast_ops.py").string()};
+    return {"add-rebind",
+            "--overlay",
+            ov,
+            "--target",
+            target,
+            "--impl-module",
+            "fast_ops",
+            "--impl-attr",
+            attr,
+            "--impl-file",
+            (t / "fast_ops.py").string()};
   }
 };
 
@@ -72,10 +88,16 @@ TEST_P(UpstreamInterop, ItsOverlayExtendedCheckedAndRunByOverlay) {
   ASSERT_EQ(upstream(module_args()).rc, 0);
   ASSERT_EQ(upstream(rebind_args("pkg.ops:add", "fast_add")).rc, 0);
   if (v.markers) {
-    ASSERT_EQ(upstream({"add-marker", "--overlay", ov, "--target", "pkg.ops:add", "--marker-file", (upstream_dir() / "seam_trace.py").string()}).rc, 0);
+    ASSERT_EQ(upstream({"add-marker", "--overlay", ov, "--target", "pkg.ops:add", "--marker-file",
+                        (upstream_dir() / "seam_trace.py").string()})
+                  .rc,
+              0);
   }
   if (v.hooks) {
-    ASSERT_EQ(upstream({"add-hook", "--overlay", ov, "--module", "pkg.ops", "--impl-module", "annotate", "--impl-file", (t / "annotate.py").string()}).rc, 0);
+    ASSERT_EQ(upstream({"add-hook", "--overlay", ov, "--module", "pkg.ops", "--impl-module", "annotate", "--impl-file",
+                        (t / "annotate.py").string()})
+                  .rc,
+              0);
   }
   Cmd ext = ours(rebind_args("pkg.ops:scale", "fast_scale"));
   ASSERT_EQ(ext.rc, 0) << ext.err;
@@ -104,7 +126,8 @@ TEST_P(UpstreamInterop, OurOverlayExtendedCheckedAndRunByIt) {
   Cmd ext = upstream(rebind_args("pkg.ops:scale", "fast_scale"));
   ASSERT_EQ(ext.rc, 0) << ext.err;
   EXPECT_EQ(read_file(t / "ov/sitecustomize.py"), ours_text);  // it never overwrites an existing one
-  Cmd c = run({"python3", (upstream_dir() / v.file).string(), "check", "--module", "pkg.sub"}, t.path(), {"PYTHONPATH=" + ov + ":" + site});
+  Cmd c = run({"python3", (upstream_dir() / v.file).string(), "check", "--module", "pkg.sub"}, t.path(),
+              {"PYTHONPATH=" + ov + ":" + site});
   EXPECT_NE(c.out.find("OVERLAY_ACTIVE"), std::string::npos) << c.out << c.err;
   Cmd r = launch();
   EXPECT_EQ(r.out, "patched ('fast', 3) ('fast', 6)\n") << r.err;
@@ -119,8 +142,10 @@ TEST_P(UpstreamInterop, OurOverlayExtendedCheckedAndRunByIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Versions, UpstreamInterop,
-                         ::testing::Values(Version{"overlay_setup.v2.py", false, false}, Version{"overlay_setup.v3.py", true, false},
-                                           Version{"overlay_setup.v7.py", true, false}, Version{"overlay_setup.v8-fork.py", false, true}),
+                         ::testing::Values(Version{"overlay_setup.v2.py", false, false},
+                                           Version{"overlay_setup.v3.py", true, false},
+                                           Version{"overlay_setup.v7.py", true, false},
+                                           Version{"overlay_setup.v8-fork.py", false, true}),
                          [](const ::testing::TestParamInfo<Version>& i) {
                            std::string n = fs::path(i.param.file).stem().string();
                            for (auto& ch : n)

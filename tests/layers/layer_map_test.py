@@ -51,7 +51,7 @@ def files_under(root, top, exts):
 def node(root, path):
     """The map row a file belongs to: a header goes with its source file where there is one."""
     if path.startswith("include/overlay/"):
-        src = "src/" + path[len("include/overlay/"):-len(".hpp")] + ".cpp"
+        src = "src/" + path[len("include/overlay/") : -len(".hpp")] + ".cpp"
         return src if os.path.exists(os.path.join(root, src)) else path
     if path.endswith(".hpp") and os.path.exists(os.path.join(root, path[:-4] + ".cpp")):
         return path[:-4] + ".cpp"
@@ -104,8 +104,7 @@ def check(root):
                     continue
                 edges.setdefault(n, set()).add(t)
                 if n in rows and t in rows and rows[t] > rows[n]:
-                    problems.append("%s (floor %d) includes %s (floor %d): a higher floor"
-                                    % (f, rows[n], inc, rows[t]))
+                    problems.append("%s (floor %d) includes %s (floor %d): a higher floor" % (f, rows[n], inc, rows[t]))
                 if n in base_nodes and t not in base_nodes:
                     problems.append("%s is in overlay_base but includes %s, which is not" % (f, inc))
     problems += cycles(edges)
@@ -119,7 +118,7 @@ def cycles(edges):
         state[n] = 1
         for t in sorted(edges.get(n, ())):
             if state.get(t) == 1:
-                out.append("an include cycle: " + " -> ".join(stack[stack.index(t):] + [t]))
+                out.append("an include cycle: " + " -> ".join(stack[stack.index(t) :] + [t]))
             elif t not in state:
                 visit(t, stack + [t])
         state[n] = 2
@@ -133,12 +132,24 @@ def cycles(edges):
 def planted(root):
     """Each kind of violation, planted in a scratch copy, must be reported."""
     cases = [
-        ("an upward include", "src/disk.cpp", '#include "overlay/gc.hpp"\n',
-         "src/disk.cpp (floor 1) includes include/overlay/gc.hpp (floor 9): a higher floor"),
-        ("a base file reaching the core", "src/manifest.cpp", '#include "overlay/lock.hpp"\n',
-         "src/manifest.cpp is in overlay_base but includes include/overlay/lock.hpp, which is not"),
-        ("a file not in the map", "src/new_room.cpp", '#include "overlay/error.hpp"\n',
-         "src/new_room.cpp is not in the layer map"),
+        (
+            "an upward include",
+            "src/disk.cpp",
+            '#include "overlay/gc.hpp"\n',
+            "src/disk.cpp (floor 1) includes include/overlay/gc.hpp (floor 9): a higher floor",
+        ),
+        (
+            "a base file reaching the core",
+            "src/manifest.cpp",
+            '#include "overlay/lock.hpp"\n',
+            "src/manifest.cpp is in overlay_base but includes include/overlay/lock.hpp, which is not",
+        ),
+        (
+            "a file not in the map",
+            "src/new_room.cpp",
+            '#include "overlay/error.hpp"\n',
+            "src/new_room.cpp is not in the layer map",
+        ),
         ("a cycle", "src/lock.cpp", '#include "overlay/in_flight.hpp"\n', "an include cycle: "),
     ]
     failed = 0

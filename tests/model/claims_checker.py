@@ -61,9 +61,25 @@ except ImportError as _missing:  # ctest counts 77 as skipped (SKIP_RETURN_CODE)
 OVERLAY = None
 WORK = None
 TEMPLATE = None
-STATS = {"steps": 0, "claims": 0, "examples": 0, "in_flight_steps": 0, "layered": 0, "folds": 0, "folds_killed": 0,
-         "finalized": 0, "replayed": 0, "reused": 0, "in_container": 0, "copies": 0, "neighbour_locks": 0, "again": 0,
-         "served": 0, "execs": 0, "execs_ok": 0}
+STATS = {
+    "steps": 0,
+    "claims": 0,
+    "examples": 0,
+    "in_flight_steps": 0,
+    "layered": 0,
+    "folds": 0,
+    "folds_killed": 0,
+    "finalized": 0,
+    "replayed": 0,
+    "reused": 0,
+    "in_container": 0,
+    "copies": 0,
+    "neighbour_locks": 0,
+    "again": 0,
+    "served": 0,
+    "execs": 0,
+    "execs_ok": 0,
+}
 CONTAINERS = False  # root with unshare/nsenter/setpriv: containers and a second account
 AGENTS = ("a1", "a2", "a3")
 ACC = "acc"  # the integrator's overlay of accepted changes (issue 49)
@@ -79,14 +95,19 @@ def make_template(root):
     """A real CMake + Ninja install: libka.so and libkb.so, each built from its own source."""
     os.makedirs(os.path.join(root, "inst/src"))
     with open(os.path.join(root, "inst/CMakeLists.txt"), "w") as f:
-        f.write("cmake_minimum_required(VERSION 3.16)\nproject(k CXX)\n"
-                "add_library(ka SHARED src/ka.cpp)\nadd_library(kb SHARED src/kb.cpp)\n")
+        f.write(
+            "cmake_minimum_required(VERSION 3.16)\nproject(k CXX)\n"
+            "add_library(ka SHARED src/ka.cpp)\nadd_library(kb SHARED src/kb.cpp)\n"
+        )
     for t in TARGETS:
         with open(os.path.join(root, "inst/src", t + ".cpp"), "w") as f:
             f.write(kernel("STAMP-orig-" + t))
     inst = os.path.join(root, "inst")
-    subprocess.run(["cmake", "-S", inst, "-B", inst + "/build", "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["cmake", "-S", inst, "-B", inst + "/build", "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     subprocess.run(["cmake", "--build", inst + "/build"], check=True, stdout=subprocess.DEVNULL)
 
 
@@ -120,7 +141,9 @@ LOG = os.environ.get("OVERLAY_CLAIMS_LOG")
 def can_contain():
     if os.geteuid() != 0 or not all(shutil.which(t) for t in ("unshare", "nsenter", "setpriv", "flock")):
         return False
-    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", "echo $$"], capture_output=True, text=True)
+    r = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", "echo $$"], capture_output=True, text=True
+    )
     return r.returncode == 0 and r.stdout.strip() == "1"
 
 
@@ -168,12 +191,14 @@ class Claims(RuleBasedStateMachine):
         self.overlay = {a: os.path.join(self.root, "runs", a, "ov") for a in AGENTS + (ACC,)}
         for a in AGENTS + (ACC,):
             os.makedirs(os.path.dirname(self.overlay[a]), exist_ok=True)
-        self.proc = {}       # agent -> (Popen, target, stamp, gate)
+        self.proc = {}  # agent -> (Popen, target, stamp, gate)
         self.n = 0
-        self.stamps = {}     # a candidate source's SHA-256 -> the stamp its build carries
+        self.stamps = {}  # a candidate source's SHA-256 -> the stamp its build carries
         self.exec_done = {}  # target -> [(candidate file, stamp)] exec built and ran (issue 51)
         self.before_start = {}  # agent -> the entries its overlay had when its add-native started
-        self.container = {}  # agent -> (unshare Popen, the container's pid 1 as the host sees it, its PID namespace inode)
+        self.container = (
+            {}
+        )  # agent -> (unshare Popen, the container's pid 1 as the host sees it, its PID namespace inode)
         self.neighbour = None  # (Popen of nobody's flock, the overlay directory it locks)
 
     # ---- helpers
@@ -230,12 +255,30 @@ class Claims(RuleBasedStateMachine):
         if gate:
             build = "sh -c 'while [ ! -e %s ]; do sleep 0.01; done; %s'" % (gate, build)
         layer = ["--over", self.overlay[ACC]] if over else []
-        return ["add-native", "--overlay", self.overlay[agent], *layer, "--target", self.src(t), "--patched-file", patched,
-                "--artifact", self.lib(t), "--build-cwd", self.inst, "--build-cmd", build]
+        return [
+            "add-native",
+            "--overlay",
+            self.overlay[agent],
+            *layer,
+            "--target",
+            self.src(t),
+            "--patched-file",
+            patched,
+            "--artifact",
+            self.lib(t),
+            "--build-cwd",
+            self.inst,
+            "--build-cmd",
+            build,
+        ]
 
     # ---- the agents
-    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS), over=st.sampled_from((True, True, False)),
-          reuse=st.sampled_from((False, False, True)))
+    @rule(
+        agent=st.sampled_from(AGENTS),
+        t=st.sampled_from(TARGETS),
+        over=st.sampled_from((True, True, False)),
+        reuse=st.sampled_from((False, False, True)),
+    )
     def start_add_native(self, agent, t, over, reuse):
         """A candidate, stacked on the accepted overlay's changes (--over) or not; now and then into
         the agent's overlay while it still has entries (issue 50: agents reuse their overlay)."""
@@ -248,10 +291,22 @@ class Claims(RuleBasedStateMachine):
         args = self.add_args(agent, t, patched, gate, over)
         cmd = [OVERLAY, *args]
         if agent in self.container:  # inside the agent's container, owned by its pid 1
-            cmd = ["nsenter", "--target", str(self.container[agent][1]), "--pid", "--mount", "--", OVERLAY, *args, "--owner-pid", "1"]
+            cmd = [
+                "nsenter",
+                "--target",
+                str(self.container[agent][1]),
+                "--pid",
+                "--mount",
+                "--",
+                OVERLAY,
+                *args,
+                "--owner-pid",
+                "1",
+            ]
             STATS["in_container"] += 1
-        p = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         log("start", agent, stamp, args)
         self.proc[agent] = (p, t, stamp, gate)
 
@@ -265,9 +320,15 @@ class Claims(RuleBasedStateMachine):
         log("finish", agent, stamp, "exit %d" % p.returncode, out[-300:], err[-600:])
         if p.returncode == 0:
             STATS["layered"] += "taken as layers" in err
-            self.claim("add-native " in out and "OVERLAY_DIR=" in out, "add-native exit 0 without its summary", out, err)
-            self.claim(stamp_of(self.lib(t)) == stamp, "add-native succeeded but the artifact was not built from the candidate",
-                       "artifact stamp %s, candidate %s" % (stamp_of(self.lib(t)), stamp), err)
+            self.claim(
+                "add-native " in out and "OVERLAY_DIR=" in out, "add-native exit 0 without its summary", out, err
+            )
+            self.claim(
+                stamp_of(self.lib(t)) == stamp,
+                "add-native succeeded but the artifact was not built from the candidate",
+                "artifact stamp %s, candidate %s" % (stamp_of(self.lib(t)), stamp),
+                err,
+            )
         else:
             self.claim(out == "", "a failed add-native printed on stdout", out, err)
 
@@ -299,8 +360,14 @@ class Claims(RuleBasedStateMachine):
         for path, cand in newest.items():
             if path in covered:
                 continue
-            self.claim(cand is not None and stamp_of(path) == cand,
-                       "FRESH_BUILD_OK but an artifact does not carry its entry's candidate", path, stamp_of(path), cand, r.stdout)
+            self.claim(
+                cand is not None and stamp_of(path) == cand,
+                "FRESH_BUILD_OK but an artifact does not carry its entry's candidate",
+                path,
+                stamp_of(path),
+                cand,
+                r.stdout,
+            )
 
     def records_entry(self, upper):
         """Whether the overlay an upper-layer reference names still records that entry."""
@@ -342,16 +409,37 @@ class Claims(RuleBasedStateMachine):
         STATS["execs_ok"] += r.returncode == 0
         runs = read(record).decode().split() if read(record) else []
         if "exec: ref " in r.stdout:
-            self.claim(runs[:1] == ["STAMP-orig-" + t], "exec's reference did not run the stock library", runs, r.stdout, r.stderr)
+            self.claim(
+                runs[:1] == ["STAMP-orig-" + t],
+                "exec's reference did not run the stock library",
+                runs,
+                r.stdout,
+                r.stderr,
+            )
         if r.returncode == 0:
-            self.claim(len(runs) == 2 and runs[1] == stamp, "exec exit 0 but its candidate did not run the candidate",
-                       runs, stamp, r.stdout, r.stderr)
+            self.claim(
+                len(runs) == 2 and runs[1] == stamp,
+                "exec exit 0 but its candidate did not run the candidate",
+                runs,
+                stamp,
+                r.stdout,
+                r.stderr,
+            )
         if "exec: install clean" in r.stdout:
-            self.claim(read(self.src(t)) == self.original[self.src(t)] and read(self.lib(t)) == self.original[self.lib(t)],
-                       "exec said install clean over bytes that are not original", r.stdout)
+            self.claim(
+                read(self.src(t)) == self.original[self.src(t)] and read(self.lib(t)) == self.original[self.lib(t)],
+                "exec said install clean over bytes that are not original",
+                r.stdout,
+            )
         if "exec: cand exit 0" in r.stdout:  # whatever exec's own exit (122: not clean after), the candidate ran it
-            self.claim(len(runs) == 2 and runs[1] == stamp, "exec ran its candidate but not the candidate's code", runs, stamp,
-                       r.stdout, r.stderr)
+            self.claim(
+                len(runs) == 2 and runs[1] == stamp,
+                "exec ran its candidate but not the candidate's code",
+                runs,
+                stamp,
+                r.stdout,
+                r.stderr,
+            )
         return r, len(runs) == 2 and runs[1] == stamp
 
     @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS))
@@ -364,8 +452,13 @@ class Claims(RuleBasedStateMachine):
         ready = os.path.join(self.root, "cand-running-%d" % self.n)
         args = self.add_args(agent, t, patched)
         args[0] = "exec"
-        p = subprocess.Popen([OVERLAY, *args, "--", "sh", "-c", "touch %s; sleep 60" % ready], env=self.env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        p = subprocess.Popen(
+            [OVERLAY, *args, "--", "sh", "-c", "touch %s; sleep 60" % ready],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         for _ in range(3000):
             if os.path.exists(ready) or p.poll() is not None:
                 break
@@ -375,20 +468,32 @@ class Claims(RuleBasedStateMachine):
         if not os.path.exists(ready):
             return  # refused (the target held), or failed before its candidate
         r = self.tool("status", "--all", "--check-clean")
-        self.claim(r.returncode != 0 or read(self.src(t)) == self.original[self.src(t)],
-                   "status --all --check-clean exit 0 while a killed exec's patch is in place", r.stdout)
+        self.claim(
+            r.returncode != 0 or read(self.src(t)) == self.original[self.src(t)],
+            "status --all --check-clean exit 0 while a killed exec's patch is in place",
+            r.stdout,
+        )
         g = self.tool("gc-stale", "--root", os.path.join(self.root, "runs"))
         if g.returncode == 0 and self.manifest(agent) is not None and not self.applied(agent):
-            self.claim(read(self.src(t)) == self.original[self.src(t)], "gc-stale reverted a killed exec but its source is not original",
-                       g.stdout, g.stderr)
+            self.claim(
+                read(self.src(t)) == self.original[self.src(t)],
+                "gc-stale reverted a killed exec but its source is not original",
+                g.stdout,
+                g.stderr,
+            )
 
     @rule(agent=st.sampled_from(AGENTS), delay_ms=st.integers(0, 8))
     def kill_9_revert_midway(self, agent, delay_ms):
         """revert kill -9'd at a random instant: what it leaves, the next revert (or gc-stale) finishes."""
         if not self.idle(agent) or not self.applied(agent):
             return
-        p = subprocess.Popen([OVERLAY, "revert", "--overlay", self.overlay[agent]], env=self.env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+        p = subprocess.Popen(
+            [OVERLAY, "revert", "--overlay", self.overlay[agent]],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         time.sleep(delay_ms / 1000.0)
         kill_group(p)
         p.wait()
@@ -400,7 +505,11 @@ class Claims(RuleBasedStateMachine):
         m = self.manifest(agent)
         r = self.tool("revert", "--overlay", self.overlay[agent])
         if self.neighbour and self.neighbour[1] == self.overlay[agent]:
-            self.claim("locked by another" not in r.stderr, "revert waited out its lock timeout for another account's flock", r.stderr)
+            self.claim(
+                "locked by another" not in r.stderr,
+                "revert waited out its lock timeout for another account's flock",
+                r.stderr,
+            )
         if r.returncode != 0 or not m:
             return
         # Another agent's add-native in flight on the same target may take the file once this
@@ -412,17 +521,23 @@ class Claims(RuleBasedStateMachine):
         target_of = {p: t for t in TARGETS for p in (self.src(t), self.lib(t))}
         covered = {p for u in m.get("layers_above", []) if self.records_entry(u) for p in u["paths"]}
         for e in m.get("natives", []):
-            items = [(i["install_path"], i["sha256"]) for i in e["sources"]] + \
-                [(i["path"], i.get("sha256") if i.get("existed") else None) for i in e["artifacts"]]
+            items = [(i["install_path"], i["sha256"]) for i in e["sources"]] + [
+                (i["path"], i.get("sha256") if i.get("existed") else None) for i in e["artifacts"]
+            ]
             for path, found in items:
                 if path in covered:
                     continue  # refused: nothing of this overlay was reverted
                 taker = in_flight.get(target_of.get(path))
                 now = read(path)
                 put_back = now is not None and found is not None and hashlib.sha256(now).hexdigest() == found
-                self.claim(now == self.original[path] or put_back or (taker is not None and stamp_of(path) == taker),
-                           "revert exit 0 but a file it restored holds neither the original nor what its entry found",
-                           path, stamp_of(path), taker, r.stderr)
+                self.claim(
+                    now == self.original[path] or put_back or (taker is not None and stamp_of(path) == taker),
+                    "revert exit 0 but a file it restored holds neither the original nor what its entry found",
+                    path,
+                    stamp_of(path),
+                    taker,
+                    r.stderr,
+                )
 
     # ---- the integrator (issue 49): accept by fold, finalize, replay
     def install_bytes(self):
@@ -442,8 +557,13 @@ class Claims(RuleBasedStateMachine):
         patched, stamp = self.fresh_candidate(ACC, t)
         r = self.tool(*self.add_args(ACC, t, patched))
         if r.returncode == 0:
-            self.claim(stamp_of(self.lib(t)) == stamp, "add-native succeeded but the artifact was not built from the candidate",
-                       stamp_of(self.lib(t)), stamp, r.stderr)
+            self.claim(
+                stamp_of(self.lib(t)) == stamp,
+                "add-native succeeded but the artifact was not built from the candidate",
+                stamp_of(self.lib(t)),
+                stamp,
+                r.stderr,
+            )
 
     @rule(agent=st.sampled_from(AGENTS))
     def fold_into_accepted(self, agent):
@@ -467,8 +587,13 @@ class Claims(RuleBasedStateMachine):
         """fold kill -9'd at a random instant: the next verb on the candidate settles it."""
         if not self.idle(agent) or not self.applied(agent) or ACC in self.proc:
             return
-        p = subprocess.Popen([OVERLAY, "fold", "--from", self.overlay[agent], "--into", self.overlay[ACC]], env=self.env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        p = subprocess.Popen(
+            [OVERLAY, "fold", "--from", self.overlay[agent], "--into", self.overlay[ACC]],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         time.sleep(delay_ms / 1000.0)
         kill_group(p)
         p.wait()
@@ -491,13 +616,20 @@ class Claims(RuleBasedStateMachine):
         lost = [p for p, d in self.original.items() if read(p) != d]
         if lost and not any(self.applied(a) for a in AGENTS):
             s = self.tool("status", "--all", "--check-clean")
-            self.claim(s.returncode != 0 and all(p in s.stdout for p in lost),
-                       "finalize left files that are not original, and status --all --check-clean does not name them",
-                       lost, s.stdout)
+            self.claim(
+                s.returncode != 0 and all(p in s.stdout for p in lost),
+                "finalize left files that are not original, and status --all --check-clean does not name them",
+                lost,
+                s.stdout,
+            )
         if e.returncode != 0 or not replay or lost or any(self.applied(a) for a in AGENTS):
             return
         with open(os.path.join(bundle, "bundle.json")) as f:
-            want = {os.path.join(self.inst, x["path"]): x["patched_sha256"] for en in json.load(f)["entries"] for x in en["files"]}
+            want = {
+                os.path.join(self.inst, x["path"]): x["patched_sha256"]
+                for en in json.load(f)["entries"]
+                for x in en["files"]
+            }
         rep = self.overlay[ACC] + "-replayed-%d" % self.n
         p = self.tool("replay", "--bundle", bundle, "--overlay", rep)
         if p.returncode == 0:
@@ -505,10 +637,18 @@ class Claims(RuleBasedStateMachine):
             self.claim("FRESH_BUILD_OK" in p.stdout, "replay exit 0 without FRESH_BUILD_OK", p.stdout, p.stderr)
             for path, sha in want.items():
                 t = next(t for t in TARGETS if self.src(t) == path)
-                self.claim(hashlib.sha256(read(path)).hexdigest() == sha and stamp_of(self.lib(t)) == self.stamps.get(sha),
-                           "replay exit 0 but the install does not run the bundle's candidate", path, stamp_of(self.lib(t)), p.stdout)
+                self.claim(
+                    hashlib.sha256(read(path)).hexdigest() == sha and stamp_of(self.lib(t)) == self.stamps.get(sha),
+                    "replay exit 0 but the install does not run the bundle's candidate",
+                    path,
+                    stamp_of(self.lib(t)),
+                    p.stdout,
+                )
         self.tool("revert", "--overlay", rep)
-        self.claim(all(read(x) == d for x, d in self.original.items()), "the replay's revert did not leave the install pristine")
+        self.claim(
+            all(read(x) == d for x, d in self.original.items()),
+            "the replay's revert did not leave the install pristine",
+        )
 
     # ---- CI and the harness
     def entry_ids(self, agent):
@@ -523,22 +663,42 @@ class Claims(RuleBasedStateMachine):
         owned = {a: self.owned_by_container(a) for a in self.container}
         r = self.tool("--json", "gc-stale", "--root", os.path.join(self.root, "runs"))
         doc = json.loads(r.stdout)
-        self.claim("overlays" in doc and doc["reverted"] == sum(o["outcome"] == "reverted" for o in doc["overlays"]),
-                   "gc-stale's count is not its overlays' verdicts", r.stdout)
+        self.claim(
+            "overlays" in doc and doc["reverted"] == sum(o["outcome"] == "reverted" for o in doc["overlays"]),
+            "gc-stale's count is not its overlays' verdicts",
+            r.stdout,
+        )
         for a, ids in live.items():
             if a in self.proc:
-                self.claim(ids <= self.entry_ids(a), "gc-stale reverted the entry of an add-native in flight", a, r.stdout, r.stderr)
+                self.claim(
+                    ids <= self.entry_ids(a),
+                    "gc-stale reverted the entry of an add-native in flight",
+                    a,
+                    r.stdout,
+                    r.stderr,
+                )
         for a, ids in owned.items():
-            self.claim(ids <= self.entry_ids(a), "gc-stale reverted an entry whose owner (its container's pid 1) is alive", a, ids,
-                       r.stdout, r.stderr)
+            self.claim(
+                ids <= self.entry_ids(a),
+                "gc-stale reverted an entry whose owner (its container's pid 1) is alive",
+                a,
+                ids,
+                r.stdout,
+                r.stderr,
+            )
         if self.neighbour:
-            self.claim("locked by another" not in r.stderr, "gc-stale waited out another account's flock", r.stdout, r.stderr)
+            self.claim(
+                "locked by another" not in r.stderr, "gc-stale waited out another account's flock", r.stdout, r.stderr
+            )
 
     def owned_by_container(self, agent):
         """The agent's entries owned by its live container's pid 1 (that namespace's number 1)."""
         _, _, ns = self.container[agent]
-        return {e.get("id") for e in (self.manifest(agent) or {}).get("natives", [])
-                if (e.get("owner") or {}).get("pid") == 1 and (e.get("owner") or {}).get("pid_ns", ns) == ns}
+        return {
+            e.get("id")
+            for e in (self.manifest(agent) or {}).get("natives", [])
+            if (e.get("owner") or {}).get("pid") == 1 and (e.get("owner") or {}).get("pid_ns", ns) == ns
+        }
 
     # ---- containers, copies and neighbours (issue 50)
     @rule(agent=st.sampled_from(AGENTS))
@@ -576,11 +736,19 @@ class Claims(RuleBasedStateMachine):
         subprocess.run(["cp", "-a", self.overlay[agent], copy], check=True)
         STATS["copies"] += 1
         m = self.manifest(agent)
-        paths = {i["install_path"] for e in m["natives"] for i in e["sources"]} | {i["path"] for e in m["natives"] for i in e["artifacts"]}
+        paths = {i["install_path"] for e in m["natives"] for i in e["sources"]} | {
+            i["path"] for e in m["natives"] for i in e["artifacts"]
+        }
         before = {p: read(p) for p in paths}
         r = self.tool("revert", "--overlay", copy)
         changed = [p for p in paths if read(p) != before[p]]
-        self.claim(not changed, "a revert of an archived copy changed files the original overlay records", changed, r.stdout, r.stderr)
+        self.claim(
+            not changed,
+            "a revert of an archived copy changed files the original overlay records",
+            changed,
+            r.stdout,
+            r.stderr,
+        )
         self.claim(self.manifest(agent) == m, "a revert of an archived copy changed the original's record", r.stderr)
 
     @rule(agent=st.sampled_from(AGENTS + (ACC,)))
@@ -591,8 +759,12 @@ class Claims(RuleBasedStateMachine):
         d = self.overlay[agent]
         ready = os.path.join(self.root, "neighbour-%d" % self.n)
         ino = os.stat(d).st_ino
-        p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "flock", d, "sleep", "100000"],
-                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "flock", d, "sleep", "100000"],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for _ in range(300):
             if ino in self.flocked_inodes() or p.poll() is not None:
                 break
@@ -664,8 +836,13 @@ class Claims(RuleBasedStateMachine):
             for path, data in self.original.items():
                 if path in busy:
                     continue
-                self.claim(read(path) == data, "status --all --check-clean exit 0 over a file that is not original", path,
-                           stamp_of(path), r.stdout)
+                self.claim(
+                    read(path) == data,
+                    "status --all --check-clean exit 0 over a file that is not original",
+                    path,
+                    stamp_of(path),
+                    r.stdout,
+                )
 
     @invariant()
     def count_step(self):
@@ -701,7 +878,11 @@ def main():
     a = ap.parse_args()
     OVERLAY = os.path.abspath(a.overlay)
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
-    print("claims checker: seed %d (replay: --seed %d), %d examples of up to %d steps" % (seed, seed, a.examples, a.steps), flush=True)
+    print(
+        "claims checker: seed %d (replay: --seed %d), %d examples of up to %d steps"
+        % (seed, seed, a.examples, a.steps),
+        flush=True,
+    )
     CONTAINERS = can_contain()
     with tempfile.TemporaryDirectory(prefix="overlay-claims-") as work:
         WORK = work
@@ -713,26 +894,50 @@ def main():
         os.rename(os.path.join(work, "run"), TEMPLATE)
         # No shrinking: the system under test has background processes and timing, so a replay
         # can differ; the failing run's own steps are what is printed.
-        Claims.TestCase.settings = settings(max_examples=a.examples, stateful_step_count=a.steps, deadline=None, database=None,
-                                            suppress_health_check=list(HealthCheck), derandomize=False,
-                                            phases=[Phase.explicit, Phase.generate], print_blob=False)
+        Claims.TestCase.settings = settings(
+            max_examples=a.examples,
+            stateful_step_count=a.steps,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=False,
+            phases=[Phase.explicit, Phase.generate],
+            print_blob=False,
+        )
         test = hseed(seed)(Claims.TestCase)
         result = None
         try:
             import unittest
+
             suite = unittest.defaultTestLoader.loadTestsFromTestCase(test)
             result = unittest.TextTestRunner(stream=sys.stdout, verbosity=0).run(suite)
         finally:
-            print("claims checker: %d examples, %d steps (%d while an add-native was building), %d claims checked, seed %d" %
-                  (STATS["examples"], STATS["steps"], STATS["in_flight_steps"], STATS["claims"], seed), flush=True)
-            print("claims checker: layers: %d candidates stacked, %d folds (%d killed mid-fold), %d finalized, %d replayed" %
-                  (STATS["layered"], STATS["folds"], STATS["folds_killed"], STATS["finalized"], STATS["replayed"]), flush=True)
+            print(
+                "claims checker: %d examples, %d steps (%d while an add-native was building), %d claims checked, seed %d"
+                % (STATS["examples"], STATS["steps"], STATS["in_flight_steps"], STATS["claims"], seed),
+                flush=True,
+            )
+            print(
+                "claims checker: layers: %d candidates stacked, %d folds (%d killed mid-fold), %d finalized, %d replayed"
+                % (STATS["layered"], STATS["folds"], STATS["folds_killed"], STATS["finalized"], STATS["replayed"]),
+                flush=True,
+            )
             print("claims checker: %d add-natives into an overlay that still had entries" % STATS["reused"], flush=True)
-            print("claims checker: %d exec steps (%d exit 0); %d candidates run again through exec, %d of them served from "
-                  "the build store" % (STATS["execs"], STATS["execs_ok"], STATS["again"], STATS["served"]), flush=True)
-            print("claims checker: containers %s: %d add-natives in a container, %d archived copies reverted, %d flocks by nobody" %
-                  ("on" if CONTAINERS else "off (not root, or no unshare/nsenter/setpriv)", STATS["in_container"], STATS["copies"],
-                   STATS["neighbour_locks"]), flush=True)
+            print(
+                "claims checker: %d exec steps (%d exit 0); %d candidates run again through exec, %d of them served from "
+                "the build store" % (STATS["execs"], STATS["execs_ok"], STATS["again"], STATS["served"]),
+                flush=True,
+            )
+            print(
+                "claims checker: containers %s: %d add-natives in a container, %d archived copies reverted, %d flocks by nobody"
+                % (
+                    "on" if CONTAINERS else "off (not root, or no unshare/nsenter/setpriv)",
+                    STATS["in_container"],
+                    STATS["copies"],
+                    STATS["neighbour_locks"],
+                ),
+                flush=True,
+            )
     sys.exit(0 if result and result.wasSuccessful() else 1)
 
 

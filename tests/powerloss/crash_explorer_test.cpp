@@ -11,8 +11,6 @@
 // (default 1: every crash point) explores every Nth crash point only, offset by the model so the
 // two models see different points, and always the last: the sanitizer pass's setting, where each
 // recovery costs several times what it does in release (which explores every point).
-#include <gtest/gtest.h>
-
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -24,9 +22,12 @@
 #include <set>
 #include <stdexcept>
 
-#include "crash_state.hpp"
+#include <gtest/gtest.h>
+
 #include "overlay/hash.hpp"
 #include "overlay/manifest.hpp"
+
+#include "crash_state.hpp"
 #include "test_util.hpp"
 
 using namespace overlay::test;
@@ -84,16 +85,46 @@ struct Explorer {
   }
 
   std::vector<std::string> add_tar() const {
-    return {"add-native", "--overlay", (w / "ov").string(), "--target", (w / "inst/src/k.c").string(), "--patched-file",
-            (t / "in/patched.c").string(), "--artifact", (w / "inst/lib/libk.so").string(), "--artifact",
-            (w / "inst/lib/new.so").string(), "--invalidate-cache", (w / "inst/cache").string(), "--cache-snapshot", "tar",
-            "--build-cwd", (w / "inst").string(), "--build-cmd", kBuild};
+    return {"add-native",
+            "--overlay",
+            (w / "ov").string(),
+            "--target",
+            (w / "inst/src/k.c").string(),
+            "--patched-file",
+            (t / "in/patched.c").string(),
+            "--artifact",
+            (w / "inst/lib/libk.so").string(),
+            "--artifact",
+            (w / "inst/lib/new.so").string(),
+            "--invalidate-cache",
+            (w / "inst/cache").string(),
+            "--cache-snapshot",
+            "tar",
+            "--build-cwd",
+            (w / "inst").string(),
+            "--build-cmd",
+            kBuild};
   }
   std::vector<std::string> add_moved_diff() const {
-    return {"add-native", "--overlay", (w / "ov").string(), "--patch", (t / "in/multi.diff").string(), "--patch-root",
-            (w / "inst").string(), "--artifact", (w / "inst/lib/libk.so").string(), "--artifact", (w / "inst/lib/new.so").string(),
-            "--invalidate-cache", (w / "inst/cache").string(), "--cache-snapshot", "move", "--build-cwd", (w / "inst").string(),
-            "--build-cmd", kBuild};
+    return {"add-native",
+            "--overlay",
+            (w / "ov").string(),
+            "--patch",
+            (t / "in/multi.diff").string(),
+            "--patch-root",
+            (w / "inst").string(),
+            "--artifact",
+            (w / "inst/lib/libk.so").string(),
+            "--artifact",
+            (w / "inst/lib/new.so").string(),
+            "--invalidate-cache",
+            (w / "inst/cache").string(),
+            "--cache-snapshot",
+            "move",
+            "--build-cwd",
+            (w / "inst").string(),
+            "--build-cmd",
+            kBuild};
   }
   // The cache renamed aside beside itself (auto picks this where the overlay is on another
   // filesystem; here both share one, so it is asked for).
@@ -138,7 +169,8 @@ struct Explorer {
       return o.op == "create" && o.path.size() > 10 && o.path.compare(o.path.size() - 10, 10, ".build.log") == 0;
     });
     std::vector<TraceOp> by_build = build_ops(replayed, after);
-    if (!by_build.empty() && build == ops.end()) throw std::runtime_error("changes outside the trace, and no build ran");
+    if (!by_build.empty() && build == ops.end())
+      throw std::runtime_error("changes outside the trace, and no build ran");
     if (build != ops.end()) ops.insert(build + 1, by_build.begin(), by_build.end());
     Trace tr(w, before, ops);
     origin_of_ino.clear();
@@ -180,7 +212,8 @@ std::vector<std::string> bad_backups(const Tree& state, const overlay::Manifest&
   std::vector<std::string> bad;
   auto check = [&](const std::string& rel, const std::optional<std::string>& sha, char type) {
     auto it = state.find(ov + "/" + rel);
-    if (it == state.end() || it->second.type != type || (sha && overlay::sha256_hex(it->second.data) != *sha)) bad.push_back(rel);
+    if (it == state.end() || it->second.type != type || (sha && overlay::sha256_hex(it->second.data) != *sha))
+      bad.push_back(rel);
   };
   for (const auto& e : m.natives) {
     for (const auto& src : e.sources) check(src.backup, src.sha256, 'f');
@@ -213,7 +246,8 @@ void carry_identities(const Explorer& x, const Tree& state, const std::string& o
     if (!id.is_object() || !id.contains("ino") || !id["ino"].is_number_unsigned()) return;
     auto origin = x.origin_of_ino.find(id["ino"].get<std::uint64_t>());
     if (origin == x.origin_of_ino.end()) return;
-    auto same = std::find_if(state.begin(), state.end(), [&](const auto& kv) { return kv.second.origin == origin->second; });
+    auto same =
+        std::find_if(state.begin(), state.end(), [&](const auto& kv) { return kv.second.origin == origin->second; });
     struct stat st {};
     if (same == state.end() || ::lstat((x.w / same->first).c_str(), &st) != 0) return;
     id["dev"] = static_cast<std::uint64_t>(st.st_dev);
@@ -248,13 +282,15 @@ struct Recovery {
 std::string revert_then_gc(Explorer& x, const std::vector<std::string>& bad, std::string& said) {
   Cmd rv = run_overlay(x.revert(), x.t.path(), x.env);
   Cmd gc = run_overlay(x.gc(), x.t.path(), x.env);
-  said = "revert exit " + std::to_string(rv.rc) + ": " + rv.out + rv.err + "; gc-stale exit " + std::to_string(gc.rc) + ": " + gc.err;
+  said = "revert exit " + std::to_string(rv.rc) + ": " + rv.out + rv.err + "; gc-stale exit " + std::to_string(gc.rc) +
+         ": " + gc.err;
   if (!settle_litter(x.w / "inst")) return "trees left to the detached deleter were never deleted";
   std::string diff = tree_diff(x.original_install, subtree(read_tree(x.w), "inst"));
   if (!diff.empty()) return "the install is not original after recovery (" + said + "):\n" + diff;
   if (rv.rc != 0 && bad.empty()) return "revert failed with every backup intact (" + said + ")";
   for (const auto& b : bad)
-    if (rv.rc != 0 && rv.err.find(b) == std::string::npos) return "revert failed without naming the missing backup " + b + " (" + said + ")";
+    if (rv.rc != 0 && rv.err.find(b) == std::string::npos)
+      return "revert failed without naming the missing backup " + b + " (" + said + ")";
   return "";
 }
 
@@ -282,11 +318,13 @@ std::string check_state(Explorer& x, const Tree& state, const Recovery& how = kR
   Tree install = subtree(state, "inst");
   std::erase_if(install, [&](const auto& kv) {
     std::string abs = (x.w / "inst" / kv.first).string();
-    return std::any_of(litter.begin(), litter.end(), [&](const std::string& l) { return abs == l || abs.rfind(l + "/", 0) == 0; });
+    return std::any_of(litter.begin(), litter.end(),
+                       [&](const std::string& l) { return abs == l || abs.rfind(l + "/", 0) == 0; });
   });
   bool touched = !(install == x.original_install);
   if (touched && entries == 0)
-    return "the install was touched and no manifest entry records it (lost):\n" + tree_diff(x.original_install, subtree(state, "inst"));
+    return "the install was touched and no manifest entry records it (lost):\n" +
+           tree_diff(x.original_install, subtree(state, "inst"));
   std::string said;
   return how.run(x, bad, said);
 }
@@ -297,7 +335,8 @@ std::uint64_t explored_stride() { return std::max<std::uint64_t>(1, env_number("
 // every state (a full run of one is minutes of real reverts).
 enum class Enough { every_state, three_failures };
 
-Tally explore(Explorer& x, const Trace& tr, Model model, Enough enough = Enough::every_state, const Recovery& how = kRevertThenGc) {
+Tally explore(Explorer& x, const Trace& tr, Model model, Enough enough = Enough::every_state,
+              const Recovery& how = kRevertThenGc) {
   const std::uint64_t bound = env_number("OVERLAY_POWERLOSS_BOUND", 64);
   const std::uint64_t samples = env_number("OVERLAY_POWERLOSS_SAMPLES", 8);
   std::mt19937_64 rng(env_number("OVERLAY_POWERLOSS_SEED", 14));
@@ -330,12 +369,14 @@ Tally explore(Explorer& x, const Trace& tr, Model model, Enough enough = Enough:
 }
 
 void report(const std::string& name, const Trace& tr, Model model, const Tally& t) {
-  std::printf("POWERLOSS | %-28s | %-9s | %3zu ops | %3llu crash points | %6llu states enumerated exhaustively, %6llu sampled | "
-              "%5llu distinct, %5llu with the install touched | %llu failures\n",
-              name.c_str(), model_name(model), tr.size(), static_cast<unsigned long long>(t.points),
-              static_cast<unsigned long long>(t.exhaustive), static_cast<unsigned long long>(t.sampled),
-              static_cast<unsigned long long>(t.distinct), static_cast<unsigned long long>(t.touched),
-              static_cast<unsigned long long>(t.failures));
+  std::printf(
+      "POWERLOSS | %-28s | %-9s | %3zu ops | %3llu crash points | %6llu states enumerated exhaustively, %6llu sampled "
+      "| "
+      "%5llu distinct, %5llu with the install touched | %llu failures\n",
+      name.c_str(), model_name(model), tr.size(), static_cast<unsigned long long>(t.points),
+      static_cast<unsigned long long>(t.exhaustive), static_cast<unsigned long long>(t.sampled),
+      static_cast<unsigned long long>(t.distinct), static_cast<unsigned long long>(t.touched),
+      static_cast<unsigned long long>(t.failures));
   std::fflush(stdout);
   for (const auto& f : t.first_failures) ADD_FAILURE() << name << ": " << f;
 }
@@ -395,8 +436,13 @@ TEST(PowerLoss, AddNativeMovedCacheMultiFileDiff) { explore_both("add-native (mo
 // lose the first entry, whose changes are all in the install.
 TEST(PowerLoss, AddNativeSecondEntryKeepsTheFirst) {
   explore_both("add-native (2nd entry)", {kAddTar}, [](const Explorer& e) {
-    return std::vector<std::string>{"add-native", "--overlay", (e.w / "ov").string(), "--target",
-                                    (e.w / "inst/src/util.h").string(), "--patched-file", (e.t / "in/patched.c").string()};
+    return std::vector<std::string>{"add-native",
+                                    "--overlay",
+                                    (e.w / "ov").string(),
+                                    "--target",
+                                    (e.w / "inst/src/util.h").string(),
+                                    "--patched-file",
+                                    (e.t / "in/patched.c").string()};
   });
 }
 
@@ -432,17 +478,38 @@ TEST(PowerLoss, GcStale) {
 // ACCEPTED reverted. No state may lose a file's original or leave the fold half done.
 struct FoldExplorer {
   static std::vector<std::string> add_candidate(const Explorer& e) {
-    return {"add-native", "--overlay", (e.w / "ov2").string(), "--over", (e.w / "ov").string(), "--target",
-            (e.w / "inst/src/k.c").string(), "--patched-file", (e.t / "in/patched2.c").string(), "--target",
-            (e.w / "inst/src/util.h").string(), "--patched-file", (e.t / "in/util2.h").string(), "--artifact",
-            (e.w / "inst/lib/libk.so").string(), "--artifact", (e.w / "inst/lib/new.so").string(), "--invalidate-cache",
-            (e.w / "inst/cache").string(), "--cache-snapshot", "tar", "--build-cwd", (e.w / "inst").string(), "--build-cmd", kBuild};
+    return {"add-native",
+            "--overlay",
+            (e.w / "ov2").string(),
+            "--over",
+            (e.w / "ov").string(),
+            "--target",
+            (e.w / "inst/src/k.c").string(),
+            "--patched-file",
+            (e.t / "in/patched2.c").string(),
+            "--target",
+            (e.w / "inst/src/util.h").string(),
+            "--patched-file",
+            (e.t / "in/util2.h").string(),
+            "--artifact",
+            (e.w / "inst/lib/libk.so").string(),
+            "--artifact",
+            (e.w / "inst/lib/new.so").string(),
+            "--invalidate-cache",
+            (e.w / "inst/cache").string(),
+            "--cache-snapshot",
+            "tar",
+            "--build-cwd",
+            (e.w / "inst").string(),
+            "--build-cmd",
+            kBuild};
   }
   static std::vector<std::string> fold(const Explorer& e) {
     return {"fold", "--from", (e.w / "ov2").string(), "--into", (e.w / "ov").string()};
   }
   // Reverts the accepted overlay with its layers, then gc-stale; the install must end original.
-  static std::string revert_accepted(Explorer& x, const std::vector<std::string>& bad, std::string& said, const std::string& before) {
+  static std::string revert_accepted(Explorer& x, const std::vector<std::string>& bad, std::string& said,
+                                     const std::string& before) {
     Cmd a = run_overlay({"revert", "--overlay", (x.w / "ov").string(), "--with-layers"}, x.t.path(), x.env);
     Cmd gc = run_overlay(x.gc(), x.t.path(), x.env);
     said = before + "; revert --with-layers exit " + std::to_string(a.rc) + ": " + a.out + a.err + "; gc-stale exit " +
@@ -466,7 +533,8 @@ struct FoldExplorer {
     auto am = overlay::load_manifest(overlay::real_disk(), x.w / "ov");
     auto cm = overlay::load_manifest(overlay::real_disk(), x.w / "ov2");
     if (cm && !cm->natives.empty()) return "the fold ran again, yet the candidate still has entries (" + first + ")";
-    if (!am || am->natives.empty()) return "the fold ran again, and the accepted overlay records nothing (" + first + ")";
+    if (!am || am->natives.empty())
+      return "the fold ran again, and the accepted overlay records nothing (" + first + ")";
     const std::string k = (x.w / "inst/src/k.c").string();
     const overlay::SourceItem* oldest = nullptr;
     std::string top;
@@ -478,7 +546,8 @@ struct FoldExplorer {
         }
     if (oldest == nullptr || oldest->sha256 != overlay::sha256_hex("int k() { return 4; }\n") ||
         top != overlay::sha256_hex(read_file(x.t / "in/patched2.c")))
-      return "after the fold, the accepted overlay does not hold k.c's pristine original and the candidate's bytes (" + first + ")";
+      return "after the fold, the accepted overlay does not hold k.c's pristine original and the candidate's bytes (" +
+             first + ")";
     return revert_accepted(x, bad, said, first);
   }
 };
@@ -524,8 +593,9 @@ TEST(PowerLoss, WithoutItsDirectoryFsyncsTheSameRunLosesEntries) {
     if (!(real.op(i).op == "fsync" && real.op(i).path2 == "dir")) ops.push_back(real.op(i));
   Trace mutated(x.w, x.recorded_from, ops);
   Tally t = explore(x, mutated, Model::ordered, Enough::three_failures);
-  std::printf("POWERLOSS | the same add-native without its directory fsyncs: %llu failures in the first %llu distinct states\n",
-              static_cast<unsigned long long>(t.failures), static_cast<unsigned long long>(t.distinct));
+  std::printf(
+      "POWERLOSS | the same add-native without its directory fsyncs: %llu failures in the first %llu distinct states\n",
+      static_cast<unsigned long long>(t.failures), static_cast<unsigned long long>(t.distinct));
   for (const auto& f : t.first_failures) std::printf("  %s\n", f.c_str());
   EXPECT_EQ(t.failures, 3u);
 }
@@ -547,7 +617,8 @@ TEST(PowerLoss, RegressionTrashOfARestoredCacheNeverOutlivesItsEntry) {
   std::size_t prefix = after_manifest_commit(tr);
   ASSERT_GT(prefix, 0u);
   auto point = tr.at(prefix, Model::ordered);
-  auto pick = lose_if(point, [&](const TraceOp& o) { return o.op == "remove" && o.path.find("/inst/") != std::string::npos; });
+  auto pick =
+      lose_if(point, [&](const TraceOp& o) { return o.op == "remove" && o.path.find("/inst/") != std::string::npos; });
   Tree state = point.materialize(pick);
   auto manifest = overlay::parse_manifest(state.at("ov/_overlay_manifest.json").data);
   std::size_t trash = 0;
@@ -556,7 +627,8 @@ TEST(PowerLoss, RegressionTrashOfARestoredCacheNeverOutlivesItsEntry) {
     if (at == std::string::npos || rel.find('/', at) != std::string::npos) continue;
     ++trash;
     std::string abs = (x.w / rel).string();
-    EXPECT_NE(std::find(manifest.litter.begin(), manifest.litter.end(), abs), manifest.litter.end()) << rel << " is named nowhere";
+    EXPECT_NE(std::find(manifest.litter.begin(), manifest.litter.end(), abs), manifest.litter.end())
+        << rel << " is named nowhere";
   }
   EXPECT_GT(trash, 0u) << "the seed no longer keeps the trash tree";
   EXPECT_EQ(check_state(x, state), "") << point.describe(pick);
@@ -575,7 +647,8 @@ TEST(PowerLoss, RegressionTempOfACreatedFileIsSwept) {
   auto point = tr.at(prefix, Model::ordered);
   std::vector<int> pick(point.choices().size(), 0);
   Tree state = point.materialize(pick);
-  bool temp = std::any_of(state.begin(), state.end(), [](const auto& kv) { return kv.first.find(".extra.c.overlay-new-") != std::string::npos; });
+  bool temp = std::any_of(state.begin(), state.end(),
+                          [](const auto& kv) { return kv.first.find(".extra.c.overlay-new-") != std::string::npos; });
   ASSERT_TRUE(temp);
   EXPECT_EQ(check_state(x, state), "") << point.describe(pick);
 }

@@ -89,7 +89,8 @@ class Sim {
     bool two = o == "rename" || o == "exchange" || o == "link";
     // Scratch space elsewhere (a diff tried on private copies in $TMPDIR) is not the tree's.
     if (!inside(op.path) && !(two && inside(op.path2))) return;
-    if (two && inside(op.path) != inside(op.path2)) throw std::runtime_error("crash model: a rename across the root: " + op.path);
+    if (two && inside(op.path) != inside(op.path2))
+      throw std::runtime_error("crash model: a rename across the root: " + op.path);
     if (o == "create") return create(i, op);
     if (o == "write" || o == "clone" || o == "copy") return write(op);
     if (o == "fsync") return op.path2 == "dir" ? sync_dir(op.path) : sync_file(op.path);
@@ -172,7 +173,8 @@ class Sim {
     // The ordered model's "a surviving rename brings the data written before it" is kept simple
     // by this: no trace writes to a file after renaming it.
     if (n.renamed) throw std::runtime_error("crash model: a write after a rename of " + op.path);
-    if (op.data.size() != op.size) throw std::runtime_error("crash model: the trace has no bytes (OVERLAY_DISK_TRACE_BYTES=1)");
+    if (op.data.size() != op.size)
+      throw std::runtime_error("crash model: the trace has no bytes (OVERLAY_DISK_TRACE_BYTES=1)");
     if (n.data.size() < op.offset + op.size) n.data.resize(op.offset + op.size, '\0');
     n.data.replace(op.offset, op.size, op.data);
   }
@@ -265,7 +267,9 @@ std::vector<TraceOp> parse_trace(const std::string& text) {
     if (line.empty()) continue;
     auto f = split_tabs(line);
     if (f.size() < 6) throw std::runtime_error("crash model: a short trace line: " + line);
-    TraceOp op{f[0], f[1], f[2], std::stoull(f[3]), std::stoull(f[4]), static_cast<unsigned>(std::stoul(f[5], nullptr, 8)), {}};
+    TraceOp op{
+        f[0], f[1], f[2], std::stoull(f[3]), std::stoull(f[4]), static_cast<unsigned>(std::stoul(f[5], nullptr, 8)),
+        {}};
     if (f.size() > 6) op.data = unhex(f[6]);
     ops.push_back(std::move(op));
   }
@@ -305,7 +309,8 @@ Tree read_tree(const fs::path& root) {
 void write_tree(const fs::path& root, const Tree& tree) {
   std::error_code ec;
   // A directory left without write or search permission by a mode under test must still go.
-  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
     if (it->is_directory(ec) && !it->is_symlink(ec)) ::chmod(it->path().c_str(), 0700);
   for (const auto& e : fs::directory_iterator(root)) fs::remove_all(e.path());
   for (const auto& [rel, n] : tree) {
@@ -317,7 +322,8 @@ void write_tree(const fs::path& root, const Tree& tree) {
       fs::create_symlink(n.data, p);
     } else {
       int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-      if (fd < 0 || ::write(fd, n.data.data(), n.data.size()) != static_cast<ssize_t>(n.data.size()) || ::fchmod(fd, n.mode) != 0)
+      if (fd < 0 || ::write(fd, n.data.data(), n.data.size()) != static_cast<ssize_t>(n.data.size()) ||
+          ::fchmod(fd, n.mode) != 0)
         throw std::runtime_error("write_tree: " + p.string());
       ::close(fd);
     }
@@ -329,8 +335,10 @@ void write_tree(const fs::path& root, const Tree& tree) {
 Tree subtree(const Tree& tree, const std::string& rel) {
   Tree out;
   for (const auto& [p, n] : tree) {
-    if (p == rel) out[""] = n;
-    else if (p.rfind(rel + "/", 0) == 0) out[p.substr(rel.size() + 1)] = n;
+    if (p == rel)
+      out[""] = n;
+    else if (p.rfind(rel + "/", 0) == 0)
+      out[p.substr(rel.size() + 1)] = n;
   }
   return out;
 }
@@ -347,8 +355,10 @@ std::string tree_diff(const Tree& want, const Tree& got, std::size_t limit) {
   };
   for (const auto& [p, w] : want) {
     auto g = got.find(p);
-    if (g == got.end()) say("missing " + p + " (" + what(w) + ")");
-    else if (!(g->second == w)) say("differs " + p + ": want " + what(w) + ", got " + what(g->second));
+    if (g == got.end())
+      say("missing " + p + " (" + what(w) + ")");
+    else if (!(g->second == w))
+      say("differs " + p + ": want " + what(w) + ", got " + what(g->second));
   }
   for (const auto& [p, g] : got)
     if (!want.count(p)) say("extra " + p + " (" + what(g) + ")");
@@ -416,7 +426,8 @@ Trace::Point Trace::at(std::size_t prefix, Model model) const {
 std::uint64_t Trace::Point::combinations() const {
   constexpr std::uint64_t kCap = std::uint64_t{1} << 62;
   std::uint64_t n = 1;
-  for (const auto& c : choices_) n = n > kCap / static_cast<std::uint64_t>(c.outcomes) ? kCap : n * static_cast<std::uint64_t>(c.outcomes);
+  for (const auto& c : choices_)
+    n = n > kCap / static_cast<std::uint64_t>(c.outcomes) ? kCap : n * static_cast<std::uint64_t>(c.outcomes);
   return n;
 }
 
@@ -453,8 +464,10 @@ Tree Trace::Point::materialize(const std::vector<int>& pick) const {
     if (unit.rename && model_ == Model::ordered && data_pick.count(unit.inode)) data_pick[unit.inode] = 0;
     for (const auto& ch : unit.changes) {
       auto& dir = entries[ch.dir];
-      if (ch.add) dir[ch.name] = ch.inode;
-      else if (dir.count(ch.name) && dir[ch.name] == ch.inode) dir.erase(ch.name);
+      if (ch.add)
+        dir[ch.name] = ch.inode;
+      else if (dir.count(ch.name) && dir[ch.name] == ch.inode)
+        dir.erase(ch.name);
     }
   }
   Tree out;
@@ -500,8 +513,7 @@ std::string Trace::Point::describe(const std::vector<int>& pick) const {
     } else {
       const auto& o = st.data.at(c.index)[static_cast<std::size_t>(pick[i])];
       out << "; data of " << st.inodes[static_cast<std::size_t>(c.index)].name << " reads " << o.size() << " of "
-          << st.inodes[static_cast<std::size_t>(c.index)].data.size() << " bytes"
-          << (pick[i] == 1 ? " (lost)" : "");
+          << st.inodes[static_cast<std::size_t>(c.index)].data.size() << " bytes" << (pick[i] == 1 ? " (lost)" : "");
     }
   }
   return out.str();

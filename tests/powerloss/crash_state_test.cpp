@@ -1,12 +1,13 @@
 // The crash-state model itself: which trees a power cut may leave, per persistence model.
 #include "crash_state.hpp"
 
-#include <gtest/gtest.h>
-
 #include <set>
+
+#include <gtest/gtest.h>
 
 #include "overlay/file_ops.hpp"
 #include "overlay/recording_disk.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay::test;
@@ -67,7 +68,8 @@ TEST(CrashModel, UnsyncedDataIsLostOrCutAtFourKiBOrZeroedUnderWriteback) {
   std::vector<TraceOp> ops = {op("create", "/f", "exclusive"), op("write", "/f", "", data), op("close", "/f"),
                               op("fsync", "", "dir")};
   Trace tr(kRoot, empty_root(), ops);
-  std::set<std::string> want = {"f=" + data + ";", "f=;", "f=" + data.substr(0, 4096) + ";", "f=" + data.substr(0, 8192) + ";"};
+  std::set<std::string> want = {"f=" + data + ";", "f=;", "f=" + data.substr(0, 4096) + ";",
+                                "f=" + data.substr(0, 8192) + ";"};
   EXPECT_EQ(states(tr, tr.size(), Model::ordered), want);
   want.insert("f=" + std::string(10000, '\0') + ";");
   EXPECT_EQ(states(tr, tr.size(), Model::writeback), want);
@@ -79,7 +81,8 @@ TEST(CrashModel, OrderedModeBringsDataWithASurvivingRenameWritebackDoesNot) {
   t["m"] = Node{'f', 0644, "old"};
   Trace tr(kRoot, t, lockfile_write("new", false, true));
   EXPECT_EQ(states(tr, tr.size(), Model::ordered), (std::set<std::string>{"m=new;"}));
-  EXPECT_EQ(states(tr, tr.size(), Model::writeback), (std::set<std::string>{"m=new;", "m=;", std::string("m=\0\0\0;", 6)}));
+  EXPECT_EQ(states(tr, tr.size(), Model::writeback),
+            (std::set<std::string>{"m=new;", "m=;", std::string("m=\0\0\0;", 6)}));
 }
 
 TEST(CrashModel, SyncfsMakesEverythingDurableAndAChmodMayBeLostBeforeIt) {
@@ -90,7 +93,8 @@ TEST(CrashModel, SyncfsMakesEverythingDurableAndAChmodMayBeLostBeforeIt) {
   Trace tr(kRoot, t, ops);
   auto before = tr.at(2, Model::ordered);
   std::set<unsigned> modes;
-  for (std::uint64_t n = 0; n < before.combinations(); ++n) modes.insert(before.materialize(before.nth(n)).at("d").mode);
+  for (std::uint64_t n = 0; n < before.combinations(); ++n)
+    modes.insert(before.materialize(before.nth(n)).at("d").mode);
   EXPECT_EQ(modes, (std::set<unsigned>{0700, 0755}));
   EXPECT_EQ(before.combinations(), 4u);  // the mkdir and the chmod, each kept or lost
   EXPECT_EQ(tr.at(3, Model::ordered).combinations(), 1u);
@@ -136,7 +140,8 @@ TEST(CrashModel, ExchangeSwapsBothNamesOrNeither) {
   initial["b"] = Node{'f', 0644, "two"};
   std::vector<TraceOp> ops = {op("exchange", "/a/x", "/b"), op("fsync", "", "dir")};
   Trace tr(kRoot, initial, ops);
-  EXPECT_EQ(states(tr, 1, Model::writeback), (std::set<std::string>{"a=<dir>;a/x=one;b=two;", "a=<dir>;a/x=two;b=one;"}));
+  EXPECT_EQ(states(tr, 1, Model::writeback),
+            (std::set<std::string>{"a=<dir>;a/x=one;b=two;", "a=<dir>;a/x=two;b=one;"}));
   // Durable once the second name's directory is fsynced.
   EXPECT_EQ(states(tr, 2, Model::ordered), (std::set<std::string>{"a=<dir>;a/x=two;b=one;"}));
 }

@@ -3,14 +3,14 @@
 // $OVERLAY_DISK_TRACE records every Disk operation; every file-changing syscall of our processes
 // must match a recorded Disk operation on the same path. The build's own processes (everything
 // from its execve on) are left out: their writes are not ours to order.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <map>
 #include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
+
+#include <gtest/gtest.h>
 
 #include "test_util.hpp"
 
@@ -27,10 +27,13 @@ struct Syscall {
 // The Disk ops that account for a syscall of each kind (create sets the exact mode with fchmod;
 // mkdir likewise).
 const std::map<std::string, std::set<std::string>> kAccountedBy = {
-    {"create", {"create"}}, {"write", {"write", "copy", "clone"}},   {"fsync", {"fsync"}},   {"syncfs", {"syncfs"}},
-    {"rename", {"rename"}}, {"remove", {"remove"}}, {"mkdir", {"mkdir"}},   {"symlink", {"symlink"}},
-    {"link", {"link"}},     {"chmod", {"chmod", "create", "mkdir"}},         {"utime", {"utime"}},
-    {"chown", {"chown"}},   {"truncate", {"create"}}};
+    {"create", {"create"}},  {"write", {"write", "copy", "clone"}},
+    {"fsync", {"fsync"}},    {"syncfs", {"syncfs"}},
+    {"rename", {"rename"}},  {"remove", {"remove"}},
+    {"mkdir", {"mkdir"}},    {"symlink", {"symlink"}},
+    {"link", {"link"}},      {"chmod", {"chmod", "create", "mkdir"}},
+    {"utime", {"utime"}},    {"chown", {"chown"}},
+    {"truncate", {"create"}}};
 
 // The quoted string arguments of a strace line, unescaped enough for paths.
 std::vector<std::string> quoted(const std::string& args) {
@@ -55,12 +58,14 @@ std::optional<Syscall> classify(const std::string& call, const std::string& args
   auto q = quoted(args);
   auto last = [&] { return q.empty() ? std::string() : q.back(); };
   if (call == "openat" || call == "open" || call == "creat") {
-    bool writes = call == "creat" || args.find("O_CREAT") != std::string::npos || args.find("O_WRONLY") != std::string::npos ||
-                  args.find("O_RDWR") != std::string::npos || args.find("O_TRUNC") != std::string::npos;
+    bool writes = call == "creat" || args.find("O_CREAT") != std::string::npos ||
+                  args.find("O_WRONLY") != std::string::npos || args.find("O_RDWR") != std::string::npos ||
+                  args.find("O_TRUNC") != std::string::npos;
     if (!writes || q.empty()) return std::nullopt;
     return Syscall{"create", q.front(), line};
   }
-  if (call == "write" || call == "pwrite64" || call == "writev" || call == "pwritev") return Syscall{"write", fd_path(args), line};
+  if (call == "write" || call == "pwrite64" || call == "writev" || call == "pwritev")
+    return Syscall{"write", fd_path(args), line};
   // A kernel copy writes to its second fd; a clone (ioctl FICLONE) to its first.
   if (call == "copy_file_range") {
     auto second = args.find(", ", args.find(", ") + 2);
@@ -69,7 +74,8 @@ std::optional<Syscall> classify(const std::string& call, const std::string& args
   if (call == "ioctl" && args.find("FICLONE") != std::string::npos) return Syscall{"write", fd_path(args), line};
   if (call == "fsync" || call == "fdatasync") return Syscall{"fsync", fd_path(args), line};
   if (call == "syncfs") return Syscall{"syncfs", fd_path(args), line};
-  if (call == "rename" || call == "renameat" || call == "renameat2") return Syscall{"rename", q.empty() ? "" : q.front(), line};
+  if (call == "rename" || call == "renameat" || call == "renameat2")
+    return Syscall{"rename", q.empty() ? "" : q.front(), line};
   if (call == "unlink" || call == "unlinkat" || call == "rmdir") return Syscall{"remove", last(), line};
   if (call == "mkdir" || call == "mkdirat") return Syscall{"mkdir", last(), line};
   if (call == "symlink" || call == "symlinkat") return Syscall{"symlink", last(), line};
@@ -79,7 +85,8 @@ std::optional<Syscall> classify(const std::string& call, const std::string& args
   if (call == "utimensat") return Syscall{"utime", q.empty() ? fd_path(args) : q.front(), line};
   if (call == "chown" || call == "lchown" || call == "fchownat") return Syscall{"chown", last(), line};
   if (call == "fchown") return Syscall{"chown", fd_path(args), line};
-  if (call == "truncate" || call == "ftruncate") return Syscall{"truncate", q.empty() ? fd_path(args) : q.front(), line};
+  if (call == "truncate" || call == "ftruncate")
+    return Syscall{"truncate", q.empty() ? fd_path(args) : q.front(), line};
   return std::nullopt;
 }
 
@@ -138,8 +145,9 @@ TEST(DiskBypass, EveryFileChangeOfOursGoesThroughDisk) {
   std::vector<std::vector<std::string>> runs;
   for (std::string snapshot : {"tar", "move"}) {
     runs.push_back({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                    (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(),
-                    "--cache-snapshot", snapshot, "--build-cwd", in.root.string(), "--build-cmd", build});
+                    (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
+                    in.cache.string(), "--cache-snapshot", snapshot, "--build-cwd", in.root.string(), "--build-cmd",
+                    build});
     runs.push_back({"revert", "--overlay", (t / "ov").string()});
   }
   std::string before = tree_digest(in.root);
@@ -147,8 +155,15 @@ TEST(DiskBypass, EveryFileChangeOfOursGoesThroughDisk) {
   int n = 0;
   for (const auto& args : runs) {
     fs::path out = t / ("strace-" + std::to_string(n++) + ".txt");
-    std::vector<std::string> argv = {"strace", "-f", "-y", "-qq", "-o", out.string(), "-e",
-                                     "trace=%file,%desc,write,pwrite64,writev,fsync,fdatasync,syncfs,fchmod,fchown,ftruncate,clone,clone3,fork,vfork,execve",
+    std::vector<std::string> argv = {"strace",
+                                     "-f",
+                                     "-y",
+                                     "-qq",
+                                     "-o",
+                                     out.string(),
+                                     "-e",
+                                     "trace=%file,%desc,write,pwrite64,writev,fsync,fdatasync,syncfs,fchmod,fchown,"
+                                     "ftruncate,clone,clone3,fork,vfork,execve",
                                      overlay_binary()};
     argv.insert(argv.end(), args.begin(), args.end());
     Cmd c = run(argv, t.path(), env);
@@ -178,9 +193,10 @@ TEST(DiskBypass, EveryFileChangeOfOursGoesThroughDisk) {
   }
   std::string kinds;
   for (const auto& [k, c] : per_kind) kinds += " " + k + "=" + std::to_string(c);
-  std::printf("disk bypass: %zu file-changing syscalls of ours (%s), %zu Disk ops recorded, %d syscalls of the build left out, "
-              "%zu not through Disk\n",
-              tr.ours.size(), kinds.c_str() + 1, recorded.size(), tr.by_build, bypass.size());
+  std::printf(
+      "disk bypass: %zu file-changing syscalls of ours (%s), %zu Disk ops recorded, %d syscalls of the build left out, "
+      "%zu not through Disk\n",
+      tr.ours.size(), kinds.c_str() + 1, recorded.size(), tr.by_build, bypass.size());
   for (const auto& b : bypass) ADD_FAILURE() << "not through Disk: " << b;
   // The check must be able to fail: the build's own writes were seen (and set aside), and ours
   // were seen too.

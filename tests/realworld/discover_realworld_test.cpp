@@ -5,18 +5,18 @@
 // Regressions for the three failures the issue opens with: order-only edges on GoogleTest's own
 // CMake tree, outputs never named (torch BuildExtension's object and build copy, a Makefile that
 // compiles without -o), and the wrong interpreter first on PATH.
-#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
 
@@ -31,7 +31,6 @@ std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
-
 
 // SHA-256 of every regular file below each root, by path; build logs and deps aside (they
 // record that a build ran, not what it built).
@@ -50,7 +49,8 @@ std::map<std::string, std::string> file_digests(const std::vector<fs::path>& roo
   return d;
 }
 
-std::vector<std::string> differing(const std::map<std::string, std::string>& a, const std::map<std::string, std::string>& b) {
+std::vector<std::string> differing(const std::map<std::string, std::string>& a,
+                                   const std::map<std::string, std::string>& b) {
   std::vector<std::string> out;
   for (const auto& [p, h] : a)
     if (!b.count(p) || b.at(p) != h) out.push_back(p);
@@ -76,8 +76,8 @@ std::vector<std::string> home_env(const TempDir& t, std::vector<std::string> ext
 struct RoundTrip {
   fs::path ov;
   std::vector<std::string> env;
-  std::vector<fs::path> trees;              // every file below these must come back byte-exact
-  std::function<std::string()> value;       // what the built code computes (empty: not checked)
+  std::vector<fs::path> trees;         // every file below these must come back byte-exact
+  std::function<std::string()> value;  // what the built code computes (empty: not checked)
   std::string old_value, new_value;
 
   json discover(const fs::path& target, const fs::path& root) const {
@@ -116,7 +116,8 @@ struct RoundTrip {
     EXPECT_EQ(st.rc, 0) << st.out << st.err << a.err;
     std::size_t at = a.err.find("the build rewrote ");
     std::string clear = at == std::string::npos ? "" : a.err.substr(at + 18, a.err.find(' ', at + 18) - at - 18);
-    std::string line = trim(v.out.substr(v.out.rfind("FRESH"))) + " | revert: " + (diff.empty() ? "byte-exact" : "DIFFERENT") +
+    std::string line = trim(v.out.substr(v.out.rfind("FRESH"))) +
+                       " | revert: " + (diff.empty() ? "byte-exact" : "DIFFERENT") +
                        " | status: " + (st.rc == 0 ? "clean" : "NOT clean") +
                        (clear.empty() ? "" : " | " + clear + " untracked output(s) holding no patched code");
     if (value) line += " | value " + old_value + " -> " + during + " -> " + value();
@@ -130,7 +131,8 @@ struct RoundTrip {
 std::string patched_text(const fs::path& src) {
   std::string text = read_file(src);
   std::string stem = src.stem().string();
-  std::replace_if(stem.begin(), stem.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
+  std::replace_if(
+      stem.begin(), stem.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
   std::string linkage = src.extension() == ".c" ? "" : "extern \"C\" ";
   std::string probe = "\n" + linkage + "int overlay_probe_" + stem + "(void) { return 7; }\n";
   if (src.extension() == ".h") {
@@ -158,9 +160,11 @@ TEST(DiscoverRealWorld, GoogletestEverySourceOnlyEdgesThatRebuild) {
   json d = rt.discover(t / "src/googletest/src/gtest-printers.cc", t.path());
   ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
   EXPECT_EQ(strings(d["candidates"][0]["artifacts"]),
-            (std::set<std::string>{(build / "googletest/CMakeFiles/gtest.dir/src/gtest-all.cc.o").string(), (build / "lib/libgtest.a").string()}));
+            (std::set<std::string>{(build / "googletest/CMakeFiles/gtest.dir/src/gtest-all.cc.o").string(),
+                                   (build / "lib/libgtest.a").string()}));
   std::string ev = d["candidates"][0]["evidence"].dump();
-  EXPECT_NE(ev.find("order-only inputs): lib/libgmock.a lib/libgmock_main.a lib/libgtest_main.a"), std::string::npos) << ev;
+  EXPECT_NE(ev.find("order-only inputs): lib/libgmock.a lib/libgmock_main.a lib/libgtest_main.a"), std::string::npos)
+      << ev;
 
   std::vector<fs::path> sources;
   for (const auto& e : fs::directory_iterator(t / "src/googletest/src")) sources.push_back(e.path());
@@ -174,8 +178,8 @@ TEST(DiscoverRealWorld, GoogletestEverySourceOnlyEdgesThatRebuild) {
     for (const auto& a : cand["artifacts"]) EXPECT_EQ(a.get<std::string>().find("gmock"), std::string::npos) << a;
     write_file(t / "patched" / src.filename(), patched_text(src));
     std::string line = rt.run_once(cand, t / "patched" / src.filename());
-    std::cout << "ROUNDTRIP | googletest " << src.filename().string() << " | artifacts " << cand["artifacts"].size() << " | " << line
-              << std::endl;
+    std::cout << "ROUNDTRIP | googletest " << src.filename().string() << " | artifacts " << cand["artifacts"].size()
+              << " | " << line << std::endl;
   }
 }
 
@@ -202,10 +206,11 @@ TEST(DiscoverRealWorld, MakefileCompilingWithoutDashOEverySource) {
     ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
     json cand = d["candidates"][0];
     EXPECT_EQ(cand["kind"], "make");
-    EXPECT_EQ(strings(cand["artifacts"]), (std::set<std::string>{(lib / "liblz4.a").string(), (lib / (std::string(name) + ".o")).string()}));
+    EXPECT_EQ(strings(cand["artifacts"]),
+              (std::set<std::string>{(lib / "liblz4.a").string(), (lib / (std::string(name) + ".o")).string()}));
     write_file(t / "patched" / src.filename(), patched_text(src));
-    std::cout << "ROUNDTRIP | make without -o " << src.filename().string() << " | " << rt.run_once(cand, t / "patched" / src.filename())
-              << std::endl;
+    std::cout << "ROUNDTRIP | make without -o " << src.filename().string() << " | "
+              << rt.run_once(cand, t / "patched" / src.filename()) << std::endl;
   }
 }
 
@@ -217,14 +222,16 @@ TEST(DiscoverRealWorld, TorchBuildExtensionEveryOutputAndTheRightInterpreter) {
     GTEST_SKIP() << kSystemPython << " lacks torch (python3-torch, libtorch-dev)";
   TempDir t;
   fs::path proj = t / "proj";
-  std::string body = "#include <torch/extension.h>\ntorch::Tensor value() { return torch::full({1}, VALUE); }\n"
-                     "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"value\", &value); }\n";
+  std::string body =
+      "#include <torch/extension.h>\ntorch::Tensor value() { return torch::full({1}, VALUE); }\n"
+      "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"value\", &value); }\n";
   write_file(proj / "csrc/bx.cpp", "#define VALUE 4.0\n" + body);
   write_file(t / "best/bx.cpp", "#define VALUE 7.0\n" + body);
   write_file(proj / "bxpkg/__init__.py", "");
   write_file(proj / "setup.py",
              "from setuptools import setup\nfrom torch.utils.cpp_extension import BuildExtension, CppExtension\n"
-             "setup(name='bx', ext_modules=[CppExtension('bxpkg._bx', ['csrc/bx.cpp'])], cmdclass={'build_ext': BuildExtension})\n");
+             "setup(name='bx', ext_modules=[CppExtension('bxpkg._bx', ['csrc/bx.cpp'])], cmdclass={'build_ext': "
+             "BuildExtension})\n");
   Cmd b = run({kSystemPython, "setup.py", "-q", "build_ext", "--inplace"}, proj);
   ASSERT_EQ(b.rc, 0) << b.err;
   // The wrong interpreter first on PATH: a real python3 that cannot see torch (no site dirs).
@@ -244,7 +251,10 @@ TEST(DiscoverRealWorld, TorchBuildExtensionEveryOutputAndTheRightInterpreter) {
   std::set<std::string> kinds;
   for (const auto& a : cand["artifacts"]) {
     std::string rel = fs::path(a.get<std::string>()).lexically_relative(proj).string();
-    kinds.insert(rel.rfind("build/temp.", 0) == 0 ? "object" : rel.rfind("build/lib.", 0) == 0 ? "build copy" : rel.rfind("bxpkg/_bx.", 0) == 0 ? "in place" : rel);
+    kinds.insert(rel.rfind("build/temp.", 0) == 0  ? "object"
+                 : rel.rfind("build/lib.", 0) == 0 ? "build copy"
+                 : rel.rfind("bxpkg/_bx.", 0) == 0 ? "in place"
+                                                   : rel);
   }
   EXPECT_EQ(kinds, (std::set<std::string>{"object", "build copy", "in place"})) << cand.dump(2);
   std::string py = cand["build_cmd"][0];
@@ -267,28 +277,32 @@ TEST(DiscoverRealWorld, AiterJitModuleSourceAndHeaderWithoutDepfiles) {
   write_file(csrc / "kernel.cpp", "#include \"kernel.h\"\nextern \"C\" int kernel() { return VALUE; }\n");
   write_file(t / "best/kernel.cpp", "#include \"kernel.h\"\nextern \"C\" int kernel() { return VALUE + 3; }\n");
   write_file(t / "best/kernel.h", "#ifndef KERNEL_H\n#define KERNEL_H\n#define VALUE 7\n#endif\n");
-  write_file(t / "build_module.py",
-             "import os, shutil, sys\nfrom torch.utils import cpp_extension\n"
-             "jit, md, src, inc = sys.argv[1:]\nbd = os.path.join(jit, 'build', md, 'build')\nos.makedirs(bd, exist_ok=True)\n"
-             "cpp_extension.load(name=md, sources=[src], extra_include_paths=[inc], build_directory=bd, is_python_module=False)\n"
-             "shutil.copy(os.path.join(bd, md + '.so'), os.path.join(jit, md + '.so'))\n");
-  Cmd b = run({kSystemPython, (t / "build_module.py").string(), jit.string(), "module_k", (csrc / "kernel.cpp").string(),
-               (csrc / "include").string()});
+  write_file(
+      t / "build_module.py",
+      "import os, shutil, sys\nfrom torch.utils import cpp_extension\n"
+      "jit, md, src, inc = sys.argv[1:]\nbd = os.path.join(jit, 'build', md, 'build')\nos.makedirs(bd, exist_ok=True)\n"
+      "cpp_extension.load(name=md, sources=[src], extra_include_paths=[inc], build_directory=bd, "
+      "is_python_module=False)\n"
+      "shutil.copy(os.path.join(bd, md + '.so'), os.path.join(jit, md + '.so'))\n");
+  Cmd b = run({kSystemPython, (t / "build_module.py").string(), jit.string(), "module_k",
+               (csrc / "kernel.cpp").string(), (csrc / "include").string()});
   ASSERT_EQ(b.rc, 0) << b.err;
-  RoundTrip rt{t / "ov", home_env(t, {"AITER_JIT_DIR=" + jit.string()}),
-               {t / "aiter"}, {}, "4", "7"};
+  RoundTrip rt{t / "ov", home_env(t, {"AITER_JIT_DIR=" + jit.string()}), {t / "aiter"}, {}, "4", "7"};
   rt.value = [&] {
-    Cmd c = run({kSystemPython, "-c", "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).kernel())", (jit / "module_k.so").string()});
+    Cmd c = run({kSystemPython, "-c", "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).kernel())",
+                 (jit / "module_k.so").string()});
     return c.rc == 0 ? trim(c.out) : "error: " + c.err;
   };
-  std::set<std::string> all = {(bdir / "kernel.o").string(), (bdir / "module_k.so").string(), (jit / "module_k.so").string()};
+  std::set<std::string> all = {(bdir / "kernel.o").string(), (bdir / "module_k.so").string(),
+                               (jit / "module_k.so").string()};
   json d = rt.discover(csrc / "kernel.cpp", t.path());
   std::cout << "DISCOVER aiter JIT module:\n" << d.dump(2) << std::endl;
   ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
   json cand = d["candidates"][0];
   EXPECT_EQ(cand["kind"], "aiter-jit");
   EXPECT_EQ(strings(cand["artifacts"]), all) << cand.dump(2);
-  EXPECT_EQ(cand["build_cmds"], json({{"ninja", "-C", bdir.string()}, {"cp", (bdir / "module_k.so").string(), (jit / "module_k.so").string()}}));
+  EXPECT_EQ(cand["build_cmds"], json({{"ninja", "-C", bdir.string()},
+                                      {"cp", (bdir / "module_k.so").string(), (jit / "module_k.so").string()}}));
   std::cout << "ROUNDTRIP | aiter JIT module, source | " << rt.run_once(cand, t / "best/kernel.cpp") << std::endl;
 
   // aiter's rules record no depfiles: strip them, as ROCm's build.ninja has none (after the
@@ -300,7 +314,8 @@ TEST(DiscoverRealWorld, AiterJitModuleSourceAndHeaderWithoutDepfiles) {
     if (nl == std::string::npos) nl = text.size();
     std::string line = text.substr(at, nl - at);
     if (auto md = line.find("-MMD -MF $out.d "); md != std::string::npos) line.erase(md, 16);
-    if (line.find("depfile =") == std::string::npos && line.find("deps = gcc") == std::string::npos) kept += line + "\n";
+    if (line.find("depfile =") == std::string::npos && line.find("deps = gcc") == std::string::npos)
+      kept += line + "\n";
   }
   write_file(bdir / "build.ninja", kept);
   fs::remove(bdir / ".ninja_deps");
@@ -312,7 +327,8 @@ TEST(DiscoverRealWorld, AiterJitModuleSourceAndHeaderWithoutDepfiles) {
   EXPECT_EQ(strings(hc["artifacts"]), all) << hc.dump(2);
   EXPECT_EQ(hc["build_cmds"][0], json({"rm", "-f", (bdir / "kernel.o").string()})) << hc.dump(2);
   EXPECT_NE(hc["evidence"].dump().find("no depfile records kernel.h"), std::string::npos) << hc["evidence"].dump(2);
-  std::cout << "ROUNDTRIP | aiter JIT module, header without depfiles | " << rt.run_once(hc, t / "best/kernel.h") << std::endl;
+  std::cout << "ROUNDTRIP | aiter JIT module, header without depfiles | " << rt.run_once(hc, t / "best/kernel.h")
+            << std::endl;
 }
 
 // A CMake project whose install step copies the library (as vLLM's setup.py does for _C.abi3.so
@@ -325,20 +341,26 @@ TEST(DiscoverRealWorld, CMakeInstallStepCopiesAreArtifacts) {
              "install(TARGETS fast LIBRARY DESTINATION lib)\n");
   write_file(proj / "kernel.cpp", "extern \"C\" int kernel() { return 4; }\n");
   write_file(t / "best/kernel.cpp", "extern \"C\" int kernel() { return 7; }\n");
-  ASSERT_EQ(run({"cmake", "-S", proj.string(), "-B", build.string(), "-G", "Ninja", "-DCMAKE_INSTALL_PREFIX=" + prefix.string()}).rc, 0);
+  ASSERT_EQ(run({"cmake", "-S", proj.string(), "-B", build.string(), "-G", "Ninja",
+                 "-DCMAKE_INSTALL_PREFIX=" + prefix.string()})
+                .rc,
+            0);
   ASSERT_EQ(run({"cmake", "--build", build.string()}).rc, 0);
   ASSERT_EQ(run({"cmake", "--install", build.string()}).rc, 0);
   // What loads the installed copy: a C program that dlopens it.
-  write_file(t / "use.c", "#include <dlfcn.h>\n#include <stdio.h>\nint main(int c, char** v) { (void)c; void* h = dlopen(v[1], RTLD_NOW);"
-                          " if (!h) return 2; int (*k)(void) = (int (*)(void))dlsym(h, \"kernel\"); printf(\"%d\\n\", k()); return 0; }\n");
+  write_file(
+      t / "use.c",
+      "#include <dlfcn.h>\n#include <stdio.h>\nint main(int c, char** v) { (void)c; void* h = dlopen(v[1], RTLD_NOW);"
+      " if (!h) return 2; int (*k)(void) = (int (*)(void))dlsym(h, \"kernel\"); printf(\"%d\\n\", k()); return 0; }\n");
   ASSERT_EQ(run({"cc", "-o", (t / "use").string(), (t / "use.c").string(), "-ldl"}).rc, 0);
   RoundTrip rt{t / "ov", home_env(t), {proj, build, prefix}, {}, "4", "7"};
   rt.value = [&] { return trim(run({(t / "use").string(), (prefix / "lib/libfast.so").string()}).out); };
   json d = rt.discover(proj / "kernel.cpp", t.path());
   ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
   json cand = d["candidates"][0];
-  EXPECT_EQ(strings(cand["artifacts"]), (std::set<std::string>{(build / "CMakeFiles/fast.dir/kernel.cpp.o").string(), (build / "libfast.so").string(),
-                                                               (prefix / "lib/libfast.so").string()}));
+  EXPECT_EQ(strings(cand["artifacts"]),
+            (std::set<std::string>{(build / "CMakeFiles/fast.dir/kernel.cpp.o").string(),
+                                   (build / "libfast.so").string(), (prefix / "lib/libfast.so").string()}));
   EXPECT_EQ(cand["build_cmds"], json({{"cmake", "--build", build.string()}, {"cmake", "--install", build.string()}}));
   std::cout << "ROUNDTRIP | cmake with install step | " << rt.run_once(cand, t / "best/kernel.cpp") << std::endl;
 }
@@ -349,11 +371,13 @@ TEST(DiscoverRealWorld, MesonBuildDir) {
   if (!have({"meson", "--version"})) GTEST_SKIP() << "meson missing (Debian's meson)";
   TempDir t;
   fs::path proj = t / "proj";
-  write_file(proj / "meson.build", "project('m', 'c')\nlib = static_library('k', 'kernel.c')\n"
-                                   "executable('app', 'main.c', link_with: lib)\nexecutable('other', 'other.c')\n");
+  write_file(proj / "meson.build",
+             "project('m', 'c')\nlib = static_library('k', 'kernel.c')\n"
+             "executable('app', 'main.c', link_with: lib)\nexecutable('other', 'other.c')\n");
   write_file(proj / "kernel.c", "int kernel(void) { return 4; }\n");
   write_file(proj / "other.c", "int main(void) { return 0; }\n");
-  write_file(proj / "main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+  write_file(proj / "main.c",
+             "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
   write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
   ASSERT_EQ(run({"meson", "setup", (proj / "builddir").string(), proj.string()}).rc, 0);
   ASSERT_EQ(run({"ninja", "-C", (proj / "builddir").string()}).rc, 0);
@@ -389,10 +413,12 @@ TEST(DiscoverRealWorld, MesonPythonEditableLoaderNamesTheBuildDir) {
   if (!have({"meson", "--version"})) GTEST_SKIP() << "meson missing (Debian's meson)";
   TempDir t;
   fs::path proj = t / "proj", bdir = t / "builds/cp311", site = t / "site";
-  write_file(proj / "meson.build", "project('m', 'c')\nlib = shared_library('k', 'kernel.c')\n"
-                                   "executable('app', 'main.c', link_with: lib)\n");
+  write_file(proj / "meson.build",
+             "project('m', 'c')\nlib = shared_library('k', 'kernel.c')\n"
+             "executable('app', 'main.c', link_with: lib)\n");
   write_file(proj / "kernel.c", "int kernel(void) { return 4; }\n");
-  write_file(proj / "main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+  write_file(proj / "main.c",
+             "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
   write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
   ASSERT_EQ(run({"meson", "setup", bdir.string(), proj.string()}).rc, 0);
   ASSERT_EQ(run({"ninja", "-C", bdir.string()}).rc, 0);
@@ -401,9 +427,9 @@ TEST(DiscoverRealWorld, MesonPythonEditableLoaderNamesTheBuildDir) {
              "# mirrors mesonpy/_editable.py + the install() call mesonpy/__init__.py appends\n"
              "import subprocess, sys\n\ndef install(names, path, cmd, verbose):\n"
              "    subprocess.run(cmd, cwd=path, check=True, stdout=subprocess.DEVNULL)\n\n"
-             "install(\n    {'m'},\n    '" + bdir.string() + "',\n    ['ninja'],\n    False,\n)\n");
-  RoundTrip rt{t / "ov", home_env(t, {"PYTHONPATH=" + site.string()}),
-               {proj, t / "builds", site}, {}, "4", "7"};
+             "install(\n    {'m'},\n    '" +
+                 bdir.string() + "',\n    ['ninja'],\n    False,\n)\n");
+  RoundTrip rt{t / "ov", home_env(t, {"PYTHONPATH=" + site.string()}), {proj, t / "builds", site}, {}, "4", "7"};
   rt.value = [&] { return trim(run({(bdir / "app").string()}).out); };
   json d = rt.discover(proj / "kernel.c", t.path());
   std::cout << "DISCOVER meson-python editable:\n" << d.dump(2) << std::endl;
@@ -432,8 +458,9 @@ TEST(DiscoverRealWorld, MesonPythonEditableLoaderNamesTheBuildDir) {
 TEST(DiscoverRealWorld, ScikitBuildCoreEditableLoaderBuildsAndInstalls) {
   TempDir t;
   fs::path proj = t / "proj", bdir = t / "skb", site = t / "site";
-  write_file(proj / "CMakeLists.txt", "cmake_minimum_required(VERSION 3.16)\nproject(skb C)\nadd_library(fast SHARED kernel.c)\n"
-                                      "install(TARGETS fast LIBRARY DESTINATION pkg)\n");
+  write_file(proj / "CMakeLists.txt",
+             "cmake_minimum_required(VERSION 3.16)\nproject(skb C)\nadd_library(fast SHARED kernel.c)\n"
+             "install(TARGETS fast LIBRARY DESTINATION pkg)\n");
   write_file(proj / "kernel.c", "int kernel(void) { return 4; }\n");
   write_file(proj / "pkg/__init__.py", "");
   write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
@@ -443,13 +470,15 @@ TEST(DiscoverRealWorld, ScikitBuildCoreEditableLoaderBuildsAndInstalls) {
   write_file(site / "_pkg_editable.pth", "import _pkg_editable\n");
   write_file(site / "_pkg_editable.py",
              "# mirrors scikit_build_core/resources/_editable_redirect.py + the install() call _editable.py appends\n"
-             "def install(known_source_files, known_wheel_files, path, rebuild, verbose, build_options, install_options, install_dir):\n"
-             "    pass\n\ninstall({'pkg': '" + (proj / "pkg/__init__.py").string() + "'}, {'pkg.libfast': '" +
-             (site / "pkg/libfast.so").string() + "'}, '" + bdir.string() + "', True, False, [], [], '" + site.string() + "')\n");
-  RoundTrip rt{t / "ov", home_env(t, {"PYTHONPATH=" + site.string()}),
-               {proj, bdir, site}, {}, "4", "7"};
+             "def install(known_source_files, known_wheel_files, path, rebuild, verbose, build_options, "
+             "install_options, install_dir):\n"
+             "    pass\n\ninstall({'pkg': '" +
+                 (proj / "pkg/__init__.py").string() + "'}, {'pkg.libfast': '" + (site / "pkg/libfast.so").string() +
+                 "'}, '" + bdir.string() + "', True, False, [], [], '" + site.string() + "')\n");
+  RoundTrip rt{t / "ov", home_env(t, {"PYTHONPATH=" + site.string()}), {proj, bdir, site}, {}, "4", "7"};
   rt.value = [&] {
-    Cmd c = run({kSystemPython, "-c", "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).kernel())", (site / "pkg/libfast.so").string()});
+    Cmd c = run({kSystemPython, "-c", "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).kernel())",
+                 (site / "pkg/libfast.so").string()});
     return c.rc == 0 ? trim(c.out) : "error: " + c.err;
   };
   json d = rt.discover(proj / "kernel.c", t.path());
@@ -457,9 +486,12 @@ TEST(DiscoverRealWorld, ScikitBuildCoreEditableLoaderBuildsAndInstalls) {
   ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
   json cand = d["candidates"][0];
   EXPECT_EQ(cand["kind"], "scikit-build");
-  EXPECT_EQ(cand["build_cmds"], json({{"cmake", "--build", bdir.string()}, {"cmake", "--install", bdir.string(), "--prefix", site.string()}}));
-  EXPECT_EQ(strings(cand["artifacts"]), (std::set<std::string>{(bdir / "CMakeFiles/fast.dir/kernel.c.o").string(), (bdir / "libfast.so").string(),
-                                                               (site / "pkg/libfast.so").string()})) << cand.dump(2);
+  EXPECT_EQ(cand["build_cmds"], json({{"cmake", "--build", bdir.string()},
+                                      {"cmake", "--install", bdir.string(), "--prefix", site.string()}}));
+  EXPECT_EQ(strings(cand["artifacts"]),
+            (std::set<std::string>{(bdir / "CMakeFiles/fast.dir/kernel.c.o").string(), (bdir / "libfast.so").string(),
+                                   (site / "pkg/libfast.so").string()}))
+      << cand.dump(2);
   std::cout << "ROUNDTRIP | scikit-build-core editable | " << rt.run_once(cand, t / "best/kernel.c") << std::endl;
 }
 
@@ -477,8 +509,12 @@ TEST(DiscoverRealWorld, AiterCppItfsFolderIsACache) {
   for (const char* f : {"pa_kernels.h", "pa_ragged.cpp"}) fs::copy_file(tmpl / f, folder / f);
   write_file(folder / "Makefile", "lib.so: pa_ragged.cpp pa_kernels.h\n\tc++ -shared -fPIC -o lib.so pa_ragged.cpp\n");
   ASSERT_EQ(run({"make", "-C", folder.string()}).rc, 0);
-  RoundTrip rt{t / "ov", home_env(t, {"AITER_ROOT_DIR=" + (t / "aiter-root").string()}),
-               {t / "aiter", t / "aiter-root"}, {}, "built", "gone"};
+  RoundTrip rt{t / "ov",
+               home_env(t, {"AITER_ROOT_DIR=" + (t / "aiter-root").string()}),
+               {t / "aiter", t / "aiter-root"},
+               {},
+               "built",
+               "gone"};
   rt.value = [&] { return fs::exists(folder / "lib.so") ? "built" : "gone"; };
   json d = rt.discover(tmpl / "pa_kernels.h", t.path());
   std::cout << "DISCOVER aiter cpp_itfs:\n" << d.dump(2) << std::endl;
@@ -507,16 +543,19 @@ TEST(DiscoverRealWorld, TheBuildARunningProcessMapsRanksFirst) {
   ASSERT_EQ(run({"meson", "setup", (proj / "builddir").string(), proj.string()}).rc, 0);
   ASSERT_EQ(run({"ninja", "-C", (proj / "builddir").string()}).rc, 0);
   auto ranked = [&] {
-    Cmd c = run_overlay({"--json", "discover", "--target", (proj / "kernel.c").string(), "--root", t.path().string()}, {}, home_env(t));
+    Cmd c = run_overlay({"--json", "discover", "--target", (proj / "kernel.c").string(), "--root", t.path().string()},
+                        {}, home_env(t));
     json d = json::parse(c.out);
     std::vector<std::string> kinds;
-    for (const auto& cand : d["candidates"]) kinds.push_back(cand["kind"].get<std::string>() + (cand["live"].get<bool>() ? " live" : ""));
+    for (const auto& cand : d["candidates"])
+      kinds.push_back(cand["kind"].get<std::string>() + (cand["live"].get<bool>() ? " live" : ""));
     return kinds;
   };
   EXPECT_EQ(ranked(), (std::vector<std::string>{"meson", "make"}));
-  write_file(t / "hold.c", "#include <dlfcn.h>\n#include <stdio.h>\n#include <unistd.h>\nint main(int c, char** v) { (void)c;"
-                           " if (!dlopen(v[1], RTLD_NOW)) return 2; FILE* f = fopen(v[2], \"w\"); fputs(\"ready\", f); fclose(f);"
-                           " sleep(120); return 0; }\n");
+  write_file(t / "hold.c",
+             "#include <dlfcn.h>\n#include <stdio.h>\n#include <unistd.h>\nint main(int c, char** v) { (void)c;"
+             " if (!dlopen(v[1], RTLD_NOW)) return 2; FILE* f = fopen(v[2], \"w\"); fputs(\"ready\", f); fclose(f);"
+             " sleep(120); return 0; }\n");
   ASSERT_EQ(run({"cc", "-o", (t / "hold").string(), (t / "hold.c").string(), "-ldl"}).rc, 0);
   pid_t pid = fork();
   if (pid == 0) {

@@ -5,11 +5,12 @@
 // Builds: a torch cpp_extension JIT extension (its .so inside its own JIT cache dir), a
 // setuptools C extension built in place, a plain Makefile project, and googletest's own
 // CMake + Ninja build from Debian's /usr/src/googletest. Each prints one "REALWORLD |" line.
-#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <iostream>
 #include <map>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -28,10 +29,10 @@ std::string trim(std::string s) {
 // The install as the loop sees it: how to run it, how it is built, what the build produces.
 struct Project {
   std::string kind;
-  fs::path source, patched;                // the installed file and its optimised version
+  fs::path source, patched;  // the installed file and its optimised version
   std::vector<fs::path> artifacts, caches;
-  std::vector<fs::path> exact;             // trees that must come back byte-exact (source dir, caches…)
-  std::string build_cmd;                   // the install's own incremental build
+  std::vector<fs::path> exact;  // trees that must come back byte-exact (source dir, caches…)
+  std::string build_cmd;        // the install's own incremental build
   fs::path build_cwd;
   std::vector<std::string> env;
   std::vector<std::string> extra_flags;    // more add-native flags (e.g. --cache-snapshot tar)
@@ -71,7 +72,7 @@ void ab_loop(const Project& p, const std::string& old_value, const std::string& 
   auto before = digests(p);
   std::string art_before = short_sha(p.artifacts.front());
 
-  std::vector<std::string> add = {"add-native", "--overlay", ov.string(), "--patched-file", p.patched.string(),
+  std::vector<std::string> add = {"add-native",  "--overlay", ov.string(),   "--patched-file",    p.patched.string(),
                                   "--build-cmd", p.build_cmd, "--build-cwd", p.build_cwd.string()};
   if (!p.discovered.empty()) {
     add.insert(add.end(), p.discovered.begin(), p.discovered.end());
@@ -85,7 +86,8 @@ void ab_loop(const Project& p, const std::string& old_value, const std::string& 
   ASSERT_EQ(a.rc, 0) << p.kind << ": " << a.err;
   Cmd v = run_overlay({"verify-native", "--overlay", ov.string()}, {}, p.env);
   EXPECT_EQ(v.rc, 0) << v.out << v.err;
-  EXPECT_NE(v.out.find("FRESH_BUILD_OK (checked " + std::to_string(p.artifacts.size()) + ")"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("FRESH_BUILD_OK (checked " + std::to_string(p.artifacts.size()) + ")"), std::string::npos)
+      << v.out;
   std::string art_during = short_sha(p.artifacts.front());
   std::string cand = p.run_value();
   EXPECT_EQ(cand, new_value) << p.kind << ": candidate run";
@@ -122,12 +124,14 @@ void ab_loop(const Project& p, const std::string& old_value, const std::string& 
   bool served = a2.err.find("served from the build store") != std::string::npos;
   EXPECT_EQ(served, p.deps_recorded) << p.kind << ": " << a2.err;
   if (!p.deps_recorded) {
-    EXPECT_NE(a.err.find("not kept in the build store: no dependency record (Ninja's deps log, a depfile) names " + p.source.string()),
+    EXPECT_NE(a.err.find("not kept in the build store: no dependency record (Ninja's deps log, a depfile) names " +
+                         p.source.string()),
               std::string::npos)
         << p.kind << ": " << a.err;
   }
   EXPECT_EQ(run_overlay({"verify-native", "--overlay", ov.string()}, {}, p.env).rc, 0);
-  EXPECT_EQ(file_sha256(p.artifacts.front()).substr(0, 12), art_during) << p.kind << ": the served artifact is the candidate's build";
+  EXPECT_EQ(file_sha256(p.artifacts.front()).substr(0, 12), art_during)
+      << p.kind << ": the served artifact is the candidate's build";
   auto served_stamps = stamps(compiled);
   Cmd b2 = run(argv, p.build_cwd, p.env);
   ASSERT_EQ(b2.rc, 0) << b2.err;
@@ -140,34 +144,40 @@ void ab_loop(const Project& p, const std::string& old_value, const std::string& 
   EXPECT_TRUE(digests(p) == before) << p.kind << ": byte-exact after reverting the served apply";
   EXPECT_EQ(p.run_value(), old_value);
   std::cout << "REALWORLD | " << p.kind << " | value " << ref << " -> " << cand << " -> " << after << " -> " << again
-            << " (next build) | again: " << (served ? "served from the build store" : p.deps_recorded ? "BUILT AGAIN" : "built again (no depfile)")
-            << ", then "
-            << (served_clean ? "nothing to redo" : "COMPILED AGAIN") << " | " << p.artifacts.front().filename().string() << " sha256 " << art_before << " -> "
-            << art_during << " -> " << short_sha(p.artifacts.front()) << " (next build) | source, artifacts, caches after revert: "
-            << (exact ? "equal" : "DIFFERENT") << " | build after revert: " << (nothing_redone ? "nothing to redo" : "COMPILED AGAIN")
-            << std::endl;
+            << " (next build) | again: "
+            << (served            ? "served from the build store"
+                : p.deps_recorded ? "BUILT AGAIN"
+                                  : "built again (no depfile)")
+            << ", then " << (served_clean ? "nothing to redo" : "COMPILED AGAIN") << " | "
+            << p.artifacts.front().filename().string() << " sha256 " << art_before << " -> " << art_during << " -> "
+            << short_sha(p.artifacts.front())
+            << " (next build) | source, artifacts, caches after revert: " << (exact ? "equal" : "DIFFERENT")
+            << " | build after revert: " << (nothing_redone ? "nothing to redo" : "COMPILED AGAIN") << std::endl;
 }
-
 
 // A plain Makefile project under ROOT/app (kernel.c returns 4, main.c prints it) and the
 // candidate ROOT/best/kernel.c (returns 7).
 void make_app(const fs::path& root) {
   write_file(root / "app/kernel.c", "int kernel(void) { return 4; }\n");
   write_file(root / "best/kernel.c", "int kernel(void) { return 7; }\n");
-  write_file(root / "app/main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
-  write_file(root / "app/Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n");
+  write_file(root / "app/main.c",
+             "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+  write_file(root / "app/Makefile",
+             "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n");
 }
 
 }  // namespace
 
 TEST(RealWorld, TorchCppExtensionJit) {
-  if (!have({kSystemPython, "-c", "import torch.utils.cpp_extension"}) || !fs::exists("/usr/include/pybind11/pybind11.h"))
+  if (!have({kSystemPython, "-c", "import torch.utils.cpp_extension"}) ||
+      !fs::exists("/usr/include/pybind11/pybind11.h"))
     GTEST_SKIP() << kSystemPython << " lacks torch (python3-torch, libtorch-dev) or pybind11's headers (pybind11-dev)";
   TempDir t;
   fs::path te = t / "torch_extensions";  // TORCH_EXTENSIONS_DIR: the JIT cache root
-  std::string body = "#include <torch/extension.h>\n"
-                     "torch::Tensor value() { return torch::full({1}, VALUE); }\n"
-                     "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"value\", &value); }\n";
+  std::string body =
+      "#include <torch/extension.h>\n"
+      "torch::Tensor value() { return torch::full({1}, VALUE); }\n"
+      "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"value\", &value); }\n";
   auto with_value = [&](const std::string& v) { return "#define VALUE " + v + "\n" + body; };
   write_file(t / "pkg/csrc/rw_ext.cpp", with_value("4.0"));
   write_file(t / "best/rw_ext.cpp", with_value("7.0"));
@@ -208,12 +218,16 @@ TEST(RealWorld, TorchCppExtensionJit) {
 }
 
 TEST(RealWorld, SetuptoolsInPlaceExtension) {
-  if (!have({kSystemPython, "-c", "import setuptools, sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"}))
+  if (!have({kSystemPython, "-c",
+             "import setuptools, sysconfig, os, sys; sys.exit(not "
+             "os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"}))
     GTEST_SKIP() << kSystemPython << " lacks setuptools or its headers (python3-setuptools, python3-dev)";
   TempDir t;
   write_file(t / "proj/rwsq.c", c_extension_source("rwsq", 4));
   write_file(t / "best/rwsq.c", c_extension_source("rwsq", 7));
-  write_file(t / "proj/setup.py", "from setuptools import setup, Extension\nsetup(name='rwsq', ext_modules=[Extension('rwsq', ['rwsq.c'])])\n");
+  write_file(
+      t / "proj/setup.py",
+      "from setuptools import setup, Extension\nsetup(name='rwsq', ext_modules=[Extension('rwsq', ['rwsq.c'])])\n");
   Project p;
   p.kind = "setuptools build_ext --inplace";
   p.deps_recorded = false;  // distutils compiles without depfiles
@@ -225,7 +239,7 @@ TEST(RealWorld, SetuptoolsInPlaceExtension) {
   ASSERT_EQ(b.rc, 0) << b.err;
   Cmd so = run({kSystemPython, "-c", "import sysconfig; print('rwsq' + sysconfig.get_config_var('EXT_SUFFIX'))"});
   p.artifacts = {t / "proj" / trim(so.out)};
-  p.caches = {t / "proj/build"};           // setuptools' objects: snapshotted as a tar
+  p.caches = {t / "proj/build"};  // setuptools' objects: snapshotted as a tar
   p.extra_flags = {"--cache-snapshot", "tar"};
   for (const auto& e : fs::recursive_directory_iterator(t / "proj/build"))
     if (e.path().extension() == ".o") p.compiled.push_back(e.path());
@@ -276,8 +290,8 @@ TEST(RealWorld, DebianGoogletestCMakeNinja) {
   // A user of the installed library, built once against it: it sees the rebuilt .so at run time.
   write_file(t / "user/t.cpp", "#include <gtest/gtest.h>\nTEST(User, Works) { EXPECT_EQ(1, 1); }\n");
   Cmd cc = run({"c++", "-o", (t / "user/t").string(), (t / "user/t.cpp").string(), "-I",
-                (t / "googletest/googletest/include").string(), "-L", (build / "lib").string(), "-lgtest_main", "-lgtest",
-                "-pthread", "-Wl,-rpath," + (build / "lib").string()});
+                (t / "googletest/googletest/include").string(), "-L", (build / "lib").string(), "-lgtest_main",
+                "-lgtest", "-pthread", "-Wl,-rpath," + (build / "lib").string()});
   ASSERT_EQ(cc.rc, 0) << cc.err;
   Project p;
   p.kind = "googletest (Debian /usr/src) CMake + Ninja";
@@ -303,7 +317,9 @@ TEST(RealWorld, DebianGoogletestCMakeNinja) {
 // seconds, and with make: each candidate's source is rebuilt (strictly newer than the restored
 // artifact), and after the last revert the install's next build gives the original again.
 TEST(RealWorld, BackToBackCyclesDoNotWaitAndStillRebuild) {
-  bool setuptools = have({kSystemPython, "-c", "import setuptools, sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"});
+  bool setuptools = have({kSystemPython, "-c",
+                          "import setuptools, sysconfig, os, sys; sys.exit(not "
+                          "os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"});
   if (!setuptools || !have({"make", "--version"})) GTEST_SKIP() << "needs setuptools with Python's headers, and make";
   TempDir t;
   struct Tree {
@@ -315,12 +331,20 @@ TEST(RealWorld, BackToBackCyclesDoNotWaitAndStillRebuild) {
   };
   std::vector<Tree> trees;
   {
-    Tree s{"setuptools", std::string(kSystemPython) + " setup.py -q build_ext --inplace", t / "st", t / "st/bb.c", {}, {}, {}};
+    Tree s{"setuptools",
+           std::string(kSystemPython) + " setup.py -q build_ext --inplace",
+           t / "st",
+           t / "st/bb.c",
+           {},
+           {},
+           {}};
     s.source_text = [](int v) { return c_extension_source("bb", v); };
     write_file(s.source, s.source_text(4));
-    write_file(s.dir / "setup.py", "from setuptools import setup, Extension\nsetup(name='bb', ext_modules=[Extension('bb', ['bb.c'])])\n");
+    write_file(s.dir / "setup.py",
+               "from setuptools import setup, Extension\nsetup(name='bb', ext_modules=[Extension('bb', ['bb.c'])])\n");
     ASSERT_EQ(run({"sh", "-c", s.build_cmd}, s.dir).rc, 0);
-    std::string suffix = trim(run({kSystemPython, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"}).out);
+    std::string suffix =
+        trim(run({kSystemPython, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"}).out);
     s.artifacts = {s.dir / ("bb" + suffix)};
     for (const auto& e : fs::recursive_directory_iterator(s.dir / "build"))
       if (e.is_regular_file()) s.artifacts.push_back(e.path());  // the object and the build/lib copy
@@ -332,8 +356,10 @@ TEST(RealWorld, BackToBackCyclesDoNotWaitAndStillRebuild) {
     Tree m{"make", "make", t / "mk", t / "mk/kernel.c", {t / "mk/app", t / "mk/kernel.o"}, {}, {}};
     m.source_text = [](int v) { return "int kernel(void) { return " + std::to_string(v) + "; }\n"; };
     write_file(m.source, m.source_text(4));
-    write_file(m.dir / "main.c", "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
-    write_file(m.dir / "Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n");
+    write_file(m.dir / "main.c",
+               "#include <stdio.h>\nint kernel(void);\nint main(void) { printf(\"%d\\n\", kernel()); return 0; }\n");
+    write_file(m.dir / "Makefile",
+               "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n");
     ASSERT_EQ(run({"make"}, m.dir).rc, 0);
     fs::path d = m.dir;
     m.value = [d] { return trim(run({(d / "app").string()}).out); };
@@ -344,9 +370,10 @@ TEST(RealWorld, BackToBackCyclesDoNotWaitAndStillRebuild) {
     std::size_t waits = 0;
     for (int v : {7, 9, 5}) {
       write_file(t / "best" / tr.source.filename(), tr.source_text(v));
-      std::vector<std::string> add = {"-v", "add-native", "--overlay", (t / ("ov-" + tr.kind)).string(), "--target", tr.source.string(),
-                                      "--patched-file", (t / "best" / tr.source.filename()).string(), "--build-cmd", tr.build_cmd,
-                                      "--build-cwd", tr.dir.string()};
+      std::vector<std::string> add = {
+          "-v",          "add-native",       "--overlay",      (t / ("ov-" + tr.kind)).string(),
+          "--target",    tr.source.string(), "--patched-file", (t / "best" / tr.source.filename()).string(),
+          "--build-cmd", tr.build_cmd,       "--build-cwd",    tr.dir.string()};
       for (const auto& a : tr.artifacts) add.insert(add.end(), {"--artifact", a.string()});
       Cmd a = run_overlay(add);
       ASSERT_EQ(a.rc, 0) << tr.kind << ": " << a.err;
@@ -358,7 +385,8 @@ TEST(RealWorld, BackToBackCyclesDoNotWaitAndStillRebuild) {
     EXPECT_EQ(waits, 0u) << tr.kind << ": an add-native right after a revert waited out the second";
     ASSERT_EQ(run({"sh", "-c", tr.build_cmd}, tr.dir).rc, 0);
     EXPECT_EQ(tr.value(), "4") << tr.kind << ": the install's next build after the last revert";
-    std::cout << "BACK-TO-BACK | " << tr.kind << " | 3 cycles (7, 9, 5 -> 4 each) | waits after a revert: " << waits << std::endl;
+    std::cout << "BACK-TO-BACK | " << tr.kind << " | 3 cycles (7, 9, 5 -> 4 each) | waits after a revert: " << waits
+              << std::endl;
   }
 }
 
@@ -375,8 +403,17 @@ TEST(RealWorld, RevertKeepsTheFreshRuleWhereAnOutputIsNotRestored) {
   ASSERT_EQ(run({"make"}, app).rc, 0);
   auto value = [&] { return trim(run({(app / "app").string()}).out); };
   auto add = [&](std::vector<std::string> artifacts) {
-    std::vector<std::string> a = {"add-native", "--overlay", (t / "ov").string(), "--target", (app / "kernel.c").string(),
-                                  "--patched-file", (t / "best/kernel.c").string(), "--build-cmd", "make", "--build-cwd", app.string()};
+    std::vector<std::string> a = {"add-native",
+                                  "--overlay",
+                                  (t / "ov").string(),
+                                  "--target",
+                                  (app / "kernel.c").string(),
+                                  "--patched-file",
+                                  (t / "best/kernel.c").string(),
+                                  "--build-cmd",
+                                  "make",
+                                  "--build-cwd",
+                                  app.string()};
     for (const auto& x : artifacts) a.insert(a.end(), {"--artifact", x});
     return run_overlay(a);
   };
@@ -390,11 +427,12 @@ TEST(RealWorld, RevertKeepsTheFreshRuleWhereAnOutputIsNotRestored) {
   ASSERT_EQ(value(), "7");
   Cmd r = run_overlay({"revert", "--overlay", (t / "ov").string()});
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.err.find("sources dated now, build outputs a second back (untracked output " + (app / "kernel.o").string() +
-                       " may hold patched code)"),
+  EXPECT_NE(r.err.find("sources dated now, build outputs a second back (untracked output " +
+                       (app / "kernel.o").string() + " may hold patched code)"),
             std::string::npos)
       << r.err;
-  EXPECT_GT(mtime(app / "kernel.c"), mtime(app / "kernel.o")) << "a restored source older than an output holding patched code";
+  EXPECT_GT(mtime(app / "kernel.c"), mtime(app / "kernel.o"))
+      << "a restored source older than an output holding patched code";
   EXPECT_NE(run({"make", "-q"}, app).rc, 0) << "make -q says nothing to do over a patched kernel.o";
   ASSERT_EQ(run({"make"}, app).rc, 0);
   EXPECT_EQ(value(), "4");

@@ -1,9 +1,9 @@
 // 16 parallel add-native into one overlay, 20 trials ($OVERLAY_CONCURRENCY_TRIALS): every entry
 // recorded, one revert restores all; revert and gc-stale racing on the same overlay: no damage.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdlib>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -26,9 +26,10 @@ TEST(Concurrency, SixteenParallelAddsLoseNothingRevertAndGcRace) {
     std::vector<pid_t> pids;
     for (int i = 0; i < 16; ++i) {
       std::string k = "k" + std::to_string(i) + ".cpp";
-      pids.push_back(spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", (t / "inst" / k).string(),
-                                    "--patched-file", (t / "p" / k).string(), "--build-cmd", "true"},
-                                   state));
+      pids.push_back(
+          spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", (t / "inst" / k).string(),
+                         "--patched-file", (t / "p" / k).string(), "--build-cmd", "true"},
+                        state));
     }
     for (pid_t p : pids) EXPECT_EQ(wait_rc(p), 0) << "trial " << trial;
     json m = json::parse(read_file(t / "ov/_overlay_manifest.json"));
@@ -43,7 +44,8 @@ TEST(Concurrency, SixteenParallelAddsLoseNothingRevertAndGcRace) {
     EXPECT_EQ(tree_digest(t / "inst"), before) << "trial " << trial;
     EXPECT_TRUE(json::parse(read_file(t / "ov/_overlay_manifest.json"))["natives"].empty());
   }
-  std::printf("concurrency: %d trials x 16 parallel add-native: %d of %d entries recorded\n", trials, entries_seen, trials * 16);
+  std::printf("concurrency: %d trials x 16 parallel add-native: %d of %d entries recorded\n", trials, entries_seen,
+              trials * 16);
 }
 
 // 8 parallel `apply` of mixed diffs (a C++ file and a Python module each) into one overlay, and
@@ -61,16 +63,17 @@ TEST(Concurrency, ParallelAppliesRecordWholePatches) {
       std::string n = std::to_string(i);
       write_file(t / "inst/csrc" / ("k" + n + ".cpp"), "int k" + n + "() { return 4; }\n");
       write_file(t / "inst/pkg" / ("m" + n + ".py"), "V = 4\n");
-      write_file(t / ("d" + n + ".diff"),
-                 "--- a/csrc/k" + n + ".cpp\n+++ b/csrc/k" + n + ".cpp\n@@ -1 +1 @@\n-int k" + n + "() { return 4; }\n+int k" + n +
-                     "() { return 7; }\n--- a/pkg/m" + n + ".py\n+++ b/pkg/m" + n + ".py\n@@ -1 +1 @@\n-V = 4\n+V = 7\n");
+      write_file(t / ("d" + n + ".diff"), "--- a/csrc/k" + n + ".cpp\n+++ b/csrc/k" + n + ".cpp\n@@ -1 +1 @@\n-int k" +
+                                              n + "() { return 4; }\n+int k" + n + "() { return 7; }\n--- a/pkg/m" + n +
+                                              ".py\n+++ b/pkg/m" + n + ".py\n@@ -1 +1 @@\n-V = 4\n+V = 7\n");
     }
     std::string before = tree_digest(t / "inst");
     std::vector<pid_t> pids;
     for (int i = 0; i < kPatches; ++i)
-      pids.push_back(spawn_overlay({"apply", "--overlay", (t / "ov").string(), "--patch", (t / ("d" + std::to_string(i) + ".diff")).string(),
-                                    "--patch-root", (t / "inst").string(), "--build-cmd", "true"},
-                                   state));
+      pids.push_back(spawn_overlay(
+          {"apply", "--overlay", (t / "ov").string(), "--patch", (t / ("d" + std::to_string(i) + ".diff")).string(),
+           "--patch-root", (t / "inst").string(), "--build-cmd", "true"},
+          state));
     for (pid_t p : pids) EXPECT_EQ(wait_rc(p), 0) << "trial " << trial;
     json m = json::parse(read_file(t / "ov/_overlay_manifest.json"));
     ASSERT_EQ(m["natives"].size(), static_cast<std::size_t>(kPatches)) << "trial " << trial;
@@ -78,7 +81,8 @@ TEST(Concurrency, ParallelAppliesRecordWholePatches) {
     std::vector<std::string> ids;
     for (const auto& e : m["natives"]) ids.push_back(e["patch_id"]);
     pids.clear();
-    for (const auto& id : ids) pids.push_back(spawn_overlay({"revert", "--overlay", (t / "ov").string(), "--patch-id", id}, state));
+    for (const auto& id : ids)
+      pids.push_back(spawn_overlay({"revert", "--overlay", (t / "ov").string(), "--patch-id", id}, state));
     for (pid_t p : pids) EXPECT_EQ(wait_rc(p), 0) << "trial " << trial;
     EXPECT_EQ(tree_digest(t / "inst"), before) << "trial " << trial;
     m = json::parse(read_file(t / "ov/_overlay_manifest.json"));

@@ -2,7 +2,6 @@
 // the artifact and the cache) and of revert; after each, revert or gc-stale must restore the
 // install exactly (paths, types, modes, link targets, contents).
 // Trials per direction: $OVERLAY_CRASH_TRIALS (default 20; the `long` ctest runs 200).
-#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -10,6 +9,8 @@
 #include <cstdlib>
 #include <random>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "test_util.hpp"
 
@@ -34,10 +35,24 @@ void make_workload(const fs::path& root) {
 // Trials alternate the cache snapshot: moved into the overlay, a tar, or renamed aside.
 std::vector<std::string> add_args(const fs::path& t, const char* snapshot = "auto") {
   fs::path r = t / "inst";
-  return {"add-native", "--cache-snapshot", snapshot, "--overlay", (t / "ov").string(), "--target", (r / "src/kernel.cpp").string(), "--patched-file",
-          (t / "patched.cpp").string(), "--artifact", (r / "lib/libk.so").string(), "--invalidate-cache", (r / "cache").string(),
-          "--build-cwd", r.string(), "--build-cmd",
-          "sh -c 'head -c 67108864 /dev/zero > lib/libk.so; mkdir -p cache/x; for i in 1 2 3 4 5 6 7 8; do echo $i > cache/x/$i; done'"};
+  return {"add-native",
+          "--cache-snapshot",
+          snapshot,
+          "--overlay",
+          (t / "ov").string(),
+          "--target",
+          (r / "src/kernel.cpp").string(),
+          "--patched-file",
+          (t / "patched.cpp").string(),
+          "--artifact",
+          (r / "lib/libk.so").string(),
+          "--invalidate-cache",
+          (r / "cache").string(),
+          "--build-cwd",
+          r.string(),
+          "--build-cmd",
+          "sh -c 'head -c 67108864 /dev/zero > lib/libk.so; mkdir -p cache/x; for i in 1 2 3 4 5 6 7 8; do echo $i > "
+          "cache/x/$i; done'"};
 }
 
 double seconds_since(std::chrono::steady_clock::time_point s) {
@@ -89,7 +104,8 @@ TEST(Crash, KillAnywhereThenRevertOrGcRestores) {
     }
     double window = during_revert ? revert_time : add_time;
     auto delay = std::chrono::duration<double>(std::uniform_real_distribution<double>(0, window)(rng));
-    pid_t pid = spawn_overlay(during_revert ? std::vector<std::string>{"revert", "--overlay", ov} : add_args(tr.t.path(), snapshot), state);
+    pid_t pid = spawn_overlay(
+        during_revert ? std::vector<std::string>{"revert", "--overlay", ov} : add_args(tr.t.path(), snapshot), state);
     std::this_thread::sleep_for(delay);
     ::kill(pid, sig);
     ++trials[during_revert];
@@ -103,13 +119,13 @@ TEST(Crash, KillAnywhereThenRevertOrGcRestores) {
     std::string after = tree_digest(tr.t / "inst");
     failures += r.rc != 0 || after != tr.before;
     EXPECT_EQ(r.rc, 0) << "trial " << i << ": " << r.err;
-    EXPECT_EQ(after, tr.before)
-        << "trial " << i << " (" << snapshot << "): signal " << sig << " during " << (during_revert ? "revert" : "add-native") << " after "
-        << delay.count() << " s";
+    EXPECT_EQ(after, tr.before) << "trial " << i << " (" << snapshot << "): signal " << sig << " during "
+                                << (during_revert ? "revert" : "add-native") << " after " << delay.count() << " s";
   }
-  std::printf("crash: %d trials during add-native (%d killed mid-run), %d during revert (%d killed mid-run), "
-              "%d recovered by gc-stale; one add-native %.3f s, one revert %.3f s; failures: %d\n",
-              trials[0], landed[0], trials[1], landed[1], by_gc, add_time, revert_time, failures);
+  std::printf(
+      "crash: %d trials during add-native (%d killed mid-run), %d during revert (%d killed mid-run), "
+      "%d recovered by gc-stale; one add-native %.3f s, one revert %.3f s; failures: %d\n",
+      trials[0], landed[0], trials[1], landed[1], by_gc, add_time, revert_time, failures);
   // Most kills land mid-run; how many depends on the machine's load against the calibration run,
   // so the bar is that a good share did (the recoveries above are checked either way).
   EXPECT_GE(landed[0] + landed[1], std::max(1, per_direction / 2));
@@ -128,15 +144,28 @@ TEST(Crash, KillDuringApplyLeavesNeitherPart) {
   // and the timing calibrated below would not be that of the trials.
   ASSERT_EQ(run({"touch", "-d", "1 hour ago", (base / "pristine/lib/libk.so").string()}).rc, 0);
   write_file(base / "mixed.diff",
-             "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n"
+             "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { "
+             "return 7; }\n"
              "--- a/pkg/ops.py\n+++ b/pkg/ops.py\n@@ -1 +1 @@\n-V = 4\n+V = 7\n");
   std::vector<std::string> state{"OVERLAY_STATE_DIR=" + (base / "state").string()};
   auto apply_args = [&](const fs::path& t) {
     fs::path r = t / "inst";
-    return std::vector<std::string>{"apply", "--overlay", (t / "ov").string(), "--patch", (base / "mixed.diff").string(), "--patch-root",
-                                    r.string(), "--artifact", (r / "lib/libk.so").string(), "--invalidate-cache", (r / "cache").string(),
-                                    "--build-cwd", r.string(), "--build-cmd",
-                                    "sh -c 'head -c 67108864 /dev/zero > lib/libk.so; mkdir -p cache/x; echo 1 > cache/x/1'"};
+    return std::vector<std::string>{
+        "apply",
+        "--overlay",
+        (t / "ov").string(),
+        "--patch",
+        (base / "mixed.diff").string(),
+        "--patch-root",
+        r.string(),
+        "--artifact",
+        (r / "lib/libk.so").string(),
+        "--invalidate-cache",
+        (r / "cache").string(),
+        "--build-cwd",
+        r.string(),
+        "--build-cmd",
+        "sh -c 'head -c 67108864 /dev/zero > lib/libk.so; mkdir -p cache/x; echo 1 > cache/x/1'"};
   };
   // The quicker of two undisturbed runs: a calibration slowed by other load would put most kills
   // after the run ended.
@@ -169,7 +198,9 @@ TEST(Crash, KillDuringApplyLeavesNeitherPart) {
     failures += !ok;
     EXPECT_TRUE(ok) << "trial " << i << " killed after " << delay.count() << " s: rc " << r.rc << " " << r.err;
   }
-  std::printf("crash during apply: %d trials (%d killed mid-run), recovery by revert and gc-stale alternately; one apply %.3f s; failures: %d\n",
-              trials, landed, apply_time, failures);
+  std::printf(
+      "crash during apply: %d trials (%d killed mid-run), recovery by revert and gc-stale alternately; one apply %.3f "
+      "s; failures: %d\n",
+      trials, landed, apply_time, failures);
   EXPECT_GE(landed, std::max(1, trials / 4));
 }

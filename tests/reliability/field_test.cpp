@@ -7,8 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -30,9 +30,20 @@ struct Field : ::testing::Test {
 
   Cmd add(const Install& in, const fs::path& ov, const std::string& body, std::vector<std::string> extra = {}) {
     write_file(t / "patched.cpp", body);
-    std::vector<std::string> a{"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file",
-                               (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
-                               in.cache.string(), "--build-cwd", in.root.string(), "--build-cmd",
+    std::vector<std::string> a{"add-native",
+                               "--overlay",
+                               ov.string(),
+                               "--target",
+                               in.source.string(),
+                               "--patched-file",
+                               (t / "patched.cpp").string(),
+                               "--artifact",
+                               in.artifact.string(),
+                               "--invalidate-cache",
+                               in.cache.string(),
+                               "--build-cwd",
+                               in.root.string(),
+                               "--build-cmd",
                                "sh -c 'cp src/kernel.cpp lib/libk.so && mkdir -p cache && echo new > cache/f'"};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_overlay(a, {}, state);
@@ -59,7 +70,8 @@ TEST_F(Field, ABindMountedInstallIsAppliedAndRevertedByteExact) {
   Cmd a = add(in, t / "ov", "int kernel() { return 7; }\n");
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_EQ(read_file(in.artifact), "int kernel() { return 7; }\n");
-  EXPECT_EQ(run_overlay({"verify-native", "--overlay", (t / "ov").string()}, {}, state).out, "FRESH_BUILD_OK (checked 1)\n");
+  EXPECT_EQ(run_overlay({"verify-native", "--overlay", (t / "ov").string()}, {}, state).out,
+            "FRESH_BUILD_OK (checked 1)\n");
   Cmd r = revert(t / "ov");
   ASSERT_EQ(r.rc, 0) << r.err;
   ASSERT_TRUE(settle_litter(in.root));
@@ -98,7 +110,8 @@ TEST_F(Field, AnInstallOnOverlayfsIsAppliedAndRevertedByteExact) {
   make_install(t / "lower/inst");
   auto m = ScopedMount::overlayfs(t / "lower", t / "upper", t / "work", t / "merged");
   if (!m->ok()) GTEST_SKIP() << m->why();
-  Install in{t / "merged/inst", t / "merged/inst/src/kernel.cpp", t / "merged/inst/lib/libk.so", t / "merged/inst/cache"};
+  Install in{t / "merged/inst", t / "merged/inst/src/kernel.cpp", t / "merged/inst/lib/libk.so",
+             t / "merged/inst/cache"};
   std::string before = tree_digest(in.root);
   Cmd a = add(in, t / "merged/ov", "int kernel() { return 7; }\n");
   ASSERT_EQ(a.rc, 0) << a.err;
@@ -128,12 +141,12 @@ TEST_F(Field, AgentsRacingForOneTargetExactlyOneWinsEachRound) {
       for (int k = 0; k < agents; ++k) {
         fs::path patched = t / ("cand" + std::to_string(k) + ".cpp");
         write_file(patched, "int kernel() { return " + std::to_string(100 + k) + "; }\n");
-        pids.push_back(spawn_overlay({"add-native", "--overlay", (t / ("ov" + std::to_string(k))).string(), "--target",
-                                      in.source.string(), "--patched-file", patched.string(), "--artifact",
-                                      in.artifact.string(), "--invalidate-cache", in.cache.string(), "--build-cwd",
-                                      in.root.string(), "--build-cmd",
-                                      "sh -c 'cp src/kernel.cpp lib/libk.so && mkdir -p cache && echo new > cache/f'"},
-                                     state));
+        pids.push_back(
+            spawn_overlay({"add-native", "--overlay", (t / ("ov" + std::to_string(k))).string(), "--target",
+                           in.source.string(), "--patched-file", patched.string(), "--artifact", in.artifact.string(),
+                           "--invalidate-cache", in.cache.string(), "--build-cwd", in.root.string(), "--build-cmd",
+                           "sh -c 'cp src/kernel.cpp lib/libk.so && mkdir -p cache && echo new > cache/f'"},
+                          state));
       }
       std::vector<int> winners;
       for (int k = 0; k < agents; ++k)
@@ -189,7 +202,8 @@ TEST_F(Field, AReadOnlyInstallIsRefusedBeforeAnythingIsRecorded) {
 // temp, backup and aside names stay within NAME_MAX.
 TEST_F(Field, NamesOfNameMaxBytesArePatchedAndRestored) {
   std::string stem(251, 'k');
-  Install in{t / "inst", t / "inst/src" / (stem + ".cpp"), t / "inst/lib" / (stem + ".so"), t / "inst" / std::string(255, 'c')};
+  Install in{t / "inst", t / "inst/src" / (stem + ".cpp"), t / "inst/lib" / (stem + ".so"),
+             t / "inst" / std::string(255, 'c')};
   write_file(in.source, "int kernel() { return 4; }\n");
   write_file(in.artifact, "original library\n", 0755);
   fs::last_write_time(in.artifact, fs::file_time_type::clock::now() - std::chrono::hours(1));
@@ -198,11 +212,12 @@ TEST_F(Field, NamesOfNameMaxBytesArePatchedAndRestored) {
   std::string so = "lib/" + in.artifact.filename().string(), cache = in.cache.filename().string();
   for (const char* way : {"move", "aside", "tar"}) {
     write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
-    Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                         (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
-                         in.cache.string(), "--cache-snapshot", way, "--build-cwd", in.root.string(), "--build-cmd",
-                         "sh -c 'cp src/" + in.source.filename().string() + " " + so + " && mkdir -p " + cache + "'"},
-                        {}, state);
+    Cmd a =
+        run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                     (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
+                     in.cache.string(), "--cache-snapshot", way, "--build-cwd", in.root.string(), "--build-cmd",
+                     "sh -c 'cp src/" + in.source.filename().string() + " " + so + " && mkdir -p " + cache + "'"},
+                    {}, state);
     ASSERT_EQ(a.rc, 0) << way << ": " << a.err;
     EXPECT_EQ(read_file(in.artifact), "int kernel() { return 7; }\n");
     Cmd r = revert(t / "ov");
@@ -222,8 +237,8 @@ TEST_F(Field, ASetuidArtifactComesBackWithItsSetuidBits) {
   std::string before = tree_digest(in.root);
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(),
-                       "--build-cmd", "sh -c 'rm lib/libk.so && cp src/kernel.cpp lib/libk.so'"},
+                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd",
+                       in.root.string(), "--build-cmd", "sh -c 'rm lib/libk.so && cp src/kernel.cpp lib/libk.so'"},
                       {}, state);
   ASSERT_EQ(a.rc, 0) << a.err;
   struct stat built {};
@@ -250,10 +265,12 @@ TEST_F(Field, AnOverlayAnotherUserOwnsIsActedOnOnlyWhenTrusted) {
   std::string patched = tree_digest(in.root);
   const std::string ov = (t / "ov").string();
   for (std::vector<std::string> cmd : {std::vector<std::string>{"revert", "--overlay", ov},
-                                       {"status", "--overlay", ov}, {"verify-native", "--overlay", ov}}) {
+                                       {"status", "--overlay", ov},
+                                       {"verify-native", "--overlay", ov}}) {
     Cmd c = run_overlay(cmd, {}, state);
     EXPECT_NE(c.rc, 0) << cmd[0];
-    EXPECT_NE(c.err.find("overlay directory " + ov + " is owned by another user (uid 65534)"), std::string::npos) << c.err;
+    EXPECT_NE(c.err.find("overlay directory " + ov + " is owned by another user (uid 65534)"), std::string::npos)
+        << c.err;
     EXPECT_EQ(std::count(c.err.begin(), c.err.end(), '\n'), 1) << c.err;
     EXPECT_EQ(tree_digest(in.root), patched) << cmd[0];
   }
@@ -282,14 +299,15 @@ TEST_F(Field, NamesThatAreNotUtf8AreBytesEndToEnd) {
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   const std::string build = "sh -c 'cp src/" + k + ".cpp lib/" + so + " && cp src/" + k + ".cpp " + stale + "'";
   Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(),
-                       "--build-cmd", build},
+                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd",
+                       in.root.string(), "--build-cmd", build},
                       {}, state);
   ASSERT_EQ(a.rc, 0) << a.err;
   std::string text = read_file(t / "ov/_overlay_manifest.json");
   EXPECT_NE(text.find("k\\udcfern.cpp"), std::string::npos) << text;
   EXPECT_NE(text.find("stale\\udcfe.o"), std::string::npos) << text;  // the build's output, recorded
-  EXPECT_EQ(run_overlay({"verify-native", "--overlay", (t / "ov").string()}, {}, state).out, "FRESH_BUILD_OK (checked 1)\n");
+  EXPECT_EQ(run_overlay({"verify-native", "--overlay", (t / "ov").string()}, {}, state).out,
+            "FRESH_BUILD_OK (checked 1)\n");
   Cmd r = revert(t / "ov");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(read_file(in.source), "int kernel() { return 4; }\n");
@@ -307,7 +325,9 @@ TEST_F(Field, NamesThatAreNotUtf8AreBytesEndToEnd) {
   ASSERT_EQ(run_overlay({"add-native", "--overlay", (t / "ov2").string(), "--target", in.source.string(),
                          "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string(),
                          "--build-cwd", in.root.string(), "--build-cmd", build},
-                        {}, state).rc, 0);
+                        {}, state)
+                .rc,
+            0);
   fs::remove(in.root / stale);
   Cmd pr = run({"python3", py.string(), "revert", "--overlay", (t / "ov2").string()});
   ASSERT_EQ(pr.rc, 0) << pr.out << pr.err;
@@ -346,15 +366,16 @@ TEST_F(Field, BackupsOfAnAddNativeKilledBeforeItsRecordAreSwept) {
     bool killed_before_record = false;
     for (int attempt = 0; attempt < 5 && !killed_before_record; ++attempt) {
       fs::remove_all(ov);
-      pid_t pid = spawn_overlay({"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file",
-                                 (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd",
-                                 in.root.string(), "--build-cmd", "true"},
+      pid_t pid = spawn_overlay({"add-native", "--overlay", ov.string(), "--target", in.source.string(),
+                                 "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string(),
+                                 "--build-cwd", in.root.string(), "--build-cmd", "true"},
                                 state);
       // Killed once the artifact's backup is being written: its record comes only after.
       for (int i = 0; i < 20000; ++i) {
         bool copying = false;
         for (const auto& d : partial(ov))
-          for (const auto& f : fs::directory_iterator(d)) copying |= f.path().filename().string().find("libk.so") != std::string::npos;
+          for (const auto& f : fs::directory_iterator(d))
+            copying |= f.path().filename().string().find("libk.so") != std::string::npos;
         if (copying) break;
         ::usleep(200);
       }
@@ -394,7 +415,8 @@ TEST_F(Field, ForceStackedOverlaysRevertInOrderOrAreRefused) {
   std::string stacked = tree_digest(in.root);
   Cmd early = revert(t / "ov1");
   EXPECT_EQ(early.rc, 1);
-  EXPECT_NE(early.err.find("patched again over this entry by overlay " + (t / "ov2").string()), std::string::npos) << early.err;
+  EXPECT_NE(early.err.find("patched again over this entry by overlay " + (t / "ov2").string()), std::string::npos)
+      << early.err;
   EXPECT_EQ(early.err.rfind("cannot restore"), early.err.find("cannot restore")) << early.err;  // one refusal line
   EXPECT_EQ(tree_digest(in.root), stacked);
   EXPECT_EQ(run_overlay({"status", "--all", "--check-clean"}, {}, state).rc, 1);
@@ -432,16 +454,18 @@ std::string xattr_dump(const fs::path& p) {
 // revert gives each back exactly, and status says when the patched file's metadata drifts.
 TEST_F(Field, ExtendedAttributesAclsAndCapabilitiesAreRestored) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (trusted. attributes, capabilities, chown)";
-  if (!have({"setfattr", "--version"}) || !have({"setfacl", "--version"})) GTEST_SKIP() << "no setfattr/setfacl (attr, acl)";
+  if (!have({"setfattr", "--version"}) || !have({"setfacl", "--version"}))
+    GTEST_SKIP() << "no setfattr/setfacl (attr, acl)";
   Install in = make_install(t / "inst");
   ASSERT_EQ(::chown(in.source.c_str(), 65534, 65534), 0);
   ASSERT_EQ(::chmod(in.source.c_str(), 0640), 0);  // the ACL below widens the group bits (its mask) to rw
-  for (std::vector<std::string> cmd : {std::vector<std::string>{"setfattr", "-n", "user.origin", "-v", "vendor", in.source.string()},
-                                       {"setfattr", "-n", "trusted.overlay-test", "-v", "0x00ff10", in.source.string()},
-                                       {"setfacl", "-m", "u:65534:rw,g:0:r", in.source.string()},
-                                       {"setfattr", "-n", "security.capability", "-v",
-                                        "0x0100000200040000000000000000000000000000", in.artifact.string()},
-                                       {"setfattr", "-n", "user.built-by", "-v", "ci", in.artifact.string()}}) {
+  for (std::vector<std::string> cmd :
+       {std::vector<std::string>{"setfattr", "-n", "user.origin", "-v", "vendor", in.source.string()},
+        {"setfattr", "-n", "trusted.overlay-test", "-v", "0x00ff10", in.source.string()},
+        {"setfacl", "-m", "u:65534:rw,g:0:r", in.source.string()},
+        {"setfattr", "-n", "security.capability", "-v", "0x0100000200040000000000000000000000000000",
+         in.artifact.string()},
+        {"setfattr", "-n", "user.built-by", "-v", "ci", in.artifact.string()}}) {
     Cmd c = run(cmd);
     if (c.rc != 0) GTEST_SKIP() << cmd[0] << " " << cmd[2] << " refused here: " << c.err;
   }
@@ -450,8 +474,8 @@ TEST_F(Field, ExtendedAttributesAclsAndCapabilitiesAreRestored) {
   ASSERT_NE(art_x.find("security.capability"), std::string::npos) << art_x;
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(),
-                       "--build-cmd", "sh -c 'cat src/kernel.cpp > lib/libk.so'"},
+                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd",
+                       in.root.string(), "--build-cmd", "sh -c 'cat src/kernel.cpp > lib/libk.so'"},
                       {}, state);
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_EQ(xattr_dump(in.source), src_x);  // the patched file carries the original's
@@ -461,8 +485,10 @@ TEST_F(Field, ExtendedAttributesAclsAndCapabilitiesAreRestored) {
   ASSERT_EQ(run({"setfattr", "-x", "user.origin", in.source.string()}).rc, 0);
   ASSERT_EQ(::chmod(in.source.c_str(), 0600), 0);
   st = run_overlay({"status", "--overlay", (t / "ov").string()}, {}, state);
-  EXPECT_NE(st.out.find("metadata drifted: mode 0600 (recorded 0660); extended attributes differ (system.posix_acl_access, user.origin)"),
-            std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("metadata drifted: mode 0600 (recorded 0660); extended attributes differ "
+                        "(system.posix_acl_access, user.origin)"),
+            std::string::npos)
+      << st.out;
   Cmd r = revert(t / "ov");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(xattr_dump(in.source), src_x);
@@ -487,9 +513,9 @@ TEST_F(Field, HardLinkedFilesComeBackAsOneInodeWithEveryName) {
     fs::create_hard_link(in.source, in.root / "src/kernel-alias.cpp");
     std::string before = tree_digest(in.root);
     write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
-    Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                         (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(),
-                         "--build-cmd", std::string("sh -c '") + build + "'"},
+    Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(),
+                         "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string(),
+                         "--build-cwd", in.root.string(), "--build-cmd", std::string("sh -c '") + build + "'"},
                         {}, state);
     ASSERT_EQ(a.rc, 0) << a.err;
     EXPECT_EQ(read_file(in.artifact), "int kernel() { return 7; }\n");
@@ -523,9 +549,13 @@ TEST_F(Field, SparseFilesAreBackedUpAndRestoredByTheirDataAlone) {
     fs::remove_all(t / "ov");
     Install in = make_install(t / "inst");
     fs::remove(in.artifact);
-    ASSERT_EQ(run({"sh", "-c", "truncate -s 256M " + in.artifact.string() + " && printf 'head%65532s' x | dd of=" +
-                                   in.artifact.string() + " conv=notrunc status=none && printf 'mid%65533s' y | dd of=" +
-                                   in.artifact.string() + " bs=1M seek=128 conv=notrunc status=none"}).rc, 0);
+    ASSERT_EQ(
+        run({"sh", "-c",
+             "truncate -s 256M " + in.artifact.string() + " && printf 'head%65532s' x | dd of=" + in.artifact.string() +
+                 " conv=notrunc status=none && printf 'mid%65533s' y | dd of=" + in.artifact.string() +
+                 " bs=1M seek=128 conv=notrunc status=none"})
+            .rc,
+        0);
     ASSERT_LT(allocated_bytes(in.artifact), 4u << 20);
     std::string sha = file_sha256(in.artifact);
     std::unique_ptr<ScopedMount> m;
@@ -539,8 +569,8 @@ TEST_F(Field, SparseFilesAreBackedUpAndRestoredByTheirDataAlone) {
     }
     write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
     Cmd a = run_overlay({"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file",
-                         (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(),
-                         "--build-cmd", "sh -c 'rm lib/libk.so && cp src/kernel.cpp lib/libk.so'"},
+                         (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cwd",
+                         in.root.string(), "--build-cmd", "sh -c 'rm lib/libk.so && cp src/kernel.cpp lib/libk.so'"},
                         {}, state);
     ASSERT_EQ(a.rc, 0) << a.err;
     json mj = json::parse(read_file(ov / "_overlay_manifest.json"));

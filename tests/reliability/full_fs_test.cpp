@@ -1,11 +1,12 @@
 // A real full filesystem (a small tmpfs): ENOSPC while backing up refuses cleanly; ENOSPC while
 // restoring is reported, keeps the entry, and a later revert (with space) restores exactly.
 // Skips with the reason where this machine does not allow mounting a tmpfs.
-#include <gtest/gtest.h>
 #include <sys/mount.h>
 
 #include <cerrno>
 #include <cstring>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -49,8 +50,8 @@ TEST(FullFilesystem, BackupOnFullDiskRefusedInstallUntouched) {
   std::string before = tree_digest(in.root);
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   std::vector<std::string> state{"OVERLAY_STATE_DIR=" + (t / "state").string()};
-  Cmd a = run_overlay({"add-native", "--overlay", (t / "small/ov").string(), "--target", in.source.string(), "--patched-file",
-                       (t / "patched.cpp").string(), "--artifact", in.artifact.string()},
+  Cmd a = run_overlay({"add-native", "--overlay", (t / "small/ov").string(), "--target", in.source.string(),
+                       "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string()},
                       {}, state);
   EXPECT_EQ(a.rc, 1);
   EXPECT_NE(a.err.find("No space left on device"), std::string::npos) << a.err;
@@ -70,8 +71,8 @@ TEST(FullFilesystem, RestoreOnFullDiskReportedThenCompleted) {
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   std::vector<std::string> state{"OVERLAY_STATE_DIR=" + (t / "state").string()};
   Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(),
-                       "--build-cmd", "sh -c 'echo rebuilt > " + in.artifact.string() + "'"},
+                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
+                       in.cache.string(), "--build-cmd", "sh -c 'echo rebuilt > " + in.artifact.string() + "'"},
                       {}, state);
   ASSERT_EQ(a.rc, 0) << a.err;
   fs::path filler = fill(t / "small");
@@ -97,16 +98,26 @@ TEST(FullFilesystem, ABuildLogCutShortByAFullDiskIsReported) {
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   std::vector<std::string> state{"OVERLAY_STATE_DIR=" + (t / "state").string()};
   for (const char* mode : {"text", "json"}) {
-    std::vector<std::string> args{"add-native", "--overlay", (t / "small/ov").string(), "--target", in.source.string(),
-                                  "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string(),
-                                  "--build-cwd", in.root.string(), "--build-cmd",
-                                  "sh -c 'head -c 3000000 /dev/zero | tr \"\\0\" x; echo; echo build-done; cp src/kernel.cpp lib/libk.so'",
-                                  "--rebuild"};  // the second round's build must run too: its log is the point
+    std::vector<std::string> args{
+        "add-native",
+        "--overlay",
+        (t / "small/ov").string(),
+        "--target",
+        in.source.string(),
+        "--patched-file",
+        (t / "patched.cpp").string(),
+        "--artifact",
+        in.artifact.string(),
+        "--build-cwd",
+        in.root.string(),
+        "--build-cmd",
+        "sh -c 'head -c 3000000 /dev/zero | tr \"\\0\" x; echo; echo build-done; cp src/kernel.cpp lib/libk.so'",
+        "--rebuild"};  // the second round's build must run too: its log is the point
     if (std::string(mode) == "json") args.insert(args.begin(), "--json");
     Cmd a = run_overlay(args, {}, state);
     ASSERT_EQ(a.rc, 0) << mode << ": " << a.err.substr(a.err.size() > 2000 ? a.err.size() - 2000 : 0);
     EXPECT_NE(a.err.find("build-done"), std::string::npos) << mode;  // the whole output reached stderr
-    EXPECT_NE(a.err.find("is incomplete (") , std::string::npos) << mode;
+    EXPECT_NE(a.err.find("is incomplete ("), std::string::npos) << mode;
     EXPECT_NE(a.err.find("No space left on device"), std::string::npos) << mode;
     EXPECT_EQ(read_file(in.artifact), "int kernel() { return 7; }\n");
     if (std::string(mode) == "json") {

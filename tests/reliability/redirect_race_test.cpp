@@ -14,9 +14,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <string>
 #include <vector>
-#include <new>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -40,9 +40,9 @@ int env_int(const char* name, int fallback) {
 // earlier pause, late (it read that pause, then the test resumed), never ends a later one.
 struct Shared {
   std::atomic<long> flips{0};
-  std::atomic<int> paused{1};   // the pause asked for (0: run); the flipper leaves the real dir in place
-  std::atomic<int> parked{0};   // the pause it has parked for, with the real dir at its name
-  std::atomic<int> pauses{1};   // the last pause's number
+  std::atomic<int> paused{1};  // the pause asked for (0: run); the flipper leaves the real dir in place
+  std::atomic<int> parked{0};  // the pause it has parked for, with the real dir at its name
+  std::atomic<int> pauses{1};  // the last pause's number
 };
 
 class Flipper {
@@ -88,7 +88,8 @@ class Flipper {
     bool swapped = false;  // whether the symlink stands at `name` now
     for (;;) {
       if (int asked = s_->paused; asked != 0) {
-        if (swapped && ::renameat2(AT_FDCWD, name.c_str(), AT_FDCWD, other.c_str(), RENAME_EXCHANGE) == 0) swapped = false;
+        if (swapped && ::renameat2(AT_FDCWD, name.c_str(), AT_FDCWD, other.c_str(), RENAME_EXCHANGE) == 0)
+          swapped = false;
         if (!swapped) s_->parked = asked;
         ::usleep(50);
         continue;
@@ -127,21 +128,28 @@ struct RedirectRace : ::testing::Test {
     ASSERT_EQ(::lchown((inst / ".flip").c_str(), kNobody, kNobody), 0);
   }
   Cmd add(const std::string& build, std::vector<std::string> more = {}) {
-    std::vector<std::string> args{"add-native", "--overlay", ov, "--target", (k / "a.cu").string(), "--patched-file",
-                                  (t / "patched.cu").string(), "--artifact", (k / "a.so").string(), "--build-cmd", build};
+    std::vector<std::string> args{"add-native",
+                                  "--overlay",
+                                  ov,
+                                  "--target",
+                                  (k / "a.cu").string(),
+                                  "--patched-file",
+                                  (t / "patched.cu").string(),
+                                  "--artifact",
+                                  (k / "a.so").string(),
+                                  "--build-cmd",
+                                  build};
     args.insert(args.end(), more.begin(), more.end());
     return run_overlay(args);
   }
   // With the cache dir inside the flipping directory — moved into the overlay, renamed aside, or
   // tarred (its tree read, and extracted back, through descriptors) — rebuilt by the build.
   Cmd add_with_cache(const char* way) {
-    return add("sh -c 'cp " + (t / "patched.so").string() + " " + (k / "a.so").string() + " && mkdir " + (k / "cache").string() +
-                   " && echo jit of 7 > " + (k / "cache/jit.o").string() + "'",
+    return add("sh -c 'cp " + (t / "patched.so").string() + " " + (k / "a.so").string() + " && mkdir " +
+                   (k / "cache").string() + " && echo jit of 7 > " + (k / "cache/jit.o").string() + "'",
                {"--invalidate-cache", (k / "cache").string(), "--cache-snapshot", way});
   }
-  std::size_t entries() {
-    return json::parse(read_file(t / "ov/_overlay_manifest.json"))["natives"].size();
-  }
+  std::size_t entries() { return json::parse(read_file(t / "ov/_overlay_manifest.json"))["natives"].size(); }
 };
 
 }  // namespace
@@ -157,7 +165,8 @@ TEST_F(RedirectRace, AFlippingDirectoryNeverSteersRevertOrGcStale) {
     Cmd a = add_with_cache(ways[(i / 2) % 3]);
     ASSERT_EQ(a.rc, 0) << "round " << i << "\n" << a.err;
     flipper.resume_until_it_flips();  // the first check meets a directory already flipping
-    Cmd r = i % 2 == 0 ? run_overlay({"revert", "--overlay", ov}) : run_overlay({"gc-stale", "--root", t.path().string()});
+    Cmd r =
+        i % 2 == 0 ? run_overlay({"revert", "--overlay", ov}) : run_overlay({"gc-stale", "--root", t.path().string()});
     flipper.pause();
     EXPECT_EQ(tree_digest(decoy), decoy_digest) << "round " << i << ": written through the symlink\n" << r.err;
     if (r.rc == 0) {
@@ -180,9 +189,11 @@ TEST_F(RedirectRace, AFlippingDirectoryNeverSteersRevertOrGcStale) {
   }
   EXPECT_GT(flipper.flips(), 0);
   EXPECT_EQ(tree_digest(decoy), decoy_digest);
-  std::printf("RACE | %d runs (revert and gc-stale alternately; a cache moved, renamed aside or tarred), %ld flips: %d restored at once, "
-              "%d refused (the entry kept)\n",
-              done, flipper.flips(), restored, refused);
+  std::printf(
+      "RACE | %d runs (revert and gc-stale alternately; a cache moved, renamed aside or tarred), %ld flips: %d "
+      "restored at once, "
+      "%d refused (the entry kept)\n",
+      done, flipper.flips(), restored, refused);
 }
 
 // add-native while the directory flips: a path it was given may lead into the decoy at the
@@ -227,7 +238,9 @@ TEST_F(RedirectRace, AddNativeActsInOneDirectoryPerItemWhateverFlips) {
     EXPECT_EQ(tree_digest(decoy), decoy_digest) << "round " << i;
   }
   EXPECT_GT(flipper.flips(), 0);
-  std::printf("RACE | %d add-native runs while flipping, %ld flips: %d acted in the install, %d in the decoy (the path led there), "
-              "%d refused\n",
-              done, flipper.flips(), in_install, in_decoy, refused);
+  std::printf(
+      "RACE | %d add-native runs while flipping, %ld flips: %d acted in the install, %d in the decoy (the path led "
+      "there), "
+      "%d refused\n",
+      done, flipper.flips(), in_install, in_decoy, refused);
 }

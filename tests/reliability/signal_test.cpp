@@ -1,14 +1,14 @@
 // SIGINT during the build is forwarded to the build's whole process group; overlay exits 130
 // and the entry stays revertable.
-#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
 
+#include <gtest/gtest.h>
+
 #include "test_util.hpp"
 
 using namespace overlay::test;
-
 
 TEST(Signals, InterruptDuringBuildForwardedAndRevertable) {
   TempDir t;
@@ -17,12 +17,16 @@ TEST(Signals, InterruptDuringBuildForwardedAndRevertable) {
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   // The build records the SIGINT it receives; its background grandchild (which, started by a
   // non-interactive shell, ignores SIGINT) records its PID and must not survive either.
-  std::string script = "trap 'echo int > " + (t / "build-got-int").string() + "; exit 130' INT; "
-                       "(sleep 3; touch " + (t / "grandchild-ran").string() + ") & echo $! > " + (t / "grandchild.pid").string() + "; "
-                       "echo x > " + in.artifact.string() + "; touch " + (t / "started").string() + "; wait";
-  pid_t pid = spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                             (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
-                             in.cache.string(), "--build-cmd", "sh -c \"" + script + "\""},
+  std::string script = "trap 'echo int > " + (t / "build-got-int").string() +
+                       "; exit 130' INT; "
+                       "(sleep 3; touch " +
+                       (t / "grandchild-ran").string() + ") & echo $! > " + (t / "grandchild.pid").string() +
+                       "; "
+                       "echo x > " +
+                       in.artifact.string() + "; touch " + (t / "started").string() + "; wait";
+  pid_t pid = spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(),
+                             "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string(),
+                             "--invalidate-cache", in.cache.string(), "--build-cmd", "sh -c \"" + script + "\""},
                             {"OVERLAY_STATE_DIR=" + (t / "state").string()});
   ASSERT_TRUE(until_ready_or_exited(pid, [&] { return fs::exists(t / "started"); }));
   ::kill(pid, SIGINT);
@@ -30,7 +34,8 @@ TEST(Signals, InterruptDuringBuildForwardedAndRevertable) {
   EXPECT_TRUE(fs::exists(t / "build-got-int")) << "overlay returned before its build ended";
   wait_until_dead(std::stoi(read_file(t / "grandchild.pid")));
   EXPECT_FALSE(fs::exists(t / "grandchild-ran")) << "the build's grandchild survived";
-  Cmd r = run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
+  Cmd r =
+      run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(tree_digest(in.root), before);
 }
@@ -40,18 +45,21 @@ TEST(Signals, BuildTimeoutKillsGroupAndStaysRevertable) {
   Install in = make_install(t / "inst");
   std::string before = tree_digest(in.root);
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
-  std::string script = "(trap '' TERM; sleep 3; touch " + (t / "survivor").string() + ") & echo $! > " + (t / "child.pid").string() +
-                       "; sleep 30";
+  std::string script = "(trap '' TERM; sleep 3; touch " + (t / "survivor").string() + ") & echo $! > " +
+                       (t / "child.pid").string() + "; sleep 30";
   auto start = std::chrono::steady_clock::now();
-  Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                       (t / "patched.cpp").string(), "--build-timeout", "0.5", "--build-cmd", "sh -c \"" + script + "\""},
-                      {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
+  Cmd a =
+      run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+                   (t / "patched.cpp").string(), "--build-timeout", "0.5", "--build-cmd", "sh -c \"" + script + "\""},
+                  {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(25)) << "it waited for the build's 30 s";
   EXPECT_EQ(a.rc, 1);
   EXPECT_NE(a.err.find("(timed out)"), std::string::npos) << a.err;
   wait_until_dead(std::stoi(read_file(t / "child.pid")));
   EXPECT_FALSE(fs::exists(t / "survivor"));
-  EXPECT_EQ(run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()}).rc, 0);
+  EXPECT_EQ(
+      run_overlay({"revert", "--overlay", (t / "ov").string()}, {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()}).rc,
+      0);
   EXPECT_EQ(tree_digest(in.root), before);
 }
 
@@ -60,12 +68,13 @@ TEST(Signals, TimedOutBuildWithRevertOnFailureLeavesOriginalAndNoSurvivor) {
   Install in = make_install(t / "inst");
   std::string before = tree_digest(in.root);
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
-  std::string script = "echo half > " + in.artifact.string() + "; (trap '' TERM; sleep 3; touch " + (t / "survivor").string() +
-                       ") & echo $! > " + (t / "child.pid").string() + "; sleep 30";
-  Cmd a = run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(),
-                       "--build-timeout", "0.5", "--revert-on-failure", "--build-cmd", "sh -c \"" + script + "\""},
-                      {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
+  std::string script = "echo half > " + in.artifact.string() + "; (trap '' TERM; sleep 3; touch " +
+                       (t / "survivor").string() + ") & echo $! > " + (t / "child.pid").string() + "; sleep 30";
+  Cmd a = run_overlay(
+      {"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
+       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(),
+       "--build-timeout", "0.5", "--revert-on-failure", "--build-cmd", "sh -c \"" + script + "\""},
+      {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
   EXPECT_EQ(a.rc, 1);
   EXPECT_NE(a.err.find("(timed out)"), std::string::npos) << a.err;
   EXPECT_NE(a.err.find("--revert-on-failure: entry"), std::string::npos) << a.err;
@@ -82,10 +91,13 @@ TEST(Signals, BuildDiesWithAKilledOverlay) {
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   std::string script = "echo $$ > " + (t / "build.pid").string() + "; sleep 2; touch " + (t / "finished").string();
   std::vector<std::string> env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
-  pid_t pid = spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                             (t / "patched.cpp").string(), "--build-cmd", "sh -c \"" + script + "\""}, env);
+  pid_t pid = spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(),
+                             "--patched-file", (t / "patched.cpp").string(), "--build-cmd", "sh -c \"" + script + "\""},
+                            env);
   // Until the pid is written, not merely the file created (the shell opens it, then writes).
-  auto written = [&] { return fs::exists(t / "build.pid") && read_file(t / "build.pid").find('\n') != std::string::npos; };
+  auto written = [&] {
+    return fs::exists(t / "build.pid") && read_file(t / "build.pid").find('\n') != std::string::npos;
+  };
   ASSERT_TRUE(until_ready_or_exited(pid, written));
   ::kill(pid, SIGKILL);
   wait_rc(pid);

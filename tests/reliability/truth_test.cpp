@@ -27,12 +27,23 @@ struct Truth : ::testing::Test {
 
   // add-native of `body` whose build (`cp src/kernel.cpp lib/libk.so`) first waits for `gate`
   // to exist when one is given: a build still running while the test acts.
-  std::vector<std::string> add_args(const Install& in, const fs::path& ov, const std::string& body, const fs::path& gate = {}) {
+  std::vector<std::string> add_args(const Install& in, const fs::path& ov, const std::string& body,
+                                    const fs::path& gate = {}) {
     fs::path patched = t / ("patched-" + ov.filename().string() + ".cpp");
     write_file(patched, body);
     std::string wait = gate.empty() ? "" : "while [ ! -e " + gate.string() + " ]; do sleep 0.02; done; ";
-    return {"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file", patched.string(),
-            "--artifact", in.artifact.string(), "--build-cwd", in.root.string(), "--build-cmd",
+    return {"add-native",
+            "--overlay",
+            ov.string(),
+            "--target",
+            in.source.string(),
+            "--patched-file",
+            patched.string(),
+            "--artifact",
+            in.artifact.string(),
+            "--build-cwd",
+            in.root.string(),
+            "--build-cmd",
             "sh -c '" + wait + "cp src/kernel.cpp lib/libk.so'"};
   }
   Cmd overlay(const std::vector<std::string>& args) { return run_overlay(args, {}, state); }
@@ -57,7 +68,8 @@ TEST_F(Truth, GcStaleLeavesAnAddNativeInFlightAlone) {
   Install in = make_install(t / "inst");
   const std::string cand = "int kernel() { return 7; }\n";
   pid_t agent = spawn_overlay(add_args(in, t / "ov", cand, t / "go"), state);
-  ASSERT_TRUE(until_ready_or_exited(agent, [&] { return read_file(in.source) == cand && manifest_has_native(t / "ov"); }));
+  ASSERT_TRUE(
+      until_ready_or_exited(agent, [&] { return read_file(in.source) == cand && manifest_has_native(t / "ov"); }));
   Cmd gc = overlay({"--json", "gc-stale", "--root", t.path().string()});
   EXPECT_EQ(gc.rc, 0) << gc.err;
   json j = json::parse(gc.out);
@@ -113,7 +125,8 @@ TEST_F(Truth, GcStaleWalksToTheEndReportingEachOverlay) {
   Cmd gc = overlay({"--json", "gc-stale", "--root", (t / "root").string()});
   json j = json::parse(gc.out);
   std::map<std::string, std::string> outcome;
-  for (const auto& o : j["overlays"]) outcome[fs::path(o["overlay"].get<std::string>()).filename().string()] = o["outcome"];
+  for (const auto& o : j["overlays"])
+    outcome[fs::path(o["overlay"].get<std::string>()).filename().string()] = o["outcome"];
   EXPECT_EQ(outcome["ov-a"], "reverted") << gc.out;
   EXPECT_EQ(outcome["ov-b"], "reverted") << gc.out;
   EXPECT_EQ(outcome["junk"], "skipped") << gc.out;
@@ -136,7 +149,8 @@ TEST_F(Truth, GcStaleWalksToTheEndReportingEachOverlay) {
   EXPECT_NE(text.err.find("skipped " + (t / "root/junk").string() + ": not a manifest"), std::string::npos) << text.err;
   EXPECT_NE(text.out.find("gc-stale: reverted " + (t / "root/ov-a").string()), std::string::npos) << text.out;
   EXPECT_EQ(text.out.substr(text.out.rfind("gc-stale:")), "gc-stale: reverted " + std::string(have_ro ? "2" : "1") +
-                                                           " stale native overlay(s) under " + (t / "root").string() + "\n");
+                                                              " stale native overlay(s) under " +
+                                                              (t / "root").string() + "\n");
 }
 
 // Shape 4: an overlay path with ':' (a run dir named after an ISO timestamp) can never sit on
@@ -153,14 +167,16 @@ TEST_F(Truth, AnOverlayPathWithAColonIsRefusedForPythonAndExec) {
        {"add-module", "--overlay", ov.string(), "--module", "json", "--patched-file", (t / "mod.py").string()},
        {"add-capture", "--overlay", ov.string(), "--target", "os:getcwd", "--out", (t / "shapes").string()},
        {"add-marker", "--overlay", ov.string(), "--target", "os:getcwd"},
-       {"exec", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file", (t / "patched.cpp").string(), "--",
-        "true"}},
+       {"exec", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file",
+        (t / "patched.cpp").string(), "--", "true"}},
       t.path(), [&](const std::vector<std::string>& a) { return overlay(a); });
   Cmd r = overlay({"add-marker", "--overlay", ov.string(), "--target", "os:getcwd"});
   EXPECT_NE(r.err.find("contains ':'"), std::string::npos) << r.err;
   // A native entry alone never goes on PYTHONPATH: still accepted there.
   EXPECT_EQ(overlay({"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file",
-                     (t / "patched.cpp").string()}).rc, 0);
+                     (t / "patched.cpp").string()})
+                .rc,
+            0);
   EXPECT_EQ(overlay({"revert", "--overlay", ov.string()}).rc, 0);
 }
 
@@ -185,9 +201,11 @@ TEST_F(Truth, ACacheHoldingTheSourceOrAnArtifactThatIsTheSourceIsRefused) {
        add(in.source.string(), (t / "patched.cpp").string(), {"--invalidate-cache", in.root.string()}),
        add(in.source.string(), (t / "patched.cpp").string(), {"--artifact", in.source.string()}),
        add(in.source.string(), (t / "patched.cpp").string(), {"--artifact", (t / "patched.cpp").string()}),
-       add(in.source.string(), (t / "patched.cpp").string(), {"--artifact", (in.root / "src/../src/kernel.cpp").string()})},
+       add(in.source.string(), (t / "patched.cpp").string(),
+           {"--artifact", (in.root / "src/../src/kernel.cpp").string()})},
       t.path(), [&](const std::vector<std::string>& a) { return overlay(a); });
-  Cmd r = overlay(add((in.cache / "kernel.cu").string(), (t / "patched.cu").string(), {"--invalidate-cache", in.cache.string()}));
+  Cmd r = overlay(
+      add((in.cache / "kernel.cu").string(), (t / "patched.cu").string(), {"--invalidate-cache", in.cache.string()}));
   EXPECT_NE(r.err.find("holds the target"), std::string::npos) << r.err;
   r = overlay(add(in.source.string(), (t / "patched.cpp").string(), {"--artifact", in.source.string()}));
   EXPECT_NE(r.err.find("is the target"), std::string::npos) << r.err;
@@ -198,8 +216,17 @@ TEST_F(Truth, ACacheHoldingTheSourceOrAnArtifactThatIsTheSourceIsRefused) {
 TEST_F(Truth, StdoutCarriesTheSummaryOnlyOnSuccess) {
   Install in = make_install(t / "inst");
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
-  std::vector<std::string> a{"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                             (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--build-cmd", "false"};
+  std::vector<std::string> a{"add-native",
+                             "--overlay",
+                             (t / "ov").string(),
+                             "--target",
+                             in.source.string(),
+                             "--patched-file",
+                             (t / "patched.cpp").string(),
+                             "--artifact",
+                             in.artifact.string(),
+                             "--build-cmd",
+                             "false"};
   Cmd failed = overlay(a);
   EXPECT_NE(failed.rc, 0);
   EXPECT_EQ(failed.out, "") << "a failed build printed a success summary";
@@ -213,9 +240,11 @@ TEST_F(Truth, StdoutCarriesTheSummaryOnlyOnSuccess) {
   EXPECT_NE(doc["error"].get<std::string>().find("build failed"), std::string::npos);
   ASSERT_EQ(overlay({"revert", "--overlay", (t / "ov").string()}).rc, 0);
   // apply: the same.
-  write_file(t / "d.diff", "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n");
-  Cmd ap = overlay({"apply", "--overlay", (t / "ov2").string(), "--patch", (t / "d.diff").string(), "--patch-root", in.root.string(),
-                    "--artifact", in.artifact.string(), "--build-cmd", "false"});
+  write_file(t / "d.diff",
+             "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { "
+             "return 7; }\n");
+  Cmd ap = overlay({"apply", "--overlay", (t / "ov2").string(), "--patch", (t / "d.diff").string(), "--patch-root",
+                    in.root.string(), "--artifact", in.artifact.string(), "--build-cmd", "false"});
   EXPECT_NE(ap.rc, 0);
   EXPECT_EQ(ap.out, "");
   ASSERT_EQ(overlay({"revert", "--overlay", (t / "ov2").string()}).rc, 0);
@@ -233,12 +262,15 @@ TEST_F(Truth, RevertTellsOneStoryPerItem) {
   Install in = make_install(t / "inst");
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   ASSERT_EQ(overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                     (t / "patched.cpp").string()}).rc, 0);
+                     (t / "patched.cpp").string()})
+                .rc,
+            0);
   fs::rename(in.root / "src", in.root / "src.old");  // a reinstall: the same path, another directory
   write_file(in.source, "int kernel() { return 5; }\n");
   Cmd r = overlay({"revert", "--overlay", (t / "ov").string()});
   EXPECT_NE(r.rc, 0);
-  EXPECT_EQ(r.err.find("replaced by the original"), std::string::npos) << "warned of a replacement it then refused:\n" << r.err;
+  EXPECT_EQ(r.err.find("replaced by the original"), std::string::npos) << "warned of a replacement it then refused:\n"
+                                                                       << r.err;
   EXPECT_NE(r.err.find("cannot restore " + in.source.string()), std::string::npos) << r.err;
   EXPECT_EQ(read_file(in.source), "int kernel() { return 5; }\n");
 }
@@ -252,7 +284,8 @@ TEST_F(Truth, AVanishedOverlaysPatchedBytesAreNeverTakenForTheOriginal) {
   write_file(t / "first.cpp", first);
   write_file(t / "second.cpp", "int kernel() { return 8; }\n");
   auto add = [&](const fs::path& ov, const fs::path& patched, std::vector<std::string> more = {}) {
-    std::vector<std::string> a{"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file", patched.string()};
+    std::vector<std::string> a{"add-native",       "--overlay",      ov.string(),     "--target",
+                               in.source.string(), "--patched-file", patched.string()};
     a.insert(a.end(), more.begin(), more.end());
     return overlay(a);
   };
@@ -272,7 +305,8 @@ TEST_F(Truth, AVanishedOverlaysPatchedBytesAreNeverTakenForTheOriginal) {
   Cmd all = overlay({"status", "--all", "--check-clean"});
   EXPECT_EQ(all.rc, 1) << all.out;
   EXPECT_NE(all.out.find((t / "ov1").string() + "  VANISHED"), std::string::npos) << all.out;
-  EXPECT_NE(all.out.find("1 overlay(s) known to the holds registry (1 vanished), 1 not clean"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("1 overlay(s) known to the holds registry (1 vanished), 1 not clean"), std::string::npos)
+      << all.out;
   json j = json::parse(overlay({"--json", "status", "--all"}).out);
   ASSERT_EQ(j["overlays"].size(), 1u) << j.dump();
   EXPECT_EQ(j["overlays"][0]["overlay"], (t / "ov1").string());
@@ -314,7 +348,9 @@ TEST_F(Truth, AMovedOverlaysRevertDropsTheHoldUnderItsOldPath) {
   std::string before = tree_digest(in.root);
   write_file(t / "p.cpp", "int kernel() { return 7; }\n");
   ASSERT_EQ(overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                     (t / "p.cpp").string(), "--artifact", in.artifact.string()}).rc, 0);
+                     (t / "p.cpp").string(), "--artifact", in.artifact.string()})
+                .rc,
+            0);
   fs::rename(t / "ov", t / "moved");
   Cmd r = overlay({"revert", "--overlay", (t / "moved").string()});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -326,12 +362,14 @@ TEST_F(Truth, AMovedOverlaysRevertDropsTheHoldUnderItsOldPath) {
   EXPECT_EQ(overlay({"which", in.source.string()}).rc, 1);
   // Deleted while applied, then the file put back by hand (a reinstall): clean, and free to take.
   ASSERT_EQ(overlay({"add-native", "--overlay", (t / "ov3").string(), "--target", in.source.string(), "--patched-file",
-                     (t / "p.cpp").string()}).rc, 0);
+                     (t / "p.cpp").string()})
+                .rc,
+            0);
   fs::remove_all(t / "ov3");
   write_file(in.source, "int kernel() { return 4; }\n");
   EXPECT_EQ(overlay({"status", "--all", "--check-clean"}).rc, 0);
-  Cmd again = overlay({"add-native", "--overlay", (t / "ov4").string(), "--target", in.source.string(), "--patched-file",
-                       (t / "p.cpp").string()});
+  Cmd again = overlay({"add-native", "--overlay", (t / "ov4").string(), "--target", in.source.string(),
+                       "--patched-file", (t / "p.cpp").string()});
   EXPECT_EQ(again.rc, 0) << again.err;
   EXPECT_EQ(overlay({"revert", "--overlay", (t / "ov4").string()}).rc, 0);
   EXPECT_EQ(read_file(in.source), "int kernel() { return 4; }\n");
@@ -349,23 +387,28 @@ TEST_F(Truth, AnArtifactRebuiltByAVanishedOverlayIsNeverCalledClean) {
   write_file(t / "other.cpp", "int other() { return 2; }\n");
   ASSERT_EQ(overlay(add_args(in, t / "ov1", "int kernel() { return 7; }\n")).rc, 0);
   // Another source, the same library: refused while ov1's build output is in it.
-  Cmd second = overlay({"add-native", "--overlay", (t / "ov2").string(), "--target", (in.root / "src/other.cpp").string(),
-                        "--patched-file", (t / "other.cpp").string(), "--artifact", in.artifact.string()});
+  Cmd second =
+      overlay({"add-native", "--overlay", (t / "ov2").string(), "--target", (in.root / "src/other.cpp").string(),
+               "--patched-file", (t / "other.cpp").string(), "--artifact", in.artifact.string()});
   EXPECT_NE(second.rc, 0);
-  EXPECT_NE(second.err.find(in.artifact.string() + " is held by overlay " + (t / "ov1").string()), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find(in.artifact.string() + " is held by overlay " + (t / "ov1").string()), std::string::npos)
+      << second.err;
   fs::remove_all(t / "ov1");
-  write_file(in.source, "int kernel() { return 4; }\n");  // the source reinstalled; the library is still the candidate's
+  write_file(in.source,
+             "int kernel() { return 4; }\n");  // the source reinstalled; the library is still the candidate's
   Cmd all = overlay({"status", "--all", "--check-clean"});
   EXPECT_EQ(all.rc, 1) << all.out;
   EXPECT_NE(all.out.find(in.artifact.string() + ": held by overlay " + (t / "ov1").string() + ", which has vanished"),
-            std::string::npos) << all.out;
+            std::string::npos)
+      << all.out;
   Cmd which = overlay({"which", in.artifact.string()});
   EXPECT_EQ(which.rc, 0) << which.err;
   // The library put back (the package reinstalled whole): clean, and free to take.
   write_file(in.artifact, original_lib, 0755);
   EXPECT_EQ(overlay({"status", "--all", "--check-clean"}).rc, 0);
-  Cmd again = overlay({"add-native", "--overlay", (t / "ov2").string(), "--target", (in.root / "src/other.cpp").string(),
-                       "--patched-file", (t / "other.cpp").string(), "--artifact", in.artifact.string()});
+  Cmd again =
+      overlay({"add-native", "--overlay", (t / "ov2").string(), "--target", (in.root / "src/other.cpp").string(),
+               "--patched-file", (t / "other.cpp").string(), "--artifact", in.artifact.string()});
   EXPECT_EQ(again.rc, 0) << again.err;
 }
 
@@ -376,8 +419,8 @@ TEST_F(Truth, AnOverlayDeletedAndMadeAgainAtTheSamePathDoesNotAdoptItsOwnPatch) 
   Install in = make_install(t / "inst");
   write_file(t / "first.cpp", "int kernel() { return 7; }\n");
   write_file(t / "second.cpp", "int kernel() { return 8; }\n");
-  std::vector<std::string> a{"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                             (t / "first.cpp").string()};
+  std::vector<std::string> a{"add-native",       "--overlay",      (t / "ov").string(),       "--target",
+                             in.source.string(), "--patched-file", (t / "first.cpp").string()};
   ASSERT_EQ(overlay(a).rc, 0);
   fs::remove_all(t / "ov");
   a.back() = (t / "second.cpp").string();

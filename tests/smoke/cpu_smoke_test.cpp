@@ -13,7 +13,8 @@ TEST(CpuSmoke, RecompileOutputChangesAndRevertIsByteExact) {
   fs::create_directories(install);
   fs::copy(example / "src", install / "src", fs::copy_options::recursive);
   fs::copy_file(example / "CMakeLists.txt", install / "CMakeLists.txt");
-  Cmd cfg = run({"cmake", "-S", install.string(), "-B", (install / "build").string(), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"});
+  Cmd cfg = run({"cmake", "-S", install.string(), "-B", (install / "build").string(), "-G", "Ninja",
+                 "-DCMAKE_BUILD_TYPE=Release"});
   ASSERT_EQ(cfg.rc, 0) << cfg.err;
   ASSERT_EQ(run({"cmake", "--build", (install / "build").string()}).rc, 0);
   fs::path smoke = install / "build/smoke", lib = install / "build/libkernel.so", src = install / "src/kernel.cpp";
@@ -22,8 +23,8 @@ TEST(CpuSmoke, RecompileOutputChangesAndRevertIsByteExact) {
 
   std::string ov = (t / "ov").string();
   Cmd add = run_overlay({"add-native", "--overlay", ov, "--target", src.string(), "--patched-file",
-                     (example / "patched/kernel.cpp").string(), "--artifact", lib.string(), "--build-cmd",
-                     "cmake --build " + (install / "build").string()});
+                         (example / "patched/kernel.cpp").string(), "--artifact", lib.string(), "--build-cmd",
+                         "cmake --build " + (install / "build").string()});
   ASSERT_EQ(add.rc, 0) << add.err;
   EXPECT_NE(add.err.find("Building CXX object CMakeFiles/kernel.dir/src/kernel.cpp.o"), std::string::npos) << add.err;
   EXPECT_EQ(add.err.find("main.cpp.o"), std::string::npos) << "the incremental build recompiled the driver";

@@ -1,9 +1,9 @@
 #include "test_util.hpp"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,10 +15,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <stdexcept>
 
 #include "overlay/hash.hpp"
 #include "overlay/process.hpp"
@@ -34,8 +34,10 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ec;
   // Make everything writable first: tests create read-only dirs.
-  for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-    if (it->is_directory(ec) && !it->is_symlink(ec)) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
+  for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    if (it->is_directory(ec) && !it->is_symlink(ec))
+      fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
   fs::remove_all(path_, ec);
 }
 
@@ -94,14 +96,16 @@ std::uintmax_t count_entries(const fs::path& p) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(p, ec))) return 0;
   std::uintmax_t n = 1;
-  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
     ++n;
   return n;
 }
 
 bool wait_until_gone(const fs::path& p) {
   std::error_code ec;
-  return wait_while_progressing([&] { return !fs::exists(fs::symlink_status(p, ec)); }, [&] { return count_entries(p); });
+  return wait_while_progressing([&] { return !fs::exists(fs::symlink_status(p, ec)); },
+                                [&] { return count_entries(p); });
 }
 
 bool process_alive(pid_t pid) {
@@ -211,9 +215,11 @@ namespace {
 std::vector<fs::path> litter_under(const fs::path& root) {
   std::vector<fs::path> found;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
     std::string name = it->path().filename().string();
-    bool litter = name.find(".overlay-trash-") != std::string::npos || name.find(".overlay-restore-") != std::string::npos ||
+    bool litter = name.find(".overlay-trash-") != std::string::npos ||
+                  name.find(".overlay-restore-") != std::string::npos ||
                   (name == "_trash" && it->is_directory(ec) && !fs::is_empty(it->path(), ec));
     if (!litter) continue;
     found.push_back(it->path());
@@ -365,10 +371,14 @@ int wait_rc(pid_t pid) {
 std::string c_extension_source(const std::string& name, int value) {
   return "#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n"
          "static PyObject* value(PyObject* s, PyObject* a) { (void)s; (void)a; return PyLong_FromLong(" +
-         std::to_string(value) + "); }\n"
+         std::to_string(value) +
+         "); }\n"
          "static PyMethodDef M[] = {{\"value\", value, METH_NOARGS, \"\"}, {0, 0, 0, 0}};\n"
-         "static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, \"" + name + "\", 0, -1, M, 0, 0, 0, 0};\n"
-         "PyMODINIT_FUNC PyInit_" + name + "(void) { return PyModule_Create(&D); }\n";
+         "static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, \"" +
+         name +
+         "\", 0, -1, M, 0, 0, 0, 0};\n"
+         "PyMODINIT_FUNC PyInit_" +
+         name + "(void) { return PyModule_Create(&D); }\n";
 }
 
 Install make_install(const fs::path& root) {

@@ -107,7 +107,8 @@ Cmd run(const std::vector<std::string>& argv, const fs::path& cwd = {}, const st
 // Whether argv runs and exits 0 (a tool or module a test needs is there).
 bool have(const std::vector<std::string>& argv);
 // Runs the built overlay binary with args.
-Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd = {}, const std::vector<std::string>& env = {});
+Cmd run_overlay(const std::vector<std::string>& args, const fs::path& cwd = {},
+                const std::vector<std::string>& env = {});
 // The binary under test and the source tree: compiled in, overridable with $OVERLAY_BIN and
 // $OVERLAY_SOURCE_DIR (for running a bundled test on another machine).
 const char* overlay_binary();

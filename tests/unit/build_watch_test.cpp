@@ -5,6 +5,7 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/object_files.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -36,10 +37,12 @@ TEST(BuildWatch, NamesCreatedAndChangedFilesButNotTrackedCachedOrBookkeeping) {
   write_file(t / "b/.ninja_log", "log");
   write_file(t / "b/made.o.d", "deps");
   auto out = w.finish(real_disk());
-  EXPECT_EQ(paths(out), (std::vector<std::string>{"changed " + (t / "b/changed.o").string(), "created " + (t / "b/new/made.o").string()}));
+  EXPECT_EQ(paths(out), (std::vector<std::string>{"changed " + (t / "b/changed.o").string(),
+                                                  "created " + (t / "b/new/made.o").string()}));
   // still_as_built keeps only what nothing rewrote since.
   write_file(t / "b/new/made.o", "regenerated");
-  EXPECT_EQ(paths(still_as_built(real_disk(), out)), (std::vector<std::string>{"changed " + (t / "b/changed.o").string()}));
+  EXPECT_EQ(paths(still_as_built(real_disk(), out)),
+            (std::vector<std::string>{"changed " + (t / "b/changed.o").string()}));
 }
 
 TEST(BuildWatch, TooManyFilesTurnsItOffAndSaysWhy) {
@@ -67,9 +70,12 @@ TEST(BuildWatch, KeepsARevertedEntrysOutputsAtTheTopLevel) {
   ASSERT_EQ(back.untracked.size(), 1u);
   EXPECT_EQ(back.untracked[0].build_cmds, (std::vector<std::vector<std::string>>{{"make"}}));
   EXPECT_EQ(back.untracked[0].stamp, m.untracked[0].stamp);
-  EXPECT_THROW(parse_manifest(R"({"untracked_outputs": [{"path": "rel", "change": "created", "size": 1, "ino": 1, "mtime_ns": 1}]})"),
-               ManifestError);
-  EXPECT_THROW(parse_manifest(R"({"untracked_outputs": [{"path": "/a", "change": "eaten", "size": 1, "ino": 1, "mtime_ns": 1}]})"),
+  EXPECT_THROW(
+      parse_manifest(
+          R"({"untracked_outputs": [{"path": "rel", "change": "created", "size": 1, "ino": 1, "mtime_ns": 1}]})"),
+      ManifestError);
+  EXPECT_THROW(parse_manifest(
+                   R"({"untracked_outputs": [{"path": "/a", "change": "eaten", "size": 1, "ino": 1, "mtime_ns": 1}]})"),
                ManifestError);
 }
 
@@ -93,8 +99,10 @@ TEST(BuildWatch, MarksOnlyOutputsRelinkedAgainstChangedSharedLibraries) {
   std::vector<std::string> got;
   for (const auto& u : outs) got.push_back(fs::path(u.path).filename().string() + ":" + u.clear_reason);
   std::string b = (t / "b").string();
-  EXPECT_EQ(got, (std::vector<std::string>{"app:relinked against " + b + "/libk.so only", "libk2.so.1:relinked against " + b + "/libk.so only",
-                                           "app2:relinked against " + b + "/libk2.so.1 only", "static_app:", "ordered:", "stray.o:"}));
+  EXPECT_EQ(got,
+            (std::vector<std::string>{
+                "app:relinked against " + b + "/libk.so only", "libk2.so.1:relinked against " + b + "/libk.so only",
+                "app2:relinked against " + b + "/libk2.so.1 only", "static_app:", "ordered:", "stray.o:"}));
   // Recorded per entry; dropped, not kept, when its entry is reverted.
   NativeEntry e;
   e.id = "n1";
@@ -118,15 +126,18 @@ TEST(BuildWatch, ObjectsOfOtherSourcesAndThinArchivesHoldNoPatchedCode) {
   ASSERT_EQ(run({"ar", "csr", "libfat.a", "a.o"}, t.path()).rc, 0);
   auto judge = [&](const std::vector<fs::path>& patched) {
     std::vector<UntrackedOutput> outs;
-    for (const char* n : {"a.o", "b.o", "libthin.a", "libfat.a"}) outs.push_back({(t / n).string(), "changed", {}, "", {}, ""});
+    for (const char* n : {"a.o", "b.o", "libthin.a", "libfat.a"})
+      outs.push_back({(t / n).string(), "changed", {}, "", {}, ""});
     judge_untracked(real_disk(), outs, patched, patched);
     std::vector<std::string> got;
     for (const auto& u : outs) got.push_back(u.clear_reason);
     return got;
   };
-  EXPECT_EQ(judge({t / "a.c"}), (std::vector<std::string>{"", "compiled from b.c (its symbol table), not from a patched source",
-                                                          "a thin archive: its members' paths, not their code", ""}));
-  EXPECT_EQ(judge({t / "a.c", t / "k.h"}), (std::vector<std::string>{"", "", "a thin archive: its members' paths, not their code", ""}));
+  EXPECT_EQ(judge({t / "a.c"}),
+            (std::vector<std::string>{"", "compiled from b.c (its symbol table), not from a patched source",
+                                      "a thin archive: its members' paths, not their code", ""}));
+  EXPECT_EQ(judge({t / "a.c", t / "k.h"}),
+            (std::vector<std::string>{"", "", "a thin archive: its members' paths, not their code", ""}));
   EXPECT_EQ(object_source_files(real_disk(), t / "b.o"), (std::vector<std::string>{"b.c"}));
   EXPECT_EQ(object_source_files(real_disk(), t / "b.c"), std::nullopt);
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "overlay/error.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -47,7 +48,8 @@ TEST(DiscoverLib, AddNativeArgs) {
   c.artifacts = {"/b/k.o", "/b/lib k.so"};
   c.caches = {"/jit/k"};
   EXPECT_EQ(c.add_native_args("/s/k.cpp"),
-            (std::vector<std::string>{"--target", "/s/k.cpp", "--artifact", "/b/k.o", "--artifact", "/b/lib k.so", "--invalidate-cache", "/jit/k"}));
+            (std::vector<std::string>{"--target", "/s/k.cpp", "--artifact", "/b/k.o", "--artifact", "/b/lib k.so",
+                                      "--invalidate-cache", "/jit/k"}));
   c.build_cmds = {{"cmake", "--build", "/b dir"}};
   c.build_cwd = "/b dir";
   auto a = c.add_native_args("/s/k.cpp");

@@ -41,11 +41,13 @@ TEST(EngagementVerdict, NativeOnlyNeedsEveryMappingPatched) {
   r.uses = {maps(10, MapState::patched, true)};
   EXPECT_EQ(engagement_verdict(r, tree(), {10}, native).why, "process 10 maps /opt/x/_C.so that revert replaced");
   r.uses.clear();
-  EXPECT_EQ(engagement_verdict(r, tree(), {10}, native).why, "process 10 and its 1 descendant(s) map none of the tracked artifacts");
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, native).why,
+            "process 10 and its 1 descendant(s) map none of the tracked artifacts");
   EXPECT_EQ(engagement_verdict(r, tree(), {99}, native).why, "process 99 is gone");
   // A GPU code object is never mapped: the verdict says why it cannot be seen.
   EngagementScope code{true, {}, {"/opt/x/kernels/attn.hsaco"}, {}};
-  EXPECT_NE(engagement_verdict(r, tree(), {10}, code).why.find("(/opt/x/kernels/attn.hsaco is a GPU code object: hipModuleLoad"),
+  EXPECT_NE(engagement_verdict(r, tree(), {10}, code)
+                .why.find("(/opt/x/kernels/attn.hsaco is a GPU code object: hipModuleLoad"),
             std::string::npos);
 }
 
@@ -93,11 +95,13 @@ TEST(EngagementVerdict, BothPartsMustBeEngagedAndNothingStale) {
   EXPECT_FALSE(engagement_verdict(r, tree(), {10}, python).engaged);
   EngagementScope nothing{false, {}, {}, {}};
   r.uses.clear();
-  EXPECT_EQ(engagement_verdict(r, tree(), {10}, nothing).why, "the overlay has no entry that a process could run (none added, or all reverted)");
+  EXPECT_EQ(engagement_verdict(r, tree(), {10}, nothing).why,
+            "the overlay has no entry that a process could run (none added, or all reverted)");
 }
 
 TEST(EngagementVerdict, LiveRecordsAsSitecustomizeWritesThem) {
-  auto u = parse_live_record(R"({"pid": 42, "start_ticks": 7, "applied": ["module:a"], "failed": [], "pending": ["capture:b:c"]})");
+  auto u = parse_live_record(
+      R"({"pid": 42, "start_ticks": 7, "applied": ["module:a"], "failed": [], "pending": ["capture:b:c"]})");
   ASSERT_TRUE(u.has_value());
   EXPECT_EQ(u->pid, 42);
   EXPECT_EQ(u->start_ticks, 7u);
@@ -113,7 +117,8 @@ TEST(EngagementVerdict, LiveRecordsAsSitecustomizeWritesThem) {
 // appended (no newline yet) or torn is left out; pending loses what applied.
 TEST(EngagementVerdict, ALiveRecordsAppendedLinesAddToItsFirst) {
   auto u = parse_live_record(
-      "{\"pid\": 42, \"start_ticks\": 7, \"applied\": [\"module:a\"], \"failed\": [], \"pending\": [\"rebind:b:f\", \"rebind:c:f\", \"rebind:d:f\"]}\n"
+      "{\"pid\": 42, \"start_ticks\": 7, \"applied\": [\"module:a\"], \"failed\": [], \"pending\": [\"rebind:b:f\", "
+      "\"rebind:c:f\", \"rebind:d:f\"]}\n"
       "{\"applied\": [\"rebind:b:f\"], \"failed\": []}\n"
       "{\"applied\": [], \"fai\n"
       "{\"applied\": [], \"failed\": [\"rebind:c:f\"]}\n"

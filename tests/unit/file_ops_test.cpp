@@ -1,15 +1,17 @@
 #include "overlay/file_ops.hpp"
 
-#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
 
-#include "faulty_disk.hpp"
+#include <gtest/gtest.h>
+
 #include "overlay/error.hpp"
 #include "overlay/hash.hpp"
 #include "overlay/recording_disk.hpp"
+
+#include "faulty_disk.hpp"
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -184,7 +186,8 @@ TEST(RemoveTree, ADirectorySwappedForASymlinkMidwayIsNeverFollowed) {
   struct SwapAfterStat : RecordingDisk {
     fs::path victim, outside;
     bool swapped = false;
-    SwapAfterStat(fs::path v, fs::path o) : RecordingDisk(real_disk(), RecordData::sizes), victim(std::move(v)), outside(std::move(o)) {}
+    SwapAfterStat(fs::path v, fs::path o)
+        : RecordingDisk(real_disk(), RecordData::sizes), victim(std::move(v)), outside(std::move(o)) {}
     FileInfo info(const At& p, Follow f) override {
       FileInfo fi = RecordingDisk::info(p, f);
       if (!swapped && p.full() == victim && fi.type == FileType::directory) {

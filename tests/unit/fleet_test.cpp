@@ -2,9 +2,9 @@
 // what the outcome says, and how srun's labelled output is read.
 #include "overlay/fleet.hpp"
 
-#include <gtest/gtest.h>
-
 #include <functional>
+
+#include <gtest/gtest.h>
 
 using namespace overlay;
 
@@ -20,8 +20,10 @@ class ScriptedRunner : public FleetRunner {
     std::vector<NodeAnswer> out;
     for (const auto& n : calls.back().second) {
       int rc = script_(argv.front(), n);
-      if (rc < 0) out.push_back({n, false, -1, nullptr, "no result"});
-      else out.push_back({n, true, rc, {{"exit", rc}}, ""});
+      if (rc < 0)
+        out.push_back({n, false, -1, nullptr, "no result"});
+      else
+        out.push_back({n, true, rc, {{"exit", rc}}, ""});
     }
     return out;
   }
@@ -46,7 +48,8 @@ TEST(Fleet, AllAppliedAndVerifiedIsOkWithoutRevert) {
 }
 
 TEST(Fleet, OneBuildFailingRevertsEveryNode) {
-  ScriptedRunner r([](const std::string& phase, const std::string& node) { return phase == "apply" && node == "n2" ? 1 : 0; });
+  ScriptedRunner r(
+      [](const std::string& phase, const std::string& node) { return phase == "apply" && node == "n2" ? 1 : 0; });
   FleetReport rep = fleet_apply(r, commands());
   EXPECT_EQ(rep.outcome, "partial");
   EXPECT_EQ(rep.failed, std::vector<std::string>{"n2"});
@@ -60,7 +63,8 @@ TEST(Fleet, OneBuildFailingRevertsEveryNode) {
 }
 
 TEST(Fleet, VerifyFailingOnOneNodeRevertsAll) {
-  ScriptedRunner r([](const std::string& phase, const std::string& node) { return phase == "verify" && node == "n3" ? 2 : 0; });
+  ScriptedRunner r(
+      [](const std::string& phase, const std::string& node) { return phase == "verify" && node == "n3" ? 2 : 0; });
   FleetReport rep = fleet_apply(r, commands());
   EXPECT_EQ(rep.outcome, "partial");
   EXPECT_EQ(rep.failed, std::vector<std::string>{"n3"});
@@ -105,7 +109,8 @@ TEST(Fleet, EveryNodeFailingIsFailed) {
 }
 
 TEST(Fleet, CleanCheckNamesTheNodeThatIsNot) {
-  ScriptedRunner r([](const std::string& phase, const std::string& node) { return phase == "clean" && node == "n1" ? 1 : 0; });
+  ScriptedRunner r(
+      [](const std::string& phase, const std::string& node) { return phase == "clean" && node == "n1" ? 1 : 0; });
   FleetReport rep = fleet_apply(r, commands());
   fleet_revert(r, commands(), rep);
   EXPECT_FALSE(fleet_clean(r, commands(), rep));

@@ -1,10 +1,12 @@
 #include "overlay/gc.hpp"
 
-#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include "overlay/native.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -69,7 +71,8 @@ TEST(GcStale, AnOverlayBelowADirectoryOthersCanWriteIsSkipped) {
   GcReport r = gc_stale(real_disk(), t / "runs", {false, std::nullopt, 5});
   ASSERT_EQ(r.items.size(), 1u);
   EXPECT_EQ(r.items[0].outcome, GcOutcome::skipped);
-  EXPECT_EQ(r.items[0].reason, "directory " + (t / "runs/open").string() + " above it is group- or world-writable (another user could swap it)");
+  EXPECT_EQ(r.items[0].reason, "directory " + (t / "runs/open").string() +
+                                   " above it is group- or world-writable (another user could swap it)");
   EXPECT_EQ(read_file(t / "inst/a"), "patched\n");
   fs::permissions(t / "runs/open", fs::perms(01777));
   r = gc_stale(real_disk(), t / "runs", {false, std::nullopt, 5});

@@ -13,7 +13,8 @@ TEST(Sha256, StreamingEqualsOneShot) {
   std::string data(1 << 20, 'x');
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31 + 7);
   Sha256 h;
-  for (std::size_t off = 0; off < data.size(); off += 4099) h.update(data.data() + off, std::min<std::size_t>(4099, data.size() - off));
+  for (std::size_t off = 0; off < data.size(); off += 4099)
+    h.update(data.data() + off, std::min<std::size_t>(4099, data.size() - off));
   EXPECT_EQ(h.finish_hex(), sha256_hex(data));
 }
 

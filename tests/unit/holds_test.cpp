@@ -5,6 +5,7 @@
 #include "overlay/error.hpp"
 #include "overlay/hash.hpp"
 #include "overlay/manifest.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -115,7 +116,9 @@ TEST(HoldRegistry, ALayerUnderAHolderThatNeverRecordedStillHoldsTheFile) {
   write_file(file, "low's\n");
   (void)reg.acquire({file}, low, false, 1);
   record_change(low, file);
-  { HoldClaim killed = reg.acquire({file}, t / "cand", false, 1, low); }  // killed before its record: nothing given back
+  {
+    HoldClaim killed = reg.acquire({file}, t / "cand", false, 1, low);
+  }  // killed before its record: nothing given back
   ASSERT_EQ(*reg.holder(file), t / "cand");
   auto why = reg.why_taken(file, t / "other");
   ASSERT_TRUE(why);
@@ -135,7 +138,7 @@ TEST(HoldRegistry, ALiveLayerUnderATopThatLetGoHoldsTheFileInsteadOfACopy) {
   (void)reg.acquire({file}, acc, false, 1);
   record_change(acc, file);
   { HoldClaim killed = reg.acquire({file}, t / "cand", false, 1, acc); }  // killed before its record
-  record_change(copy, file);  // cp -a of the accepted overlay
+  record_change(copy, file);                                              // cp -a of the accepted overlay
   auto instead = reg.held_instead(file, copy);
   ASSERT_TRUE(instead) << "the copy's revert would write over the accepted overlay's change";
   EXPECT_EQ(*instead, acc);
@@ -176,10 +179,10 @@ TEST(HoldRegistry, AVanishedMiddleLayerKeepsNoHoldOverThePristineFile) {
   write_file(file, "b's\n");
   (void)reg.acquire({file}, c, false, 1, b);
   record_change(c, file);
-  fs::remove_all(b);                            // the harness
-  save_manifest(real_disk(), a, Manifest{});    // a reverted (the file pristine again)
+  fs::remove_all(b);                          // the harness
+  save_manifest(real_disk(), a, Manifest{});  // a reverted (the file pristine again)
   write_file(file, "pristine\n");
-  save_manifest(real_disk(), c, Manifest{});    // c reverted: its bytes gave way
+  save_manifest(real_disk(), c, Manifest{});  // c reverted: its bytes gave way
   reg.release({file}, c, Manifest{}, 1);
   EXPECT_FALSE(reg.holder(file)) << "a vanished layer kept a hold over the pristine file";
 }
@@ -201,9 +204,9 @@ TEST(HoldRegistry, ALayerMadeAgainAtItsPathKeepsTheHoldOverBytesThatAreNotPristi
     (void)reg.acquire({HeldFile(file, sha256_hex(std::string("cand's\n")))}, cand, false, 1, acc);
     record_change(cand, file);
     write_file(file, "cand's\n");
-    fs::remove_all(acc);                                 // the harness
+    fs::remove_all(acc);  // the harness
     fs::create_directories(acc);
-    save_manifest(real_disk(), acc, Manifest{});          // made again: records none of the file
+    save_manifest(real_disk(), acc, Manifest{});            // made again: records none of the file
     write_file(file, pristine ? "pristine\n" : "acc's\n");  // cand reverted: what it found, or a reinstall
     save_manifest(real_disk(), cand, Manifest{});
     reg.release({file}, cand, Manifest{}, 1);
@@ -262,9 +265,9 @@ TEST(HoldRegistry, ARevertOfAStaleEntryLeavesTheHoldANewClaimOnItsOverlayTook) {
 // and a local home keeps the one directory it always had.
 TEST(HoldRegistry, StateDirIsPerHostOnlyOnANetworkFilesystem) {
   fs::path base = "/home/u/.local/state/overlay";
-  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x6969, "node7"), base / "host-node7");        // NFS
-  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x0BD00BD0, "node7"), base / "host-node7");    // Lustre
-  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0xEF53, "node7"), base);                       // ext4
-  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x01021994, "node7"), base);                   // tmpfs
+  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x6969, "node7"), base / "host-node7");      // NFS
+  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x0BD00BD0, "node7"), base / "host-node7");  // Lustre
+  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0xEF53, "node7"), base);                     // ext4
+  EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x01021994, "node7"), base);                 // tmpfs
   EXPECT_EQ(HoldRegistry::per_host_state_dir(base, 0x6969, ""), base);
 }

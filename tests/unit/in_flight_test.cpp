@@ -1,13 +1,15 @@
 #include "overlay/in_flight.hpp"
 
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <memory>
 
+#include <gtest/gtest.h>
+
 #include "overlay/lock.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;

@@ -1,6 +1,5 @@
 #include "overlay/lock.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -10,7 +9,10 @@
 
 #include <chrono>
 
+#include <gtest/gtest.h>
+
 #include "overlay/error.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "overlay/error.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -14,12 +15,15 @@ const std::string kSha(64, 'a');
 // An entry exactly as overlay_setup.py writes it.
 std::string legacy_manifest() {
   return R"({"modules": [{"module": "pkg.mod", "file": "_patched/pkg.mod.py"}], "rebinds": [], "captures": [],
-  "natives": [{"sources": [{"install_path": "/opt/x/k.hip", "backup": "_native_backup/src_0_k.hip", "sha256": ")" + kSha + R"("}],
-    "artifacts": [{"path": "/opt/x/k.so", "backup": "_native_backup/art_0_0_k.so", "sha256": ")" + kSha + R"(", "existed": true},
+  "natives": [{"sources": [{"install_path": "/opt/x/k.hip", "backup": "_native_backup/src_0_k.hip", "sha256": ")" +
+         kSha + R"("}],
+    "artifacts": [{"path": "/opt/x/k.so", "backup": "_native_backup/art_0_0_k.so", "sha256": ")" +
+         kSha + R"(", "existed": true},
                   {"path": "/opt/x/new.so", "backup": null, "sha256": null, "existed": false}],
     "caches": [{"dir": "/opt/x/cache", "backup_tar": "_native_backup/cache_0_0.tar", "existed": true}],
     "build_cmds": [["make", "-C", "/opt/x"]], "build_cwd": "/opt/x",
-    "verify": {"artifact": "/opt/x/k.so", "pre_sha256": ")" + kSha + R"("}, "future_key": {"kept": 1}}]})";
+    "verify": {"artifact": "/opt/x/k.so", "pre_sha256": ")" +
+         kSha + R"("}, "future_key": {"kept": 1}}]})";
 }
 
 std::string expect_error(const std::string& text) {
@@ -66,7 +70,8 @@ TEST(Manifest, RoundTripKeepsEveryKeyAndType) {
 TEST(Manifest, EmptyAndMissingArrays) {
   EXPECT_TRUE(parse_manifest("{}").natives.empty());
   // Never native: v3's empty manifest, byte for byte (json.dump(..., indent=2)).
-  EXPECT_EQ(serialize_manifest(parse_manifest("{}")), "{\n  \"modules\": [],\n  \"rebinds\": [],\n  \"markers\": [],\n  \"captures\": []\n}");
+  EXPECT_EQ(serialize_manifest(parse_manifest("{}")),
+            "{\n  \"modules\": [],\n  \"rebinds\": [],\n  \"markers\": [],\n  \"captures\": []\n}");
   json j = json::parse(serialize_manifest(parse_manifest(R"({"natives": []})")));
   for (const char* k : {"modules", "rebinds", "captures", "natives"}) EXPECT_TRUE(j[k].is_array()) << k;
   EXPECT_EQ(j["overlay_format"], 1);
@@ -80,8 +85,10 @@ TEST(Manifest, PythonOnlyIsWrittenAsV3WritesIt) {
   in = "{\"rebinds\": [{\"impl_attr\": \"g\", \"target\": \"m:f\", \"impl_module\": \"i\"}], \"hooks\": [], "
        "\"modules\": [{\"file\": \"_patched/p.\\u00e9\\udcff.py\", \"module\": \"p.\xc3\xa9\"}]}";
   EXPECT_EQ(serialize_manifest(parse_manifest(in)),
-            "{\n  \"modules\": [\n    {\n      \"module\": \"p.\\u00e9\",\n      \"file\": \"_patched/p.\\u00e9\\udcff.py\"\n    }\n  ],\n"
-            "  \"rebinds\": [\n    {\n      \"target\": \"m:f\",\n      \"impl_module\": \"i\",\n      \"impl_attr\": \"g\"\n    }\n  ],\n"
+            "{\n  \"modules\": [\n    {\n      \"module\": \"p.\\u00e9\",\n      \"file\": "
+            "\"_patched/p.\\u00e9\\udcff.py\"\n    }\n  ],\n"
+            "  \"rebinds\": [\n    {\n      \"target\": \"m:f\",\n      \"impl_module\": \"i\",\n      \"impl_attr\": "
+            "\"g\"\n    }\n  ],\n"
             "  \"markers\": [],\n  \"captures\": [],\n  \"hooks\": []\n}");
 }
 
@@ -90,18 +97,24 @@ TEST(Manifest, RejectsMalformedWithTheKeyNamed) {
   EXPECT_NE(expect_error("[]").find("expected a JSON object"), std::string::npos);
   EXPECT_NE(expect_error(R"({"natives": {}})").find("natives: expected an array"), std::string::npos);
   EXPECT_NE(expect_error(R"({"natives": [null]})").find("natives[0]"), std::string::npos);
-  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"install_path": 5}]}]})").find("sources[0].install_path"), std::string::npos);
-  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"install_path": "rel/path", "backup": "b", "sha256": ")" + kSha + R"("}]}]})")
-                .find("not an absolute path"), std::string::npos);
-  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"install_path": "/a", "backup": "b", "sha256": "zz"}]}]})").find("sha256"),
+  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"install_path": 5}]}]})").find("sources[0].install_path"),
             std::string::npos);
-  EXPECT_NE(expect_error(R"({"natives": [{"artifacts": [{"path": "/a", "existed": "yes"}]}]})").find("existed"), std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"install_path": "rel/path", "backup": "b", "sha256": ")" + kSha +
+                         R"("}]}]})")
+                .find("not an absolute path"),
+            std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"install_path": "/a", "backup": "b", "sha256": "zz"}]}]})")
+                .find("sha256"),
+            std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": [{"artifacts": [{"path": "/a", "existed": "yes"}]}]})").find("existed"),
+            std::string::npos);
   EXPECT_NE(expect_error(R"({"natives": [{"build_cmds": ["make all"]}]})").find("build_cmds[0]"), std::string::npos);
   EXPECT_NE(expect_error(R"({"modules": 3})").find("modules"), std::string::npos);
 }
 
 TEST(Manifest, NumberOverflowIsAManifestError) {  // found by manifest_fuzz
-  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"sha256": 4333333333333333E333}]}]})").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(expect_error(R"({"natives": [{"sources": [{"sha256": 4333333333333333E333}]}]})").find("not valid JSON"),
+            std::string::npos);
 }
 
 TEST(Manifest, RejectsBackupPathsThatEscape) {
@@ -132,8 +145,9 @@ TEST(Manifest, SafeRelative) {
 
 TEST(Manifest, CreatedAndDeletedFilesRoundTrip) {
   std::string sha(64, 'a');
-  std::string text = R"({"natives":[{"id":"n1","sources":[{"install_path":"/x/old.h","backup":"b/src_0","sha256":")" + sha +
-                     R"(","deleted":true}],"created_files":[{"path":"/x/new.h","sha256":")" + sha + R"(","extra":1}]}]})";
+  std::string text = R"({"natives":[{"id":"n1","sources":[{"install_path":"/x/old.h","backup":"b/src_0","sha256":")" +
+                     sha + R"(","deleted":true}],"created_files":[{"path":"/x/new.h","sha256":")" + sha +
+                     R"(","extra":1}]}]})";
   Manifest m = parse_manifest(text);
   ASSERT_EQ(m.natives[0].created.size(), 1u);
   EXPECT_EQ(m.natives[0].created[0].path, "/x/new.h");
@@ -141,7 +155,8 @@ TEST(Manifest, CreatedAndDeletedFilesRoundTrip) {
   Manifest again = parse_manifest(serialize_manifest(m));
   EXPECT_TRUE(again.natives[0].sources[0].deleted);
   EXPECT_EQ(again.natives[0].created[0].raw["extra"], 1);
-  EXPECT_THROW(parse_manifest(R"({"natives":[{"created_files":[{"path":"rel/x","sha256":")" + sha + R"("}]}]})"), ManifestError);
+  EXPECT_THROW(parse_manifest(R"({"natives":[{"created_files":[{"path":"rel/x","sha256":")" + sha + R"("}]}]})"),
+               ManifestError);
   EXPECT_THROW(parse_manifest(R"({"natives":[{"created_files":[{"path":"/x"}]}]})"), ManifestError);
 }
 
@@ -179,8 +194,10 @@ TEST(Manifest, EachItemTypeRoundTripsThroughItsOwnJsonPair) {
 TEST(Manifest, AProblemIsNamedByItsWholePath) {
   std::string aside = R"({"natives": [{"caches": [{"dir": "/i/c", "existed": true, "backup_tar": "t"},
     {"dir": "/i/c", "aside": {"path": "/elsewhere/x", "dev": 1, "ino": 2, "uid": 0}}]}]})";
-  EXPECT_NE(expect_error(aside).find("manifest: natives[0].caches[1].aside.path: not the aside sibling"), std::string::npos);
-  std::string parent = R"({"natives": [{"artifacts": [{"path": "/a", "existed": false, "parent": {"path": "/i", "dev": -1, "ino": 2}}]}]})";
+  EXPECT_NE(expect_error(aside).find("manifest: natives[0].caches[1].aside.path: not the aside sibling"),
+            std::string::npos);
+  std::string parent =
+      R"({"natives": [{"artifacts": [{"path": "/a", "existed": false, "parent": {"path": "/i", "dev": -1, "ino": 2}}]}]})";
   EXPECT_NE(expect_error(parent).find("manifest: natives[0].artifacts[0].parent.dev:"), std::string::npos);
   EXPECT_EQ(expect_error(R"({"captures": 1})"), "manifest: captures: expected an array");
   EXPECT_EQ(expect_error(R"({"running_patched": [{"path": "/a", "dev": 1, "ino": 2, "pid": 0, "start_ticks": 1}]})"),

@@ -2,10 +2,11 @@
 
 #include <gtest/gtest.h>
 
-#include "faulty_disk.hpp"
 #include "overlay/error.hpp"
 #include "overlay/holds.hpp"
 #include "overlay/manifest.hpp"
+
+#include "faulty_disk.hpp"
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -30,7 +31,8 @@ struct Fixture {
   AddNativeRequest request(Change change = Change::one_file) {
     write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
     write_file(t / "multi.diff",
-               "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { return 7; }\n"
+               "--- a/src/kernel.cpp\n+++ b/src/kernel.cpp\n@@ -1 +1 @@\n-int kernel() { return 4; }\n+int kernel() { "
+               "return 7; }\n"
                "--- /dev/null\n+++ b/src/new.h\n@@ -0,0 +1 @@\n+#define NEW 1\n"
                "--- a/src/old.h\n+++ /dev/null\n@@ -1 +0,0 @@\n-#define OLD 1\n");
     AddNativeRequest r;
@@ -44,7 +46,8 @@ struct Fixture {
     }
     r.artifacts = {in.artifact, in.root / "lib/created.so"};
     r.caches = {in.cache};
-    r.build_cmds = {"sh -c 'echo rebuilt > lib/libk.so; touch lib/created.so; mkdir -p cache/new; echo x > cache/new/f'"};
+    r.build_cmds = {
+        "sh -c 'echo rebuilt > lib/libk.so; touch lib/created.so; mkdir -p cache/new; echo x > cache/new/f'"};
     r.build_cwd = in.root;
     r.lock_timeout = 5;
     return r;
@@ -108,7 +111,8 @@ long sweep_add(CacheSnapshot mode, Change change = Change::one_file) {
     } catch (const Error&) {
     }
     RevertReport r = revert_natives(real_disk(), h.t / "ov", {});
-    EXPECT_TRUE(r.ok()) << "fault at op " << n << ": " << (r.problems.empty() ? "" : r.problems[0].path + ": " + r.problems[0].reason);
+    EXPECT_TRUE(r.ok()) << "fault at op " << n << ": "
+                        << (r.problems.empty() ? "" : r.problems[0].path + ": " + r.problems[0].reason);
     EXPECT_TRUE(settle_litter(h.in.root)) << "fault at op " << n;
     EXPECT_EQ(tree_digest(h.in.root), h.before) << "fault at op " << n;
   }
@@ -119,9 +123,10 @@ TEST(Native, FaultSweepDuringAdd) {
   long moved = sweep_add(CacheSnapshot::move), tarred = sweep_add(CacheSnapshot::tar);
   long aside = sweep_add(CacheSnapshot::aside);
   long multi = sweep_add(CacheSnapshot::move, Change::multi_file_diff);
-  std::printf("fault sweep (add-native): %ld faults injected (ENOSPC/EIO), one per disk operation (%ld with a moved cache, "
-              "%ld with a tar, %ld with a cache renamed aside, %ld with a multi-file diff creating and deleting files)\n",
-              moved + tarred + aside + multi, moved, tarred, aside, multi);
+  std::printf(
+      "fault sweep (add-native): %ld faults injected (ENOSPC/EIO), one per disk operation (%ld with a moved cache, "
+      "%ld with a tar, %ld with a cache renamed aside, %ld with a multi-file diff creating and deleting files)\n",
+      moved + tarred + aside + multi, moved, tarred, aside, multi);
 }
 
 // Every mutating disk operation of revert fails in turn; a second revert must finish the job.
@@ -161,9 +166,10 @@ TEST(Native, FaultSweepDuringRevert) {
   long moved = sweep_revert(CacheSnapshot::move), tarred = sweep_revert(CacheSnapshot::tar);
   long aside = sweep_revert(CacheSnapshot::aside);
   long multi = sweep_revert(CacheSnapshot::move, Change::multi_file_diff);
-  std::printf("fault sweep (revert): %ld faults injected (EACCES), one per disk operation (%ld with a moved cache, %ld with a "
-              "tar, %ld with a cache renamed aside, %ld with a multi-file diff)\n",
-              moved + tarred + aside + multi, moved, tarred, aside, multi);
+  std::printf(
+      "fault sweep (revert): %ld faults injected (EACCES), one per disk operation (%ld with a moved cache, %ld with a "
+      "tar, %ld with a cache renamed aside, %ld with a multi-file diff)\n",
+      moved + tarred + aside + multi, moved, tarred, aside, multi);
 }
 
 TEST(Native, NewestFirstAcrossStackedEntries) {
@@ -226,7 +232,8 @@ TEST(Native, ALowerDeletedWhileItsFilesAreClaimedAsLayersRefusesWithNothingChang
   EXPECT_EQ(read_file(f.in.artifact), lib);
   auto m = load_manifest(real_disk(), cand.overlay);
   EXPECT_TRUE(!m || m->natives.empty());
-  EXPECT_EQ(HoldRegistry(real_disk(), f.t / "state").holder(f.in.source), acc.overlay) << "the claim was not given back";
+  EXPECT_EQ(HoldRegistry(real_disk(), f.t / "state").holder(f.in.source), acc.overlay)
+      << "the claim was not given back";
 }
 
 // Found by the claims checker (seed 2072967200): the artifact taken by another overlay since (this

@@ -1,14 +1,15 @@
 #include "overlay/owner.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
-#include "overlay/liveness.hpp"
-
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
+
+#include "overlay/liveness.hpp"
 
 using namespace overlay;
 
@@ -38,7 +39,8 @@ TEST(Owner, TextRoundTripsAndRejectsMalformed) {
   EXPECT_EQ(back->host, "login1");
   EXPECT_EQ(back->slurm_job, "77");
   EXPECT_EQ(parse_owner_text("12:3@h")->slurm_job, "");
-  for (const char* bad : {"", "12", "12:3", "x:3@h", "12:y@h", "12:3@", "12:3@h/", "0:3@h", "12@h:3", "12:3~@h", "12:3~x@h", "12:~5@h", "12:3~-5@h"})
+  for (const char* bad : {"", "12", "12:3", "x:3@h", "12:y@h", "12:3@", "12:3@h/", "0:3@h", "12@h:3", "12:3~@h",
+                          "12:3~x@h", "12:~5@h", "12:3~-5@h"})
     EXPECT_FALSE(parse_owner_text(bad)) << bad;
   o.pid_ns = 4026532175;
   EXPECT_EQ(owner_text(o), "4242:99~4026532175@login1/77");

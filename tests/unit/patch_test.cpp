@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "overlay/error.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;

@@ -1,12 +1,13 @@
 #include "overlay/process_scan.hpp"
 
-#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
+
+#include <gtest/gtest.h>
 
 #include "test_util.hpp"
 
@@ -15,7 +16,8 @@ using namespace overlay::test;
 
 TEST(ProcessScan, MapsLinesWithSpacesDeletedAndAnonymous) {
   MappedFile f;
-  ASSERT_TRUE(parse_maps_line("7f1c2a000000-7f1c2a021000 r-xp 00000000 fd:01 1234567    /opt/x y/libk.so (deleted)", f));
+  ASSERT_TRUE(
+      parse_maps_line("7f1c2a000000-7f1c2a021000 r-xp 00000000 fd:01 1234567    /opt/x y/libk.so (deleted)", f));
   EXPECT_EQ(f.path, "/opt/x y/libk.so");
   EXPECT_TRUE(f.deleted);
   EXPECT_EQ(f.dev, makedev(0xfd, 0x01));

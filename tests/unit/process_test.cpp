@@ -1,12 +1,13 @@
 #include "overlay/process.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <sstream>
+
+#include <gtest/gtest.h>
 
 #include "test_util.hpp"
 
@@ -62,8 +63,8 @@ TEST(RunProcess, TimeoutKillsWholeGroup) {
   o.timeout_s = 0.3;
   o.kill_grace_s = 0.2;
   // A grandchild that ignores SIGTERM and would write a file later if it survived.
-  std::string script = "(trap '' TERM; sleep 2; touch " + (t / "survived").string() + ") & echo $! > " + (t / "child.pid").string() +
-                       "; wait";
+  std::string script = "(trap '' TERM; sleep 2; touch " + (t / "survived").string() + ") & echo $! > " +
+                       (t / "child.pid").string() + "; wait";
   RunResult r = run_process({"sh", "-c", script}, o);
   EXPECT_TRUE(r.timed_out);
   EXPECT_FALSE(r.ok());
@@ -79,7 +80,7 @@ TEST(RunProcess, LooksUpTheChildsPathAndPassesTheEnvironment) {
   TempDir t;
   fs::create_directories(t / "a");
   fs::create_directories(t / "b");
-  write_file(t / "a/tool", "#!/bin/sh\necho wrong\n", 0644);  // not executable: skipped
+  write_file(t / "a/tool", "#!/bin/sh\necho wrong\n", 0644);            // not executable: skipped
   write_file(t / "b/tool", "echo right \"$GREETING\" \"$1\"\n", 0755);  // no #!: run by /bin/sh
   RunOptions o;
   o.output = Output::capture;
@@ -106,8 +107,10 @@ int inherited_dev_nulls() {
 TEST(RunProcess, ChildStartsCleanInItsOwnGroup) {
   RunOptions o;
   o.output = Output::capture;
-  RunResult r = run_process({"sh", "-c", "ls -l /proc/self/fd | grep -c ' -> /dev/null$'; read x && echo read; "
-                                         "cut -d' ' -f5 /proc/$$/stat; grep SigIgn /proc/self/status"}, o);
+  RunResult r = run_process({"sh", "-c",
+                             "ls -l /proc/self/fd | grep -c ' -> /dev/null$'; read x && echo read; "
+                             "cut -d' ' -f5 /proc/$$/stat; grep SigIgn /proc/self/status"},
+                            o);
   ASSERT_TRUE(r.ok()) << r.err;
   std::istringstream lines(r.out);
   std::string fds, group, ignored;

@@ -1,9 +1,9 @@
-#include "overlay/python/verbs.hpp"
-
 #include <gtest/gtest.h>
 
 #include "overlay/error.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/python/verbs.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -12,7 +12,8 @@ using namespace overlay::test;
 TEST(PythonOverlay, DottedNames) {
   EXPECT_TRUE(valid_dotted_name("a"));
   EXPECT_TRUE(valid_dotted_name("vllm.model_executor.layers._C2"));
-  for (const char* bad : {"", ".a", "a.", "a..b", "1a", "a-b", "a b", "a/b", "a:b"}) EXPECT_FALSE(valid_dotted_name(bad)) << bad;
+  for (const char* bad : {"", ".a", "a.", "a..b", "1a", "a-b", "a b", "a/b", "a:b"})
+    EXPECT_FALSE(valid_dotted_name(bad)) << bad;
 }
 
 TEST(PythonOverlay, LegacyModuleNames) {

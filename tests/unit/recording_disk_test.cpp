@@ -4,6 +4,7 @@
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -15,13 +16,14 @@ TEST(RecordingDisk, RecordsEveryChangeInOrderWithTheBytes) {
   RecordingDisk rec(real_disk(), RecordData::bytes, [&](const DiskOp& op) { lines.push_back(to_line(op)); });
   write_file_atomically(rec, t / "m.json", "{\"a\": 1}\n", 0640);
   rec.make_dir(t / "d", 0700);
-  rec.make_dir(t / "d", 0700);  // existed: nothing changed, nothing recorded
+  rec.make_dir(t / "d", 0700);         // existed: nothing changed, nothing recorded
   rec.info(t / "m.json", Follow::no);  // reads are not recorded
   rec.remove(t / "d");
   auto ops = rec.ops();
   std::vector<std::string> names;
   for (const auto& op : ops) names.push_back(op.op);
-  EXPECT_EQ(names, (std::vector<std::string>{"create", "write", "fsync", "close", "rename", "fsync", "mkdir", "remove"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"create", "write", "fsync", "close", "rename", "fsync", "mkdir", "remove"}));
   EXPECT_EQ(ops[0].path, (t / "m.json.lock").string());
   EXPECT_EQ(ops[0].mode, 0640u);
   EXPECT_EQ(ops[1].data, "{\"a\": 1}\n");

@@ -38,12 +38,13 @@ TEST(Sitecustomize, EveryKnownGeneratorsTextIsRegenerated) {
   // Each upstream version writes its text into a fresh overlay; that text is recognised as theirs.
   fs::path up = shared_reference();
   OVERLAY_REQUIRE_SHARED_REFERENCE("upstream");
-  for (fs::path tool : {up / "overlay_setup.py", up / "upstream/overlay_setup.v2.py", up / "upstream/overlay_setup.v3.py",
-                        up / "upstream/overlay_setup.v7.py", up / "upstream/overlay_setup.v8-fork.py"}) {
+  for (fs::path tool :
+       {up / "overlay_setup.py", up / "upstream/overlay_setup.v2.py", up / "upstream/overlay_setup.v3.py",
+        up / "upstream/overlay_setup.v7.py", up / "upstream/overlay_setup.v8-fork.py"}) {
     SCOPED_TRACE(tool.string());
     TempDir t;
-    Cmd c = run({"python3", tool.string(), "add-rebind", "--overlay", (t / "ov").string(), "--target", "a:b", "--impl-module", "c",
-                 "--impl-attr", "d"});
+    Cmd c = run({"python3", tool.string(), "add-rebind", "--overlay", (t / "ov").string(), "--target", "a:b",
+                 "--impl-module", "c", "--impl-attr", "d"});
     ASSERT_EQ(c.rc, 0) << c.err;
     EXPECT_NE(sitecustomize_generator(read_file(t / "ov/sitecustomize.py")), "");
     EXPECT_EQ(classify_sitecustomize(real_disk(), t / "ov"), SitecustomizeKind::generated);

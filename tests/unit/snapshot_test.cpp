@@ -1,11 +1,12 @@
 #include "overlay/snapshot.hpp"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
+
+#include <gtest/gtest.h>
 
 #include "overlay/error.hpp"
 #include "overlay/store.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -15,11 +16,13 @@ namespace {
 
 // Writes a tar with Python's tarfile, the way overlay_setup.py (or an attacker) would.
 void python_tar(const fs::path& tar, const std::string& body) {
-  std::string script = "import tarfile, io, sys\nt = tarfile.open(sys.argv[1], 'w')\n"
-                       "def add(name, data=b'x', type=tarfile.REGTYPE, link=''):\n"
-                       "    i = tarfile.TarInfo(name); i.type = type; i.linkname = link; i.size = len(data) if type == tarfile.REGTYPE else 0\n"
-                       "    t.addfile(i, io.BytesIO(data) if type == tarfile.REGTYPE else None)\n" +
-                       body + "\nt.close()\n";
+  std::string script =
+      "import tarfile, io, sys\nt = tarfile.open(sys.argv[1], 'w')\n"
+      "def add(name, data=b'x', type=tarfile.REGTYPE, link=''):\n"
+      "    i = tarfile.TarInfo(name); i.type = type; i.linkname = link; i.size = len(data) if type == tarfile.REGTYPE "
+      "else 0\n"
+      "    t.addfile(i, io.BytesIO(data) if type == tarfile.REGTYPE else None)\n" +
+      body + "\nt.close()\n";
   Cmd c = run({"python3", "-c", script, tar.string()});
   ASSERT_EQ(c.rc, 0) << c.err;
 }
@@ -81,7 +84,8 @@ TEST(Snapshot, MembersAreUnderTheDirsName) {
   TempDir t;
   Install in = make_install(t / "inst");
   snapshot_dir_to_tar(real_disk(), in.cache, t / "c.tar");
-  Cmd c = run({"python3", "-c", "import tarfile,sys; print(sorted({n.split('/')[0] for n in tarfile.open(sys.argv[1]).getnames()}))",
+  Cmd c = run({"python3", "-c",
+               "import tarfile,sys; print(sorted({n.split('/')[0] for n in tarfile.open(sys.argv[1]).getnames()}))",
                (t / "c.tar").string()});
   ASSERT_EQ(c.rc, 0) << c.err;
   EXPECT_EQ(c.out, "['cache']\n");
@@ -92,8 +96,10 @@ TEST(Snapshot, ExtractsPythonLayouts) {
   Install in = make_install(t / "inst");
   for (std::string arcname : {"'.'", "'cache'"}) {
     fs::remove(t / "py.tar");
-    Cmd c = run({"python3", "-c", "import tarfile,sys; t=tarfile.open(sys.argv[1],'w'); t.add(sys.argv[2], arcname=" + arcname + "); t.close()",
-                 (t / "py.tar").string(), in.cache.string()});
+    Cmd c = run(
+        {"python3", "-c",
+         "import tarfile,sys; t=tarfile.open(sys.argv[1],'w'); t.add(sys.argv[2], arcname=" + arcname + "); t.close()",
+         (t / "py.tar").string(), in.cache.string()});
     ASSERT_EQ(c.rc, 0) << c.err;
     fs::remove_all(t / "dst");
     fs::create_directories(t / "dst/.cache.overlay-restore-1");  // not named like the cache
@@ -139,7 +145,8 @@ TEST(Snapshot, RefusesWritingThroughSymlink) {
 }
 TEST(Snapshot, RefusesHardlinkOut) { expect_refused("add('h', type=tarfile.LNKTYPE, link='../escaped')", "'..'"); }
 TEST(Snapshot, RefusesHardlinkToSymlink) {
-  expect_refused("add('s', type=tarfile.SYMTYPE, link='/etc/passwd')\nadd('h', type=tarfile.LNKTYPE, link='s')", "hard link");
+  expect_refused("add('s', type=tarfile.SYMTYPE, link='/etc/passwd')\nadd('h', type=tarfile.LNKTYPE, link='s')",
+                 "hard link");
 }
 TEST(Snapshot, RefusesDevices) { expect_refused("add('dev', type=tarfile.CHRTYPE)", "special"); }
 
@@ -160,12 +167,14 @@ TEST(Snapshot, NamesWithBytesAbove127BothWays) {
   EXPECT_EQ(tree_digest(t / "ours/.cache.tmp"), before);
   // Python's tarfile (overlay_setup.py's revert) extracts ours to the same bytes.
   fs::create_directories(t / "py");
-  Cmd x = run({"python3", "-c", "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])", (t / "c.tar").string(),
-               (t / "py").string()});
+  Cmd x = run({"python3", "-c", "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])",
+               (t / "c.tar").string(), (t / "py").string()});
   ASSERT_EQ(x.rc, 0) << x.err;
   EXPECT_EQ(tree_digest(t / "py/cache"), before);
   // And ours extracts Python's (pax, UTF-8 `path`; hdrcharset=BINARY for the other name).
-  Cmd c = run({"python3", "-c", "import tarfile,sys; t=tarfile.open(sys.argv[1],'w',format=tarfile.PAX_FORMAT); t.add(sys.argv[2], arcname='cache'); t.close()",
+  Cmd c = run({"python3", "-c",
+               "import tarfile,sys; t=tarfile.open(sys.argv[1],'w',format=tarfile.PAX_FORMAT); t.add(sys.argv[2], "
+               "arcname='cache'); t.close()",
                (t / "py.tar").string(), in.cache.string()});
   ASSERT_EQ(c.rc, 0) << c.err;
   fs::create_directories(t / "theirs/.cache.tmp");

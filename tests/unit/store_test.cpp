@@ -1,14 +1,15 @@
 #include "overlay/store.hpp"
 
-#include <gtest/gtest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <set>
 
+#include <gtest/gtest.h>
+
 #include "overlay/error.hpp"
 #include "overlay/manifest.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "overlay/file_ops.hpp"
+
 #include "test_util.hpp"
 
 using namespace overlay;
@@ -29,7 +30,8 @@ TEST(Trust, AnOverlayOthersCanWriteOrOwnIsNotTrusted) {
   ::chmod((ov / "_native_backup/n1-ab").c_str(), 0700);
   if (::geteuid() == 0) {
     ASSERT_EQ(::chown(ov.c_str(), 65534, 65534), 0);
-    EXPECT_EQ(why_untrusted(real_disk(), ov), "overlay directory " + ov.string() + " is owned by another user (uid 65534)");
+    EXPECT_EQ(why_untrusted(real_disk(), ov),
+              "overlay directory " + ov.string() + " is owned by another user (uid 65534)");
   }
 }
 

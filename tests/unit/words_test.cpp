@@ -28,12 +28,11 @@ TEST(SplitWords, BackslashOutsideQuotes) {
   EXPECT_EQ(split_words("a\\\nb"), (V{"ab"}));
 }
 
-TEST(SplitWords, AdjacentPartsJoin) {
-  EXPECT_EQ(split_words(R"(pre'mid'"post" x)"), (V{"premidpost", "x"}));
-}
+TEST(SplitWords, AdjacentPartsJoin) { EXPECT_EQ(split_words(R"(pre'mid'"post" x)"), (V{"premidpost", "x"})); }
 
 TEST(SplitWords, NoExpansionNoOperators) {
-  EXPECT_EQ(split_words("echo $PATH * ~ && rm -rf / | x"), (V{"echo", "$PATH", "*", "~", "&&", "rm", "-rf", "/", "|", "x"}));
+  EXPECT_EQ(split_words("echo $PATH * ~ && rm -rf / | x"),
+            (V{"echo", "$PATH", "*", "~", "&&", "rm", "-rf", "/", "|", "x"}));
 }
 
 TEST(SplitWords, Unterminated) {

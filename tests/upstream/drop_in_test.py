@@ -77,7 +77,10 @@ class DropIn(unittest.TestCase):
             shutil.copy(SHIM, os.path.join(scripts, "overlay_setup.py"))
             for hook in ("capture_shapes.py", "seam_trace.py"):
                 shutil.copy(os.path.join(UPSTREAM, hook), scripts)
-        for tool, script in (("ref", os.path.join(UPSTREAM, upstream)), ("ours", os.path.join(scripts, "overlay_setup.py"))):
+        for tool, script in (
+            ("ref", os.path.join(UPSTREAM, upstream)),
+            ("ours", os.path.join(scripts, "overlay_setup.py")),
+        ):
             cwd = self.path(tool)
             os.makedirs(cwd, exist_ok=True)
             for call in calls:
@@ -92,7 +95,7 @@ class DropIn(unittest.TestCase):
 
     # item 1: the shim's interpreter locates modules, not the python3 on PATH.
     def test_check_asks_the_interpreter_that_ran_the_shim(self):
-        fake = self.write("bin/python3", "#!/bin/sh\nexec %s -S \"$@\"\n" % PY)  # no dist-packages
+        fake = self.write("bin/python3", '#!/bin/sh\nexec %s -S "$@"\n' % PY)  # no dist-packages
         os.chmod(fake, 0o755)
         env = dict(os.environ, PATH=self.path("bin") + os.pathsep + os.environ["PATH"])
         env.pop("OVERLAY_PYTHON", None)
@@ -107,30 +110,61 @@ class DropIn(unittest.TestCase):
     def test_add_module_forms_give_v3s_overlay_byte_for_byte(self):
         src = self.write("src/act.py", "def f():\n    return 'stock'\n")
         cand = self.write("cand.py", "def f():\n    return 'fast'\n")
-        diff = self.write("fix.diff", textwrap.dedent("""\
+        diff = self.write(
+            "fix.diff",
+            textwrap.dedent(
+                """\
             --- a/act.py
             +++ b/act.py
             @@ -1,2 +1,2 @@
              def f():
             -    return 'stock'
             +    return 'patched'
-            """))
+            """
+            ),
+        )
         self.write("lib/ovdrop/__init__.py", "")
         self.write("lib/ovdrop/inst.py", "INSTALLED = 1\n")
         env = dict(os.environ, PYTHONPATH=self.path("lib"))
-        ref, ours = self.both([
-            ["add-module", "--overlay", "O", "--module", "pkg.copied", "--src-file", src],
-            ["add-module", "--overlay", "O", "--module", "ovdrop.inst"],
-            ["add-module", "--overlay", "O", "--module", "pkg.verbatim", "--patched-file", cand, "--patch", diff],
-            ["add-module", "--overlay", "O", "--module", "pkg.patched", "--src-file", src, "--patch", diff],
-            ["copy-subtree", "--overlay", "O", "--module", "pkg.wins", "--package", "pkg", "--subpath", "x/y.py",
-             "--patched-file", cand],
-            ["add-rebind", "--overlay", "O", "--target", "pkg.copied:f", "--impl-module", "fast", "--impl-attr", "f"],
-            ["add-capture", "--overlay", "O", "--target", "pkg.copied:f", "--out", self.path("out"), "--max", "3"],
-            ["add-marker", "--overlay", "O", "--target", "pkg.copied:f"],
-        ], env=env)
+        ref, ours = self.both(
+            [
+                ["add-module", "--overlay", "O", "--module", "pkg.copied", "--src-file", src],
+                ["add-module", "--overlay", "O", "--module", "ovdrop.inst"],
+                ["add-module", "--overlay", "O", "--module", "pkg.verbatim", "--patched-file", cand, "--patch", diff],
+                ["add-module", "--overlay", "O", "--module", "pkg.patched", "--src-file", src, "--patch", diff],
+                [
+                    "copy-subtree",
+                    "--overlay",
+                    "O",
+                    "--module",
+                    "pkg.wins",
+                    "--package",
+                    "pkg",
+                    "--subpath",
+                    "x/y.py",
+                    "--patched-file",
+                    cand,
+                ],
+                [
+                    "add-rebind",
+                    "--overlay",
+                    "O",
+                    "--target",
+                    "pkg.copied:f",
+                    "--impl-module",
+                    "fast",
+                    "--impl-attr",
+                    "f",
+                ],
+                ["add-capture", "--overlay", "O", "--target", "pkg.copied:f", "--out", self.path("out"), "--max", "3"],
+                ["add-marker", "--overlay", "O", "--target", "pkg.copied:f"],
+            ],
+            env=env,
+        )
         self.assertSameOverlay(ref, ours)
-        with open(os.path.join(ours, "_overlay_manifest.json"), "rb") as a, open(os.path.join(ref, "_overlay_manifest.json"), "rb") as b:
+        with open(os.path.join(ours, "_overlay_manifest.json"), "rb") as a, open(
+            os.path.join(ref, "_overlay_manifest.json"), "rb"
+        ) as b:
             self.assertEqual(a.read(), b.read())
         with open(os.path.join(ours, "_patched", "pkg.patched.py")) as f:
             self.assertIn("patched", f.read())
@@ -141,11 +175,16 @@ class DropIn(unittest.TestCase):
     # leaves the unpatched copy where the manifest points) the module keeps its patched code.
     def test_module_api_patches_through_the_ladder_as_v7_does(self):
         src = self.write("src/act.py", "def f():\n    return 'stock'\n")
-        diff = self.write("fix.diff", "--- a/act.py\n+++ b/act.py\n@@ -1,2 +1,2 @@\n def f():\n"
-                                      "-    return 'stock'\n+    return 'patched'\n")
-        bad = self.write("bad.diff", "--- a/act.py\n+++ b/act.py\n@@ -1,2 +1,2 @@\n def g():\n"
-                                     "-    return 'other'\n+    return 'never'\n")
-        driver = textwrap.dedent("""\
+        diff = self.write(
+            "fix.diff",
+            "--- a/act.py\n+++ b/act.py\n@@ -1,2 +1,2 @@\n def f():\n" "-    return 'stock'\n+    return 'patched'\n",
+        )
+        bad = self.write(
+            "bad.diff",
+            "--- a/act.py\n+++ b/act.py\n@@ -1,2 +1,2 @@\n def g():\n" "-    return 'other'\n+    return 'never'\n",
+        )
+        driver = textwrap.dedent(
+            """\
             import argparse, importlib.util, sys
             spec = importlib.util.spec_from_file_location("overlay_setup", sys.argv[1])
             ov = importlib.util.module_from_spec(spec)
@@ -158,7 +197,8 @@ class DropIn(unittest.TestCase):
                 ov.cmd_add_module(ns(sys.argv[4]))
             except SystemExit as e:
                 print("REFUSED", e)
-            """)
+            """
+        )
         outs, dirs = {}, {}
         for tool, script in (("ref", os.path.join(UPSTREAM, "overlay_setup.v7.py")), ("ours", SHIM)):
             cwd = self.path(tool)
@@ -167,8 +207,9 @@ class DropIn(unittest.TestCase):
             dirs[tool] = os.path.join(cwd, "O")
         for tool in ("ref", "ours"):
             self.assertIn("REFUSED failed to apply patch %s" % bad, outs[tool])
-        with open(os.path.join(dirs["ours"], "_overlay_manifest.json"), "rb") as a, \
-                open(os.path.join(dirs["ref"], "_overlay_manifest.json"), "rb") as b:
+        with open(os.path.join(dirs["ours"], "_overlay_manifest.json"), "rb") as a, open(
+            os.path.join(dirs["ref"], "_overlay_manifest.json"), "rb"
+        ) as b:
             self.assertEqual(a.read(), b.read())
         with open(os.path.join(dirs["ours"], "_patched", "pkg.act.py")) as f:
             self.assertEqual(f.read(), "def f():\n    return 'patched'\n")
@@ -183,7 +224,8 @@ class DropIn(unittest.TestCase):
     def test_module_api_refuses_a_package_initializer_and_writes_nothing(self):
         self.write("lib/ovpkg/__init__.py", "X = 1\n")
         diff = self.write("fix.diff", "--- a/__init__.py\n+++ b/__init__.py\n@@ -1 +1 @@\n-X = 1\n+X = 2\n")
-        driver = textwrap.dedent("""\
+        driver = textwrap.dedent(
+            """\
             import argparse, importlib.util, os, sys
             spec = importlib.util.spec_from_file_location("overlay_setup", sys.argv[1])
             ov = importlib.util.module_from_spec(spec)
@@ -195,7 +237,8 @@ class DropIn(unittest.TestCase):
                 except SystemExit as e:
                     print("REFUSED", e.code != 0, e)
                 print("EXISTS", os.path.exists("O"))
-            """)
+            """
+        )
         env = dict(os.environ, PYTHONPATH=self.path("lib"))
         out = run([PY, "-c", driver, SHIM, diff], cwd=self.tmp, env=env).stdout
         self.assertEqual(out.count("REFUSED True"), 2, out)
@@ -208,26 +251,33 @@ class DropIn(unittest.TestCase):
         src = self.write("src/act.py", "def f():\n    return 'stock'\n")
         hook = self.write("myhook.py", "def install():\n    pass\n")
         other = self.write("otherhook.py", "def install():\n    pass\n")
-        ref, ours = self.both([
-            ["add-module", "--overlay", "O", "--module", "pkg.a", "--src-file", src],
-            ["add-module", "--overlay", "O", "--module", "pkg.b", "--src-file", src],
-            ["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"],
-            ["add-hook", "--overlay", "O", "--module", "pkg.a", "--impl-module", "myhook", "--impl-file", hook],
-            ["add-hook", "--overlay", "O", "--module", "pkg.a", "--impl-module", "otherhook", "--impl-file", other],
-            ["add-hook", "--overlay", "O", "--module", "pkg.b", "--impl-module", "myhook", "--impl-attr", "go"],
-            ["add-hook", "--overlay", "O", "--module", "pkg.a", "--impl-module", "myhook", "--impl-attr", "again"],
-            ["add-rebind", "--overlay", "O", "--target", "pkg.b:f", "--impl-module", "fast", "--impl-attr", "g"],
-            ["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "h"],
-            ["add-module", "--overlay", "O", "--module", "pkg.a", "--src-file", src],
-            ["add-capture", "--overlay", "O", "--target", "pkg.a:f", "--out", self.path("out"), "--max", "2"],
-        ], upstream="overlay_setup.v8-fork.py")
+        ref, ours = self.both(
+            [
+                ["add-module", "--overlay", "O", "--module", "pkg.a", "--src-file", src],
+                ["add-module", "--overlay", "O", "--module", "pkg.b", "--src-file", src],
+                ["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"],
+                ["add-hook", "--overlay", "O", "--module", "pkg.a", "--impl-module", "myhook", "--impl-file", hook],
+                ["add-hook", "--overlay", "O", "--module", "pkg.a", "--impl-module", "otherhook", "--impl-file", other],
+                ["add-hook", "--overlay", "O", "--module", "pkg.b", "--impl-module", "myhook", "--impl-attr", "go"],
+                ["add-hook", "--overlay", "O", "--module", "pkg.a", "--impl-module", "myhook", "--impl-attr", "again"],
+                ["add-rebind", "--overlay", "O", "--target", "pkg.b:f", "--impl-module", "fast", "--impl-attr", "g"],
+                ["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "h"],
+                ["add-module", "--overlay", "O", "--module", "pkg.a", "--src-file", src],
+                ["add-capture", "--overlay", "O", "--target", "pkg.a:f", "--out", self.path("out"), "--max", "2"],
+            ],
+            upstream="overlay_setup.v8-fork.py",
+        )
         self.assertEqual(set(tree(ref)) - {"_overlay_manifest.json"}, set(tree(ours)) - {"_overlay_manifest.json"})
-        self.assertEqual(fork_sections(os.path.join(ours, "_overlay_manifest.json"), "markers"),
-                         fork_sections(os.path.join(ref, "_overlay_manifest.json"), "hooks"))
+        self.assertEqual(
+            fork_sections(os.path.join(ours, "_overlay_manifest.json"), "markers"),
+            fork_sections(os.path.join(ref, "_overlay_manifest.json"), "hooks"),
+        )
         with open(os.path.join(ours, "_overlay_manifest.json")) as f:
             m = json.load(f)
-        self.assertEqual([(h["module"], h["impl_module"], h["impl_attr"]) for h in m["hooks"]],
-                         [("pkg.a", "otherhook", "install"), ("pkg.b", "myhook", "go"), ("pkg.a", "myhook", "again")])
+        self.assertEqual(
+            [(h["module"], h["impl_module"], h["impl_attr"]) for h in m["hooks"]],
+            [("pkg.a", "otherhook", "install"), ("pkg.b", "myhook", "go"), ("pkg.a", "myhook", "again")],
+        )
         self.assertEqual([e["module"] for e in m["modules"]], ["pkg.b", "pkg.a"])
 
     # issue 52: the fork's two vLLM verbs, through the module API and the command line, from the
@@ -235,7 +285,8 @@ class DropIn(unittest.TestCase):
     # written. The fork's overlay, its manifest section by section.
     def test_the_forks_vllm_verbs_wire_the_files_beside_the_script(self):
         names = ("vllm_phase_annotate.py", "vllm_semantic_capture.py", "semantic_runtime_capture.py")
-        driver = textwrap.dedent("""\
+        driver = textwrap.dedent(
+            """\
             import argparse, importlib.util, os, sys
             spec = importlib.util.spec_from_file_location("overlay_setup", sys.argv[1])
             ov = importlib.util.module_from_spec(spec)
@@ -248,7 +299,8 @@ class DropIn(unittest.TestCase):
                 except SystemExit as e:
                     print(fn, "REFUSED", e)
                 print("EXISTS", os.path.exists(sys.argv[2]))
-            """)
+            """
+        )
         outs, dirs = {}, {}
         for tool, script in (("ref", os.path.join(UPSTREAM, "overlay_setup.v8-fork.py")), ("ours", SHIM)):
             scripts = self.path(tool, "scripts")
@@ -257,14 +309,18 @@ class DropIn(unittest.TestCase):
             # None of the three beside it yet: both verbs refuse and write nothing.
             bare = run([PY, "-c", driver, os.path.join(scripts, "overlay_setup.py"), self.path(tool, "O0")]).stdout
             self.assertIn("cmd_add_vllm_phase_annotation REFUSED vllm_phase_annotate.py not found at", bare)
-            self.assertIn("cmd_add_vllm_semantic_capture REFUSED missing capture module(s) beside overlay_setup.py: "
-                          "vllm_semantic_capture.py, semantic_runtime_capture.py, vllm_phase_annotate.py", bare)
+            self.assertIn(
+                "cmd_add_vllm_semantic_capture REFUSED missing capture module(s) beside overlay_setup.py: "
+                "vllm_semantic_capture.py, semantic_runtime_capture.py, vllm_phase_annotate.py",
+                bare,
+            )
             self.assertNotIn("EXISTS True", bare)
             for n in names:
                 with open(os.path.join(scripts, n), "w") as f:
                     f.write("# %s\ndef install():\n    pass\n" % n)
-            outs[tool] = run([PY, "-c", driver, os.path.join(scripts, "overlay_setup.py"),
-                              self.path(tool, "O")]).stdout.replace(self.path(tool), "TOOL")
+            outs[tool] = run(
+                [PY, "-c", driver, os.path.join(scripts, "overlay_setup.py"), self.path(tool, "O")]
+            ).stdout.replace(self.path(tool), "TOOL")
             # And from the command line, into a second overlay.
             for verb in ("add-vllm-phase-annotation", "add-vllm-semantic-capture"):
                 run([PY, os.path.join(scripts, "overlay_setup.py"), verb, "--overlay", self.path(tool, "O2")])
@@ -272,34 +328,58 @@ class DropIn(unittest.TestCase):
         self.assertEqual(outs["ref"], outs["ours"])
         for o in ("O", "O2"):
             ref, ours = os.path.join(dirs["ref"], o), os.path.join(dirs["ours"], o)
-            self.assertEqual({k: v for k, v in tree(ref).items() if k != "_overlay_manifest.json"},
-                             {k: v for k, v in tree(ours).items() if k != "_overlay_manifest.json"})
-            self.assertEqual(fork_sections(os.path.join(ours, "_overlay_manifest.json"), "markers"),
-                             fork_sections(os.path.join(ref, "_overlay_manifest.json"), "hooks"))
+            self.assertEqual(
+                {k: v for k, v in tree(ref).items() if k != "_overlay_manifest.json"},
+                {k: v for k, v in tree(ours).items() if k != "_overlay_manifest.json"},
+            )
+            self.assertEqual(
+                fork_sections(os.path.join(ours, "_overlay_manifest.json"), "markers"),
+                fork_sections(os.path.join(ref, "_overlay_manifest.json"), "hooks"),
+            )
 
     # issue 52: keys this tool does not know (a config-only result's note, a nested object) keep
     # their place and their own key order through every verb, as upstream's json round trip keeps
     # them: v7's manifest byte for byte; the fork's add-hook appends its section after them.
     def test_unknown_keys_keep_their_place_through_every_verb(self):
         src = self.write("src/act.py", "def f():\n    return 'stock'\n")
-        start = ('{\n  "note": "config only \\u00e9",\n  "modules": [],\n  "rebinds": [],\n  "markers": [],\n'
-                 '  "captures": [],\n  "zeta": {"b": 1, "a": [1, {"y": 2, "x": 3}]}\n}')
-        calls = [["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"],
-                 ["add-module", "--overlay", "O", "--module", "pkg.a", "--src-file", src],
-                 ["add-marker", "--overlay", "O", "--target", "pkg.a:f"],
-                 ["add-capture", "--overlay", "O", "--target", "pkg.a:f", "--out", self.path("out"), "--max", "2"],
-                 ["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "g"]]
+        start = (
+            '{\n  "note": "config only \\u00e9",\n  "modules": [],\n  "rebinds": [],\n  "markers": [],\n'
+            '  "captures": [],\n  "zeta": {"b": 1, "a": [1, {"y": 2, "x": 3}]}\n}'
+        )
+        calls = [
+            ["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"],
+            ["add-module", "--overlay", "O", "--module", "pkg.a", "--src-file", src],
+            ["add-marker", "--overlay", "O", "--target", "pkg.a:f"],
+            ["add-capture", "--overlay", "O", "--target", "pkg.a:f", "--out", self.path("out"), "--max", "2"],
+            ["add-rebind", "--overlay", "O", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "g"],
+        ]
         for tool in ("ref", "ours"):
             os.makedirs(self.path(tool, "O"))
             with open(self.path(tool, "O", "_overlay_manifest.json"), "w") as f:
                 f.write(start)
         ref, ours = self.both(calls, upstream="overlay_setup.v7.py")
-        with open(os.path.join(ours, "_overlay_manifest.json"), "rb") as a, open(os.path.join(ref, "_overlay_manifest.json"), "rb") as b:
+        with open(os.path.join(ours, "_overlay_manifest.json"), "rb") as a, open(
+            os.path.join(ref, "_overlay_manifest.json"), "rb"
+        ) as b:
             self.assertEqual(a.read(), b.read())
         with open(os.path.join(ours, "_overlay_manifest.json")) as f:
-            self.assertEqual(list(json.load(f, object_pairs_hook=dict)), ["note", "modules", "rebinds", "markers", "captures", "zeta"])
-        run([PY, os.path.join(self.path("scripts"), "overlay_setup.py"), "add-hook", "--overlay", ours, "--module", "pkg.a",
-             "--impl-module", "h"])
+            self.assertEqual(
+                list(json.load(f, object_pairs_hook=dict)),
+                ["note", "modules", "rebinds", "markers", "captures", "zeta"],
+            )
+        run(
+            [
+                PY,
+                os.path.join(self.path("scripts"), "overlay_setup.py"),
+                "add-hook",
+                "--overlay",
+                ours,
+                "--module",
+                "pkg.a",
+                "--impl-module",
+                "h",
+            ]
+        )
         with open(os.path.join(ours, "_overlay_manifest.json")) as f:
             m = json.load(f, object_pairs_hook=list)
         self.assertEqual([k for k, _ in m], ["note", "modules", "rebinds", "markers", "captures", "zeta", "hooks"])
@@ -308,17 +388,36 @@ class DropIn(unittest.TestCase):
     # issue 52: v4's add-marker --from seeds from the base and keeps its rebinds (its overlay byte
     # for byte); and the shim's command line runs under `python -S` (no site-packages, no site).
     def test_add_marker_from_a_base_keeps_its_rebinds_and_the_cli_runs_under_python_dash_s(self):
-        ref, ours = self.both([
-            ["add-rebind", "--overlay", "B", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"],
-            ["add-marker", "--overlay", "O", "--from", "B", "--target", "pkg.a:f"],
-        ], upstream="overlay_setup.v4-impl-dir.py")
+        ref, ours = self.both(
+            [
+                ["add-rebind", "--overlay", "B", "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"],
+                ["add-marker", "--overlay", "O", "--from", "B", "--target", "pkg.a:f"],
+            ],
+            upstream="overlay_setup.v4-impl-dir.py",
+        )
         self.assertSameOverlay(ref, ours)
-        with open(os.path.join(ours, "_overlay_manifest.json"), "rb") as a, open(os.path.join(ref, "_overlay_manifest.json"), "rb") as b:
+        with open(os.path.join(ours, "_overlay_manifest.json"), "rb") as a, open(
+            os.path.join(ref, "_overlay_manifest.json"), "rb"
+        ) as b:
             self.assertEqual(a.read(), b.read())
         with open(os.path.join(ours, "_overlay_manifest.json")) as f:
             self.assertEqual(len(json.load(f)["rebinds"]), 1)
-        r = run([PY, "-S", os.path.join(self.path("scripts"), "overlay_setup.py"), "add-rebind", "--overlay", self.path("S"),
-                 "--target", "pkg.a:f", "--impl-module", "fast", "--impl-attr", "f"])
+        r = run(
+            [
+                PY,
+                "-S",
+                os.path.join(self.path("scripts"), "overlay_setup.py"),
+                "add-rebind",
+                "--overlay",
+                self.path("S"),
+                "--target",
+                "pkg.a:f",
+                "--impl-module",
+                "fast",
+                "--impl-attr",
+                "f",
+            ]
+        )
         self.assertIn("add-rebind pkg.a:f -> fast.f", r.stdout)
 
     # item 3: the hook files beside the shim are the ones copied, as beside upstream's script.
@@ -336,8 +435,19 @@ class DropIn(unittest.TestCase):
 
     # item 6: --from a base that does not exist yet starts from nothing, as v3 does.
     def test_from_a_base_that_does_not_exist_creates(self):
-        call = ["add-rebind", "--overlay", "O", "--from", self.path("never"), "--target", "m:f",
-                "--impl-module", "i", "--impl-attr", "g"]
+        call = [
+            "add-rebind",
+            "--overlay",
+            "O",
+            "--from",
+            self.path("never"),
+            "--target",
+            "m:f",
+            "--impl-module",
+            "i",
+            "--impl-attr",
+            "g",
+        ]
         ref, ours = self.both([call])
         self.assertSameOverlay(ref, ours)
         self.assertFalse(os.path.exists(self.path("never")))
@@ -348,8 +458,10 @@ class DropIn(unittest.TestCase):
         for tool, script in (("ref", os.path.join(UPSTREAM, "overlay_setup.v3.py")), ("ours", SHIM)):
             o = self.path(tool, "O")
             self.write(os.path.join(tool, "O", "_overlay_manifest.json"), odd)
-            code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('ov', sys.argv[1]); "
-                    "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); print(m._ensure_overlay(sys.argv[2]))")
+            code = (
+                "import importlib.util, sys; s = importlib.util.spec_from_file_location('ov', sys.argv[1]); "
+                "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); print(m._ensure_overlay(sys.argv[2]))"
+            )
             r = run([PY, "-c", code, script, o])
             self.assertEqual(r.stdout.strip(), os.path.join(o, "_overlay_manifest.json"))
             self.assertEqual(r.stderr, "")  # silent, as upstream's
@@ -362,10 +474,12 @@ class DropIn(unittest.TestCase):
     # with ':'); nothing is made.
     def test_ensure_overlay_failure_is_a_catchable_exception_with_the_reason(self):
         o = self.path("run:1", "O")
-        code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('ov', sys.argv[1]); "
-                "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
-                "try:\n    m._ensure_overlay(sys.argv[2])\n"
-                "except Exception as e:\n    print('CAUGHT', type(e).__name__, isinstance(e, RuntimeError), e.code, e)\n")
+        code = (
+            "import importlib.util, sys; s = importlib.util.spec_from_file_location('ov', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
+            "try:\n    m._ensure_overlay(sys.argv[2])\n"
+            "except Exception as e:\n    print('CAUGHT', type(e).__name__, isinstance(e, RuntimeError), e.code, e)\n"
+        )
         r = run([PY, "-c", code, SHIM, o], check=False)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(r.stdout.startswith("CAUGHT OverlayError True 1 "), r.stdout)
@@ -374,9 +488,25 @@ class DropIn(unittest.TestCase):
 
     # item 7: v7's words when merge meets a hand-written sitecustomize.py; nothing written.
     def test_merge_refuses_a_custom_sitecustomize_in_v7s_words(self):
-        run([PY, SHIM, "add-rebind", "--overlay", self.path("A"), "--target", "m:f", "--impl-module", "i", "--impl-attr", "g"])
+        run(
+            [
+                PY,
+                SHIM,
+                "add-rebind",
+                "--overlay",
+                self.path("A"),
+                "--target",
+                "m:f",
+                "--impl-module",
+                "i",
+                "--impl-attr",
+                "g",
+            ]
+        )
         self.write("A/sitecustomize.py", "import custom_hook\n")
-        r = run([os.environ["OVERLAY_BIN"], "merge", "--overlay", self.path("M"), "--with", self.path("A")], check=False)
+        r = run(
+            [os.environ["OVERLAY_BIN"], "merge", "--overlay", self.path("M"), "--with", self.path("A")], check=False
+        )
         self.assertEqual(r.returncode, 1)
         self.assertIn("custom sitecustomize cannot be merged automatically: " + self.path("A"), r.stderr)
         self.assertFalse(os.path.exists(self.path("M")))
@@ -384,7 +514,9 @@ class DropIn(unittest.TestCase):
     # item 8: --impl-dir copies the folder flat as v4 does, and the entry loads its siblings.
     def test_impl_dir_is_copied_flat_as_v4_copies_it(self):
         impl = self.path("impl")
-        self.write("impl/fast_entry.py", "from fast_helper import K\nfrom tables.t import T\n\ndef f():\n    return K + T\n")
+        self.write(
+            "impl/fast_entry.py", "from fast_helper import K\nfrom tables.t import T\n\ndef f():\n    return K + T\n"
+        )
         self.write("impl/fast_helper.py", "K = 40\n")
         self.write("impl/tables/t.py", "T = 2\n")
         self.write("impl/tables/__pycache__/t.cpython-311.pyc", "junk")
@@ -392,16 +524,42 @@ class DropIn(unittest.TestCase):
         self.write("impl/.hidden", "secret")
         self.write("lib/ovimpl/__init__.py", "")
         self.write("lib/ovimpl/ops.py", "def f():\n    return 0\n")
-        call = ["add-rebind", "--overlay", "O", "--target", "ovimpl.ops:f", "--impl-module", "fast_entry",
-                "--impl-attr", "f", "--impl-dir", impl]
+        call = [
+            "add-rebind",
+            "--overlay",
+            "O",
+            "--target",
+            "ovimpl.ops:f",
+            "--impl-module",
+            "fast_entry",
+            "--impl-attr",
+            "f",
+            "--impl-dir",
+            impl,
+        ]
         ref, ours = self.both([call], upstream="overlay_setup.v4-impl-dir.py")
         self.assertSameOverlay(ref, ours)
         self.assertNotIn(".hidden", os.listdir(ours))
         env = dict(os.environ, PYTHONPATH=ours + os.pathsep + self.path("lib"))
         r = run([PY, "-c", "import ovimpl.ops as o; print(o.f())"], env=env)
         self.assertEqual(r.stdout.strip(), "42")
-        bad = run([os.environ["OVERLAY_BIN"], "add-rebind", "--overlay", self.path("P"), "--target", "m:f",
-                   "--impl-module", "i", "--impl-attr", "g", "--impl-dir", self.path("impl", "fast_helper.py")], check=False)
+        bad = run(
+            [
+                os.environ["OVERLAY_BIN"],
+                "add-rebind",
+                "--overlay",
+                self.path("P"),
+                "--target",
+                "m:f",
+                "--impl-module",
+                "i",
+                "--impl-attr",
+                "g",
+                "--impl-dir",
+                self.path("impl", "fast_helper.py"),
+            ],
+            check=False,
+        )
         self.assertEqual(bad.returncode, 1)
         self.assertIn("--impl-dir is not a directory", bad.stderr)
         self.assertFalse(os.path.exists(self.path("P")))
@@ -410,11 +568,14 @@ class DropIn(unittest.TestCase):
 def main():
     global SHIM, UPSTREAM
     args = sys.argv[1:]
-    rest = args[args.index("--") + 1:] if "--" in args else []
-    args = args[:args.index("--")] if "--" in args else args
+    rest = args[args.index("--") + 1 :] if "--" in args else []
+    args = args[: args.index("--")] if "--" in args else args
     SHIM = os.path.abspath(args[0])
-    shared = args[args.index("--shared") + 1] if "--shared" in args else \
-        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared")
+    shared = (
+        args[args.index("--shared") + 1]
+        if "--shared" in args
+        else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared")
+    )
     UPSTREAM = os.path.join(os.path.abspath(shared), "reference", "upstream")
     if not os.path.isfile(os.path.join(UPSTREAM, "overlay_setup.v3.py")):
         print("SKIP: upstream's scripts are not here (%s): they come with ../shared" % UPSTREAM)

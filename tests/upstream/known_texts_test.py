@@ -40,8 +40,20 @@ def main():
         with open(os.path.join(w, "impl.py"), "w") as f:
             f.write("def g():\n    return 2\n")
         ov = os.path.join(w, "ov")
-        add = [BIN, "add-rebind", "--overlay", ov, "--target", "m:f", "--impl-module", "impl", "--impl-attr", "g",
-               "--impl-file", os.path.join(w, "impl.py")]
+        add = [
+            BIN,
+            "add-rebind",
+            "--overlay",
+            ov,
+            "--target",
+            "m:f",
+            "--impl-module",
+            "impl",
+            "--impl-attr",
+            "g",
+            "--impl-file",
+            os.path.join(w, "impl.py"),
+        ]
         subprocess.run(add, check=True, capture_output=True)
         for c in commits:
             text = git("show", "%s:%s" % (c, PATH))
@@ -50,14 +62,18 @@ def main():
             checked += 1
             with open(os.path.join(ov, "sitecustomize.py"), "w") as f:
                 f.write(text.stdout)
-            status = json.loads(subprocess.run([BIN, "--json", "status", "--overlay", ov], capture_output=True, text=True).stdout)
+            status = json.loads(
+                subprocess.run([BIN, "--json", "status", "--overlay", ov], capture_output=True, text=True).stdout
+            )
             kind = status.get("sitecustomize")
             subprocess.run(add, check=True, capture_output=True)
             with open(os.path.join(ov, "sitecustomize.py")) as f:
                 upgraded = f.read() == current
             if kind not in ("current", "generated") or not upgraded:
                 failures.append("%s: %s, %s" % (c[:12], kind, "upgraded" if upgraded else "NOT upgraded by add-rebind"))
-    print("known_texts: %d texts of %s in git's history, %d not known as the tool's own" % (checked, PATH, len(failures)))
+    print(
+        "known_texts: %d texts of %s in git's history, %d not known as the tool's own" % (checked, PATH, len(failures))
+    )
     for f in failures:
         print("  " + f)
     return 1 if failures or checked == 0 else 0

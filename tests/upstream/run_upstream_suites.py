@@ -40,9 +40,13 @@ def run(tool, upstream, env):
     with tempfile.TemporaryDirectory(prefix="upstream-suites-") as root:
         scripts = layout(root, tool, upstream)
         xml = os.path.join(root, "results.xml")
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short",
-                        "--junitxml", xml, "tests"], cwd=scripts, env=env, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT)
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "--junitxml", xml, "tests"],
+            cwd=scripts,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         if not os.path.exists(xml):
             raise SystemExit("pytest wrote no results for %s" % tool)
         results = {}
@@ -94,9 +98,11 @@ def main():
     env = dict(os.environ, OVERLAY_BIN=os.path.abspath(a.binary))
     env.pop("OVERLAY_PYTHON", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    tools = [("upstream v3", os.path.join(upstream, "overlay_setup.v3.py")),
-             ("upstream v7", os.path.join(upstream, "overlay_setup.v7.py")),
-             ("shim", os.path.abspath(a.shim))]
+    tools = [
+        ("upstream v3", os.path.join(upstream, "overlay_setup.v3.py")),
+        ("upstream v7", os.path.join(upstream, "overlay_setup.v7.py")),
+        ("shim", os.path.abspath(a.shim)),
+    ]
     results = {name: run(path, upstream, env) for name, path in tools}
     print("%-28s %-12s %7s %7s %7s" % ("suite", "tool", "passed", "failed", "skipped"))
     for suite in SUITES:
@@ -118,8 +124,10 @@ def main():
         print("FAIL: %s is listed in %s as failing by design, but it %s" % (t, a.docs, shim[t]))
     for t in unknown:
         print("FAIL: %s is listed in %s but upstream's suites have no such test" % (t, a.docs))
-    print("shim: %d of %d upstream tests pass; %d fail by design (listed in %s)" % (
-        sum(1 for s in shim.values() if s == "passed"), len(shim), len(failed & expected), os.path.basename(a.docs)))
+    print(
+        "shim: %d of %d upstream tests pass; %d fail by design (listed in %s)"
+        % (sum(1 for s in shim.values() if s == "passed"), len(shim), len(failed & expected), os.path.basename(a.docs))
+    )
     return 1 if surprise or stale or unknown else 0
 
 

@@ -20,7 +20,7 @@ BIN = os.environ.get("OVERLAY_BIN", "")
 # A worker shaped as vLLM's WorkerWrapperBase.init_worker treats one (vllm/v1/worker/
 # worker_base.py): resolve the extension by its qualified name, refuse any of its attributes the
 # worker class already has, append it to the worker class's bases, build the worker.
-WORKERLIB = '''
+WORKERLIB = """
 import importlib, os, sys
 
 
@@ -62,9 +62,9 @@ def worker_main(queue, import_target_first):
     queue.put({"result": worker.execute_model(), "extended": extended, "status": worker.overlay_status(),
                "applied_on_import": ext.APPLIED_ON_IMPORT, "pid": os.getpid(),
                "env_has_overlay": os.environ.get("PYTHONPATH", ""), "seen": len(seen)})
-'''
+"""
 
-PARENT = '''
+PARENT = """
 import multiprocessing as mp, os, sys
 sys.path.insert(0, sys.argv[1])  # the overlay, on sys.path but not in the environment
 sys.path.insert(0, sys.argv[2])  # workerlib
@@ -79,7 +79,7 @@ if __name__ == "__main__":
     print(__import__("json").dumps(q.get(timeout=60)))
     p.join(60)
     sys.exit(p.exitcode)
-'''
+"""
 
 
 def run(argv, env=None, check=True, cwd=None):
@@ -130,8 +130,20 @@ class WorkerExtension(Case):
         self.write("lib/ovw_target.py", "def compute():\n    return 'stock'\n")
         self.write("lib/workerlib.py", WORKERLIB)
         impl = self.write("impl/ovw_impl.py", "def compute():\n    return 'fast'\n")
-        self.o = self.overlay(["add-rebind", "--target", "ovw_target:compute", "--impl-module", "ovw_impl",
-                               "--impl-attr", "compute", "--impl-file", impl], ["add-worker-modules"])
+        self.o = self.overlay(
+            [
+                "add-rebind",
+                "--target",
+                "ovw_target:compute",
+                "--impl-module",
+                "ovw_impl",
+                "--impl-attr",
+                "compute",
+                "--impl-file",
+                impl,
+            ],
+            ["add-worker-modules"],
+        )
         self.lib = lib
         self.parent = self.write("parent.py", PARENT)
 
@@ -141,7 +153,11 @@ class WorkerExtension(Case):
 
     def live_records_of(self, pid):
         live = os.path.join(self.o, "_stats")
-        return [n for n in os.listdir(live) if n.startswith("%d-" % pid) and n.endswith(".json")] if os.path.isdir(live) else []
+        return (
+            [n for n in os.listdir(live) if n.startswith("%d-" % pid) and n.endswith(".json")]
+            if os.path.isdir(live)
+            else []
+        )
 
     def test_worker_without_the_overlay_in_its_environment_applies_it_once(self):
         for imported in ("fresh", "imported"):
@@ -196,9 +212,22 @@ class Runtime(Case):
 
     def test_a_task_dirs_unittest_py_is_hidden_while_the_overlay_applies(self):
         self.write("lib/ovu_mod.py", "def f():\n    return 'stock'\n")
-        impl = self.write("impl/ovu_impl.py", "from unittest import mock\n\ndef f():\n    return 'fast:' + mock.__name__\n")
-        o = self.overlay(["add-rebind", "--target", "ovu_mod:f", "--impl-module", "ovu_impl", "--impl-attr", "f",
-                          "--impl-file", impl])
+        impl = self.write(
+            "impl/ovu_impl.py", "from unittest import mock\n\ndef f():\n    return 'fast:' + mock.__name__\n"
+        )
+        o = self.overlay(
+            [
+                "add-rebind",
+                "--target",
+                "ovu_mod:f",
+                "--impl-module",
+                "ovu_impl",
+                "--impl-attr",
+                "f",
+                "--impl-file",
+                impl,
+            ]
+        )
         task = os.path.join(self.tmp, "task")
         self.write("task/unittest.py", "raise SystemExit('the task driver was imported as unittest')\n")
         code = "import sys, ovu_mod\nprint(ovu_mod.f(), sys.path[0] == %r)\n" % task
@@ -207,7 +236,9 @@ class Runtime(Case):
         self.assertEqual(r.stdout.split(), ["fast:unittest.mock", "True"])  # hidden, then put back
 
     def test_static_and_class_methods_keep_their_kind(self):
-        self.write("lib/ovs_mod.py", """\
+        self.write(
+            "lib/ovs_mod.py",
+            """\
             class K:
                 @staticmethod
                 def s(x):
@@ -216,17 +247,32 @@ class Runtime(Case):
                 @classmethod
                 def c(cls, x):
                     return ('stock', cls.__name__, x)
-            """)
-        impl = self.write("impl/ovs_impl.py", """\
+            """,
+        )
+        impl = self.write(
+            "impl/ovs_impl.py",
+            """\
             def s(x):
                 return ('fast', x)
 
             def c(cls, x):
                 return ('fast', cls.__name__, x)
-            """)
+            """,
+        )
         o = self.overlay(
-            ["add-rebind", "--target", "ovs_mod:K.s", "--impl-module", "ovs_impl", "--impl-attr", "s", "--impl-file", impl],
-            ["add-rebind", "--target", "ovs_mod:K.c", "--impl-module", "ovs_impl", "--impl-attr", "c"])
+            [
+                "add-rebind",
+                "--target",
+                "ovs_mod:K.s",
+                "--impl-module",
+                "ovs_impl",
+                "--impl-attr",
+                "s",
+                "--impl-file",
+                impl,
+            ],
+            ["add-rebind", "--target", "ovs_mod:K.c", "--impl-module", "ovs_impl", "--impl-attr", "c"],
+        )
         code = "import ovs_mod\nk = ovs_mod.K()\nprint(k.s(1), ovs_mod.K.s(2), k.c(3), ovs_mod.K.c(4))\n"
         r = self.py(code, o, [os.path.join(self.tmp, "lib")])
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -236,7 +282,9 @@ class Runtime(Case):
         self.write("lib/ovt_mod.py", "def real():\n    pass\n")
         o = self.overlay(["add-rebind", "--target", "ovt_mod:reall", "--impl-module", "ovt_mod", "--impl-attr", "real"])
         r = self.py("import ovt_mod", o, [os.path.join(self.tmp, "lib")])
-        self.assertIn("[overlay] rebind FAILED ovt_mod:reall: AttributeError: ovt_mod has no attribute 'reall'", r.stderr)
+        self.assertIn(
+            "[overlay] rebind FAILED ovt_mod:reall: AttributeError: ovt_mod has no attribute 'reall'", r.stderr
+        )
         self.assertNotIn("circular import", r.stderr)
 
     def test_a_module_imported_before_the_overlay_registers_is_refused(self):
@@ -245,19 +293,25 @@ class Runtime(Case):
         patched = self.write("patched.py", "WHO = 'patched'\n")
         o = self.overlay(["add-module", "--module", "ovi_mod", "--patched-file", patched], ["add-worker-modules"])
         # Applied late (as in a worker through _overlay_apply) after the module was imported.
-        code = ("import sys; sys.path[:0] = [%r]; import ovi_mod; sys.path.insert(0, %r); import _overlay_apply; "
-                "_overlay_apply.apply(); import ovi_mod as again; print(ovi_mod is again, again.WHO)" % (lib, o))
+        code = (
+            "import sys; sys.path[:0] = [%r]; import ovi_mod; sys.path.insert(0, %r); import _overlay_apply; "
+            "_overlay_apply.apply(); import ovi_mod as again; print(ovi_mod is again, again.WHO)" % (lib, o)
+        )
         r = run([PY, "-c", code], env=self.env)
         self.assertEqual(r.stdout.strip(), "True stock")
-        self.assertIn("[overlay] module registration FAILED ovi_mod: target already imported before overlay registration",
-                      r.stderr)
+        self.assertIn(
+            "[overlay] module registration FAILED ovi_mod: target already imported before overlay registration",
+            r.stderr,
+        )
 
     # Issue 52 (the newest upstream): the finder is in sys.meta_path by its upstream name in every
     # process that runs the overlay, whatever its manifest claims, a probe's included.
     def test_the_overlay_finder_is_installed_even_where_nothing_is_claimed(self):
         self.write("lib/ovf_mod.py", "X = 1\n")
-        code = ("import sys\nnames = [type(f).__name__ for f in sys.meta_path]\n"
-                "print(names.count('_OverlayFinder'), len(sys.meta_path[0].state.modules))\n")
+        code = (
+            "import sys\nnames = [type(f).__name__ for f in sys.meta_path]\n"
+            "print(names.count('_OverlayFinder'), len(sys.meta_path[0].state.modules))\n"
+        )
         lib = [os.path.join(self.tmp, "lib")]
         empty = os.path.join(self.tmp, "empty")
         run([BIN, "ensure-overlay", "--overlay", empty])
@@ -293,11 +347,23 @@ class Runtime(Case):
         self.write("lib/ovs_reb.py", "def f():\n    return 'stock'\n")
         impl = self.write("impl/ovs_impl.py", "CALLS = []\n\ndef f():\n    CALLS.append(1)\n    return 'fast'\n")
         patched = self.write("patched.py", "WHO = 'patched'\n")
-        o = self.overlay(["add-module", "--module", "ovs_stock", "--patched-file", patched],
-                         ["add-module", "--module", "ovs_mod", "--patched-file", patched],
-                         ["add-rebind", "--target", "ovs_reb:f", "--impl-module", "ovs_impl", "--impl-attr", "f",
-                          "--impl-file", impl])
-        code = textwrap.dedent("""\
+        o = self.overlay(
+            ["add-module", "--module", "ovs_stock", "--patched-file", patched],
+            ["add-module", "--module", "ovs_mod", "--patched-file", patched],
+            [
+                "add-rebind",
+                "--target",
+                "ovs_reb:f",
+                "--impl-module",
+                "ovs_impl",
+                "--impl-attr",
+                "f",
+                "--impl-file",
+                impl,
+            ],
+        )
+        code = textwrap.dedent(
+            """\
             import runpy, subprocess, sys
             sys.path.insert(0, %r)
             import ovs_stock            # stock: the overlay is not registered yet
@@ -311,7 +377,9 @@ class Runtime(Case):
             import ovs_late
             print(ovs_stock.WHO, ovs_mod.WHO, ovs_late.WHO, ovs_reb.f(), type(ovs_reb.f).__name__)
             print(sum(type(f).__name__ == "_OverlayFinder" for f in sys.meta_path))
-            """ % (lib, o, o, BIN, o, patched))
+            """
+            % (lib, o, o, BIN, o, patched)
+        )
         r = run([PY, "-c", code], env=self.env)
         self.assertEqual(r.stdout, "stock patched patched fast function\n1\n", r.stderr)
         failed = "[overlay] module registration FAILED %s: target already imported before overlay registration"
@@ -325,7 +393,8 @@ class Runtime(Case):
         self.write("lib/ovx_mod.py", "WHO = 'stock'\n")
         broken = self.write("broken.py", "raise RuntimeError('candidate broke')\n")
         o = self.overlay(["add-module", "--module", "ovx_mod", "--patched-file", broken])
-        code = textwrap.dedent("""\
+        code = textwrap.dedent(
+            """\
             import sys
             for attempt in range(2):
                 try:
@@ -333,7 +402,8 @@ class Runtime(Case):
                     print("imported", ovx_mod.WHO)
                 except RuntimeError as e:
                     print("raised", e, "ovx_mod" in sys.modules)
-            """)
+            """
+        )
         r = self.py(code, o, [os.path.join(self.tmp, "lib")])
         self.assertEqual(r.stdout, "raised candidate broke False\nraised candidate broke False\n", r.stderr)
 
@@ -342,7 +412,8 @@ class Runtime(Case):
         self.write("lib/ovq_b.py", "def f():\n    pass\n")
         o = self.overlay(
             ["add-rebind", "--target", "ovq_a:f", "--impl-module", "ovq_a", "--impl-attr", "f"],
-            ["add-rebind", "--target", "ovq_b:f", "--impl-module", "ovq_b", "--impl-attr", "f"])
+            ["add-rebind", "--target", "ovq_b:f", "--impl-module", "ovq_b", "--impl-attr", "f"],
+        )
         lib = [os.path.join(self.tmp, "lib")]
         quiet = self.py("pass", o, lib)
         self.assertEqual((quiet.returncode, quiet.stderr), (0, ""))
@@ -369,6 +440,7 @@ class Runtime(Case):
     def test_a_plan_made_from_other_bytes_is_not_used(self):
         import marshal
         import zlib
+
         self.write("lib/ovp_a.py", "def f():\n    return 'stock'\n")
         self.write("lib/ovp_impl.py", "def g():\n    return 'patched'\n")
         o = self.overlay(["add-rebind", "--target", "ovp_a:f", "--impl-module", "ovp_impl", "--impl-attr", "g"])
@@ -380,8 +452,11 @@ class Runtime(Case):
         with open(os.path.join(o, "_overlay_manifest.json"), "rb") as f:
             raw = f.read()
         # What a colliding edit would meet: a plan of other bytes under this manifest's sums.
-        forged = ((len(raw), zlib.crc32(raw), zlib.adler32(raw)), {"modules": [], "captures": []},
-                  [("ovp_a", "f", "ovp_impl", "nowhere", False)])
+        forged = (
+            (len(raw), zlib.crc32(raw), zlib.adler32(raw)),
+            {"modules": [], "captures": []},
+            [("ovp_a", "f", "ovp_impl", "nowhere", False)],
+        )
         for p in plans:
             with open(os.path.join(o, "__pycache__", p), "wb") as f:
                 f.write(marshal.dumps(forged))
@@ -416,6 +491,7 @@ class Runtime(Case):
     # refuse a document cut short.
     def test_the_plain_json_parser_reads_what_json_loads_reads(self):
         import random
+
         o = self.overlay(["add-rebind", "--target", "ovj_a:f", "--impl-module", "ovj_impl", "--impl-attr", "g"])
         ns = {"__name__": "_overlay_precompile", "_OVERLAY_PRECOMPILE": True}
         with open(os.path.join(o, "sitecustomize.py")) as f:
@@ -435,7 +511,7 @@ class Runtime(Case):
             if k == 1:
                 return rng.random() < 0.5
             if k == 2:
-                return rng.randrange(-10 ** 12, 10 ** 12)
+                return rng.randrange(-(10**12), 10**12)
             if k == 3:
                 return rng.uniform(-1e6, 1e6) * 10 ** rng.randrange(-20, 20)
             if k in (4, 5):
@@ -448,7 +524,7 @@ class Runtime(Case):
             doc = json.dumps(value(0), ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 0, 2]))
             self.assertEqual(parse(doc), json.loads(doc), "seed %d, document %d: %r" % (seed, i, doc))
             if len(doc) > 1:
-                cut = doc[:rng.randrange(1, len(doc))]
+                cut = doc[: rng.randrange(1, len(doc))]
                 try:
                     json.loads(cut)
                 except ValueError:
@@ -471,7 +547,9 @@ class Runtime(Case):
         m["rebinds"] = [{"target": "ovm_%d:f" % i, "impl_module": "ovm_impl", "impl_attr": "g"} for i in range(n)]
         with open(man, "w") as f:
             json.dump(m, f, indent=2)
-        code = textwrap.dedent("""
+        code = (
+            textwrap.dedent(
+                """
             import json, os, subprocess, sys
             def written():
                 with open("/proc/self/io") as f:
@@ -485,7 +563,12 @@ class Runtime(Case):
             print(json.dumps({"bytes": after - before, "patched": sum(m.f() == "patched" for m in mods),
                               "applied": len(procs[0]["applied"]) if procs else -1,
                               "pending": len(procs[0]["pending"]) if procs else -1}))
-        """).replace("__N__", str(n)).replace("__BIN__", repr(BIN)).replace("__O__", repr(o))
+        """
+            )
+            .replace("__N__", str(n))
+            .replace("__BIN__", repr(BIN))
+            .replace("__O__", repr(o))
+        )
         r = self.py(code, o, [os.path.join(self.tmp, "lib")])
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         got = json.loads(r.stdout.strip().splitlines()[-1])

@@ -10,13 +10,13 @@
 namespace overlay {
 
 struct PyEntry {
-  std::string kind;    // module | installer | rebind | capture | marker | hook
-  std::string key;     // as sitecustomize.py records it: "module:M", "rebind:T->IM.IA", ...
-  std::string name;    // the module, target or installer id
-  std::string detail;  // the overlay file, the replacement, the capture output, the hook's callable
-  std::optional<std::string> file;       // relative to the overlay: the file the entry needs
-  bool count_calls = false;              // a rebind with --count-calls
-  std::optional<std::string> patch_id;   // the `apply` patch it belongs to
+  std::string kind;                     // module | installer | rebind | capture | marker | hook
+  std::string key;                      // as sitecustomize.py records it: "module:M", "rebind:T->IM.IA", ...
+  std::string name;                     // the module, target or installer id
+  std::string detail;                   // the overlay file, the replacement, the capture output, the hook's callable
+  std::optional<std::string> file;      // relative to the overlay: the file the entry needs
+  bool count_calls = false;             // a rebind with --count-calls
+  std::optional<std::string> patch_id;  // the `apply` patch it belongs to
 };
 
 // Every Python entry of `doc`, section by section in start-up order (modules, installers,

@@ -13,13 +13,13 @@
 namespace overlay {
 
 struct MergeRequest {
-  fs::path output;                // absent or an empty directory
-  std::optional<fs::path> base;   // --from (may be left out)
-  std::vector<fs::path> incoming; // --with, one or more, merged in order
+  fs::path output;                 // absent or an empty directory
+  std::optional<fs::path> base;    // --from (may be left out)
+  std::vector<fs::path> incoming;  // --with, one or more, merged in order
 };
 
 struct MergeResult {
-  fs::path output;  // absolute
+  fs::path output;                 // absolute
   std::vector<std::string> notes;  // e.g. native entries left out
 };
 

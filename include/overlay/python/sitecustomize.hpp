@@ -37,9 +37,9 @@ void write_worker_modules(Disk& disk, const fs::path& overlay);
 // What stands at <overlay>/sitecustomize.py.
 enum class SitecustomizeKind {
   absent,
-  current,   // exactly our text
-  generated, // a text an earlier version of overlay or a known overlay_setup.py version wrote
-  foreign,   // anything else: hand-written or edited; never replaced without --force
+  current,    // exactly our text
+  generated,  // a text an earlier version of overlay or a known overlay_setup.py version wrote
+  foreign,    // anything else: hand-written or edited; never replaced without --force
 };
 SitecustomizeKind classify_sitecustomize(Disk& disk, const fs::path& overlay);
 // Which generator wrote `text` ("overlay", "overlay_setup.py v3", ...), or "" when none did.
@@ -56,7 +56,8 @@ struct SitecustomizeOutcome {
 // Writes <overlay>/sitecustomize.py atomically unless it already holds exactly our text, or it is
 // foreign and `replace` is generated_only; where the overlay holds the worker modules, brings them
 // to this binary's text. Never touches the manifest.
-SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, Replace replace = Replace::generated_only);
+SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay,
+                                          Replace replace = Replace::generated_only);
 
 // For each interpreter that may run the overlay (OVERLAY_PYTHON, python3 on PATH,
 // /usr/bin/python3; each once by real path), compiles the overlay's runtime to bytecode in its

@@ -80,8 +80,8 @@ struct AddInstallerRequest {
 };
 
 struct PyAddResult {
-  fs::path overlay;     // absolute
-  std::string summary;  // the one-line summary printed after OVERLAY_DIR= ("" for none)
+  fs::path overlay;         // absolute
+  std::string summary;      // the one-line summary printed after OVERLAY_DIR= ("" for none)
   bool launch_line = true;  // whether upstream prints "launch with: ..." for this verb
   SitecustomizeOutcome sitecustomize;
 };
@@ -111,7 +111,8 @@ bool valid_dotted_name(std::string_view name);
 std::string check_target(const std::string& target, bool allow_bare_module = false);
 // The Python-side JSON helpers every verb shares: runs python -c SCRIPT ARG, returns its last line
 // as JSON (overlays disabled in that interpreter when disable_overlays).
-nlohmann::json ask_python(const std::string& python, const std::string& script, const std::string& arg, bool disable_overlays);
+nlohmann::json ask_python(const std::string& python, const std::string& script, const std::string& arg,
+                          bool disable_overlays);
 // The module a legacy --package P --subpath x/y.py names ("P.x.y"; __init__.py names the package).
 std::string legacy_module_name(const std::string& package, const std::string& subpath);
 // The interpreter to ask: --python when given, else $OVERLAY_PYTHON, else python3.
