@@ -48,6 +48,8 @@ PKGS=("${DEMO[@]}" pkg-config python3 openssl time
       python3-pytest
       # bench/plot.py draws bench/sweep.py's curves
       python3-matplotlib
+      # the house formatters CI checks (scripts/check_format.sh): C++ and Python
+      clang-format black
       "$@")
 fi
 missing=()

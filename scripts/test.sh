@@ -22,6 +22,9 @@ bash scripts/deps.sh clang libclang-rt-14-dev
 
 LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS" "$PHASES"' EXIT
+
+phase "format check"
+bash scripts/check_format.sh
 # Every test that needs ../shared/reference (upstream's scripts) or the static roots runs here:
 # where one is missing, it fails rather than skips.
 export OVERLAY_REQUIRE_SHARED=1 OVERLAY_REQUIRE_STATIC_ROOTS=1
