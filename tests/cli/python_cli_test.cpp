@@ -26,6 +26,20 @@ struct Py : ::testing::Test {
                "def fast_add(a, b):\n    return ('fast', a + b)\n\ndef fast_m(self):\n    return 'fast-m'\n");
   }
   std::vector<std::string> env_without() { return {"PYTHONPATH=" + site}; }
+  // add-rebind of pkg.ops:add to fast_ops.fast_add, its impl file copied in.
+  std::vector<std::string> add_fast_add() const {
+    return {"add-rebind",
+            "--overlay",
+            ov,
+            "--target",
+            "pkg.ops:add",
+            "--impl-module",
+            "fast_ops",
+            "--impl-attr",
+            "fast_add",
+            "--impl-file",
+            (t / "fast_ops.py").string()};
+  }
   std::vector<std::string> env_with(const std::string& o) { return {"PYTHONPATH=" + o + ":" + site}; }
   Cmd ov_cmd(const std::vector<std::string>& args) { return run_overlay(args, t.path(), env_without()); }
   Cmd py(const std::string& code, const std::vector<std::string>& env) {
@@ -91,17 +105,7 @@ TEST_F(Py, WorkerModulesAreWrittenOnRequestAndKeptCurrent) {
   // Upstream's names only: no worker modules, no lock file (Python verbs flock the directory), no
   // __pycache__ where processes write their own bytecode.
   const std::vector<std::string> plain = {"_overlay_manifest.json", "fast_ops.py", "sitecustomize.py"};
-  std::vector<std::string> rebind = {"add-rebind",
-                                     "--overlay",
-                                     ov,
-                                     "--target",
-                                     "pkg.ops:add",
-                                     "--impl-module",
-                                     "fast_ops",
-                                     "--impl-attr",
-                                     "fast_add",
-                                     "--impl-file",
-                                     (t / "fast_ops.py").string()};
+  const std::vector<std::string> rebind = add_fast_add();
   std::vector<std::string> bytecode_on = env_without();
   bytecode_on.push_back("PYTHONDONTWRITEBYTECODE=");  // empty is unset, for Python and for the tool
   ASSERT_EQ(run_overlay(rebind, t.path(), bytecode_on).rc, 0);
@@ -461,17 +465,7 @@ TEST_F(Py, CountCallsAcrossProcesses) {
 // the overlay (issue 51). Where it is on, the tool writes none (the first process does): the
 // overlay holds only upstream's names (issue 52); OVERLAY_PRECOMPILE=1 asks, =0 refuses.
 TEST_F(Py, NoProcessCompilesTheRuntimeWhereBytecodeWritingIsOff) {
-  const std::vector<std::string> rebind = {"add-rebind",
-                                           "--overlay",
-                                           ov,
-                                           "--target",
-                                           "pkg.ops:add",
-                                           "--impl-module",
-                                           "fast_ops",
-                                           "--impl-attr",
-                                           "fast_add",
-                                           "--impl-file",
-                                           (t / "fast_ops.py").string()};
+  const std::vector<std::string> rebind = add_fast_add();
   std::vector<std::string> off = env_without(), bytecode_on = env_without();
   off.push_back("PYTHONDONTWRITEBYTECODE=1");
   bytecode_on.push_back("PYTHONDONTWRITEBYTECODE=");  // empty is unset, for Python and for the tool
