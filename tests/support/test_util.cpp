@@ -296,10 +296,8 @@ namespace {
 // this, wherever the suite runs: installs and site trees digested before and after a command must
 // differ only by what the tool did, never by a __pycache__ the test's own processes wrote. A test
 // about bytecode turns it off for one command with "PYTHONDONTWRITEBYTECODE=" (empty is unset).
-const bool kNoBytecodeWritten = ::setenv("PYTHONDONTWRITEBYTECODE", "1", 1) == 0;
+[[maybe_unused]] const bool kNoBytecodeWritten = ::setenv("PYTHONDONTWRITEBYTECODE", "1", 1) == 0;
 }  // namespace
-
-bool no_bytecode_written() { return kNoBytecodeWritten; }
 
 Cmd run(const std::vector<std::string>& argv, const fs::path& cwd, const std::vector<std::string>& env) {
   RunOptions o;

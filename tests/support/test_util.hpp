@@ -97,10 +97,6 @@ void wait_until_dead(pid_t pid);
 // reaped. True once the whole group is gone.
 bool kill_group_and_wait(pid_t pgid);
 
-// Whether PYTHONDONTWRITEBYTECODE=1 is set for this process and every process it starts (set at
-// start-up: see test_util.cpp).
-bool no_bytecode_written();
-
 struct Cmd {
   int rc = -1;
   std::string out, err;
