@@ -192,7 +192,7 @@ def _overlay_main():
         _install_finder(_State(here, {}))
         if reason == "probe":
             _log("skipped for ROCm toolchain helper %s" % _rocm_helper())
-    _chain_next_sitecustomize(here, seen["chained"])
+    _chain_next_sitecustomize(here, me, seen["chained"])
 
 
 def _install_finder(state):
@@ -926,6 +926,19 @@ def _write_json(d, name, record, end=""):
     os.replace(tmp, os.path.join(d, name))
 
 
+def _start_ticks():
+    """This process's start time in clock ticks since boot: /proc/self/stat's field 22, after
+    the command name's ")" (which may itself hold spaces and parentheses)."""
+    import os
+
+    fd = os.open("/proc/self/stat", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        text = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return int(text.rsplit(b")", 1)[1].split()[19])
+
+
 class _LiveRecord:
     """_stats/live/<pid>-<tag>.json: what applied in this process while it runs, so `overlay
     engaged --pid` can judge a live server (call counts land only at exit, in _stats/). Its first
@@ -976,24 +989,36 @@ class _LiveRecord:
                         os.close(fd)
                     self.appended = True
             else:
-                with open("/proc/self/stat") as f:  # field 22, after the command name's ")"
-                    start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-                _write_json(
-                    os.path.join(self.here, "_stats", "live"),
-                    self.name,
-                    {
-                        "pid": pid,
-                        "start_ticks": start_ticks,
-                        "applied": sorted(applied),
-                        "failed": sorted(failed),
-                        "pending": [k for k in self.pending if k not in applied and k not in failed],
-                    },
-                    "\n",
-                )
+                record = {
+                    "pid": pid,
+                    "start_ticks": _start_ticks(),
+                    "applied": sorted(applied),
+                    "failed": sorted(failed),
+                    "pending": [k for k in self.pending if k not in applied and k not in failed],
+                }
+                self._create(os.path.join(self.here, "_stats", "live", self.name), record)
             self.said_applied, self.said_failed = applied, failed
         except Exception as e:
             self.broken = e
             self._say(quiet)
+
+    @staticmethod
+    def _create(path, record):
+        """Creates the record with its first line in one write(2), not beside and renamed: every
+        process pays for this file at start, and a reader takes a line not yet whole for a
+        record not yet written, which is what it was a moment before."""
+        import os
+
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o666)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, flags, 0o666)
+        try:
+            os.write(fd, (_json(record) + "\n").encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(fd)
 
     def _say(self, quiet):
         if quiet or self.said:
@@ -1067,12 +1092,11 @@ def _at_exit(state):
     live.finish()
 
 
-def _chain_next_sitecustomize(here, chained):
+def _chain_next_sitecustomize(here, me, chained):
     """Runs the first sitecustomize.py on sys.path after this overlay's own entry, once: never
     one before it (that one ran already, or chained us), never one that ran in this process."""
     import os
 
-    me = os.path.realpath(here)
     paths = [e for e in _sys.path if isinstance(e, str)]
     # Our entry, found by its spelling first (site put it there as PYTHONPATH says); resolving
     # every entry's symlinks costs each process a few hundred lstat calls, so only when needed.
@@ -1081,19 +1105,29 @@ def _chain_next_sitecustomize(here, chained):
         at = [i for i, e in enumerate(paths) if os.path.realpath(e or ".") == me]
     if not at:
         return
-    # The one site imported, when that is not this file (this overlay applied later, through
-    # _overlay_apply): it ran already.
-    first = getattr(_sys.modules.get("sitecustomize"), "__file__", None)
-    ran = os.path.realpath(first) if isinstance(first, str) else None
-    for entry in paths[at[0] + 1 :]:
-        candidate = os.path.join(entry or os.getcwd(), "sitecustomize.py")
+    # Files are told apart by device and inode (one stat each; resolving a path's symlinks costs
+    # one lstat per component, in every process): ours, and the one site imported when that is
+    # not ours (this overlay applied later, through _overlay_apply), which ran already.
+    import stat
+
+    def identity(path):
         try:
-            if not os.path.isfile(candidate) or os.path.realpath(entry or ".") == me:
-                continue
-            candidate = os.path.realpath(candidate)
-            if candidate in chained or candidate == ran:
-                return
-            chained.add(candidate)
+            st = os.stat(path)
+        except (OSError, ValueError):  # missing, or under a zip file or a file: no such file
+            return None
+        return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+    first = getattr(_sys.modules.get("sitecustomize"), "__file__", None)
+    mine = identity(os.path.join(here, "sitecustomize.py"))
+    for entry in paths[at[0] + 1 :]:
+        candidate = os.path.join(entry or ".", "sitecustomize.py")
+        key = identity(candidate)
+        if key is None or key == mine:
+            continue
+        if key in chained or (isinstance(first, str) and identity(first) == key):
+            return
+        chained.add(key)
+        try:
             _exec_file("_overlay_chained_sitecustomize", candidate)
         except Exception as e:
             _log("chained sitecustomize %s failed: %s: %s" % (candidate, type(e).__name__, e))

@@ -16,6 +16,8 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
+    {"d1a3deb270eaa1052b238c5c3914b16f8c8026cb3bcb8c2ac621cb3c4a951693",
+     "overlay (format 3, chained files told apart by resolved path)"},
     {"5b19e0839e173042ba845516036fbc5a3873d7b30e0636f1c05890613492e827",
      "overlay (format 3, before the Python formatter)"},
     {"771522af033c30308ac6e98ae3fe49210ce5a870e14e1155614a9b2a4a2389dc",

@@ -270,6 +270,17 @@ TEST_F(Pipeline, ChainsTheNextSitecustomizeAfterItsOwnEntryOnce) {
   EXPECT_EQ(count_of(twice.err, "[overlay] rebound"), 1) << twice.err;
   EXPECT_EQ(count_of(twice.err, "C ran"), 1) << twice.err;
   EXPECT_EQ(count_of(twice.err, "A ran"), 0) << twice.err;
+  // Reached through a symlink and past a file on the path (a zip's place): the same overlay is
+  // told by its file, not its spelling, and a path entry that is a file holds no sitecustomize.
+  fs::create_directory_symlink(ov, t / "ov-link");
+  write_file(t / "not-a-dir.zip", "PK");
+  Cmd linked =
+      py("import pkg.ops\nprint(pkg.ops.add(1, 2))", {"PYTHONPATH=" + ov + ":" + (t / "not-a-dir.zip").string() + ":" +
+                                                      (t / "ov-link").string() + ":" + c + ":" + site});
+  EXPECT_EQ(linked.out, "('fast', 3)\n") << linked.err;
+  EXPECT_EQ(count_of(linked.err, "[overlay] rebound"), 1) << linked.err;
+  EXPECT_EQ(count_of(linked.err, "C ran"), 1) << linked.err;
+  EXPECT_EQ(linked.err.find("failed"), std::string::npos) << linked.err;
 }
 
 TEST_F(Pipeline, ProbeProcessesDoNotApplyTheOverlay) {
