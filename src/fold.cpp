@@ -329,6 +329,15 @@ void unstage(Disk& disk, const fs::path& from, const fs::path& into, const Manif
   save_manifest(disk, into, am);
 }
 
+void move_holds(Disk& disk, const fs::path& state_dir, const std::vector<fs::path>& paths, const fs::path& from,
+                const fs::path& into, double lock_timeout) {
+  try {
+    HoldRegistry(disk, state_of(state_dir)).transfer(paths, from, into, lock_timeout);
+  } catch (const Error& e) {
+    spdlog::warn("holds of the fold not moved: {}", e.what());
+  }
+}
+
 std::string new_fold_id() {
   auto secs =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -384,13 +393,9 @@ void settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_
     for (const auto& e : m.natives)
       if (contains(out.entries, e.id))
         for (const auto& p : tracked_paths(e)) paths.emplace_back(p);
+    move_holds(disk, state_dir, paths, from, into, lock_timeout);
     let_go(disk, from, m, out, *am);
     clear_mark(disk, into, out.fold);
-    try {
-      HoldRegistry(disk, state_of(state_dir)).transfer(paths, from, into, lock_timeout);
-    } catch (const Error& e) {
-      spdlog::warn("holds of the fold not moved: {}", e.what());
-    }
     return;
   }
   spdlog::warn("undoing fold {} of {} into {} (interrupted before it committed)", out.fold, from.string(),
@@ -428,6 +433,7 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   check_foldable(disk, from, into, *cm);
   FoldPlan p = plan_fold(into, *cm, am);
   if (req.dry_run) return p.report;
+  for (std::size_t i : p.moved) p.into.natives[i].folded_from = from.string();
   std::string fold = new_fold_id();
   // 1. CAND says where its entries are going; 2. ACCEPTED shields what will be staged in it.
   cm->fold_out = FoldMark{into.string(), fold, p.ids, false};
@@ -441,15 +447,12 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   p.into.folds_in = am.folds_in;
   p.into.folds_in.back().committed = true;
   save_manifest(disk, into, p.into);
-  // 5. CAND lets go; 6. the mark goes; 7. the holds follow.
+  // 5. The holds follow, while ACCEPTED's mark still names CAND (a copy is told from the fold's
+  // receiver by it); 6. CAND lets go; 7. the mark goes.
+  move_holds(disk, req.state_dir, p.paths, from, into, req.lock_timeout);
   FoldMark out = *cm->fold_out;
   let_go(disk, from, *cm, out, p.into);
   clear_mark(disk, into, fold);
-  try {
-    HoldRegistry(disk, state_of(req.state_dir)).transfer(p.paths, from, into, req.lock_timeout);
-  } catch (const Error& e) {
-    spdlog::warn("holds of the fold not moved: {}", e.what());
-  }
   p.report.fold_id = fold;
   return p.report;
 }

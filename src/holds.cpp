@@ -125,12 +125,32 @@ std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, con
   FileInfo ours = disk_.info(overlay, Follow::yes);
   if (!ours.exists() || (ours.dev == h->overlay_id->first && ours.ino == h->overlay_id->second))
     return std::nullopt;  // it, moved
-  // A directory still stands where the hold names the holder: it let go of the entry (a fold moved
-  // it here, with its id; a revert), it was not moved away from. (Not judged by its inode: a tree
-  // restored file by file, or a crash state rebuilt, has new ones.)
-  if (disk_.info(h->overlay, Follow::yes).type == FileType::directory) return std::nullopt;
+  // A directory stands where the hold names the holder. The holder itself: it let go of the entry
+  // (a revert). Another one, or the holder rebuilt file by file: where a fold moved the entry from
+  // it into `overlay`, the hold is one that did not follow (holds are not fsynced: a power cut may
+  // lose the move); else the holder was moved away and another directory made at its path (claims
+  // checker: the copy's revert put back both entries over the moved overlay's live change).
+  if (FileInfo there = disk_.info(h->overlay, Follow::yes); there.type == FileType::directory) {
+    if (there.dev == h->overlay_id->first && there.ino == h->overlay_id->second) return std::nullopt;
+    if (received_by_fold(overlay, h->overlay, entry)) return std::nullopt;
+  }
   return still_holds(h->overlay, path) ? std::nullopt
                                        : std::optional<fs::path>(h->overlay);  // a live holder: held_instead's
+}
+
+bool HoldRegistry::received_by_fold(const fs::path& overlay, const fs::path& from, const std::string& entry) {
+  try {
+    auto m = load_manifest(disk_, overlay);
+    if (!m) return false;
+    auto from_there = [&](const std::string& o) { return fs::path(o) == from; };
+    return std::any_of(m->folds_in.begin(), m->folds_in.end(),
+                       [&](const FoldMark& f) { return from_there(f.overlay); }) ||
+           std::any_of(m->natives.begin(), m->natives.end(), [&](const NativeEntry& e) {
+             return e.id == entry && e.folded_from && from_there(*e.folded_from);
+           });
+  } catch (const Error&) {
+    return false;  // a record that cannot be read is no fold's receiver (its revert refuses anyway)
+  }
 }
 
 std::optional<fs::path> HoldRegistry::holder(const fs::path& path) {

@@ -617,6 +617,7 @@ void from_json(const json& j, NativeEntry& e) {
     }
   }
   e.served_from = opt_string(j, "build_served_from");
+  e.folded_from = opt_string(j, "folded_from");
   e.raw = j;
 }
 
@@ -642,6 +643,7 @@ void to_json(json& j, const NativeEntry& e) {
   put_or_erase(j, "untracked_outputs", !e.untracked.empty(), e.untracked);
   put_or_erase(j, "build_picture", e.build_picture.has_value(), e.build_picture ? json(*e.build_picture) : json());
   put_or_erase(j, "build_served_from", e.served_from.has_value(), e.served_from ? json(*e.served_from) : json());
+  put_or_erase(j, "folded_from", e.folded_from.has_value(), e.folded_from ? json(*e.folded_from) : json());
 }
 
 FileStamp stamp_of(const FileInfo& fi) {

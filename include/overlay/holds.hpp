@@ -145,12 +145,13 @@ class HoldRegistry {
   // hold, ours, or a holder that vanished or no longer records it: `overlay` may be it, moved).
   std::optional<fs::path> held_instead(const fs::path& path, const fs::path& overlay);
 
-  // The holder, when no directory stands where the hold names it (moved or deleted; one still
-  // there gave the entry away, to a fold or a revert), the hold names
-  // entry `entry` as the one that made the change, and `overlay` is not that directory:
-  // another inode than the one the hold recorded. `overlay`'s record of that entry is a copy then;
-  // the directory that made the change may live on under another name. (Another entry, or another
-  // tool's, changed the file after the holder let go: not a copy.)
+  // The holder, when it no longer stands where the hold names it (moved or deleted; the holder
+  // still there gave the entry away, to a revert; a directory there that is not the holder is
+  // another one made at its path, unless `overlay` received the entry from it by a fold), the
+  // hold names entry `entry` as the one that made the change, and `overlay` is not that
+  // directory: another inode than the one the hold recorded. `overlay`'s record of that entry is
+  // a copy then; the directory that made the change may live on under another name. (Another
+  // entry, or another tool's, changed the file after the holder let go: not a copy.)
   std::optional<fs::path> copy_of_vanished(const fs::path& path, const fs::path& overlay, const std::string& entry);
 
   // The overlay recorded as holding `path`, whether or not that hold is still live.
@@ -176,6 +177,9 @@ class HoldRegistry {
   // and given back).
   std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
   bool still_holds(const fs::path& holder, const fs::path& path);
+  // Whether `overlay` took entry `entry` from `from` by a fold (settled or not): a hold that
+  // names `from` is one the fold has not moved yet.
+  bool received_by_fold(const fs::path& overlay, const fs::path& from, const std::string& entry);
   bool vanished(const fs::path& overlay);    // no manifest there (an unreadable one is not vanished)
   bool being_claimed(const fs::path& path);  // an add-native holds its path lock (claimed, not yet swapped)
   // The nearest overlay under the holder (other than `overlay`) whose record still holds `p`.

@@ -559,3 +559,41 @@ TEST_F(Layers, FoldTakesOnlyAVerifiedCandidateAndExportOnlyABottomLayer) {
   Cmd e = run({"export", "--overlay", ov("cand"), "--out", (t / "b").string()});
   EXPECT_NE(e.err.find("is stacked on " + ov("acc")), std::string::npos) << e.err;
 }
+
+// Found by the claims checker (archived copies, seed 530615526, not replayable: it needs an agent's
+// next overlay made at the old path in time): an overlay with two entries whose builds write the
+// same library, moved (mv), another overlay made at its old path, then the moved one archived
+// (cp -a). A directory stood where the holds name the holder, so the copy passed for the holder
+// that had let go, and its revert put both entries' originals back over the moved overlay's live
+// change. A directory there that is not the holder (another inode) does not make the copy its.
+TEST_F(Layers, ACopyOfAMovedOverlayRevertsNoneOfItsEntriesOverTheLiveChange) {
+  fs::path other = in.root / "src/other.cpp", other_cand = t / "other.cpp";
+  write_file(other, "int other() { return 1; }\n");
+  write_file(other_cand, "int other() { return 2; }\n");
+  build = "sh -c 'cat src/kernel.cpp src/other.cpp > lib/libk.so; echo b >> ../builds'";
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  Cmd second =
+      run({"add-native", "--overlay", ov("acc"), "--target", other.string(), "--patched-file", other_cand.string(),
+           "--artifact", in.artifact.string(), "--build-cwd", in.root.string(), "--build-cmd", build});
+  ASSERT_EQ(second.rc, 0) << second.err;
+  ASSERT_EQ(manifest("acc")["natives"].size(), 2u);
+  std::string live_lib = read_file(in.artifact), live_kernel = read_file(in.source), live_other = read_file(other);
+  fs::rename(t / "ev/acc", t / "ev/moved");
+  // The agent's next overlay at its usual path (a directory stands where the hold names the holder).
+  Cmd next = run({"add-rebind", "--overlay", ov("acc"), "--target", "m:f", "--impl-module", "n", "--impl-attr", "g"});
+  ASSERT_EQ(next.rc, 0) << next.err;
+  fs::create_directories(t / "archive");
+  ASSERT_EQ(std::system(("cp -a " + (t / "ev/moved").string() + " " + (t / "archive/acc").string()).c_str()), 0);
+  Cmd r = run({"revert", "--overlay", (t / "archive/acc").string()});
+  EXPECT_NE(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("has moved or been deleted"), std::string::npos) << r.err;
+  EXPECT_TRUE(read_file(in.artifact) == live_lib) << "the copy's revert put a library back over the live build";
+  EXPECT_TRUE(read_file(in.source) == live_kernel && read_file(other) == live_other) << "a source was reverted";
+  EXPECT_EQ(json::parse(read_file(t / "archive/acc/_overlay_manifest.json"))["natives"].size(), 2u);
+  // The moved overlay is the one that made the change: it reverts, both entries, to pristine.
+  Cmd back = run({"revert", "--overlay", (t / "ev/moved").string()});
+  ASSERT_EQ(back.rc, 0) << back.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(read_file(other), "int other() { return 1; }\n");
+  EXPECT_EQ(read_file(in.source), kernel(4));
+}
