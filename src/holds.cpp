@@ -227,22 +227,24 @@ void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   disk_.rename(tmp, hold_file(p));
 }
 
-std::vector<std::unique_ptr<OverlayLock>> HoldRegistry::lock_paths(const std::vector<fs::path>& paths,
-                                                                   double lock_timeout) {
-  std::vector<std::string> names;
-  for (const auto& p : paths) names.push_back(p.string());
-  std::sort(names.begin(), names.end());  // one order for every claim: no deadlock
+std::vector<std::unique_ptr<OverlayLock>> lock_names(Disk& disk, const fs::path& dir, std::vector<std::string> names,
+                                                     double lock_timeout, const std::string& what) {
+  std::sort(names.begin(), names.end());  // one order for every taker: no deadlock
   names.erase(std::unique(names.begin(), names.end()), names.end());
-  fs::path dir = dir_.parent_path() / "hold-locks";
-  make_dirs(disk_, dir, 0700);
+  make_dirs(disk, dir, 0700);
   std::vector<std::unique_ptr<OverlayLock>> held;
-  for (const auto& p : names) {
-    fs::path lock = dir / sha256_hex(p);
-    disk_.make_dir(lock, 0700);
-    held.push_back(
-        std::make_unique<OverlayLock>(lock, lock_timeout, p + " (another add-native taking it)", LockOn::directory));
+  for (const auto& n : names) {
+    fs::path lock = dir / sha256_hex(n);
+    disk.make_dir(lock, 0700);
+    held.push_back(std::make_unique<OverlayLock>(lock, lock_timeout, n + " (" + what + ")", LockOn::directory));
   }
   return held;
+}
+
+std::vector<std::unique_ptr<OverlayLock>> HoldRegistry::lock_paths(const std::vector<fs::path>& paths,
+                                                                   double lock_timeout) {
+  std::vector<std::string> names(paths.begin(), paths.end());
+  return lock_names(disk_, dir_.parent_path() / "hold-locks", names, lock_timeout, "another add-native taking it");
 }
 
 namespace {

@@ -19,7 +19,6 @@
 #include <spdlog/spdlog.h>
 
 #include "overlay/error.hpp"
-#include "overlay/hash.hpp"
 
 namespace overlay {
 
@@ -162,24 +161,6 @@ OverlayLock::OverlayLock(const fs::path& dir, double timeout_s, const std::strin
 OverlayLock::~OverlayLock() {
   if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
   if (dir_fd_ >= 0) ::close(dir_fd_);
-}
-
-std::vector<std::unique_ptr<OverlayLock>> lock_install_paths(const fs::path& state_dir, std::vector<std::string> paths,
-                                                             double timeout_s) {
-  std::sort(paths.begin(), paths.end());
-  paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
-  fs::path dir = state_dir / "exec-locks";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw DiskError("create", dir.string(), ec.value());
-  std::vector<std::unique_ptr<OverlayLock>> held;
-  for (const auto& p : paths) {
-    fs::path lock = dir / sha256_hex(p);
-    if (::mkdir(lock.c_str(), 0700) != 0 && errno != EEXIST) throw DiskError("mkdir", lock.string(), errno);
-    held.push_back(
-        std::make_unique<OverlayLock>(lock, timeout_s, p + " (a run of overlay exec on it)", LockOn::directory));
-  }
-  return held;
 }
 
 double default_lock_timeout() {

@@ -74,4 +74,15 @@ VerifyReport verify_native(Disk& disk, const fs::path& overlay_in) {
   }
   return r;
 }
+std::vector<std::string> verify_lines(const VerifyReport& r) {
+  std::vector<std::string> lines;
+  for (const auto& i : r.items)
+    if (i.state != ArtifactState::rebuilt && i.state != ArtifactState::created)
+      lines.push_back(std::string("FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path +
+                      (i.why.empty() ? "" : " (" + i.why + ")"));
+  lines.push_back(std::string(r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL") + " (checked " +
+                  std::to_string(r.items.size()) + ")");
+  return lines;
+}
+
 }  // namespace overlay

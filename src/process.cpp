@@ -212,7 +212,8 @@ class Runner {
   RunResult run();
 
  private:
-  void pump(int fd, std::string* sink, bool* open, int copy_fd = -1, int echo_fd = -1);
+  void pump(int fd, std::string* sink, bool* open, int copy_fd = -1, int echo_fd = -1,
+            WriteHandle** copy_log = nullptr);
   void tick();
   void handle_wake();
   void check_timeout();
@@ -246,7 +247,7 @@ void write_all(int fd, const char* buf, std::size_t len) {
   }
 }
 
-void Runner::pump(int fd, std::string* sink, bool* open, int copy_fd, int echo_fd) {
+void Runner::pump(int fd, std::string* sink, bool* open, int copy_fd, int echo_fd, WriteHandle** copy_log) {
   char buf[65536];
   ssize_t n = ::read(fd, buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
@@ -261,6 +262,14 @@ void Runner::pump(int fd, std::string* sink, bool* open, int copy_fd, int echo_f
   }
   if (opts_.output == Output::files) {
     if (copy_fd >= 0) write_all(copy_fd, buf, len);
+    if (copy_log != nullptr && *copy_log != nullptr) {
+      try {
+        (*copy_log)->write(buf, len);
+      } catch (const std::exception& e) {
+        *copy_log = nullptr;  // a full disk ends the log, not the run
+        if (res_.log_error.empty()) res_.log_error = e.what();
+      }
+    }
     if (echo_fd >= 0) write_all(echo_fd, buf, len);
     return;
   }
@@ -330,6 +339,7 @@ RunResult Runner::run() {
   SignalGuard guard(wake_.w);
   guard_ = &guard;
   bool capture = opts_.output == Output::capture, files = opts_.output == Output::files;
+  WriteHandle *out_log = opts_.out_log, *err_log = opts_.err_log;
   ChildSetup child(argv_, opts_);
   child.out_fd = out.w;
   child.err_fd = capture || files ? err.w : out.w;
@@ -351,8 +361,9 @@ RunResult Runner::run() {
     int n = ::poll(fds, 3, wait_ms);
     if (n == 0 && exited_) break;
     if (fds[0].revents) handle_wake();
-    if (fds[1].revents) pump(out.r, capture ? &res_.out : nullptr, &out_open, opts_.out_fd, opts_.out_echo_fd);
-    if (fds[2].revents) pump(err.r, files ? nullptr : &res_.err, &err_open, opts_.err_fd, opts_.err_echo_fd);
+    if (fds[1].revents)
+      pump(out.r, capture ? &res_.out : nullptr, &out_open, opts_.out_fd, opts_.out_echo_fd, &out_log);
+    if (fds[2].revents) pump(err.r, files ? nullptr : &res_.err, &err_open, opts_.err_fd, opts_.err_echo_fd, &err_log);
     if (n == 0 && !exited_) handle_wake();  // a missed SIGCHLD cannot hang us
     check_timeout();
     tick();

@@ -80,6 +80,12 @@ struct HoldClaim {
   std::vector<fs::path> layered;
 };
 
+// Locks on names (paths), one directory each under `dir` named by the name's SHA-256 (made
+// through Disk), taken in sorted order: no deadlock between takers that share some. `what` says
+// who holds one, in the wait's message. All released when the result goes.
+std::vector<std::unique_ptr<OverlayLock>> lock_names(Disk& disk, const fs::path& dir, std::vector<std::string> names,
+                                                     double lock_timeout, const std::string& what);
+
 class HoldRegistry {
  public:
   HoldRegistry(Disk& disk, fs::path state_dir) : disk_(disk), dir_(std::move(state_dir) / "holds") {}

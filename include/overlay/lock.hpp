@@ -48,12 +48,6 @@ inline constexpr const char* kLockFileName = ".overlay-lock";
 // in this PID namespace (nothing where none does, or it cannot be told).
 std::optional<pid_t> flock_holder(int fd);
 
-// Locks that serialise whole runs on an install (`exec`): one directory per path under
-// `state_dir`/exec-locks, named by the SHA-256 of the path, taken in sorted order (no deadlock
-// between runs that share some paths); all released when the result is destroyed.
-std::vector<std::unique_ptr<OverlayLock>> lock_install_paths(const fs::path& state_dir, std::vector<std::string> paths,
-                                                             double timeout_s);
-
 // The wait used when the caller gives none: $OVERLAY_LOCK_TIMEOUT seconds, else 120.
 double default_lock_timeout();
 

@@ -25,5 +25,8 @@ struct VerifyReport {
 // Throws Error when the overlay has no manifest.
 VerifyReport verify_native(Disk& disk, const fs::path& overlay);
 const char* to_string(ArtifactState s);
+// What verify-native prints: a FRESH_BUILD_FAIL line per artifact not rebuilt, then the verdict
+// token, FRESH_BUILD_OK or FRESH_BUILD_FAIL, with the count checked (always the last line).
+std::vector<std::string> verify_lines(const VerifyReport& r);
 
 }  // namespace overlay

@@ -30,6 +30,10 @@ struct RunOptions {
   // Output::files: where the child's stdout and stderr go (ours to close), and where each is
   // also copied as it comes (-1: nowhere; 1 and 2 pass it through to our stdout and stderr).
   int out_fd = -1, err_fd = -1, out_echo_fd = -1, err_echo_fd = -1;
+  // Output::files: files (opened through Disk) that get the child's stdout and stderr too; a
+  // write that fails ends that log (RunResult::log_error), not the run.
+  WriteHandle* out_log = nullptr;
+  WriteHandle* err_log = nullptr;
   // Called with the child's pid about every tick_s seconds while it runs (never after it exited).
   std::function<void(pid_t)> on_tick;
   double tick_s = 0.25;
@@ -48,8 +52,8 @@ struct RunResult {
   double wall_s = 0;         // from start to exit
   std::string exec_error;    // non-empty when the program could not be started
   std::string out, err;      // capture mode only
-  // Stream mode with a log: why writing it stopped (a full disk: it ends the log, not the
-  // run; the output still reached stderr); "" when every byte went in.
+  // Stream mode with a log, or files mode with out_log/err_log: why writing one stopped (a full disk: it ends the log,
+  // not the run; the output still reached stderr); "" when every byte went in.
   std::string log_error;
   // The status the Python original reports: the exit code, or minus the signal number.
   int rc() const { return term_signal != 0 ? -term_signal : exit_code; }

@@ -6,10 +6,10 @@
 #include <unistd.h>
 
 #include <array>
-#include <csignal>
 #include <cstdio>
 #include <memory>
 
+#include "overlay/ab_step.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/fleet.hpp"
@@ -27,14 +27,11 @@ Handler verify_native_command(CLI::App& sub, const Globals& g);
 Handler revert_command(CLI::App& sub, const Globals& g);
 Handler status_command(CLI::App& sub, const Globals& g);
 
-// A namespace of its own: unity builds (OVERLAY_UNITY) put this file and exec_command.cpp in one
-// translation unit, and both have a signal flag and exit codes of these names.
-namespace fleet_cli {
 namespace {
 
-constexpr int kRevertIncomplete = 121;  // as exec: a node may still hold the step's entries
-constexpr int kNotClean = 122;
-constexpr int kCmdTimedOut = 124;
+// As exec's (overlay/ab_step.hpp): a node may still hold the step's entries; reverted but not clean.
+constexpr int kRevertIncomplete = to_int(StepExit::revert_incomplete);
+constexpr int kNotClean = to_int(StepExit::not_clean);
 
 struct Engine {
   bool slurm = false;
@@ -297,27 +294,6 @@ void add_step_flags(CLI::App& sub, ApplyStep& s) {
   add_engine_flags(sub, s.e);
 }
 
-volatile std::sig_atomic_t g_signal = 0;
-void note_signal(int sig) { g_signal = sig; }
-
-// While a step runs, SIGINT/SIGTERM/SIGHUP are noted, never fatal: the rollback still runs
-// (a phase in progress gets them from run_process, which forwards them to srun).
-struct StepSignals {
-  StepSignals() {
-    struct sigaction sa {};
-    sa.sa_handler = note_signal;
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old[i]);
-  }
-  ~StepSignals() {
-    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old[i], nullptr);
-  }
-  StepSignals(const StepSignals&) = delete;
-  StepSignals& operator=(const StepSignals&) = delete;
-  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old[3]{};
-};
-
 // A step's engine, id and node commands, announced.
 struct Step {
   std::unique_ptr<FleetRunner> runner;
@@ -332,12 +308,11 @@ Step start_step(const ApplyStep& s, const Globals& g, const char* verb) {
   return st;
 }
 
-bool stopped() { return g_signal != 0; }
+bool stopped() { return StepSignals::received() != 0; }
 
 // The coordinator: its signals noted from here on (a run in progress passes them on to its
 // child, then to the note), and its record opened for the process that started it under salloc.
 void begin_coordinator(const Engine& e) {
-  g_signal = 0;
   if (!e.record.empty()) g_record.open(e.record);
 }
 
@@ -347,8 +322,8 @@ int run_fleet_apply(ApplyStep& s, const Globals& g) {
   begin_coordinator(s.e);
   auto [runner, id, cmds] = start_step(s, g, "apply");
   FleetReport rep = fleet_apply(*runner, cmds, stopped);
-  if (rep.outcome == "ok" && g_signal != 0) fleet_revert(*runner, cmds, rep);  // stopped during verify: undo it
-  conclude_step(rep, g_signal, false, true);
+  if (rep.outcome == "ok" && stopped()) fleet_revert(*runner, cmds, rep);  // stopped during verify: undo it
+  conclude_step(rep, StepSignals::received(), false, true);
   print_phase(rep, "apply");
   print_phase(rep, "verify");
   print_phase(rep, "revert");
@@ -377,8 +352,7 @@ nlohmann::json run_cmd(const ExecStep& s, const std::string& which, bool with_py
   }
   std::fflush(stdout);
   RunResult r = run_process(s.cmd, o);
-  status = !r.exec_error.empty() ? 127 : r.term_signal != 0 ? 128 + r.term_signal : r.exit_code;
-  if (r.timed_out) status = kCmdTimedOut;
+  status = r.timed_out ? to_int(StepExit::timed_out) : shell_status(r);
   out_line("fleet: " + which + " " + describe(r) + " in " + std::to_string(r.wall_s).substr(0, 6) + " s");
   return {{"argv", s.cmd}, {"status", status}, {"timed_out", r.timed_out}, {"wall_s", r.wall_s}};
 }
@@ -397,23 +371,23 @@ int run_fleet_exec(ExecStep& s, const Globals& g) {
   if (s.ref) j["ref"] = run_cmd(s, "ref", false, ref_status);
   FleetReport rep;
   bool applied = false;
-  if (g_signal == 0) {
+  if (!stopped()) {
     rep = fleet_apply(*runner, cmds, stopped);
     applied = rep.outcome == "ok";
   } else {
     rep.outcome = "failed";  // interrupted during the reference: nothing was applied
   }
-  if (applied && g_signal == 0)
+  if (applied && !stopped())
     j["cand"] = run_cmd(s, "cand", !s.f.patch_root.empty() && s.f.targets.empty(), cand_status);
   if (applied) fleet_revert(*runner, cmds, rep);  // a failed apply was rolled back already
   bool clean = rep.revert_complete && fleet_clean(*runner, cmds, rep);
-  conclude_step(rep, g_signal, true, clean);
+  conclude_step(rep, StepSignals::received(), true, clean);
   for (const char* phase : {"apply", "verify", "revert", "clean"}) print_phase(rep, phase);
   put_report(rep, *runner, id);
   print_outcome(rep, *runner, id);
   if (!rep.revert_complete) return kRevertIncomplete;
   if (!clean) return kNotClean;
-  if (g_signal != 0) return 128 + g_signal;
+  if (stopped()) return 128 + StepSignals::received();
   if (!applied) return kFailed;
   return cand_status;
 }
@@ -495,10 +469,8 @@ void add_pass_on(CLI::App& fleet, const Globals& g, const std::shared_ptr<Handle
 }
 
 }  // namespace
-}  // namespace fleet_cli
 
 Handler fleet_command(CLI::App& fleet, const Globals& g) {
-  using namespace fleet_cli;
   auto chosen = std::make_shared<Handler>();
   fleet.require_subcommand(1);
   auto a = std::make_shared<ApplyStep>();

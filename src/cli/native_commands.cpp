@@ -279,12 +279,9 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
 }  // namespace
 
 std::string print_verify_items(const VerifyReport& r) {
-  for (const auto& i : r.items)
-    if (i.state != ArtifactState::rebuilt && i.state != ArtifactState::created)
-      out_line(std::string("FRESH_BUILD_FAIL ") + to_string(i.state) + " " + i.path +
-               (i.why.empty() ? "" : " (" + i.why + ")"));
-  return std::string(r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL") + " (checked " + std::to_string(r.items.size()) +
-         ")";
+  std::vector<std::string> lines = verify_lines(r);
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) out_line(lines[i]);
+  return lines.back();
 }
 
 namespace {

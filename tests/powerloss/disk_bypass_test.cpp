@@ -1,5 +1,5 @@
 // Nothing of ours changes the filesystem without going through Disk (SPEC, "Power loss"): the
-// real binary runs add-native and revert (tar and moved caches, a build) under strace -f while
+// real binary runs add-native and revert (tar and moved caches, a build), and exec, under strace -f while
 // $OVERLAY_DISK_TRACE records every Disk operation; every file-changing syscall of our processes
 // must match a recorded Disk operation on the same path. The build's own processes (everything
 // from its execve on) are left out: their writes are not ours to order.
@@ -150,6 +150,28 @@ TEST(DiskBypass, EveryFileChangeOfOursGoesThroughDisk) {
                     build});
     runs.push_back({"revert", "--overlay", (t / "ov").string()});
   }
+  // The A/B step: its runs' logs, its apply, build and revert (issue 53: the logs were opened
+  // with open(2) outside Disk).
+  runs.push_back({"exec",
+                  "--overlay",
+                  (t / "ov-exec").string(),
+                  "--ref",
+                  "--target",
+                  in.source.string(),
+                  "--patched-file",
+                  (t / "patched.cpp").string(),
+                  "--artifact",
+                  in.artifact.string(),
+                  "--invalidate-cache",
+                  in.cache.string(),
+                  "--build-cwd",
+                  in.root.string(),
+                  "--build-cmd",
+                  build,
+                  "--",
+                  "sh",
+                  "-c",
+                  "echo ran; echo to-stderr >&2"});
   std::string before = tree_digest(in.root);
   std::vector<std::string> traces;
   int n = 0;
