@@ -4,46 +4,18 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <sstream>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
-#include "overlay/json_bytes.hpp"
-#include "overlay/process.hpp"
 
 namespace overlay {
-namespace fleet_detail {  // named: a unity build puts this file beside others with helpers of these names
+namespace {
 
 std::string signal_name(int sig) {
   return sig == SIGINT    ? "SIGINT"
          : sig == SIGTERM ? "SIGTERM"
          : sig == SIGHUP  ? "SIGHUP"
                           : "signal " + std::to_string(sig);
-}
-
-std::string env_or_empty(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : "";
-}
-
-std::string joined(const std::vector<std::string>& v, const char* sep) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
-
-// "  12: text" -> (12, "text"); false for a line without srun's label.
-bool split_label(const std::string& line, std::size_t& task, std::string& text) {
-  std::size_t i = line.find_first_not_of(' ');
-  std::size_t colon = line.find(": ", i);
-  if (i == std::string::npos || colon == std::string::npos || colon == i) return false;
-  for (std::size_t k = i; k < colon; ++k)
-    if (line[k] < '0' || line[k] > '9') return false;
-  task = std::stoul(line.substr(i, colon - i));
-  text = line.substr(colon + 2);
-  return true;
 }
 
 nlohmann::json answer_json(const NodeAnswer& a) {
@@ -60,15 +32,15 @@ void remember(FleetReport& rep, const char* phase, const std::vector<NodeAnswer>
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Runs argv on `on` (all nodes when empty), adding the wall time to rep.phase_s[phase].
-std::vector<NodeAnswer> timed(FleetRunner& runner, FleetReport& rep, const char* phase,
-                              const std::vector<std::string>& argv, const std::vector<std::string>& on) {
+std::vector<NodeAnswer> timed_run(FleetRunner& runner, FleetReport& rep, const char* phase,
+                                  const std::vector<std::string>& argv, const std::vector<std::string>& on) {
   double t0 = now_s();
   std::vector<NodeAnswer> answers = runner.run(argv, on);
   rep.phase_s[phase] += now_s() - t0;
   return answers;
 }
 
-bool contains(const std::vector<std::string>& v, const std::string& x) {
+bool listed(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
@@ -78,112 +50,20 @@ std::vector<NodeAnswer> run_reachable_first(FleetRunner& runner, FleetReport& re
                                             const std::vector<std::string>& argv, const std::vector<std::string>& nodes,
                                             const std::vector<std::string>& unreachable) {
   std::vector<std::string> first, second;
-  for (const auto& n : nodes) (contains(unreachable, n) ? second : first).push_back(n);
+  for (const auto& n : nodes) (listed(unreachable, n) ? second : first).push_back(n);
   std::vector<NodeAnswer> out;
-  if (!first.empty()) out = timed(runner, rep, phase, argv, first);
+  if (!first.empty()) out = timed_run(runner, rep, phase, argv, first);
   for (const auto& n : out)
     if (!n.arrived) second.push_back(n.node);
   std::erase_if(out, [](const NodeAnswer& a) { return !a.arrived; });
   if (!second.empty()) {
-    std::vector<NodeAnswer> more = timed(runner, rep, phase, argv, second);
+    std::vector<NodeAnswer> more = timed_run(runner, rep, phase, argv, second);
     out.insert(out.end(), more.begin(), more.end());
   }
   return out;
 }
 
-// A task's document: srun cuts a long line into pieces, each labelled, so the pieces from one
-// that starts with '{' are joined until they parse. Null when none does.
-nlohmann::json document_of(const std::vector<std::string>& pieces) {
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    if (pieces[i].empty() || pieces[i].front() != '{') continue;
-    std::string text;
-    for (std::size_t k = i; k < pieces.size(); ++k) {
-      text += pieces[k];
-      try {
-        nlohmann::json doc = parse_json_bytes(text);
-        if (doc.is_object() && doc.contains("exit") && doc["exit"].is_number_integer()) return doc;
-        break;
-      } catch (const std::exception&) {
-      }  // not whole yet, or a line of human text
-    }
-  }
-  return nullptr;
-}
-
-}  // namespace fleet_detail
-
-std::vector<NodeAnswer> answers_from_labelled(const std::string& out, const std::vector<std::string>& on,
-                                              const std::string& why_missing) {
-  using namespace fleet_detail;
-  std::vector<NodeAnswer> answers;
-  for (const auto& n : on) answers.push_back({n, false, -1, nullptr, why_missing});
-  std::vector<std::vector<std::string>> pieces(on.size());
-  std::istringstream lines(out);
-  std::string line, text;
-  while (std::getline(lines, line)) {
-    std::size_t task = 0;
-    if (split_label(line, task, text) && task < on.size()) pieces[task].push_back(text);
-  }
-  for (std::size_t task = 0; task < on.size(); ++task) {
-    nlohmann::json doc = document_of(pieces[task]);
-    if (doc.is_null()) continue;
-    NodeAnswer* a = &answers[task];
-    if (doc.contains("node") && doc["node"].is_string())  // trust the node's own word on who it is
-      for (auto& b : answers)
-        if (b.node == doc["node"].get<std::string>()) a = &b;
-    a->arrived = true;
-    a->exit = doc["exit"].get<int>();
-    a->doc = doc;
-    a->why.clear();
-  }
-  return answers;
-}
-
-SlurmRunner::SlurmRunner()
-    : job_(fleet_detail::env_or_empty("SLURM_JOB_ID")), nodelist_(fleet_detail::env_or_empty("SLURM_JOB_NODELIST")) {
-  using namespace fleet_detail;
-  if (job_.empty() || nodelist_.empty())
-    throw Error(
-        "--slurm: not inside a Slurm allocation (no SLURM_JOB_ID/SLURM_JOB_NODELIST): run it under salloc, or pass "
-        "--slurm-args");
-  RunOptions o;
-  o.output = Output::capture;
-  RunResult r = run_process({"scontrol", "show", "hostnames", nodelist_}, o);
-  if (!r.ok())
-    throw Error("--slurm: scontrol show hostnames " + nodelist_ + ": " + overlay::describe(r) +
-                (r.err.empty() ? "" : ": " + r.err));
-  std::istringstream in(r.out);
-  for (std::string n; in >> n;) nodes_.push_back(n);
-  if (nodes_.empty()) throw Error("--slurm: job " + job_ + " has no nodes (" + nodelist_ + ")");
-}
-
-std::string SlurmRunner::describe() const {
-  return "Slurm job " + job_ + " (" + std::to_string(nodes_.size()) + " node" + (nodes_.size() == 1 ? "" : "s") + ": " +
-         nodelist_ + ")";
-}
-
-std::vector<NodeAnswer> SlurmRunner::run(const std::vector<std::string>& argv,
-                                         const std::vector<std::string>& on_nodes) {
-  using namespace fleet_detail;
-  const std::vector<std::string>& on = on_nodes.empty() ? nodes_ : on_nodes;
-  std::string n = std::to_string(on.size());
-  // One task per node, each node named (task K on on[K]: Slurm places tasks in its node order,
-  // which `scontrol show hostnames` gives; each document names its node anyway). --overlap: a
-  // step that ran on a node that died stays "completing" and keeps its CPUs on the live nodes
-  // (tried: the rollback's step then waited for them forever). --no-kill: the job outlives it.
-  std::vector<std::string> srun = {"srun",          "--jobid=" + job_,      "--nodes=" + n,
-                                   "--ntasks=" + n, "--ntasks-per-node=1",  "--nodelist=" + joined(on, ","),
-                                   "--label",       "--kill-on-bad-exit=0", "--no-kill",
-                                   "--overlap"};
-  srun.insert(srun.end(), argv.begin(), argv.end());
-  RunOptions o;
-  o.output = Output::capture;
-  RunResult r = run_process(srun, o);
-  if (!r.err.empty()) std::fputs(r.err.c_str(), stderr);
-  std::string why = "no result from the node (srun: " + overlay::describe(r) + ")";
-  if (!r.exec_error.empty()) why = "srun could not start: " + r.exec_error;
-  return answers_from_labelled(r.out, on, why);
-}
+}  // namespace
 
 std::string new_fleet_id() {
   auto secs =
@@ -225,8 +105,7 @@ nlohmann::json FleetReport::to_json() const {
           {"failed", failed},
           {"revert_complete", revert_complete},
           {"phase_s", phase_s},
-          {"interrupted",
-           interrupted != 0 ? nlohmann::json(fleet_detail::signal_name(interrupted)) : nlohmann::json(nullptr)}};
+          {"interrupted", interrupted != 0 ? nlohmann::json(signal_name(interrupted)) : nlohmann::json(nullptr)}};
 }
 
 std::string outcome_token(const std::string& outcome) {
@@ -266,7 +145,6 @@ PassOnReport tally_pass_on(const std::vector<NodeAnswer>& answers) {
 }
 
 void fleet_revert(FleetRunner& runner, const FleetCommands& cmds, FleetReport& rep) {
-  using namespace fleet_detail;
   std::vector<NodeAnswer> answers =
       run_reachable_first(runner, rep, "revert", cmds.revert, runner.nodes(), rep.unreachable);
   remember(rep, "revert", answers);
@@ -283,15 +161,14 @@ void fleet_revert(FleetRunner& runner, const FleetCommands& cmds, FleetReport& r
       rep.unreachable.push_back(a.node);
     } else {
       rep.state[a.node] = NodeState::failed;
-      if (!contains(rep.failed, a.node)) rep.failed.push_back(a.node);
+      if (!listed(rep.failed, a.node)) rep.failed.push_back(a.node);
     }
   }
 }
 
 FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds, const std::function<bool()>& stop) {
-  using namespace fleet_detail;
   FleetReport rep;
-  std::vector<NodeAnswer> applied = timed(runner, rep, "apply", cmds.apply, {});
+  std::vector<NodeAnswer> applied = timed_run(runner, rep, "apply", cmds.apply, {});
   remember(rep, "apply", applied);
   bool all_ok = std::all_of(applied.begin(), applied.end(), [](const NodeAnswer& a) { return a.ok(); });
   std::vector<std::string> good;
@@ -305,7 +182,7 @@ FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds, const st
   }
   if (all_ok && stop && stop()) all_ok = false;  // stopped: no verify, every node rolled back
   if (all_ok) {
-    std::vector<NodeAnswer> verified = timed(runner, rep, "verify", cmds.verify, {});
+    std::vector<NodeAnswer> verified = timed_run(runner, rep, "verify", cmds.verify, {});
     remember(rep, "verify", verified);
     for (const auto& a : verified) {
       if (a.ok()) continue;
@@ -325,18 +202,17 @@ FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds, const st
   rep.failed = failed;
   for (const auto& n : runner.nodes()) {
     if (rep.state[n] != NodeState::reverted) continue;
-    if (contains(good, n))
+    if (listed(good, n))
       rep.state[n] = NodeState::rolled_back, rep.rolled_back.push_back(n);
     else
-      rep.state[n] = contains(silent, n) ? NodeState::rolled_back : NodeState::failed;
-    if (contains(silent, n)) rep.rolled_back.push_back(n);  // silent at apply, reverted now
+      rep.state[n] = listed(silent, n) ? NodeState::rolled_back : NodeState::failed;
+    if (listed(silent, n)) rep.rolled_back.push_back(n);  // silent at apply, reverted now
   }
   rep.outcome = good.empty() && rep.rolled_back.empty() ? "failed" : "partial";
   return rep;
 }
 
 bool fleet_clean(FleetRunner& runner, const FleetCommands& cmds, FleetReport& rep) {
-  using namespace fleet_detail;
   std::vector<NodeAnswer> answers =
       run_reachable_first(runner, rep, "clean", cmds.clean, runner.nodes(), rep.unreachable);
   remember(rep, "clean", answers);

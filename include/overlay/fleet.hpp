@@ -12,52 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "overlay/fleet_runner.hpp"
+
 namespace overlay {
-
-// What one node answered to one command.
-struct NodeAnswer {
-  std::string node;
-  bool arrived = false;  // its document came back whole
-  int exit = -1;         // the node's exit status, from its document
-  nlohmann::json doc;    // the document (null when it did not arrive)
-  std::string why;       // when it did not arrive: what the engine said
-  bool ok() const { return arrived && exit == 0; }
-};
-
-// The fan-out: run one argv once on each of some nodes, return each node's answer. The engine
-// the cluster already has does the work (Slurm here; docs/design.md says where Ray or
-// Kubernetes would plug in). No retries, no daemon: one call is one step of the engine.
-class FleetRunner {
- public:
-  virtual ~FleetRunner() = default;
-  // Every node of the fleet, in the engine's order.
-  virtual const std::vector<std::string>& nodes() const = 0;
-  // Runs argv on each node of `on` (all of nodes() when empty); one answer per node asked.
-  virtual std::vector<NodeAnswer> run(const std::vector<std::string>& argv, const std::vector<std::string>& on) = 0;
-  // "Slurm job 42 (3 nodes: node[1-3])", for the lines that name the fleet.
-  virtual std::string describe() const = 0;
-};
-
-// Slurm: each call is one `srun --ntasks-per-node=1 --label` step inside the job the process
-// runs in ($SLURM_JOB_ID, $SLURM_JOB_NODELIST expanded by `scontrol show hostnames`). A node's
-// answer is its labelled stdout line that parses as a document with "exit".
-class SlurmRunner : public FleetRunner {
- public:
-  // Throws Error naming what is missing when not inside a Slurm allocation.
-  SlurmRunner();
-  const std::vector<std::string>& nodes() const override { return nodes_; }
-  std::vector<NodeAnswer> run(const std::vector<std::string>& argv, const std::vector<std::string>& on) override;
-  std::string describe() const override;
-
- private:
-  std::string job_, nodelist_;
-  std::vector<std::string> nodes_;
-};
-
-// The answers of one `srun --label` step: task K's last stdout line that parses as a JSON object
-// with "exit" is the answer of on[K] (or of the node its "node" key names). Exposed for tests.
-std::vector<NodeAnswer> answers_from_labelled(const std::string& out, const std::vector<std::string>& on,
-                                              const std::string& why_missing);
 
 // A fleet step's id: "f<epoch seconds>-<8 hex>", also the patch id of its entries on every node.
 std::string new_fleet_id();

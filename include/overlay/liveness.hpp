@@ -5,13 +5,9 @@
 #include <string>
 
 #include "overlay/owner.hpp"
+#include "overlay/slurm.hpp"
 
 namespace overlay {
-
-// Slurm's word on a job: running (pending, running, suspended, completing …), ended (completed,
-// cancelled, failed, gone from the controller), or unknown (no squeue here, no answer).
-enum class JobState { running, ended, unknown };
-JobState slurm_job_state(const std::string& job);
 
 // What can be told of the owner from here. An owner with a Slurm job (a fleet step's
 // coordinator) lives while that job runs, whichever host asks; where Slurm does not answer, or

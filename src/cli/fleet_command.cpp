@@ -15,6 +15,7 @@
 #include "overlay/fleet.hpp"
 #include "overlay/owner.hpp"
 #include "overlay/process.hpp"
+#include "overlay/slurm.hpp"
 #include "overlay/words.hpp"
 
 #include "commands.hpp"
@@ -207,7 +208,11 @@ int rerun_under_salloc(const Engine& e, const Globals& g, const std::string& ove
 std::unique_ptr<FleetRunner> make_runner(const Engine& e) {
   if (!e.slurm)
     throw Error("no engine: pass --slurm (inside a Slurm allocation) or --slurm-args \"ARGS\" (salloc ARGS first)");
-  return std::make_unique<SlurmRunner>();
+  try {
+    return std::make_unique<SlurmRunner>();
+  } catch (const Error& x) {
+    throw Error(std::string("--slurm: ") + x.what() + ": run it under salloc, or pass --slurm-args");
+  }
 }
 
 // The one-line verdict of a node's document for one phase.
@@ -268,7 +273,7 @@ FleetCommands step_commands(const ApplyStep& s, const Globals& g, const std::str
   if (!as_apply) std::erase(args, std::string("--python-root"));
   Owner me = local_owner(::getpid()).value_or(Owner{::getpid(), 0, {}, {}, this_pid_ns()});
   me.host = this_host();
-  if (const char* job = std::getenv("SLURM_JOB_ID")) me.slurm_job = job;
+  me.slurm_job = slurm_job_here();
   args.insert(args.end(), {"--fleet-id", id, "--fleet-owner", owner_text(me)});
   std::vector<std::string> ov = {"--overlay", s.f.overlay};
   FleetCommands c;

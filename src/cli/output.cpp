@@ -14,6 +14,7 @@
 #include "overlay/owner.hpp"
 #include "overlay/progress.hpp"
 #include "overlay/recording_disk.hpp"
+#include "overlay/slurm.hpp"
 
 #include "commands.hpp"
 
@@ -74,8 +75,8 @@ void emit_json(const std::string& subcommand, int rc, const std::string& error) 
     if (!doc.contains(k)) doc[k] = v;
   if (rc != kOk && !doc.contains("error")) doc["error"] = "exit status " + std::to_string(rc);
   if (g_fleet_node) {
-    const char* name = std::getenv("SLURMD_NODENAME");
-    doc["node"] = name != nullptr && *name != '\0' ? std::string(name) : this_host();
+    std::string name = slurm_node_name();
+    doc["node"] = name.empty() ? this_host() : name;
   }
   // Paths are bytes on Linux: a byte that is not UTF-8 is written as Python writes it ("\udcXX"),
   // so an agent's json.loads gives back a str that os.fsencode turns into the very path.
