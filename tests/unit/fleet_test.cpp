@@ -1,11 +1,12 @@
 // The fleet's decisions (src/fleet.cpp) against a scripted FleetRunner: which nodes are reverted,
 // what the outcome says, and how srun's labelled output is read.
 #include "overlay/fleet.hpp"
-#include "overlay/slurm.hpp"
 
 #include <functional>
 
 #include <gtest/gtest.h>
+
+#include "overlay/slurm.hpp"
 
 using namespace overlay;
 
