@@ -275,16 +275,6 @@ void read_owner(const json& j, NativeEntry& e) {
   e.owner = o;
 }
 
-// {pid, start_ticks}, the PID namespace, and a fleet coordinator's host and Slurm job (added
-// keys, only when set).
-json owner_json(const Owner& o) {
-  json j = {{"pid", o.pid}, {"start_ticks", o.start_ticks}};
-  if (o.pid_ns != 0) j["pid_ns"] = o.pid_ns;
-  if (!o.host.empty()) j["host"] = o.host;
-  if (!o.slurm_job.empty()) j["slurm_job"] = o.slurm_job;
-  return j;
-}
-
 // A key this tool wrote once and no longer has a value for goes; one it never knew stays.
 void put_or_erase(json& j, const char* key, bool has, const json& value) {
   if (has)
@@ -635,7 +625,7 @@ void to_json(json& j, const NativeEntry& e) {
                    {"pre_sha256", e.verify_pre_sha256 ? json(*e.verify_pre_sha256) : json(nullptr)}};
   else if (!j.contains("verify"))
     j["verify"] = nullptr;
-  put_or_erase(j, "owner", e.owner.has_value(), e.owner ? owner_json(*e.owner) : json());
+  put_or_erase(j, "owner", e.owner.has_value(), e.owner ? json(*e.owner) : json());
   put_or_erase(j, "kept", e.kept, true);
   if (e.build_log) j["build_log"] = *e.build_log;
   if (e.created_at) j["created_at"] = *e.created_at;

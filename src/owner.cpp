@@ -184,4 +184,11 @@ std::optional<Owner> parse_owner_text(const std::string& text) {
   return o;
 }
 
+void to_json(nlohmann::json& j, const Owner& o) {
+  j = {{"pid", o.pid}, {"start_ticks", o.start_ticks}};
+  if (o.pid_ns != 0) j["pid_ns"] = o.pid_ns;
+  if (!o.host.empty()) j["host"] = o.host;
+  if (!o.slurm_job.empty()) j["slurm_job"] = o.slurm_job;
+}
+
 }  // namespace overlay

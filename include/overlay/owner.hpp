@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace overlay {
 
 struct Owner {
@@ -48,6 +50,11 @@ std::string this_host();
 // processes of that namespace this one can see; where none can be seen and this is not the
 // initial namespace (which sees every process), it is `unseen`.
 Liveness local_owner_liveness(const Owner& o);
+
+// The owner's JSON form, the manifest's and status's alike: {pid, start_ticks}, and pid_ns, host
+// and slurm_job where set (status adds its word on whether the owner lives). Read back, with its
+// checks, by the manifest.
+void to_json(nlohmann::json& j, const Owner& o);
 
 // "PID:TICKS~NS@HOST/JOB" (the coordinator's --fleet-owner; ~NS only when known) and back;
 // nullopt when malformed.

@@ -45,13 +45,12 @@ std::string owner_text(const NativeStatus& e) {
   return "owner " + describe_owner(*e.owner) + " (" + to_string(e.owner_liveness) + ")";
 }
 
-// {pid, alive, liveness}, and its PID namespace and a fleet coordinator's host and Slurm job
-// where the entry records them. `alive` is true while the owner may still be at work (unseen too).
+// The owner's JSON form (overlay/owner.hpp), with `alive` (true while the owner may still be at
+// work, unseen too) and `liveness`.
 nlohmann::json owner_json(const Owner& o, Liveness l) {
-  nlohmann::json j = {{"pid", o.pid}, {"alive", l != Liveness::gone}, {"liveness", to_string(l)}};
-  if (o.pid_ns != 0) j["pid_ns"] = o.pid_ns;
-  if (!o.host.empty()) j["host"] = o.host;
-  if (!o.slurm_job.empty()) j["slurm_job"] = o.slurm_job;
+  nlohmann::json j = o;
+  j["alive"] = l != Liveness::gone;
+  j["liveness"] = to_string(l);
   return j;
 }
 
