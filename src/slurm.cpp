@@ -1,13 +1,17 @@
 #include "overlay/slurm.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
 #include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
 #include "overlay/json_bytes.hpp"
-#include "overlay/process.hpp"
+#include "overlay/words.hpp"
 
 namespace overlay {
 namespace {
@@ -143,5 +147,60 @@ JobState slurm_job_state(const std::string& job) {
 std::string slurm_job_here() { return env_or_empty("SLURM_JOB_ID"); }
 
 std::string slurm_node_name() { return env_or_empty("SLURMD_NODENAME"); }
+
+void CoordinatorRecord::open(const std::string& path) {
+  path_ = path;
+  doc_ = {{"pid", ::getpid()}};
+  write();
+}
+
+void CoordinatorRecord::put(const char* key, const nlohmann::json& v) {
+  doc_[key] = v;
+  write();
+}
+
+void CoordinatorRecord::finish(int exit) {
+  if (!path_.empty()) put("exit", exit);
+}
+
+void CoordinatorRecord::write() {
+  if (!path_.empty()) write_file_atomically(disk_, path_, doc_.dump(), 0600);
+}
+
+nlohmann::json CoordinatorRecord::read(Disk& disk, const std::string& path) {
+  try {
+    return nlohmann::json::parse(read_small_file(disk, path, 1 << 16));
+  } catch (const std::exception&) {
+    return nullptr;  // not written (yet): the coordinator has not started
+  }
+}
+
+SallocRun run_under_salloc(Disk& disk, const std::string& salloc_args,
+                           const std::function<std::vector<std::string>(const std::string& record)>& command) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string record = std::string(tmp && *tmp ? tmp : "/tmp") + "/overlay-fleet-" + std::to_string(::getpid()) + "-" +
+                       random_hex(4) + ".json";
+  std::vector<std::string> argv = {"salloc", "--no-kill"};
+  for (auto& w : split_words(salloc_args)) argv.push_back(w);
+  for (auto& w : command(record)) argv.push_back(w);
+  RunOptions o;
+  o.output = Output::files;
+  o.out_fd = ::dup(1), o.err_fd = ::dup(2);
+  o.on_signal = [&](pid_t salloc, int sig) {
+    nlohmann::json rec = CoordinatorRecord::read(disk, record);
+    pid_t coordinator = rec.is_object() ? rec.value("pid", 0) : 0;
+    ::kill(coordinator > 0 ? coordinator : salloc, sig);
+  };
+  std::fflush(stdout);
+  SallocRun run;
+  run.salloc = run_process(argv, o);
+  if (!run.salloc.exec_error.empty()) throw Error("salloc could not start: " + run.salloc.exec_error);
+  run.record = CoordinatorRecord::read(disk, record);
+  try {
+    disk.remove(record);
+  } catch (const std::exception&) {
+  }  // never written: nothing to remove
+  return run;
+}
 
 }  // namespace overlay

@@ -3,10 +3,15 @@
 // job (squeue), and what a process inside an allocation knows of it. A Kubernetes or Ray engine
 // would be a file like this one: a FleetRunner, and a way to tell whether a lease (here a job)
 // still runs.
+#include <functional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "overlay/disk.hpp"
 #include "overlay/fleet_runner.hpp"
+#include "overlay/process.hpp"
 
 namespace overlay {
 
@@ -41,5 +46,39 @@ std::string slurm_job_here();
 
 // The node this process runs on as Slurm names it ($SLURMD_NODENAME), "" outside a job step.
 std::string slurm_node_name();
+
+// What a coordinator started under salloc writes for the process that started it: its pid as
+// soon as it runs (signals go to it, not to salloc, which would release the allocation under the
+// rollback), the step's id once it has one, and its exit status when it ends. A record that never
+// gets its exit is a coordinator that died (kill -9, the OOM killer): salloc still exits 0 then,
+// so the record is the only word on it. Writes nothing until opened.
+class CoordinatorRecord {
+ public:
+  explicit CoordinatorRecord(Disk& disk) : disk_(disk) {}
+  void open(const std::string& path);
+  void put(const char* key, const nlohmann::json& v);
+  void finish(int exit);
+  // The record at path: null when it was not written (the coordinator never started).
+  static nlohmann::json read(Disk& disk, const std::string& path);
+
+ private:
+  void write();
+  Disk& disk_;
+  std::string path_;
+  nlohmann::json doc_;
+};
+
+// A coordinator run in an allocation of its own: `salloc --no-kill ARGS COMMAND`, where COMMAND
+// is what `command(record)` returns for the path of a fresh record. This process only waits,
+// passing SIGINT, SIGTERM and SIGHUP to the coordinator the record names (to salloc before it
+// runs: salloc then gives up the request). Throws when salloc cannot be started.
+struct SallocRun {
+  RunResult salloc;
+  nlohmann::json record;  // the coordinator's record, null when it never ran
+  // The coordinator recorded its exit: salloc's status is its own (salloc passes it on).
+  bool finished() const { return record.is_object() && record.contains("exit") && record["exit"].is_number_integer(); }
+};
+SallocRun run_under_salloc(Disk& disk, const std::string& salloc_args,
+                           const std::function<std::vector<std::string>(const std::string& record)>& command);
 
 }  // namespace overlay

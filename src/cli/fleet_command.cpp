@@ -2,7 +2,6 @@
 // takes the flags of its one-node counterpart (registered by the same functions) plus the
 // engine's; the flags given are passed on, as given, to `overlay --fleet-node <counterpart> …`
 // on every node (src/fleet.cpp runs those and decides; this file parses and prints).
-#include <signal.h>
 #include <unistd.h>
 
 #include <array>
@@ -11,12 +10,10 @@
 
 #include "overlay/ab_step.hpp"
 #include "overlay/error.hpp"
-#include "overlay/file_ops.hpp"
 #include "overlay/fleet.hpp"
 #include "overlay/owner.hpp"
 #include "overlay/process.hpp"
 #include "overlay/slurm.hpp"
-#include "overlay/words.hpp"
 
 #include "commands.hpp"
 #include "native_flags.hpp"
@@ -54,41 +51,11 @@ void add_engine_flags(CLI::App& sub, Engine& e) {
       ->group("");
 }
 
-// What the coordinator under salloc writes for the process that started it (--slurm-args): its
-// pid as soon as it runs (signals go to it, not to salloc, which would release the allocation
-// under the rollback), the step's id once it has one, and its exit status when it ends. A record
-// that never gets its exit is a coordinator that died (kill -9, the OOM killer): salloc still
-// exits 0 then, so the record is the only word on it.
-class CoordinatorRecord {
- public:
-  void open(const std::string& path) {
-    path_ = path;
-    doc_ = {{"pid", ::getpid()}};
-    write();
-  }
-  void put(const char* key, const nlohmann::json& v) {
-    doc_[key] = v;
-    write();
-  }
-  void finish(int exit) {
-    if (!path_.empty()) put("exit", exit);
-  }
-  static nlohmann::json read(const std::string& path) {
-    try {
-      return nlohmann::json::parse(read_small_file(cli_disk(), path, 1 << 16));
-    } catch (const std::exception&) {
-      return nullptr;  // not written (yet): the coordinator has not started
-    }
-  }
-
- private:
-  void write() {
-    if (!path_.empty()) write_file_atomically(cli_disk(), path_, doc_.dump(), 0600);
-  }
-  std::string path_;
-  nlohmann::json doc_;
-};
-CoordinatorRecord g_record;
+// The coordinator's record for the process that started it under salloc (--slurm-args).
+CoordinatorRecord& g_record() {
+  static CoordinatorRecord record(cli_disk());
+  return record;
+}
 
 // The flags given on our command line, as words to pass on: every option of `sub` that was
 // used, but the engine's and those in `skip`, each value as it was given.
@@ -150,15 +117,10 @@ int coordinator_died(const nlohmann::json& rec, const RunResult& r, const Engine
   return id.empty() ? kFailed : kRevertIncomplete;
 }
 
-// --slurm-args: the same command line again, with --slurm for --slurm-args, under salloc; this
-// process only waits, passes signals to the coordinator, and reports a coordinator that died.
-int rerun_under_salloc(const Engine& e, const Globals& g, const std::string& overlay = "") {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string record = std::string(tmp && *tmp ? tmp : "/tmp") + "/overlay-fleet-" + std::to_string(::getpid()) + "-" +
-                       random_hex(4) + ".json";
-  std::vector<std::string> argv = {"salloc", "--no-kill"};
-  for (auto& w : split_words(e.slurm_args)) argv.push_back(w);
-  argv.push_back(self_path());
+// --slurm-args: the same command line again, with --slurm for --slurm-args and the record's path
+// right after `fleet VERB` (flags of `fleet` itself may stand between the two words).
+std::vector<std::string> coordinator_argv(const Globals& g, const std::string& record) {
+  std::vector<std::string> argv = {self_path()};
   bool after_fleet = false, placed = false;
   for (std::size_t i = 1; i < g.argv.size(); ++i) {
     const std::string& a = g.argv[i];
@@ -166,15 +128,12 @@ int rerun_under_salloc(const Engine& e, const Globals& g, const std::string& ove
       argv.insert(argv.end(), g.argv.begin() + static_cast<long>(i), g.argv.end());
       break;
     }
-    if (a == "--slurm-args") {
-      ++i;
-      argv.push_back("--slurm");
-    } else if (a.starts_with("--slurm-args=")) {
+    if (a == "--slurm-args" || a.starts_with("--slurm-args=")) {
+      if (a == "--slurm-args") ++i;  // its value goes with it
       argv.push_back("--slurm");
     } else {
       argv.push_back(a);
     }
-    // Right after `fleet VERB` (flags of `fleet` itself may stand between the two words).
     static constexpr std::array<std::string_view, 5> kVerbs = {"apply", "exec", "verify", "revert", "status"};
     if (after_fleet && !placed && std::find(kVerbs.begin(), kVerbs.end(), a) != kVerbs.end()) {
       argv.insert(argv.end(), {"--coordinator-record", record});
@@ -182,27 +141,17 @@ int rerun_under_salloc(const Engine& e, const Globals& g, const std::string& ove
     }
     after_fleet = after_fleet || a == "fleet";
   }
-  RunOptions o;
-  o.output = Output::files;
-  o.out_fd = ::dup(1), o.err_fd = ::dup(2);
-  o.on_signal = [&record](pid_t salloc, int sig) {
-    nlohmann::json rec = CoordinatorRecord::read(record);
-    pid_t coordinator = rec.is_object() ? rec.value("pid", 0) : 0;
-    ::kill(coordinator > 0 ? coordinator : salloc, sig);  // before it runs: salloc gives up the request
-  };
-  std::fflush(stdout);
-  RunResult r = run_process(argv, o);
-  if (!r.exec_error.empty()) throw Error("salloc could not start: " + r.exec_error);
-  nlohmann::json rec = CoordinatorRecord::read(record);
-  try {
-    cli_disk().remove(record);
-  } catch (const std::exception&) {
-  }
-  if (rec.is_object() && rec.contains("exit") && rec["exit"].is_number_integer()) {
-    set_json_mode(false);  // the coordinator printed the one document (with --json); this process prints none
-    return r.term_signal != 0 ? 128 + r.term_signal : r.exit_code;  // salloc passes on its command's status
-  }
-  return coordinator_died(rec, r, e, overlay);
+  return argv;
+}
+
+// This process only waits under salloc, and reports a coordinator that died.
+int rerun_under_salloc(const Engine& e, const Globals& g, const std::string& overlay = "") {
+  SallocRun run = run_under_salloc(cli_disk(), e.slurm_args,
+                                   [&](const std::string& record) { return coordinator_argv(g, record); });
+  if (!run.finished()) return coordinator_died(run.record, run.salloc, e, overlay);
+  set_json_mode(false);  // the coordinator printed the one document (with --json); this process prints none
+  const RunResult& r = run.salloc;
+  return r.term_signal != 0 ? 128 + r.term_signal : r.exit_code;  // salloc passes on its command's status
 }
 
 std::unique_ptr<FleetRunner> make_runner(const Engine& e) {
@@ -308,7 +257,7 @@ struct Step {
 Step start_step(const ApplyStep& s, const Globals& g, const char* verb) {
   Step st{make_runner(s.e), new_fleet_id(), {}};
   st.cmds = step_commands(s, g, st.id);
-  g_record.put("fleet_id", st.id);
+  g_record().put("fleet_id", st.id);
   out_line("fleet " + st.id + ": " + verb + " on " + st.runner->describe());
   return st;
 }
@@ -318,7 +267,7 @@ bool stopped() { return StepSignals::received() != 0; }
 // The coordinator: its signals noted from here on (a run in progress passes them on to its
 // child, then to the note), and its record opened for the process that started it under salloc.
 void begin_coordinator(const Engine& e) {
-  if (!e.record.empty()) g_record.open(e.record);
+  if (!e.record.empty()) g_record().open(e.record);
 }
 
 int run_fleet_apply(ApplyStep& s, const Globals& g) {
@@ -503,10 +452,10 @@ Handler fleet_command(CLI::App& fleet, const Globals& g) {
     try {
       rc = (*chosen)();
     } catch (...) {
-      g_record.finish(rc);
+      g_record().finish(rc);
       throw;
     }
-    g_record.finish(rc);
+    g_record().finish(rc);
     return rc;
   };
 }
