@@ -63,6 +63,35 @@ std::vector<NodeAnswer> run_reachable_first(FleetRunner& runner, FleetReport& re
   return out;
 }
 
+// The one-line verdict of a node's document for one phase.
+std::string answer_text(const nlohmann::json& a) {
+  if (!a.value("arrived", false)) return "NO RESULT (" + a.value("why", std::string()) + ")";
+  if (a.value("exit", -1) == 0) return "ok";
+  return "exit " + std::to_string(a.value("exit", -1)) +
+         (a.contains("error") && a["error"].is_string() ? ": " + a["error"].get<std::string>() : "");
+}
+
+std::string pass_on_summary(const std::string& counterpart, const nlohmann::json& doc) {
+  if (counterpart == "verify-native") return doc.value("result", std::string());
+  if (counterpart == "revert")
+    return "reverted " + std::to_string(doc.value("entries_reverted", 0)) + " of " +
+           std::to_string(doc.value("entries", 0)) + " entries";
+  std::string s = doc.value("clean", false) ? "clean" : "NOT clean";
+  if (!doc.value("exists", true)) return s + " (no overlay there)";
+  if (!doc.contains("natives") || !doc["natives"].is_array()) return s;
+  s += "; " + std::to_string(doc["natives"].size()) + " native entr" + (doc["natives"].size() == 1 ? "y" : "ies");
+  for (const auto& n : doc["natives"]) {
+    s += " [" + n.value("id", std::string()) +
+         (n.contains("patch_id") && n["patch_id"].is_string() ? " patch " + n["patch_id"].get<std::string>() : "");
+    if (n.contains("owner") && n["owner"].is_object())
+      s += " owner " + std::to_string(n["owner"].value("pid", 0)) +
+           (n["owner"].contains("host") ? "@" + n["owner"].value("host", std::string()) : "") +
+           (n["owner"].value("alive", false) ? " alive" : " gone");
+    s += "]";
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string new_fleet_id() {
@@ -226,6 +255,49 @@ bool fleet_clean(FleetRunner& runner, const FleetCommands& cmds, FleetReport& re
     rep.state[a.node] = a.arrived ? NodeState::not_clean : NodeState::unreachable;
   }
   return all;
+}
+
+std::vector<std::string> phase_lines(const FleetReport& rep, const char* phase) {
+  std::vector<std::string> lines;
+  for (const auto& [node, ph] : rep.phases)
+    if (ph.contains(phase)) lines.push_back("fleet: " + node + " " + phase + " " + answer_text(ph[phase]));
+  return lines;
+}
+
+std::vector<std::string> node_state_lines(const FleetReport& rep, const std::vector<std::string>& nodes) {
+  std::vector<std::string> lines;
+  for (const auto& n : nodes) {
+    auto it = rep.state.find(n);
+    lines.push_back(n + "  " + (it == rep.state.end() ? "-" : to_string(it->second)));
+  }
+  return lines;
+}
+
+std::string node_names(const std::vector<std::string>& v) {
+  if (v.empty()) return "-";
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+std::string outcome_line(const FleetReport& rep, const std::string& what) {
+  return outcome_token(rep.outcome) + " " + what + "; failed " + node_names(rep.failed) + "; rolled back " +
+         node_names(rep.rolled_back) + "; unreachable " + node_names(rep.unreachable);
+}
+
+std::vector<std::string> pass_on_lines(const std::vector<NodeAnswer>& answers, const std::string& counterpart) {
+  std::vector<std::string> lines;
+  for (const auto& a : answers) {
+    if (!a.arrived) {
+      lines.push_back("fleet: " + a.node + " " + counterpart + " NO RESULT (" + a.why + ")");
+      continue;
+    }
+    std::string err =
+        a.doc.contains("error") && a.doc["error"].is_string() ? ": " + a.doc["error"].get<std::string>() : "";
+    lines.push_back("fleet: " + a.node + " " + counterpart + " " + pass_on_summary(counterpart, a.doc) +
+                    (a.ok() ? "" : " (exit " + std::to_string(a.exit) + err + ")"));
+  }
+  return lines;
 }
 
 }  // namespace overlay

@@ -73,6 +73,21 @@ PassOnReport tally_pass_on(const std::vector<NodeAnswer>& answers);
 // `stop` (when set) is asked after the apply phase: true (a signal came) rolls back every node.
 FleetReport fleet_apply(FleetRunner& runner, const FleetCommands& cmds, const std::function<bool()>& stop = {});
 
+// The lines a step prints, from its report: one per node that answered `phase` ("fleet: NODE
+// PHASE ok|exit N: error|NO RESULT (why)"); one per node with where it stands ("NODE  STATE");
+// the verdict ("FLEET_OK WHAT; failed A,B; rolled back -; unreachable -").
+std::vector<std::string> phase_lines(const FleetReport& report, const char* phase);
+std::vector<std::string> node_state_lines(const FleetReport& report, const std::vector<std::string>& nodes);
+std::string outcome_line(const FleetReport& report, const std::string& what);
+
+// Node names joined by commas, "-" for none.
+std::string node_names(const std::vector<std::string>& nodes);
+
+// One line per node of a verify, revert or status passed on (`counterpart` names it): what its
+// document says (FRESH_BUILD_OK, "reverted 1 of 1 entries", "clean; 1 native entry [...]"), and
+// its exit and error when it failed, or NO RESULT.
+std::vector<std::string> pass_on_lines(const std::vector<NodeAnswer>& answers, const std::string& counterpart);
+
 // revert on every node (answered nodes first, as above); `report` gains each node's answer.
 void fleet_revert(FleetRunner& runner, const FleetCommands& cmds, FleetReport& report);
 

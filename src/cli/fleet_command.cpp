@@ -164,36 +164,16 @@ std::unique_ptr<FleetRunner> make_runner(const Engine& e) {
   }
 }
 
-// The one-line verdict of a node's document for one phase.
-std::string answer_text(const nlohmann::json& a) {
-  if (!a.value("arrived", false)) return "NO RESULT (" + a.value("why", std::string()) + ")";
-  if (a.value("exit", -1) == 0) return "ok";
-  return "exit " + std::to_string(a.value("exit", -1)) +
-         (a.contains("error") && a["error"].is_string() ? ": " + a["error"].get<std::string>() : "");
-}
-
 void print_phase(const FleetReport& rep, const char* phase) {
-  for (const auto& [node, ph] : rep.phases)
-    if (ph.contains(phase)) out_line("fleet: " + node + " " + phase + " " + answer_text(ph[phase]));
-}
-
-std::string names(const std::vector<std::string>& v) {
-  if (v.empty()) return "-";
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-  return s;
+  for (const auto& l : phase_lines(rep, phase)) out_line(l);
 }
 
 void print_outcome(const FleetReport& rep, const FleetRunner& runner, const std::string& id) {
-  for (const auto& n : runner.nodes()) {
-    auto it = rep.state.find(n);
-    out_line(n + "  " + (it == rep.state.end() ? "-" : to_string(it->second)));
-  }
+  for (const auto& l : node_state_lines(rep, runner.nodes())) out_line(l);
   if (rep.interrupted != 0)
     err_line("fleet", "step " + id + " stopped by signal " + std::to_string(rep.interrupted) +
                           (rep.revert_complete ? "; every node rolled back" : ""));
-  out_line(outcome_token(rep.outcome) + " " + id + " on " + runner.describe() + "; failed " + names(rep.failed) +
-           "; rolled back " + names(rep.rolled_back) + "; unreachable " + names(rep.unreachable));
+  out_line(outcome_line(rep, id + " on " + runner.describe()));
   if (!rep.revert_complete)
     err_line("fleet", "a node may still hold fleet step " + id +
                           ": when it is back, run `overlay fleet revert --slurm … --fleet-id " + id +
@@ -357,27 +337,6 @@ struct PassOn {
   Handler keeps_counterpart_flags;
 };
 
-std::string node_summary(const std::string& counterpart, const nlohmann::json& doc) {
-  if (counterpart == "verify-native") return doc.value("result", std::string());
-  if (counterpart == "revert")
-    return "reverted " + std::to_string(doc.value("entries_reverted", 0)) + " of " +
-           std::to_string(doc.value("entries", 0)) + " entries";
-  std::string s = doc.value("clean", false) ? "clean" : "NOT clean";
-  if (!doc.value("exists", true)) return s + " (no overlay there)";
-  if (!doc.contains("natives") || !doc["natives"].is_array()) return s;
-  s += "; " + std::to_string(doc["natives"].size()) + " native entr" + (doc["natives"].size() == 1 ? "y" : "ies");
-  for (const auto& n : doc["natives"]) {
-    s += " [" + n.value("id", std::string()) +
-         (n.contains("patch_id") && n["patch_id"].is_string() ? " patch " + n["patch_id"].get<std::string>() : "");
-    if (n.contains("owner") && n["owner"].is_object())
-      s += " owner " + std::to_string(n["owner"].value("pid", 0)) +
-           (n["owner"].contains("host") ? "@" + n["owner"].value("host", std::string()) : "") +
-           (n["owner"].value("alive", false) ? " alive" : " gone");
-    s += "]";
-  }
-  return s;
-}
-
 int run_pass_on(PassOn& p, const Globals& g) {
   if (!p.e.slurm_args.empty()) return rerun_under_salloc(p.e, g);
   begin_coordinator(p.e);
@@ -386,22 +345,13 @@ int run_pass_on(PassOn& p, const Globals& g) {
   if (!p.fleet_id.empty()) args.insert(args.end(), {"--patch-id", p.fleet_id, "--missing-ok"});
   std::vector<NodeAnswer> answers = runner->run(node_argv(p.e, g, p.counterpart, args), {});
   PassOnReport rep = tally_pass_on(answers);
-  for (const auto& a : answers) {
-    if (!a.arrived) {
-      out_line("fleet: " + a.node + " " + p.counterpart + " NO RESULT (" + a.why + ")");
-      continue;
-    }
-    std::string err =
-        a.doc.contains("error") && a.doc["error"].is_string() ? ": " + a.doc["error"].get<std::string>() : "";
-    out_line("fleet: " + a.node + " " + p.counterpart + " " + node_summary(p.counterpart, a.doc) +
-             (a.ok() ? "" : " (exit " + std::to_string(a.exit) + err + ")"));
-  }
+  for (const auto& l : pass_on_lines(answers, p.counterpart)) out_line(l);
   auto& j = result();
   j["engine"] = runner->describe();
   j["node_list"] = runner->nodes();
   j.update(rep.to_json());
   out_line(outcome_token(rep.outcome) + " " + p.counterpart + " on " + runner->describe() + "; failed " +
-           names(rep.failed) + "; unreachable " + names(rep.unreachable));
+           node_names(rep.failed) + "; unreachable " + node_names(rep.unreachable));
   return rep.exit;
 }
 

@@ -156,3 +156,26 @@ TEST(Fleet, IdsAreDistinctSafeNames) {
   EXPECT_NE(a, b);
   EXPECT_EQ(a.find_first_not_of("f0123456789abcdef-"), std::string::npos) << a;
 }
+
+// The lines a step prints are the library's, from its report: per phase, per node, the verdict.
+TEST(Fleet, TheReportsLinesNameEachNodeAndTheVerdict) {
+  ScriptedRunner r([](const std::string& phase, const std::string& node) {
+    return phase == "apply" && node == "n2" ? 1 : phase == "revert" && node == "n3" ? -1 : 0;
+  });
+  FleetReport rep = fleet_apply(r, commands());
+  std::vector<std::string> apply = phase_lines(rep, "apply");
+  ASSERT_EQ(apply.size(), 3u);
+  EXPECT_EQ(apply[1], "fleet: n2 apply exit 1");
+  EXPECT_EQ(phase_lines(rep, "revert").back(), "fleet: n3 revert NO RESULT (no result)");
+  EXPECT_EQ(node_state_lines(rep, r.nodes()).front(), "n1  rolled_back");
+  EXPECT_EQ(outcome_line(rep, "f1 on scripted"),
+            "FLEET_PARTIAL f1 on scripted; failed n2; rolled back n1; unreachable n3");
+  std::vector<NodeAnswer> answers = {
+      {"n1", true, 0, {{"exit", 0}, {"result", "FRESH_BUILD_OK"}}, ""},
+      {"n2", true, 2, {{"exit", 2}, {"result", "FRESH_BUILD_FAIL"}, {"error", "stale"}}, ""},
+      {"n3", false, -1, nullptr, "srun: exit 1"}};
+  EXPECT_EQ(pass_on_lines(answers, "verify-native"),
+            (std::vector<std::string>{"fleet: n1 verify-native FRESH_BUILD_OK",
+                                      "fleet: n2 verify-native FRESH_BUILD_FAIL (exit 2: stale)",
+                                      "fleet: n3 verify-native NO RESULT (srun: exit 1)"}));
+}
