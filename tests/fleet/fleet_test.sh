@@ -246,7 +246,7 @@ case $CASE in
     # Input only the nodes can judge (a target that is not there) fails on every node, changing nothing.
     rc=0
     "$BIN" --json fleet apply --slurm-args "-N3" "${APPLY[@]/$I\/src\/kernel.cpp/$I/src/nothere.cpp}" >"$W/apply.json" 2>"$W/apply.err" || rc=$?
-    [[ $rc == 1 ]] || fail "fleet apply of a missing target exited $rc"
+    [[ $rc == 1 ]] || fail "fleet apply of a missing target exited $rc: $(tail -c 3000 "$W/apply.err") $(tail -c 3000 "$W/apply.json")"
     [[ $(field "$W/apply.json" 'd["outcome"]') == failed ]] || fail "outcome not failed"
     [[ $(field "$W/apply.json" 'd["failed"]') == "['node1', 'node2', 'node3']" ]] || fail "not every node failed"
     field "$W/apply.json" 'd["nodes"]["node1"]["apply"]["error"]' | grep -q "nothere.cpp" || fail "node1's error does not name the file"
