@@ -403,6 +403,9 @@ class Claims(RuleBasedStateMachine):
         record = os.path.join(self.root, "exec-%d.txt" % self.n)
         args = self.add_args(agent, t, patched)
         args[0] = "exec"
+        # The object file too: an untracked one holds the candidate after the revert, and exec
+        # would end 122 (not clean) every time, leaving its exit-0 claims untested.
+        args += ["--artifact", os.path.join(self.inst, "build", "CMakeFiles", t + ".dir", "src", t + ".cpp.o")]
         cmd = "grep -aoE 'STAMP-[A-Za-z0-9-]+' %s | head -n 1 >> %s" % (self.lib(t), record)
         r = self.tool(*args, "--ref", "--", "sh", "-c", cmd)
         STATS["execs"] += 1
@@ -938,7 +941,11 @@ def main():
                 ),
                 flush=True,
             )
-    sys.exit(0 if result and result.wasSuccessful() else 1)
+    # The exit-0 claims of exec are claims only where some exec step exits 0.
+    untested = STATS["execs"] >= 10 and STATS["execs_ok"] == 0
+    if untested:
+        print("claims checker: no exec step exited 0: the claims about a successful exec went untested", flush=True)
+    sys.exit(0 if result and result.wasSuccessful() and not untested else 1)
 
 
 if __name__ == "__main__":
