@@ -16,6 +16,7 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
+#include "overlay/lease.hpp"
 #include "overlay/pinned.hpp"
 #include "overlay/process.hpp"
 #include "overlay/snapshot.hpp"
@@ -95,9 +96,8 @@ bool is_volatile_env(const std::string& name) {
                                               "XDG_RUNTIME_DIR",
                                               "MAX_JOBS",
                                               "MAKELEVEL"};
-  static const std::vector<std::string> prefixes = {"SSH_",  "SLURM_",   "PMI_",   "PMIX_",
-                                                    "OMPI_", "OVERLAY_", "GTEST_", "CTEST_"};
-  if (names.count(name) > 0) return true;
+  static const std::vector<std::string> prefixes = {"SSH_", "PMI_", "PMIX_", "OMPI_", "OVERLAY_", "GTEST_", "CTEST_"};
+  if (names.count(name) > 0 || is_engine_variable(name)) return true;
   return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
 }
 

@@ -269,7 +269,12 @@ void read_owner(const json& j, NativeEntry& e) {
   o.pid = static_cast<pid_t>(pid->get<long long>());
   if (start != nullptr && start->is_number_unsigned()) o.start_ticks = start->get<std::uint64_t>();
   o.host = opt_string(*v, "host").value_or("");
-  o.slurm_job = opt_string(*v, "slurm_job").value_or("");
+  for (const auto& item : v->items()) {  // a lease is "ENGINE_job": ID, whichever engine issued it
+    auto engine = engine_of_lease_key(item.key());
+    if (!engine) continue;
+    std::string id = opt_string(*v, item.key().c_str()).value_or("");
+    if (!id.empty()) o.lease = {*engine, id};
+  }
   if (const json* ns = find(*v, "pid_ns"); ns != nullptr && ns->is_number_unsigned())
     o.pid_ns = ns->get<std::uint64_t>();
   e.owner = o;

@@ -150,7 +150,7 @@ std::string this_host() {
 std::string owner_text(const Owner& o) {
   std::string t = std::to_string(o.pid) + ":" + std::to_string(o.start_ticks) +
                   (o.pid_ns ? "~" + std::to_string(o.pid_ns) : "") + "@" + o.host;
-  return o.slurm_job.empty() ? t : t + "/" + o.slurm_job;
+  return o.lease.empty() ? t : t + "/" + lease_text(o.lease);
 }
 
 std::optional<Owner> parse_owner_text(const std::string& text) {
@@ -179,8 +179,12 @@ std::optional<Owner> parse_owner_text(const std::string& text) {
   std::string rest = text.substr(at + 1);
   auto slash = rest.find('/');
   o.host = rest.substr(0, slash);
-  if (slash != std::string::npos) o.slurm_job = rest.substr(slash + 1);
-  if (o.host.empty() || (slash != std::string::npos && o.slurm_job.empty())) return std::nullopt;
+  if (o.host.empty()) return std::nullopt;
+  if (slash != std::string::npos) {
+    auto lease = parse_lease_text(rest.substr(slash + 1));
+    if (!lease) return std::nullopt;
+    o.lease = *lease;
+  }
   return o;
 }
 
@@ -188,7 +192,7 @@ void to_json(nlohmann::json& j, const Owner& o) {
   j = {{"pid", o.pid}, {"start_ticks", o.start_ticks}};
   if (o.pid_ns != 0) j["pid_ns"] = o.pid_ns;
   if (!o.host.empty()) j["host"] = o.host;
-  if (!o.slurm_job.empty()) j["slurm_job"] = o.slurm_job;
+  if (!o.lease.empty()) j[lease_key(o.lease)] = o.lease.id;
 }
 
 }  // namespace overlay

@@ -127,26 +127,43 @@ std::vector<NodeAnswer> SlurmRunner::run(const std::vector<std::string>& argv,
   return answers_from_labelled(r.out, on, why);
 }
 
-JobState slurm_job_state(const std::string& job) {
+namespace {
+
+// Slurm's leases are its jobs.
+class SlurmLeases : public LeaseEngine {
+ public:
+  std::string name() const override { return "slurm"; }
+  std::string lease_here() const override { return env_or_empty("SLURM_JOB_ID"); }
+  LeaseState state(const std::string& job) const override;
+  std::string describe(const std::string& job) const override { return "Slurm job " + job; }
+  std::string node_name() const override { return env_or_empty("SLURMD_NODENAME"); }
+  std::string env_prefix() const override { return "SLURM_"; }
+};
+
+}  // namespace
+
+const LeaseEngine& slurm_leases() {
+  static const SlurmLeases engine;
+  return engine;
+}
+
+LeaseState SlurmLeases::state(const std::string& job) const {
   RunOptions o;
   o.output = Output::capture;
   o.timeout_s = 30;
   RunResult r = run_process({"squeue", "--noheader", "--jobs=" + job, "--states=all", "--format=%T"}, o);
-  if (!r.exec_error.empty() || r.timed_out || r.term_signal != 0) return JobState::unknown;
+  if (!r.exec_error.empty() || r.timed_out || r.term_signal != 0) return LeaseState::unknown;
   // An id the controller no longer knows (purged after MinJobAge) is an ended job.
-  if (r.exit_code != 0) return r.err.find("Invalid job id") != std::string::npos ? JobState::ended : JobState::unknown;
+  if (r.exit_code != 0)
+    return r.err.find("Invalid job id") != std::string::npos ? LeaseState::ended : LeaseState::unknown;
   std::string state = r.out.substr(0, r.out.find_first_of(" \n"));
-  if (state.empty()) return JobState::ended;
+  if (state.empty()) return LeaseState::ended;
   static constexpr std::array<const char*, 9> kLive = {"PENDING",  "RUNNING",  "SUSPENDED", "COMPLETING", "CONFIGURING",
                                                        "RESIZING", "REQUEUED", "SIGNALING", "STAGE_OUT"};
   for (const char* s : kLive)
-    if (state == s) return JobState::running;
-  return JobState::ended;
+    if (state == s) return LeaseState::held;
+  return LeaseState::ended;
 }
-
-std::string slurm_job_here() { return env_or_empty("SLURM_JOB_ID"); }
-
-std::string slurm_node_name() { return env_or_empty("SLURMD_NODENAME"); }
 
 void CoordinatorRecord::open(const std::string& path) {
   path_ = path;

@@ -1,17 +1,16 @@
 #pragma once
 // Whether an entry's owner is still alive, wherever it runs: a process on this machine (its PID
-// and start time), or a fleet step's coordinator on another host (its Slurm job).
+// and start time), or a fleet step's coordinator on another host (its lease, overlay/lease.hpp).
 #include <optional>
 #include <string>
 
 #include "overlay/owner.hpp"
-#include "overlay/slurm.hpp"
 
 namespace overlay {
 
-// What can be told of the owner from here. An owner with a Slurm job (a fleet step's
-// coordinator) lives while that job runs, whichever host asks; where Slurm does not answer, or
-// no job is recorded, an owner on this machine is judged by its PID and start time in its PID
+// What can be told of the owner from here. An owner with a lease (a fleet step's coordinator)
+// lives while the lease holds, whichever host asks; where its engine does not answer, or no
+// lease is recorded, an owner on this machine is judged by its PID and start time in its PID
 // namespace, and one on another host is `unseen`.
 Liveness owner_liveness(const Owner& o);
 

@@ -9,15 +9,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "overlay/lease.hpp"
+
 namespace overlay {
 
 struct Owner {
   pid_t pid = 0;
   std::uint64_t start_ticks = 0;  // field 22 of /proc/PID/stat (clock ticks since boot)
   // A fleet step's coordinator runs on another machine (overlay fleet): its host name, and the
-  // Slurm job it runs in. Empty: the owner runs on this machine (every one-node command).
+  // lease it runs under (its scheduler's job). Empty: the owner runs on this machine (every
+  // one-node command).
   std::string host;
-  std::string slurm_job;
+  Lease lease;
   // The PID namespace `pid` is a number in (the inode of the recorder's /proc/self/ns/pid): a
   // container's pid 2 is not the host's pid 2. 0: not recorded (older manifests), taken as ours.
   std::uint64_t pid_ns = 0;
@@ -52,12 +55,12 @@ std::string this_host();
 Liveness local_owner_liveness(const Owner& o);
 
 // The owner's JSON form, the manifest's and status's alike: {pid, start_ticks}, and pid_ns, host
-// and slurm_job where set (status adds its word on whether the owner lives). Read back, with its
+// and the lease (as "ENGINE_job": ID) where set (status adds its word on whether the owner lives). Read back, with its
 // checks, by the manifest.
 void to_json(nlohmann::json& j, const Owner& o);
 
-// "PID:TICKS~NS@HOST/JOB" (the coordinator's --fleet-owner; ~NS only when known) and back;
-// nullopt when malformed.
+// "PID:TICKS~NS@HOST/LEASE" (the coordinator's --fleet-owner; ~NS only when known; LEASE as
+// lease_text writes it) and back; nullopt when malformed.
 std::string owner_text(const Owner& o);
 std::optional<Owner> parse_owner_text(const std::string& text);
 

@@ -1,8 +1,7 @@
 #pragma once
 // Slurm, the fleet's one engine, in one file: its runner (one srun step per phase), its word on a
-// job (squeue), and what a process inside an allocation knows of it. A Kubernetes or Ray engine
-// would be a file like this one: a FleetRunner, and a way to tell whether a lease (here a job)
-// still runs.
+// job (its leases: squeue), and what a process inside an allocation knows of it. A Kubernetes or
+// Ray engine would be a file like this one: a FleetRunner, and a LeaseEngine.
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,6 +10,7 @@
 
 #include "overlay/disk.hpp"
 #include "overlay/fleet_runner.hpp"
+#include "overlay/lease.hpp"
 #include "overlay/process.hpp"
 
 namespace overlay {
@@ -36,16 +36,11 @@ class SlurmRunner : public FleetRunner {
 std::vector<NodeAnswer> answers_from_labelled(const std::string& out, const std::vector<std::string>& on,
                                               const std::string& why_missing);
 
-// Slurm's word on a job: running (pending, running, suspended, completing …), ended (completed,
-// cancelled, failed, gone from the controller), or unknown (no squeue here, no answer).
-enum class JobState { running, ended, unknown };
-JobState slurm_job_state(const std::string& job);
-
-// The job this process runs in ($SLURM_JOB_ID), "" outside an allocation.
-std::string slurm_job_here();
-
-// The node this process runs on as Slurm names it ($SLURMD_NODENAME), "" outside a job step.
-std::string slurm_node_name();
+// Slurm's leases: a lease is a job ("slurm_job" in a manifest's owner). Here: $SLURM_JOB_ID, ""
+// outside an allocation; the node: $SLURMD_NODENAME. Its word on a job (squeue): held (pending,
+// running, suspended, completing …), ended (completed, cancelled, failed, gone from the
+// controller), or unknown (no squeue here, no answer). Its tasks' variables: SLURM_*.
+const LeaseEngine& slurm_leases();
 
 // What a coordinator started under salloc writes for the process that started it: its pid as
 // soon as it runs (signals go to it, not to salloc, which would release the allocation under the

@@ -9,6 +9,7 @@
 #include "overlay/lock.hpp"
 
 #include "commands.hpp"
+#include "fleet_engine.hpp"
 #include "output.hpp"
 
 namespace {
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
   int verbose = 0;
   bool quiet = false;
+  add_lease_engines();  // before any owner is read: a fleet step's entries live as long as its lease
   Globals g;
   g.lock_timeout = overlay::default_lock_timeout();
   app.add_flag("-v,--verbose", verbose, "More log output on stderr (repeat for debug)");

@@ -140,7 +140,7 @@ std::string fleet_id_problem(const std::string& s) {
 void add_fleet_node_flags(CLI::App& sub, AddNativeFlags& f) {
   auto valid_id = fleet_id_problem;
   auto valid_owner = [](const std::string& s) {
-    return parse_owner_text(s) ? std::string() : "expected PID:TICKS@HOST[/JOB]";
+    return parse_owner_text(s) ? std::string() : "expected PID:TICKS@HOST[/LEASE]";
   };
   sub.add_option("--fleet-id", f.fleet_id, "A fleet step's id: the entry's patch id (set by overlay fleet)")
       ->check(valid_id)

@@ -11,10 +11,10 @@
 
 #include "overlay/error.hpp"
 #include "overlay/json_bytes.hpp"
+#include "overlay/lease.hpp"
 #include "overlay/owner.hpp"
 #include "overlay/progress.hpp"
 #include "overlay/recording_disk.hpp"
-#include "overlay/slurm.hpp"
 
 #include "commands.hpp"
 
@@ -75,7 +75,7 @@ void emit_json(const std::string& subcommand, int rc, const std::string& error) 
     if (!doc.contains(k)) doc[k] = v;
   if (rc != kOk && !doc.contains("error")) doc["error"] = "exit status " + std::to_string(rc);
   if (g_fleet_node) {
-    std::string name = slurm_node_name();
+    std::string name = node_name_here();
     doc["node"] = name.empty() ? this_host() : name;
   }
   // Paths are bytes on Linux: a byte that is not UTF-8 is written as Python writes it ("\udcXX"),

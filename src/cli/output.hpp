@@ -15,7 +15,7 @@ inline constexpr int kJsonSchema = 1;
 void set_json_mode(bool on);
 bool json_mode();
 // A fleet node's run (--fleet-node, set by `overlay fleet`): the document is one line, and names
-// this node ($SLURMD_NODENAME, else the host name) in "node", for the coordinator to read.
+// this node (as its engine names it, else by its host name) in "node", for the coordinator to read.
 void set_fleet_node(bool on);
 
 // One line of human output: stdout, or stderr under --json.

@@ -204,6 +204,9 @@ case $CASE in
     cat "$W/gc1.out"
     grep -q "coordinator pid $coord on $(uname -n) (Slurm job $job) is still running" "$W/gc1.out" || fail "gc-stale did not spare the live step (coordinator $coord, job $job)"
     cmp -s "$W/pristine/src/kernel.cpp" "$C/node1/root/src/kernel.cpp" && fail "node1 reverted under a live coordinator"
+    # The owner's lease is under the key every version wrote and read: a node's older binary keeps the job.
+    /usr/bin/python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))["natives"][0]["owner"]; sys.exit(o.get("slurm_job") != sys.argv[2])' \
+      "$C/node1/root/ov/_overlay_manifest.json" "$job" || fail "node1's entry does not record Slurm job $job as slurm_job"
     # fleet status during the step, as a step of the coordinator's own job: every node's entry, owner alive.
     SLURM_JOB_ID=$job SLURM_JOB_NODELIST="node[1-3]" "$BIN" fleet status --slurm --overlay "$OV" 2>&1 | tee "$W/status-live.out"
     [[ $(grep -c "1 native entry .* patch f[0-9]*-[0-9a-f]* owner $coord@$(uname -n) alive" "$W/status-live.out") == 3 ]] ||

@@ -1,11 +1,15 @@
-// The fleet's decisions (src/fleet.cpp) against a scripted FleetRunner: which nodes are reverted,
-// what the outcome says, and how srun's labelled output is read.
+// The fleet's decisions (src/fleet.cpp) and the coordinator's steps (src/fleet_step.cpp) against a
+// scripted FleetRunner: which nodes are reverted, what the outcome says, how srun's labelled
+// output is read; and a second engine, the scripted runner with a lease engine of its own.
 #include "overlay/fleet.hpp"
 
 #include <functional>
 
 #include <gtest/gtest.h>
 
+#include "overlay/fleet_step.hpp"
+#include "overlay/lease.hpp"
+#include "overlay/liveness.hpp"
 #include "overlay/slurm.hpp"
 
 using namespace overlay;
@@ -178,4 +182,137 @@ TEST(Fleet, TheReportsLinesNameEachNodeAndTheVerdict) {
             (std::vector<std::string>{"fleet: n1 verify-native FRESH_BUILD_OK",
                                       "fleet: n2 verify-native FRESH_BUILD_FAIL (exit 2: stale)",
                                       "fleet: n3 verify-native NO RESULT (srun: exit 1)"}));
+}
+
+namespace {
+
+// With ScriptedRunner, a whole engine: what a Kubernetes or Ray one would be, in one file.
+class ScriptedLeases : public LeaseEngine {
+ public:
+  std::string name() const override { return "scripted"; }
+  std::string lease_here() const override { return here; }
+  LeaseState state(const std::string& id) const override {
+    if (id == held) return LeaseState::held;
+    return answers ? LeaseState::ended : LeaseState::unknown;
+  }
+  std::string describe(const std::string& id) const override { return "scripted lease " + id; }
+  std::string node_name() const override { return "scripted-node"; }
+  std::string env_prefix() const override { return "SCRIPTED_"; }
+  std::string here, held;
+  bool answers = true;
+};
+
+ScriptedLeases& scripted_leases() {
+  static ScriptedLeases leases;
+  add_lease_engine(leases);
+  return leases;
+}
+
+struct Said {
+  std::vector<std::string> lines, notes;
+  nlohmann::json doc = nlohmann::json::object();
+  StepOutput out() {
+    return {[this](const std::string& l) { lines.push_back(l); }, [this](const std::string& n) { notes.push_back(n); },
+            doc, 2, 2};
+  }
+};
+
+std::string flag_value(const std::vector<std::string>& argv, const std::string& flag) {
+  auto it = std::find(argv.begin(), argv.end(), flag);
+  return it == argv.end() || it + 1 == argv.end() ? "" : *(it + 1);
+}
+
+}  // namespace
+
+// The coordinator owns every node's entry under its lease: a node reads the owner back from its
+// command line with the same lease, and the entry lives exactly as long as the engine says the
+// lease holds, whichever host asks.
+TEST(FleetStep, ASecondEngineIsARunnerAndALeaseEngine) {
+  ScriptedLeases& leases = scripted_leases();
+  leases.here = leases.held = "job-7";
+  Owner me = coordinator_owner();
+  EXPECT_EQ(me.lease, (Lease{"scripted", "job-7"}));
+  EXPECT_EQ(me.host, this_host());
+  FleetStepRequest req{{}, "/ov", false, {"--target", "/opt/k.cu"}};  // no node binary: argv[0] is the verb
+  FleetCommands cmds = fleet_step_commands(req, "f1-0000abcd", me);
+  EXPECT_EQ(cmds.apply.front(), "add-native");
+  EXPECT_EQ(flag_value(cmds.apply, "--fleet-id"), "f1-0000abcd");
+  EXPECT_EQ(flag_value(cmds.revert, "--patch-id"), "f1-0000abcd");
+  auto on_node = parse_owner_text(flag_value(cmds.apply, "--fleet-owner"));
+  ASSERT_TRUE(on_node);
+  EXPECT_EQ(on_node->lease, me.lease);
+  EXPECT_EQ(on_node->pid, me.pid);
+
+  ScriptedRunner r([](const std::string&, const std::string&) { return 0; });
+  Said said;
+  FleetStepEnd end = run_fleet_apply(r, cmds, "f1-0000abcd", said.out());
+  EXPECT_EQ(end.exit, 0);
+  EXPECT_TRUE(end.revert_complete);
+  EXPECT_EQ(said.lines.front(), "fleet f1-0000abcd: apply on scripted");
+  EXPECT_EQ(said.lines.back(), "FLEET_OK f1-0000abcd on scripted; failed -; rolled back -; unreachable -");
+  EXPECT_EQ(said.doc["engine"], "scripted");
+  EXPECT_EQ(said.doc["outcome"], "ok");
+
+  on_node->host = "another-host-" + std::to_string(::getpid());
+  EXPECT_EQ(owner_liveness(*on_node), Liveness::alive);
+  EXPECT_EQ(describe_owner(*on_node),
+            "coordinator pid " + std::to_string(me.pid) + " on " + on_node->host + " (scripted lease job-7)");
+  leases.held = "another job";
+  EXPECT_EQ(owner_liveness(*on_node), Liveness::gone);
+  leases.answers = false;  // the engine cannot be asked: another host's entry is left alone
+  EXPECT_EQ(owner_liveness(*on_node), Liveness::unseen);
+  leases.answers = true;
+  EXPECT_TRUE(is_engine_variable("SCRIPTED_JOB"));
+  EXPECT_FALSE(is_engine_variable("SCRIPTEDX"));
+  leases.here.clear();
+}
+
+// A lease of an engine this binary lacks is kept, never asked, never reverted on a guess.
+TEST(FleetStep, ALeaseOfAnEngineNotLinkedIsUnknown) {
+  Owner o{1, 1, "another-host-" + std::to_string(::getpid()), {"ray", "raysubmit_1"}};
+  EXPECT_EQ(lease_state(o.lease), LeaseState::unknown);
+  EXPECT_EQ(owner_liveness(o), Liveness::unseen);
+  EXPECT_EQ(describe_owner(o), "coordinator pid 1 on " + o.host + " (ray lease raysubmit_1)");
+  nlohmann::json j = o;
+  EXPECT_EQ(j["ray_job"], "raysubmit_1");
+}
+
+TEST(FleetStep, ExitsSayWhatANodeMayStillHold) {
+  scripted_leases();
+  FleetCommands cmds = fleet_step_commands({{}, "/ov", true, {}}, "f1-0000abcd", coordinator_owner());
+  EXPECT_EQ(cmds.apply.front(), "apply");
+  Said failed;
+  ScriptedRunner one_fails(
+      [](const std::string& phase, const std::string& node) { return phase == "apply" && node == "n2" ? 1 : 0; });
+  FleetStepEnd end = run_fleet_apply(one_fails, cmds, "f1-0000abcd", failed.out());
+  EXPECT_EQ(end.exit, 1);
+  EXPECT_TRUE(end.revert_complete);
+  Said lost;
+  ScriptedRunner revert_lost([](const std::string& phase, const std::string& node) {
+    if (phase == "verify-native" && node == "n1") return 2;
+    return phase == "revert" && node == "n3" ? -1 : 0;
+  });
+  end = run_fleet_apply(revert_lost, cmds, "f1-0000abcd", lost.out());
+  EXPECT_EQ(end.exit, to_int(StepExit::revert_incomplete));
+  EXPECT_FALSE(end.revert_complete);
+  EXPECT_EQ(lost.doc["revert_complete"], false);
+}
+
+// fleet exec: the reference and the candidate run here; the candidate's status is the step's,
+// once every node was reverted and found clean.
+TEST(FleetStep, ExecPassesTheCandidatesStatusOnceEveryNodeIsClean) {
+  scripted_leases();
+  FleetCommands cmds = fleet_step_commands({{}, "/ov", false, {}}, "f1-0000abcd", coordinator_owner());
+  ScriptedRunner r([](const std::string&, const std::string&) { return 0; });
+  FleetExecRequest x{{"sh", "-c", "exit 3"}, true, 0, ""};
+  Said said;
+  FleetStepEnd end = run_fleet_exec(r, cmds, "f1-0000abcd", x, said.out());
+  EXPECT_EQ(end.exit, 3);
+  ASSERT_EQ(r.calls.size(), 4u);  // apply, verify, revert, clean
+  EXPECT_EQ(r.calls[2].first, "revert");
+  EXPECT_EQ(said.doc["ref"]["status"], 3);
+  EXPECT_EQ(said.doc["cand"]["status"], 3);
+  ScriptedRunner dirty([](const std::string& phase, const std::string&) { return phase == "status" ? 1 : 0; });
+  Said d;
+  EXPECT_EQ(run_fleet_exec(dirty, cmds, "f1-0000abcd", x, d.out()).exit, to_int(StepExit::not_clean));
 }

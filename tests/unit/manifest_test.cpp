@@ -234,3 +234,21 @@ TEST(ManifestBytes, SerializationIsThatOfTheRecordsBeforeFileBackup) {
   }
   EXPECT_GE(checked, 11);
 }
+
+// An owner's lease is "ENGINE_job": ID, whichever engine issued it (Slurm's key is the one every
+// version wrote); it reads back the same, and a lease that is not a string is refused.
+TEST(Manifest, AnOwnersLeaseIsKeptWhateverItsEngine) {
+  for (const char* key : {"slurm_job", "ray_job"}) {
+    json doc = json::parse(legacy_manifest());
+    doc["natives"][0]["owner"] = {{"pid", 12}, {"start_ticks", 34}, {"host", "login1"}, {key, "77"}};
+    Manifest m = parse_manifest(doc.dump());
+    ASSERT_TRUE(m.natives[0].owner);
+    EXPECT_EQ(m.natives[0].owner->lease.id, "77");
+    EXPECT_EQ(m.natives[0].owner->lease.engine, std::string(key).substr(0, std::string(key).find('_')));
+    json back = json::parse(serialize_manifest(m));
+    EXPECT_EQ(back["natives"][0]["owner"], doc["natives"][0]["owner"]) << key;
+  }
+  json doc = json::parse(legacy_manifest());
+  doc["natives"][0]["owner"] = {{"pid", 12}, {"start_ticks", 34}, {"slurm_job", 77}};
+  EXPECT_NE(expect_error(doc.dump()).find("slurm_job"), std::string::npos);
+}

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "overlay/liveness.hpp"
+#include "overlay/slurm.hpp"
 
 using namespace overlay;
 
@@ -30,19 +31,24 @@ TEST(Owner, DeadProcessIsNotAlive) {
 }
 
 TEST(Owner, TextRoundTripsAndRejectsMalformed) {
-  Owner o{4242, 99, "login1", "77"};
-  EXPECT_EQ(owner_text(o), "4242:99@login1/77");
+  add_lease_engine(slurm_leases());  // the CLI's first engine: a bare id is its lease
+  Owner o{4242, 99, "login1", {"slurm", "77"}};
+  EXPECT_EQ(owner_text(o), "4242:99@login1/77");  // the form every version passed to its nodes
   auto back = parse_owner_text(owner_text(o));
   ASSERT_TRUE(back);
   EXPECT_EQ(back->pid, 4242);
   EXPECT_EQ(back->start_ticks, 99u);
   EXPECT_EQ(back->host, "login1");
-  EXPECT_EQ(back->slurm_job, "77");
-  EXPECT_EQ(parse_owner_text("12:3@h")->slurm_job, "");
+  EXPECT_EQ(back->lease, (Lease{"slurm", "77"}));
+  EXPECT_TRUE(parse_owner_text("12:3@h")->lease.empty());
+  // Another engine's lease (one this binary may lack) names its engine, and comes back whole.
+  o.lease = {"ray", "raysubmit_9:x"};
+  EXPECT_EQ(owner_text(o), "4242:99@login1/ray:raysubmit_9:x");
+  EXPECT_EQ(parse_owner_text(owner_text(o))->lease, o.lease);
   for (const char* bad : {"", "12", "12:3", "x:3@h", "12:y@h", "12:3@", "12:3@h/", "0:3@h", "12@h:3", "12:3~@h",
-                          "12:3~x@h", "12:~5@h", "12:3~-5@h"})
+                          "12:3~x@h", "12:~5@h", "12:3~-5@h", "12:3@h/Ray:1", "12:3@h/ray:", "12:3@h/:1"})
     EXPECT_FALSE(parse_owner_text(bad)) << bad;
-  o.pid_ns = 4026532175;
+  o.pid_ns = 4026532175, o.lease = {"slurm", "77"};
   EXPECT_EQ(owner_text(o), "4242:99~4026532175@login1/77");
   EXPECT_EQ(parse_owner_text(owner_text(o))->pid_ns, 4026532175u);
 }
@@ -66,6 +72,7 @@ TEST(Owner, ANumberOfAnotherPidNamespaceIsNotLookedUpInOurs) {
 class RemoteOwner : public ::testing::Test {
  protected:
   void SetUp() override {
+    add_lease_engine(slurm_leases());
     dir_ = std::filesystem::temp_directory_path() / ("owner-test-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
     old_path_ = std::getenv("PATH") ? std::getenv("PATH") : "";
@@ -84,7 +91,7 @@ class RemoteOwner : public ::testing::Test {
 };
 
 TEST_F(RemoteOwner, AliveWhileItsJobRunsGoneWhenItEnded) {
-  Owner o{1, 1, "another-host-" + std::to_string(::getpid()), "77"};
+  Owner o{1, 1, "another-host-" + std::to_string(::getpid()), {"slurm", "77"}};
   squeue("echo RUNNING");
   EXPECT_TRUE(owner_alive(o));
   squeue("echo COMPLETING");
@@ -99,13 +106,13 @@ TEST_F(RemoteOwner, AliveWhileItsJobRunsGoneWhenItEnded) {
 }
 
 TEST_F(RemoteOwner, AliveWhenSlurmCannotBeAsked) {
-  Owner o{1, 1, "another-host-" + std::to_string(::getpid()), "77"};
+  Owner o{1, 1, "another-host-" + std::to_string(::getpid()), {"slurm", "77"}};
   squeue("echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1");
   EXPECT_TRUE(owner_alive(o));  // nothing is reverted on a guess
-  o.slurm_job.clear();
+  o.lease = {};
   squeue("echo CANCELLED");
   EXPECT_TRUE(owner_alive(o));  // no job recorded: another host's PID says nothing here
-  o = Owner{::getpid(), process_start_ticks(::getpid()).value_or(0), this_host(), "77"};
+  o = Owner{::getpid(), process_start_ticks(::getpid()).value_or(0), this_host(), {"slurm", "77"}};
   squeue("exit 1");
   EXPECT_TRUE(owner_alive(o));  // this host, Slurm silent: its PID decides
   o.start_ticks += 1;
@@ -115,7 +122,7 @@ TEST_F(RemoteOwner, AliveWhenSlurmCannotBeAsked) {
 // A batch script runs the coordinator on the job's first node: there too the job decides, so
 // that node is not reverted while the job (and the others' patch) lives on.
 TEST_F(RemoteOwner, OnTheCoordinatorsOwnHostTheJobDecidesToo) {
-  Owner o{::getpid(), process_start_ticks(::getpid()).value_or(0) + 1, this_host(), "77"};  // not us: dead
+  Owner o{::getpid(), process_start_ticks(::getpid()).value_or(0) + 1, this_host(), {"slurm", "77"}};  // not us: dead
   squeue("echo RUNNING");
   EXPECT_TRUE(owner_alive(o));
   squeue("echo COMPLETED");
