@@ -82,7 +82,6 @@ FleetCommands fleet_step_commands(const FleetStepRequest& r, const std::string& 
 
 FleetStepEnd run_fleet_apply(FleetRunner& runner, const FleetCommands& cmds, const std::string& id,
                              const StepOutput& out) {
-  StepSignals signals;
   out.line("fleet " + id + ": apply on " + runner.describe());
   FleetReport rep = fleet_apply(runner, cmds, stopped);
   if (rep.outcome == "ok" && stopped()) fleet_revert(runner, cmds, rep);  // stopped during verify: undo it
@@ -96,7 +95,6 @@ FleetStepEnd run_fleet_apply(FleetRunner& runner, const FleetCommands& cmds, con
 
 FleetStepEnd run_fleet_exec(FleetRunner& runner, const FleetCommands& cmds, const std::string& id,
                             const FleetExecRequest& req, const StepOutput& out) {
-  StepSignals signals;
   out.line("fleet " + id + ": exec on " + runner.describe());
   out.doc["ref"] = nullptr, out.doc["cand"] = nullptr;
   int ref_status = 0, cand_status = 0;

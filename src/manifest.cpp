@@ -269,11 +269,13 @@ void read_owner(const json& j, NativeEntry& e) {
   o.pid = static_cast<pid_t>(pid->get<long long>());
   if (start != nullptr && start->is_number_unsigned()) o.start_ticks = start->get<std::uint64_t>();
   o.host = opt_string(*v, "host").value_or("");
-  for (const auto& item : v->items()) {  // a lease is "ENGINE_job": ID, whichever engine issued it
+  // A lease is "ENGINE_job": ID, whichever engine issued it; one of an engine this binary asks
+  // wins over one it cannot (this tool writes one only).
+  for (const auto& item : v->items()) {
     auto engine = engine_of_lease_key(item.key());
-    if (!engine) continue;
-    std::string id = opt_string(*v, item.key().c_str()).value_or("");
-    if (!id.empty()) o.lease = {*engine, id};
+    std::string id = engine ? opt_string(*v, item.key().c_str()).value_or("") : "";
+    if (id.empty() || (!o.lease.empty() && find_lease_engine(o.lease.engine) != nullptr)) continue;
+    if (o.lease.empty() || find_lease_engine(*engine) != nullptr) o.lease = {*engine, id};
   }
   if (const json* ns = find(*v, "pid_ns"); ns != nullptr && ns->is_number_unsigned())
     o.pid_ns = ns->get<std::uint64_t>();

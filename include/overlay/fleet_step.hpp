@@ -4,6 +4,8 @@
 // reports): apply a change on every node, the whole A/B step on every node, and a one-node
 // command (verify-native, revert, status) passed on to every node. Each says what it does as it
 // goes through a StepOutput (overlay/ab_step.hpp): the lines, the notes, the JSON document.
+// apply and exec run while the caller holds a StepSignals, made before its coordinator began (a
+// signal that came while it started its runner or recorded the step's id is the step's too).
 #include <string>
 #include <vector>
 

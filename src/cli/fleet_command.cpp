@@ -1,8 +1,7 @@
-// `fleet`: one step on every node of a multi-node deployment. Each subcommand takes the flags of
-// its one-node counterpart (registered by the same functions) plus the engine's
-// (fleet_engine.hpp); the flags given are passed on, as given, to `overlay --fleet-node
-// <counterpart> …` on every node. The coordinator's steps are the library's
-// (overlay/fleet_step.hpp): this file parses and prints.
+// `fleet`: one step on every node of a multi-node deployment. Each subcommand takes its one-node
+// counterpart's flags (registered by the same functions) plus the engine's (fleet_engine.hpp),
+// and passes those given on to `overlay --fleet-node <counterpart> …` on every node. The
+// coordinator's steps are the library's (overlay/fleet_step.hpp): this file parses and prints.
 #include <memory>
 
 #include "overlay/error.hpp"
@@ -64,6 +63,7 @@ void add_step_flags(CLI::App& sub, ApplyStep& s) {
 
 int fleet_apply_command(ApplyStep& s, const Globals& g) {
   if (auto rc = run_in_own_allocation(s.e, g, s.f.overlay)) return *rc;
+  StepSignals signals;  // from before the record opens: the waiter under salloc passes signals on from then
   auto runner = start(s, g);
   return ended(run_fleet_apply(*runner, s.cmds, s.id, fleet_output()), s);
 }
@@ -77,6 +77,7 @@ int fleet_exec_command(ExecStep& s, const Globals& g) {
   if (s.f.targets.empty() && s.f.patch_root.empty())
     throw Error("pass --target (as add-native) or --patch with --patch-root (as apply)");
   if (auto rc = run_in_own_allocation(s.e, g, s.f.overlay)) return *rc;
+  StepSignals signals;  // from before the record opens: the waiter under salloc passes signals on from then
   auto runner = start(s, g);
   // The candidate's tasks get our environment: with the overlay first on PYTHONPATH, its .py files engage.
   if (!s.f.patch_root.empty() && s.f.targets.empty()) s.x.pythonpath = absolute_normal(s.f.overlay).string();
@@ -104,8 +105,7 @@ void add_pass_on(CLI::App& fleet, const Globals& g, const std::shared_ptr<Handle
                  const char* counterpart, const char* help, Setup setup) {
   auto p = std::make_shared<PassOn>();
   CLI::App* sub = fleet.add_subcommand(name, help);
-  p->sub = sub;
-  p->counterpart = counterpart;
+  p->sub = sub, p->counterpart = counterpart;
   p->counterpart_flags = setup(*sub, g);  // the counterpart's flags, as it has them; it runs on the nodes
   if (std::string(name) == "revert")
     sub->add_option(

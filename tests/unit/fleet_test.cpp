@@ -3,6 +3,7 @@
 // output is read; and a second engine, the scripted runner with a lease engine of its own.
 #include "overlay/fleet.hpp"
 
+#include <cstdlib>
 #include <functional>
 
 #include <gtest/gtest.h>
@@ -228,6 +229,8 @@ std::string flag_value(const std::vector<std::string>& argv, const std::string& 
 // command line with the same lease, and the entry lives exactly as long as the engine says the
 // lease holds, whichever host asks.
 TEST(FleetStep, ASecondEngineIsARunnerAndALeaseEngine) {
+  std::string slurm_job = std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_JOB_ID") : "";
+  ::unsetenv("SLURM_JOB_ID");  // run inside a Slurm job, its lease would be this process's (Slurm is first)
   ScriptedLeases& leases = scripted_leases();
   leases.here = leases.held = "job-7";
   Owner me = coordinator_owner();
@@ -265,6 +268,7 @@ TEST(FleetStep, ASecondEngineIsARunnerAndALeaseEngine) {
   EXPECT_TRUE(is_engine_variable("SCRIPTED_JOB"));
   EXPECT_FALSE(is_engine_variable("SCRIPTEDX"));
   leases.here.clear();
+  if (!slurm_job.empty()) ::setenv("SLURM_JOB_ID", slurm_job.c_str(), 1);
 }
 
 // A lease of an engine this binary lacks is kept, never asked, never reverted on a guess.

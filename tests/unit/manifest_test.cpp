@@ -248,6 +248,13 @@ TEST(Manifest, AnOwnersLeaseIsKeptWhateverItsEngine) {
     json back = json::parse(serialize_manifest(m));
     EXPECT_EQ(back["natives"][0]["owner"], doc["natives"][0]["owner"]) << key;
   }
+  // Two leases (never written by this tool): the one of an engine this binary asks wins.
+  json two = json::parse(legacy_manifest());
+  two["natives"][0]["owner"] = {
+      {"pid", 12}, {"start_ticks", 34}, {"a-job_job", "9"}, {"slurm_job", "77"}, {"zz_job", "8"}};
+  EXPECT_EQ(parse_manifest(two.dump()).natives[0].owner->lease, (Lease{"slurm", "77"}));
+  two["natives"][0]["owner"].erase("slurm_job");
+  EXPECT_EQ(parse_manifest(two.dump()).natives[0].owner->lease, (Lease{"a-job", "9"}));  // none known: the first
   json doc = json::parse(legacy_manifest());
   doc["natives"][0]["owner"] = {{"pid", 12}, {"start_ticks", 34}, {"slurm_job", 77}};
   EXPECT_NE(expect_error(doc.dump()).find("slurm_job"), std::string::npos);

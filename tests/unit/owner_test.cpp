@@ -14,6 +14,15 @@
 
 using namespace overlay;
 
+namespace {
+// As in the CLI, Slurm's leases are the first engine's in every test of this binary, whichever
+// runs first: a bare job id in an owner text is one of its jobs.
+class SlurmFirst : public ::testing::Environment {
+  void SetUp() override { add_lease_engine(slurm_leases()); }
+};
+[[maybe_unused]] const ::testing::Environment* const kSlurmFirst = ::testing::AddGlobalTestEnvironment(new SlurmFirst);
+}  // namespace
+
 TEST(Owner, SelfIsAliveWithStartTime) {
   auto ticks = process_start_ticks(::getpid());
   ASSERT_TRUE(ticks);
@@ -31,7 +40,7 @@ TEST(Owner, DeadProcessIsNotAlive) {
 }
 
 TEST(Owner, TextRoundTripsAndRejectsMalformed) {
-  add_lease_engine(slurm_leases());  // the CLI's first engine: a bare id is its lease
+  ASSERT_EQ(lease_engines().front(), &slurm_leases());
   Owner o{4242, 99, "login1", {"slurm", "77"}};
   EXPECT_EQ(owner_text(o), "4242:99@login1/77");  // the form every version passed to its nodes
   auto back = parse_owner_text(owner_text(o));
@@ -72,7 +81,6 @@ TEST(Owner, ANumberOfAnotherPidNamespaceIsNotLookedUpInOurs) {
 class RemoteOwner : public ::testing::Test {
  protected:
   void SetUp() override {
-    add_lease_engine(slurm_leases());
     dir_ = std::filesystem::temp_directory_path() / ("owner-test-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
     old_path_ = std::getenv("PATH") ? std::getenv("PATH") : "";
