@@ -12,7 +12,7 @@ Two examples:
   cmake  a CMake + Ninja shared library and the program that links it
 
 Builds are counted, not guessed: the compiler is a wrapper first on PATH (CMake is configured
-with it) that logs every compile. Per cycle it prints the compiles, the wall time, and the floor:
+with it; torch's JIT gets a CUDA_HOME whose bin/nvcc is one) that logs every compile. Per cycle it prints the compiles, the wall time, and the floor:
 one compile of the changed translation unit (measured here by hand) plus the two legs' runs: a
 new candidate's cycle cannot go below it, a repeated one's can (no compile). Then the same loop through overlay_setup.py (--reference) beside it.
 
@@ -74,15 +74,36 @@ class Compiles:
         open(self.log, "w").close()
         for name in ("c++", "g++", "nvcc"):
             real = shutil.which(name)
-            if real is None:
-                continue
-            # A compile nvcc hands its host compiler is not counted again (AB_LOOP_IN_COMPILE).
-            with open(os.path.join(self.bin, name), "w") as f:
-                f.write(
-                    '#!/bin/sh\nif [ -z "$AB_LOOP_IN_COMPILE" ]; then case " $* " in *" -c "*) echo %s >> %s;; esac; fi\n'
-                    'AB_LOOP_IN_COMPILE=1 exec %s "$@"\n' % (name, shlex.quote(self.log), shlex.quote(real))
-                )
-            os.chmod(os.path.join(self.bin, name), 0o755)
+            if real is not None:
+                self.wrap(os.path.join(self.bin, name), real)
+
+    def wrap(self, path, real):
+        """Writes at path a wrapper of the compiler real that logs each compile (-c)."""
+        # A compile nvcc hands its host compiler is not counted again (AB_LOOP_IN_COMPILE).
+        with open(path, "w") as f:
+            f.write(
+                '#!/bin/sh\nif [ -z "$AB_LOOP_IN_COMPILE" ]; then case " $* " in *" -c "*) echo %s >> %s;; esac; fi\n'
+                'AB_LOOP_IN_COMPILE=1 exec %s "$@"\n'
+                % (shlex.quote(os.path.basename(path)), shlex.quote(self.log), shlex.quote(real))
+            )
+        os.chmod(path, 0o755)
+
+    def cuda_home(self, w, python, env):
+        """torch's JIT runs $CUDA_HOME/bin/nvcc by its absolute path, never the nvcc on PATH: a
+        CUDA_HOME beside torch's whose bin/nvcc is a wrapper and whose every other entry is a link
+        to the real one's. Returns it, or None where torch names no CUDA_HOME."""
+        probe = [python, "-c", "from torch.utils.cpp_extension import CUDA_HOME; print(CUDA_HOME or '')"]
+        real = subprocess.run(probe, capture_output=True, text=True, env=env).stdout.strip()
+        if not real or not os.path.isfile(os.path.join(real, "bin", "nvcc")):
+            return None
+        home = os.path.join(w, "cuda")
+        os.makedirs(os.path.join(home, "bin"))
+        for sub, skip in (("", "bin"), ("bin", "nvcc")):
+            for e in os.listdir(os.path.join(real, sub)):
+                if e != skip:
+                    os.symlink(os.path.join(real, sub, e), os.path.join(home, sub, e))
+        self.wrap(os.path.join(home, "bin", "nvcc"), os.path.join(real, "bin", "nvcc"))
+        return home
 
     def count(self):
         with open(self.log) as f:
@@ -95,13 +116,20 @@ def write(path, text):
         f.write(text)
 
 
-def setup_jit(w, python, env):
+def setup_jit(w, python, env, compiles):
     probe = subprocess.run(
         [python, "-c", "import torch; print(int(torch.cuda.is_available()))"], capture_output=True, text=True, env=env
     )
     if probe.returncode != 0:
         return None
     ext = "cu" if probe.stdout.strip() == "1" else "cpp"
+    if ext == "cu":
+        home = compiles.cuda_home(w, python, env)
+        if home is None:
+            sys.exit(
+                "ab_loop jit: torch sees a GPU but names no CUDA_HOME with bin/nvcc: its compiles cannot be counted"
+            )
+        env["CUDA_HOME"] = home
     src = os.path.join(w, "pkg", "csrc", "fill." + ext)
     write(src, "#define VALUE %s\n" % VALUES["stock"] + JIT_BODY[ext])
     for c in ("A", "B", "C"):
@@ -257,7 +285,7 @@ def main():
                 OVERLAY_STATE_DIR=os.path.join(w, "state"),
                 PATH=compiles.bin + os.pathsep + os.environ["PATH"],
             )
-            ex = setup_jit(w, a.python, env) if name == "jit" else setup_cmake(w, env, compiles)
+            ex = setup_jit(w, a.python, env, compiles) if name == "jit" else setup_cmake(w, env, compiles)
             if ex is None:
                 print("ab_loop jit: skipped: %s has no torch" % a.python)
                 continue
