@@ -11,8 +11,9 @@
 namespace overlay {
 
 struct Lease {
-  std::string engine;  // the engine's name ("slurm")
-  std::string id;      // the engine's own word for the grant ("42")
+  // The engine's name, and its own word for the grant: "slurm" and "42".
+  std::string engine;
+  std::string id;
   bool empty() const { return id.empty(); }
   bool operator==(const Lease&) const = default;
 };

@@ -34,7 +34,8 @@ overlay::Disk& cli_disk();
 
 struct Globals {
   double lock_timeout = 120;
-  std::vector<std::string> argv;  // the command line as given (fleet --slurm-args runs it again under salloc)
+  // The command line as given (fleet --slurm-args runs it again under salloc).
+  std::vector<std::string> argv;
 };
 
 // Which subcommands to register: every one (for --help, usage errors and unknown names), none
