@@ -142,36 +142,25 @@ TEST(DiskBypass, EveryFileChangeOfOursGoesThroughDisk) {
   std::vector<std::string> env = {"OVERLAY_DISK_TRACE=" + trace.string(), "OVERLAY_STATE_DIR=" + (t / "state").string(),
                                   "ASAN_OPTIONS=detect_leaks=0"};
   const std::string build = "sh -c 'echo rebuilt > lib/libk.so; mkdir -p cache/x; echo 1 > cache/x/1'";
+  // The change, as add-native and exec both take it.
+  const std::vector<std::string> change = {
+      "--target",    in.source.string(),   "--patched-file",     (t / "patched.cpp").string(),
+      "--artifact",  in.artifact.string(), "--invalidate-cache", in.cache.string(),
+      "--build-cwd", in.root.string(),     "--build-cmd",        build};
+  auto with_change = [&](std::vector<std::string> head, const std::vector<std::string>& tail) {
+    head.insert(head.end(), change.begin(), change.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
   std::vector<std::vector<std::string>> runs;
   for (std::string snapshot : {"tar", "move"}) {
-    runs.push_back({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                    (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
-                    in.cache.string(), "--cache-snapshot", snapshot, "--build-cwd", in.root.string(), "--build-cmd",
-                    build});
+    runs.push_back(with_change({"add-native", "--overlay", (t / "ov").string()}, {"--cache-snapshot", snapshot}));
     runs.push_back({"revert", "--overlay", (t / "ov").string()});
   }
   // The A/B step: its runs' logs, its apply, build and revert (issue 53: the logs were opened
   // with open(2) outside Disk).
-  runs.push_back({"exec",
-                  "--overlay",
-                  (t / "ov-exec").string(),
-                  "--ref",
-                  "--target",
-                  in.source.string(),
-                  "--patched-file",
-                  (t / "patched.cpp").string(),
-                  "--artifact",
-                  in.artifact.string(),
-                  "--invalidate-cache",
-                  in.cache.string(),
-                  "--build-cwd",
-                  in.root.string(),
-                  "--build-cmd",
-                  build,
-                  "--",
-                  "sh",
-                  "-c",
-                  "echo ran; echo to-stderr >&2"});
+  runs.push_back(with_change({"exec", "--overlay", (t / "ov-exec").string(), "--ref"},
+                             {"--", "sh", "-c", "echo ran; echo to-stderr >&2"}));
   std::string before = tree_digest(in.root);
   std::vector<std::string> traces;
   int n = 0;
