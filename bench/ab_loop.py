@@ -11,6 +11,9 @@ Two examples:
          loading it as a serving stack does (`torch.utils.cpp_extension.load`); skipped without torch
   cmake  a CMake + Ninja shared library and the program that links it
 
+Before the loop, the tracer's cost on the example's build (issue 61): the build run plainly and
+under `overlay __trace-build`, in turn (bench/trace_cost.py), with the ratio against its target.
+
 Builds are counted, not guessed: the compiler is a wrapper first on PATH (CMake is configured
 with it; torch's JIT gets a CUDA_HOME whose bin/nvcc is one) that logs every compile. Per cycle it prints the compiles, the wall time, and the floor:
 one compile of the changed translation unit (measured here by hand) plus the two legs' runs: a
@@ -34,6 +37,7 @@ VALUES = {"stock": "4", "A": "7", "B": "9", "C": "11"}
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from revert_next_build import BODY as JIT_BODY  # noqa: E402  (the same one-kernel extension)
+import trace_cost  # noqa: E402
 
 JIT_LOAD = """import os, sys
 import torch.utils.cpp_extension as ce
@@ -144,6 +148,7 @@ def setup_jit(w, python, env, compiles):
         "build": leg,
         "build_cwd": os.path.join(w, "pkg"),
         "cand": lambda c: os.path.join(w, "cand", c, "fill." + ext),
+        "invalidate": lambda: shutil.rmtree(env["TORCH_EXTENSIONS_DIR"], ignore_errors=True),
     }
 
 
@@ -169,6 +174,7 @@ def setup_cmake(w, env, compiles):
         "build": build,
         "build_cwd": bdir,
         "cand": lambda c: os.path.join(w, "cand", c, "kern.cpp"),
+        "invalidate": lambda: os.utime(src),
     }
 
 
@@ -224,6 +230,13 @@ def bench(ex, a, env, compiles, w):
         "ab_loop %s: stock build %.2f s, a leg %.2f s, one compile of the changed unit %.2f s (%d compile(s))"
         % (ex["name"], first, leg, unit, units)
     )
+    if a.trace_rounds > 0:
+        plain, traced = trace_cost.measure(
+            a.overlay, ex["build"], ex["build_cwd"], env, ex["invalidate"], a.trace_rounds, w
+        )
+        print("ab_loop " + trace_cost.line("%s, traced build" % ex["name"], plain, traced), flush=True)
+    if a.trace_only:
+        return
     results = {}
     ov = os.path.join(w, "ov-overlay")
     results["overlay"] = loop(
@@ -275,6 +288,8 @@ def main():
     ap.add_argument("--reference", help="overlay_setup.py, to run the same loop through it beside")
     ap.add_argument("--python", default="/usr/bin/python3", help="the interpreter with torch (jit)")
     ap.add_argument("--example", choices=["jit", "cmake", "both"], default="both")
+    ap.add_argument("--trace-rounds", type=int, default=3, help="builds plain and traced, each, for the tracer's cost")
+    ap.add_argument("--trace-only", action="store_true", help="the tracer's cost only, not the loop")
     a = ap.parse_args()
     a.overlay = os.path.abspath(a.overlay)
     for name in ["cmake", "jit"] if a.example == "both" else [a.example]:

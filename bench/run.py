@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+import trace_cost  # noqa: E402  (beside this script)
 from workload import rebuild_artifact
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -501,6 +502,10 @@ def main():
     cache_sizes = [int(x) for x in a.cache_sizes.split(",") if x]
     cache_med, cross = cache_rounds(ov_bin, env, a.work, cache_sizes, a.cache_rounds) if cache_sizes else ({}, False)
 
+    # The tracer's cost on a real build (issue 61): the same build plainly and traced, in turn.
+    tc = trace_cost.cmake_example(a.work, dict(os.environ))
+    traced_build = trace_cost.measure(ov_bin, *tc, max(3, a.rounds), a.work) if tc else None
+
     hello = build_static_hello(a.work)
     static_bin = os.path.abspath(a.static_overlay) if a.static_overlay else None
     start = startups(ov_bin, hello, max(200, 40 * a.rounds), static_bin) if hello else None
@@ -581,6 +586,8 @@ def main():
                 beyond / (floor + 3 * v),
             )
         )
+    if traced_build:
+        print(trace_cost.line("traced build (cmake)", *traced_build))
     if cache_sizes:
         print_cache_table(cache_med, cache_sizes, cross)
     print(

@@ -262,9 +262,9 @@ bool AbStep::build(const NativePlan& plan, const AppliedEntry& entry) {
                 {"log", entry.log_path.string()},
                 {"rc", b.result.rc()},
                 {"served_from_store", b.served_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.served_from)}};
-  if (!b.served_from.empty())
-    note("candidate served from the build store (record " + b.served_from +
-         "): the same build of the same inputs ran before; no command ran (--rebuild builds)");
+  put_trace_json(j["build"], b);
+  note("candidate " + store_line(b));
+  for (const auto& u : b.unobserved) note("warning: the build's trace is incomplete: " + u);
   if (!b.store_note.empty()) note(b.store_note);
   if (b.result.forwarded_signal) signal_ = b.result.forwarded_signal;
   if (!b.log_error.empty())

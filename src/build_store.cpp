@@ -1,5 +1,6 @@
 #include "overlay/build_store.hpp"
 
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,9 +17,9 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
+#include "overlay/json_bytes.hpp"
 #include "overlay/lease.hpp"
 #include "overlay/pinned.hpp"
-#include "overlay/process.hpp"
 #include "overlay/snapshot.hpp"
 
 extern char** environ;
@@ -27,32 +28,35 @@ namespace overlay {
 
 using nlohmann::json;
 
-void to_json(json& j, const StoredFile& f) {
-  j = {{"path", f.path}, {"blob", f.blob}, {"sha256", f.sha256}, {"mode", f.mode}, {"mtime_ns", f.mtime_ns}};
+void to_json(json& j, const StoredChange& c) {
+  j = {{"path", c.path}, {"type", static_cast<int>(c.type)}, {"mode", c.mode}, {"mtime_ns", c.mtime_ns}};
+  if (!c.blob.empty()) j["blob"] = c.blob, j["sha256"] = c.sha256;
+  if (!c.target.empty()) j["target"] = c.target;
 }
-void from_json(const json& j, StoredFile& f) {
-  j.at("path").get_to(f.path), j.at("blob").get_to(f.blob), j.at("sha256").get_to(f.sha256);
-  j.at("mode").get_to(f.mode), j.at("mtime_ns").get_to(f.mtime_ns);
+void from_json(const json& j, StoredChange& c) {
+  j.at("path").get_to(c.path);
+  int type = j.at("type").get<int>();
+  if (type < 0 || type > static_cast<int>(FileType::other)) throw Error("build record: bad type");
+  c.type = static_cast<FileType>(type);
+  j.at("mode").get_to(c.mode), j.at("mtime_ns").get_to(c.mtime_ns);
+  c.blob = j.value("blob", ""), c.sha256 = j.value("sha256", ""), c.target = j.value("target", "");
 }
 void to_json(json& j, const StoredDir& d) { j = {{"path", d.path}, {"tar", d.tar}, {"sha256", d.sha256}}; }
 void from_json(const json& j, StoredDir& d) {
   j.at("path").get_to(d.path), j.at("tar").get_to(d.tar), j.at("sha256").get_to(d.sha256);
 }
-void to_json(json& j, const StoredStamp& s) { j = json::array({s.path, s.size, s.mtime_ns, s.ctime_ns}); }
-void from_json(const json& j, StoredStamp& s) {
-  j.at(0).get_to(s.path), j.at(1).get_to(s.size), j.at(2).get_to(s.mtime_ns), j.at(3).get_to(s.ctime_ns);
-}
+void to_json(json& j, const StoredStamp& s) { j = json::array({s.path, s.mtime_ns}); }
+void from_json(const json& j, StoredStamp& s) { j.at(0).get_to(s.path), j.at(1).get_to(s.mtime_ns); }
 void to_json(json& j, const StoredBuild& b) {
-  j = {{"recipe", b.recipe},     {"inputs_sha256", b.inputs_sha256},
-       {"deps", b.deps},         {"sources", b.sources},
-       {"files", b.files},       {"before", b.before},
-       {"dirs", b.dirs},         {"entry", b.entry},
-       {"built_at", b.built_at}, {"bytes", b.bytes}};
+  j = {{"recipe", b.recipe},   {"inputs_sha256", b.inputs_sha256},
+       {"inputs", b.inputs},   {"changes", b.changes},
+       {"sources", b.sources}, {"dirs", b.dirs},
+       {"entry", b.entry},     {"built_at", b.built_at},
+       {"bytes", b.bytes}};
 }
 void from_json(const json& j, StoredBuild& b) {
-  j.at("recipe").get_to(b.recipe), j.at("inputs_sha256").get_to(b.inputs_sha256), j.at("deps").get_to(b.deps);
-  j.at("sources").get_to(b.sources), j.at("files").get_to(b.files), j.at("dirs").get_to(b.dirs);
-  j.at("before").get_to(b.before);
+  j.at("recipe").get_to(b.recipe), j.at("inputs_sha256").get_to(b.inputs_sha256), j.at("inputs").get_to(b.inputs);
+  j.at("changes").get_to(b.changes), j.at("sources").get_to(b.sources), j.at("dirs").get_to(b.dirs);
   j.at("entry").get_to(b.entry), j.at("built_at").get_to(b.built_at), j.at("bytes").get_to(b.bytes);
 }
 
@@ -61,10 +65,7 @@ std::string StoredBuild::name() const { return recipe.substr(0, 16) + "/" + inpu
 namespace {
 
 constexpr const char* kRecordName = "record.json";
-constexpr std::size_t kMaxRecordBytes = 64u << 20;
-constexpr std::size_t kMaxDeps = 200000;
-
-bool strictly_inside(const fs::path& p, const fs::path& dir) { return is_within(p, dir) && p != dir; }
+constexpr std::size_t kMaxRecordBytes = 256u << 20;
 
 // Variables that reach no compiler's output: a terminal's, a login's, a scheduler's, a GPU
 // pinning's set per agent is kept (a JIT build may pick its arch from the devices it sees).
@@ -101,16 +102,6 @@ bool is_volatile_env(const std::string& name) {
   return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
 }
 
-// The stamp of a file now (size -1 where it is not a regular file or not there).
-std::int64_t ns_of(const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec; }
-
-StoredStamp stamp_now(Disk& disk, const fs::path& p) {
-  FileInfo fi = disk.info(p, Follow::yes);
-  if (fi.type == FileType::directory) return {p.string(), 0, ns_of(fi.mtime), ns_of(fi.ctime)};
-  if (fi.type != FileType::regular) return {p.string(), -1, 0, 0};
-  return {p.string(), static_cast<std::int64_t>(fi.size), ns_of(fi.mtime), ns_of(fi.ctime)};
-}
-
 // MAKEFLAGS and MFLAGS may carry variable overrides (CFLAGS=...): kept in the recipe, less the
 // words that only say how many jobs run.
 std::string make_flags_key(const std::string& value) {
@@ -121,190 +112,7 @@ std::string make_flags_key(const std::string& value) {
   return out;
 }
 
-// Where a tool named `name` runs from: the first executable on PATH (or the name itself with a '/').
-std::optional<fs::path> find_tool(Disk& disk, const std::string& name) {
-  if (name.find('/') != std::string::npos) return fs::path(name);
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
-  for (std::string d; std::getline(dirs, d, ':');) {
-    fs::path p = fs::path(d.empty() ? "." : d) / name;
-    FileInfo fi = disk.info(p, Follow::yes);
-    if (fi.type == FileType::regular && (fi.mode & 0111) != 0) return p;
-  }
-  return std::nullopt;
-}
-
-// The toolchain's part of the recipe: each tool a build may call, by real path, size and mtime.
-std::string toolchain_text(Disk& disk, const NativePlan& plan) {
-  std::set<std::string> names = {"cc",   "c++",   "gcc",   "g++",  "clang", "clang++", "ld",      "as",    "ar",
-                                 "nvcc", "hipcc", "ninja", "make", "cmake", "meson",   "python3", "python"};
-  for (const auto& argv : plan.build_cmds)
-    if (!argv.empty()) names.insert(argv.front());
-  std::string t;
-  for (const auto& n : names) {
-    auto p = find_tool(disk, n);
-    if (!p) continue;
-    fs::path real = p->is_absolute() ? *p : plan.build_cwd / *p;
-    try {
-      real = disk.real_path(real);
-    } catch (const Error&) {
-    }
-    StoredStamp s = stamp_now(disk, real);
-    t += "tool " + n + '\0' + real.string() + '\0' + std::to_string(s.size) + ' ' + std::to_string(s.mtime_ns) + '\n';
-  }
-  return t;
-}
-
-// The files the build's dependency records name: Ninja's deps log of each build dir given, and
-// every Make-style depfile (*.d) below the dirs given.
-std::set<fs::path> dependency_files(Disk& disk, const std::set<fs::path>& ninja_dirs,
-                                    const std::vector<fs::path>& depfile_dirs, const fs::path& build_cwd) {
-  std::set<fs::path> deps;
-  for (const auto& d : ninja_dirs) {
-    RunOptions o;
-    o.output = Output::capture;
-    o.timeout_s = 120;
-    RunResult r = run_process({"ninja", "-C", d.string(), "-t", "deps"}, o);
-    if (!r.ok()) continue;
-    std::istringstream in(r.out);
-    for (std::string line; std::getline(in, line) && deps.size() < kMaxDeps;)
-      if (line.rfind("    ", 0) == 0)
-        deps.insert(
-            absolute_normal(fs::path(line.substr(4)).is_absolute() ? fs::path(line.substr(4)) : d / line.substr(4)));
-  }
-  for (const auto& root : depfile_dirs) {
-    walk_tree(
-        disk, root,
-        [&](const fs::path& rel, FileType type) {
-          if (type == FileType::directory) return WalkStep::descend;
-          std::string n = rel.filename().string();
-          if (n.size() < 3 || n.compare(n.size() - 2, 2, ".d") != 0 || deps.size() >= kMaxDeps)
-            return WalkStep::descend;
-          std::string text;
-          try {
-            text = read_small_file(disk, root / rel, 8u << 20);
-          } catch (const Error&) {
-            return WalkStep::descend;
-          }
-          // "target: dep dep \<newline> dep", spaces escaped with a backslash.
-          auto colon = text.find(": ");
-          if (colon == std::string::npos) return WalkStep::descend;
-          std::string word;
-          // A relative name is relative to where the compiler ran, which the depfile does not say:
-          // its own dir or the build's cwd, whichever holds the file (neither: kept as named from the
-          // depfile's dir, where it stamps as missing and keep refuses the build).
-          auto flush = [&] {
-            if (!word.empty() && word != "\\") {
-              fs::path w(word);
-              fs::path beside = absolute_normal((root / rel).parent_path() / w),
-                       from_cwd = absolute_normal(build_cwd / w);
-              deps.insert(w.is_absolute() ? absolute_normal(w)
-                          : disk.info(beside, Follow::yes).exists() || !disk.info(from_cwd, Follow::yes).exists()
-                              ? beside
-                              : from_cwd);
-            }
-            word.clear();
-          };
-          for (std::size_t i = colon + 2; i < text.size(); ++i) {
-            char c = text[i];
-            if (c == '\\' && i + 1 < text.size() && (text[i + 1] == ' ' || text[i + 1] == '#'))
-              word += text[i + 1], ++i;
-            else if (c == '$' && i + 1 < text.size() && text[i + 1] == '$')
-              word += '$', ++i;
-            else if (c == '\\' && i + 1 < text.size() && text[i + 1] == '\n')
-              flush(), ++i;
-            else if (c == ' ' || c == '\n' || c == '\t')
-              flush();
-            else if (c == ':' && i + 1 < text.size() && (text[i + 1] == '\n' || text[i + 1] == ' '))
-              word.clear();  // a phony "dep:" line
-            else
-              word += c;
-          }
-          flush();
-          return WalkStep::descend;
-        },
-        [](const fs::path&, const std::string&) {});
-  }
-  return deps;
-}
-
-// The files a Ninja build dir's graph is made from: build.ninja and what regenerates it (CMake's
-// CMakeLists.txt and modules, Meson's meson.build files: the inputs of its build.ninja edge).
-std::set<fs::path> graph_files(const fs::path& dir) {
-  std::set<fs::path> out = {absolute_normal(dir / "build.ninja")};
-  RunOptions o;
-  o.output = Output::capture;
-  o.timeout_s = 60;
-  RunResult r = run_process({"ninja", "-C", dir.string(), "-t", "query", "build.ninja"}, o);
-  if (!r.ok()) return out;
-  std::istringstream in(r.out);
-  std::string section;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("    ", 0) == 0 && section == "input") {
-      std::string item = line.substr(4);
-      if (item.rfind("| ", 0) == 0 || item.rfind("|| ", 0) == 0) item = item.substr(item.find(' ') + 1);
-      out.insert(absolute_normal(fs::path(item).is_absolute() ? fs::path(item) : dir / item));
-    } else if (line.rfind("  ", 0) == 0 && line.rfind("    ", 0) != 0) {
-      section = line.substr(2, line.find(':') - 2);
-    }
-  }
-  return out;
-}
-
-// The include dirs a compile may search (-I, -isystem, -iquote, -idirafter; joined or apart) in
-// `text` (compile commands: ninja -t commands, the build log of a Make build), each relative one
-// from `cwd`. A header added to one that comes earlier than the one a header was found in changes
-// what the compile reads, and only that dir's mtime shows it.
-void include_dirs(const std::string& text, const fs::path& cwd, std::set<fs::path>& out) {
-  static const char* const flags[] = {"-isystem", "-iquote", "-idirafter", "-I"};
-  std::istringstream in(text);
-  std::string w, pending;
-  while (in >> w) {
-    if (!w.empty() && (w.front() == '\'' || w.front() == '"')) w.erase(0, 1);
-    if (!w.empty() && (w.back() == '\'' || w.back() == '"')) w.pop_back();
-    std::string dir;
-    if (!pending.empty()) {
-      dir = w, pending.clear();
-    } else {
-      for (const char* f : flags)
-        if (w.rfind(f, 0) == 0) {
-          (w.size() == std::strlen(f) ? pending : dir) =
-              w.size() == std::strlen(f) ? std::string(f) : w.substr(std::strlen(f));
-          break;
-        }
-    }
-    if (!dir.empty() && out.size() < 4096)
-      out.insert(absolute_normal(fs::path(dir).is_absolute() ? fs::path(dir) : cwd / dir));
-  }
-}
-
-// Whether a file is one a person may edit (a source, a header, a script, a build description)
-// rather than a product only a build writes (an object, a library, an executable).
-bool is_source_like(const fs::path& p) {
-  static const std::set<std::string> exts = {".c",    ".cc",  ".cpp",  ".cxx", ".c++", ".h",     ".hh", ".hpp", ".hxx",
-                                             ".cu",   ".cuh", ".hip",  ".py",  ".txt", ".cmake", ".in", ".mk",  ".json",
-                                             ".yaml", ".yml", ".toml", ".cfg", ".ini", ".sh",    ".ld", ".lds", ".map"};
-  std::string n = p.filename().string();
-  return exts.count(p.extension().string()) > 0 || n == "Makefile" || n == "makefile" || n == "GNUmakefile" ||
-         n == "meson.build";
-}
-
-// The nearest ancestor of p holding build.ninja (empty where none does).
-fs::path ninja_dir_above(Disk& disk, const fs::path& p) {
-  for (fs::path d = p.parent_path(); !d.empty() && d != d.root_path(); d = d.parent_path())
-    if (disk.info(d / "build.ninja", Follow::no).type == FileType::regular) return d;
-  return {};
-}
-
-// The digest of the watch's picture before the build, less the files `is_output` names: what
-// the build read of the watched dirs (by path, size and mtime; inodes change with every restore).
-template <class IsOutput>
-std::string inputs_digest(const BuildWatch& watch, IsOutput is_output) {
-  std::string text;
-  for (const auto& [p, st] : watch.before())
-    if (!is_output(p)) text += p.string() + '\0' + std::to_string(st.size) + ' ' + std::to_string(st.mtime_ns) + '\n';
-  return sha256_hex(text);
-}
+std::int64_t ns_of(const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec; }
 
 timespec to_timespec(std::int64_t ns) {
   return {static_cast<time_t>(ns / 1000000000LL), static_cast<long>(ns % 1000000000LL)};
@@ -315,10 +123,62 @@ double store_clock_seconds() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
+// Where serve writes `path` (and keep reads it): a tracked path in the directory add-native
+// pinned for it, proven the same inode (pinned.hpp); any other in its parent opened with no
+// symlink followed anywhere on its path. Throws where neither stands: whoever can swap a
+// directory on the path cannot choose where we write.
+PinnedPlace place_for(Disk& disk, const std::string& path, const std::map<std::string, PinnedDir>& pins) {
+  if (auto p = pins.find(path); p != pins.end()) return open_pinned(disk, path, p->second);
+  PinnedPlace pl;
+  pl.dir = disk.open_dir(At(fs::path(path).parent_path()));
+  pl.path = path;
+  return pl;
+}
+
+bool below_any(const fs::path& p, const std::vector<fs::path>& dirs) {
+  return std::any_of(dirs.begin(), dirs.end(), [&](const fs::path& d) { return is_within(p, d); });
+}
+
+// What a build may ask of the machine rather than of a file (the reads below /proc, /sys and /dev a
+// trace leaves out): its architecture, its CPU's model and features (-march=native, a JIT's ISA),
+// its GPUs' models (a JIT's arch list). Records are per state dir, most often per host; a state
+// dir shared by unlike hosts still never serves one's build to another.
+std::string host_key(Disk& disk) {
+  std::string key;
+  utsname u{};
+  if (::uname(&u) == 0) key += std::string("machine ") + u.machine + '\n';
+  auto lines_of = [&](const fs::path& p, const std::vector<std::string>& starts) {
+    try {
+      std::istringstream in(read_small_file(disk, p, 4u << 20));
+      std::set<std::string> seen;
+      for (std::string l; std::getline(in, l);)
+        for (const auto& s : starts)
+          if (l.rfind(s, 0) == 0 && seen.insert(s).second) key += l + '\n';
+    } catch (const Error& e) {
+      (void)e;  // not there on this machine: nothing of it to key
+    }
+  };
+  lines_of("/proc/cpuinfo", {"model name", "flags", "CPU implementer", "CPU part", "Features"});
+  for (const fs::path& root : {fs::path("/proc/driver/nvidia/gpus"), fs::path("/sys/class/kfd/kfd/topology/nodes")}) {
+    std::vector<std::string> names;
+    try {
+      for (const auto& e : disk.list_dir(root)) names.push_back(e.name);
+    } catch (const Error& e) {
+      (void)e;  // no such GPUs here
+      continue;
+    }
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names)
+      lines_of(root / n / (root.filename() == "gpus" ? "information" : "name"), {"Model", ""});
+  }
+  return key;
+}
+
 }  // namespace
 
 std::string build_recipe(Disk& disk, const NativePlan& plan) {
-  std::string t = "overlay build recipe 1\ncwd " + plan.build_cwd.string() + '\n';
+  static const std::string host = host_key(disk);
+  std::string t = "overlay build recipe 2\ncwd " + plan.build_cwd.string() + '\n' + host;
   for (const auto& argv : plan.build_cmds) {
     t += "cmd";
     for (const auto& a : argv) t += '\0' + a;
@@ -340,11 +200,11 @@ std::string build_recipe(Disk& disk, const NativePlan& plan) {
   }
   std::sort(env.begin(), env.end());
   for (const auto& kv : env) t += "env " + kv + '\n';
-  t += toolchain_text(disk, plan);
   return sha256_hex(t);
 }
 
-BuildStore::BuildStore(Disk& disk, const fs::path& state_dir) : disk_(disk), root_(state_dir / kBuildStoreDirName) {
+BuildStore::BuildStore(Disk& disk, const fs::path& state_dir)
+    : disk_(disk), root_(state_dir / kBuildStoreDirName), digests_(disk, state_dir / "digests.json") {
   if (const char* v = std::getenv("OVERLAY_BUILD_STORE_BYTES"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     unsigned long long n = std::strtoull(v, &end, 10);
@@ -352,267 +212,269 @@ BuildStore::BuildStore(Disk& disk, const fs::path& state_dir) : disk_(disk), roo
   }
 }
 
-std::optional<StoredBuild> BuildStore::find(const NativePlan& plan, const BuildWatch& watch) {
-  if (!enabled() || !watch.off_reason().empty()) return std::nullopt;
+StoreLookup BuildStore::find(const NativePlan& plan, const std::vector<fs::path>& skipped) {
+  StoreLookup out;
   fs::path dir = root_ / build_recipe(disk_, plan);
-  if (disk_.info(dir, Follow::no).type != FileType::directory) return std::nullopt;
-  for (const auto& e : disk_.list_dir(dir)) {
+  if (disk_.info(dir, Follow::no).type != FileType::directory) {
+    out.miss = "no build of these patched sources, commands and environment is kept";
+    return out;
+  }
+  double newest = -1;
+  std::vector<DirEntry> records;
+  try {
+    records = disk_.list_dir(dir);
+  } catch (const Error& e) {
+    out.miss = std::string("the store cannot be read (") + e.what() + ")";
+    return out;
+  }
+  for (const auto& e : records) {
     fs::path rec = dir / e.name / kRecordName;
     FileInfo ri = disk_.info(rec, Follow::no);
     if (ri.type != FileType::regular || ri.uid != ::geteuid()) continue;  // another user's is never used
     StoredBuild b;
     try {
-      b = json::parse(read_small_file(disk_, rec, kMaxRecordBytes)).get<StoredBuild>();
-    } catch (const std::exception&) {
-      continue;  // unreadable: a miss
+      b = parse_json_bytes(read_small_file(disk_, rec, kMaxRecordBytes)).get<StoredBuild>();
+    } catch (const std::exception& err) {
+      (void)err;  // unreadable (torn by a power cut): a miss
+      continue;
     }
     b.where = dir / e.name;
-    std::set<fs::path> outs;
-    for (const auto& f : b.files) outs.insert(f.path);
-    auto is_output = [&](const fs::path& p) {
-      return outs.count(p) > 0 ||
-             std::any_of(b.dirs.begin(), b.dirs.end(), [&](const StoredDir& d) { return is_within(p, d.path); });
-    };
-    if (inputs_digest(watch, is_output) != b.inputs_sha256) continue;
-    if (!std::all_of(b.deps.begin(), b.deps.end(), [&](const StoredStamp& s) { return stamp_now(disk_, s.path) == s; }))
-      continue;
-    // An untracked output a person may edit (a source, a header, a script: one written while the
-    // first build ran, or generated by it) is put back only over what that build would rewrite:
-    // the file as it was before that build, or as that build left it. Changed otherwise, it is no
-    // longer known to be an output only: a miss, never written over. Objects, libraries and
-    // executables any later build rewrites are put back whatever another build left there.
-    auto untouched = [&](const StoredStamp& was) {
-      if (!is_source_like(was.path)) return true;
-      FileInfo fi = disk_.info(fs::path(was.path), Follow::no);
-      if (!fi.exists()) return true;  // gone: the build would make it again
-      if (was.size >= 0 && static_cast<std::int64_t>(fi.size) == was.size && ns_of(fi.mtime) == was.mtime_ns)
-        return true;
-      auto f = std::find_if(b.files.begin(), b.files.end(), [&](const StoredFile& x) { return x.path == was.path; });
-      return f != b.files.end() && ns_of(fi.mtime) == f->mtime_ns;
-    };
-    if (!std::all_of(b.before.begin(), b.before.end(), untouched)) continue;
-    return b;
+    std::string differs = first_difference(disk_, b.inputs, digests_, skipped);
+    if (differs.empty() && (!out.hit || b.built_at > out.hit->built_at)) out.hit = std::move(b);
+    if (!differs.empty() && b.built_at > newest) newest = b.built_at, out.miss = differs;
   }
-  return std::nullopt;
+  if (out.hit) out.miss.clear();
+  if (!out.hit && out.miss.empty()) out.miss = "no whole record of this build is kept";
+  return out;
 }
 
 namespace {
 
-// Where serve writes `path`: in the directory add-native pinned for it, proven the same inode
-// (pinned.hpp), else in its parent opened with no symlink followed anywhere on its path. Throws
-// where neither stands: whoever can swap a directory on the path cannot choose where we write.
-PinnedPlace place_for(Disk& disk, const std::string& path, const std::map<std::string, PinnedDir>& pins) {
-  if (auto p = pins.find(path); p != pins.end()) return open_pinned(disk, path, p->second);
-  PinnedPlace pl;
-  pl.dir = disk.open_dir(At(fs::path(path).parent_path()));
-  pl.path = path;
-  return pl;
+// A file of a record, copied beside its place and proven before anything goes in.
+struct Staged {
+  const StoredChange* change;
+  PinnedPlace place;
+  std::string tmp;  // the copy's name in place.dir ("" where its directory is made first)
+};
+
+void drop(Disk& disk, std::vector<Staged>& staged) {
+  for (const auto& s : staged)
+    if (!s.tmp.empty()) try {
+        disk.remove(At(*s.place.dir, s.tmp));
+      } catch (const Error& e) {
+        (void)e;  // gone already: nothing to drop
+      }
+  staged.clear();
+}
+
+// A stored copy that does not hash to its record: the record is torn (a power cut, a bit flip).
+struct TornRecord : Error {
+  using Error::Error;
+};
+
+// The copy of `c` beside `place`, proven against its digest (throws TornRecord where it is not).
+void stage_copy(Disk& disk, const fs::path& record, const StoredChange& c, const At& tmp) {
+  Copied got = copy_file_hashing(disk, At(record / c.blob), tmp, c.mode, Durable::yes);
+  if (got.sha256 != c.sha256)
+    throw TornRecord("the stored copy of " + c.path + " is not what was recorded (sha256 " + got.sha256.substr(0, 16) +
+                     ")");
 }
 
 }  // namespace
 
-std::string BuildStore::serve(const StoredBuild& b, const std::map<std::string, PinnedDir>& pins) {
-  struct Staged {
-    PinnedPlace place;
-    std::string tmp;  // the copy's name beside it
-    bool dir;
-  };
+std::string BuildStore::serve(const StoredBuild& b, const std::map<std::string, PinnedDir>& pins,
+                              TraceRecorder& recorder) {
   std::vector<Staged> staged;
-  auto drop_staged = [&] {
-    for (const auto& s : staged) try {
-        remove_tree(disk_, At(*s.place.dir, s.tmp));
-      } catch (const Error&) {
-      }
-  };
   try {
-    for (const auto& f : b.files) {
-      staged.push_back(
-          {place_for(disk_, f.path, pins), sibling_temp_path(f.path, "overlay-new").filename().string(), false});
-      const Staged& s = staged.back();
-      Copied c = copy_file_hashing(disk_, At(b.where / f.blob), At(*s.place.dir, s.tmp), f.mode, Durable::yes);
-      if (c.sha256 != f.sha256)
-        throw Error("the stored copy of " + f.path + " is not what was recorded (sha256 " + c.sha256.substr(0, 16) +
-                    ")");
+    for (const auto& c : b.changes) {
+      if (c.type != FileType::regular) continue;
+      FileInfo parent = disk_.info(fs::path(c.path).parent_path(), Follow::no);
+      if (parent.type != FileType::directory) {  // made by the build: proven now, copied once it is made
+        if (hash_file(disk_, At(b.where / c.blob)) != c.sha256)
+          throw TornRecord("the stored copy of " + c.path + " is not what was recorded");
+        staged.push_back({&c, {}, ""});
+        continue;
+      }
+      PinnedPlace place = place_for(disk_, c.path, pins);
+      std::string tmp = sibling_temp_path(c.path, "overlay-new").filename().string();
+      staged.push_back({&c, std::move(place), tmp});
+      stage_copy(disk_, b.where, c, At(*staged.back().place.dir, tmp));
     }
-    for (const auto& d : b.dirs) {
-      staged.push_back(
-          {place_for(disk_, d.path, pins), sibling_temp_path(d.path, "overlay-new").filename().string(), true});
-      const Staged& s = staged.back();
-      disk_.make_dir(At(*s.place.dir, s.tmp), 0700);
-      extract_tar(disk_, b.where / d.tar, At(*s.place.dir, s.tmp), fs::path(d.path).filename().string(), d.sha256);
-      disk_.sync_filesystem(At(*s.place.dir, s.tmp));
-    }
+  } catch (const TornRecord& e) {
+    drop(disk_, staged);
+    forget(b);  // never found again: the build that runs instead keeps a whole one
+    return e.what();
   } catch (const std::exception& e) {
-    drop_staged();
+    drop(disk_, staged);
     return e.what();
   }
-  // Every copy proven: from here each goes in by one rename, in the directory it was made in.
-  for (const auto& s : staged) {
-    At here = s.place.at();
-    if (s.dir && disk_.info(here, Follow::no).exists()) {
-      At trash = here.sibling(sibling_temp_path(s.place.path, "overlay-trash").filename().string());
-      disk_.rename(here, trash);
-      remove_tree(disk_, trash);
+  // Nothing goes in whose place the recorder could not keep first: revert could not put it back.
+  const std::size_t failed = recorder.failures();
+  auto note = [&](const std::string& path, Change how) {
+    recorder.changing(path, how, Follow::no);
+    if (recorder.failures() != failed) throw Error("what " + path + " holds could not be kept before serving over it");
+  };
+  try {
+    // Every copy proven: directories the build made, then each file by one rename, symlinks, and
+    // what the build removed (deepest first), each told to the recorder before it changes.
+    for (const auto& c : b.changes)
+      if (c.type == FileType::directory && disk_.info(c.path, Follow::no).type != FileType::directory) {
+        note(c.path, Change::create);
+        disk_.make_dir(At(*disk_.open_dir(At(fs::path(c.path).parent_path())), fs::path(c.path).filename().string()),
+                       c.mode);
+      }
+    for (auto& s : staged) {
+      note(s.change->path, Change::rename_to);
+      if (s.tmp.empty()) {
+        s.place = place_for(disk_, s.change->path, pins);
+        s.tmp = sibling_temp_path(s.change->path, "overlay-new").filename().string();
+        stage_copy(disk_, b.where, *s.change, At(*s.place.dir, s.tmp));
+      }
+      disk_.rename(At(*s.place.dir, s.tmp), s.place.at());
+      s.tmp.clear();
+      disk_.set_mtime(s.place.at(), to_timespec(s.change->mtime_ns));
     }
-    disk_.rename(At(*s.place.dir, s.tmp), here);
-    disk_.sync_dir(At(*s.place.dir, ""));
-  }
-  for (std::size_t i = 0; i < b.files.size(); ++i)
-    disk_.set_mtime(staged[i].place.at(), to_timespec(b.files[i].mtime_ns));
-  for (const auto& src : b.sources) {
-    if (src.size < 0) continue;
-    PinnedPlace pl = place_for(disk_, src.path, pins);
-    if (disk_.info(pl.at(), Follow::no).type == FileType::regular) disk_.set_mtime(pl.at(), to_timespec(src.mtime_ns));
+    for (const auto& c : b.changes)
+      if (c.type == FileType::symlink) {
+        PinnedPlace pl = place_for(disk_, c.path, pins);
+        note(c.path, Change::rename_to);
+        if (disk_.info(pl.at(), Follow::no).exists()) disk_.remove(pl.at());  // a directory only where empty
+        disk_.make_symlink(c.target, pl.at());
+      }
+    // What the build removed, deepest first: each file is kept by the recorder before its directory goes.
+    std::vector<const StoredChange*> removed;
+    for (const auto& c : b.changes)
+      if (c.type == FileType::none) removed.push_back(&c);
+    std::sort(removed.begin(), removed.end(),
+              [](const StoredChange* x, const StoredChange* y) { return x->path > y->path; });
+    for (const StoredChange* c : removed)
+      if (disk_.info(c->path, Follow::no).exists()) {
+        PinnedPlace pl = place_for(disk_, c->path, pins);
+        note(c->path, Change::remove);
+        disk_.remove(pl.at());  // a directory only where empty: what else it holds is no build's to remove
+      }
+    for (const auto& d : b.dirs) {
+      PinnedPlace pl = place_for(disk_, d.path, pins);
+      At tmp(*pl.dir, sibling_temp_path(d.path, "overlay-new").filename().string());
+      disk_.make_dir(tmp, 0700);
+      extract_tar(disk_, b.where / d.tar, tmp, fs::path(d.path).filename().string(), d.sha256);
+      disk_.sync_filesystem(tmp);
+      if (disk_.info(pl.at(), Follow::no).exists()) {
+        At trash = pl.at().sibling(sibling_temp_path(d.path, "overlay-trash").filename().string());
+        disk_.rename(pl.at(), trash);
+        remove_tree(disk_, trash);
+      }
+      disk_.rename(tmp, pl.at());
+    }
+    for (const auto& c : b.changes)
+      if (c.type == FileType::directory) disk_.set_mtime(c.path, to_timespec(c.mtime_ns));
+    for (const auto& src : b.sources) {
+      PinnedPlace pl = place_for(disk_, src.path, pins);
+      if (disk_.info(pl.at(), Follow::no).type == FileType::regular)
+        disk_.set_mtime(pl.at(), to_timespec(src.mtime_ns));
+    }
+  } catch (const std::exception& e) {
+    drop(disk_, staged);
+    return std::string("serving stopped midway: ") + e.what();
   }
   try {  // least recently used: its record's mtime
     timespec now{};
     ::clock_gettime(CLOCK_REALTIME, &now);
     disk_.set_mtime(At(b.where / kRecordName), now);
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    (void)e;  // the record only ages sooner
   }
   return "";
 }
 
 namespace {
 
-// A file or cache dir keep takes, found where serve would put it back (place_for).
-struct Found {
-  std::string path;
+// What keep takes of one changed path, read where serve would put it back.
+struct Taken {
+  StoredChange change;
   PinnedPlace place;
   FileInfo info;
 };
 
-std::int64_t mtime_ns_of(const FileInfo& fi) {
-  return static_cast<std::int64_t>(fi.mtime.tv_sec) * 1000000000LL + fi.mtime.tv_nsec;
-}
-
 }  // namespace
 
-std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch,
-                             const std::vector<UntrackedOutput>& outputs, const std::string& entry,
-                             const std::map<std::string, PinnedDir>& pins, const fs::path& log) {
+std::string BuildStore::keep(const NativePlan& plan, const BuildTrace& trace, std::vector<BuildInput> inputs,
+                             const std::string& entry, const std::map<std::string, PinnedDir>& pins) {
   if (!enabled()) return "the build store is off (OVERLAY_BUILD_STORE_BYTES=0)";
-  if (!watch.off_reason().empty()) return "the build's dirs were not watched (" + watch.off_reason() + ")";
-  auto in_a_cache = [&](const fs::path& p) {
-    return std::any_of(plan.caches.begin(), plan.caches.end(), [&](const fs::path& c) { return is_within(p, c); });
-  };
-  // What the build left, each read in the directory serve would write it in: a path swapped
-  // meanwhile never makes another directory's files pass for the build's.
-  std::vector<Found> files, dirs;
+  if (!trace.complete())
+    return "what the build read is not fully known (" +
+           (trace.untraced.empty() ? trace.unobservable.front() : trace.untraced) + ")";
+  std::vector<Taken> taken;
   std::uint64_t size = 0;
   try {
-    auto find = [&](const std::string& path) {
-      Found f{path, place_for(disk_, path, pins), {}};
-      f.info = disk_.info(f.place.at(), Follow::no);
-      return f;
-    };
-    for (const auto& a : plan.artifacts) {
-      if (in_a_cache(a)) continue;  // in its cache's tar, with the rest the build left there
-      files.push_back(find(a.string()));
-      if (files.back().info.type != FileType::regular)
-        return "artifact " + a.string() + " is not a regular file after the build";
+    for (const auto& t : trace.changes) {
+      if (below_any(t.path, plan.caches)) continue;  // in its cache's tar
+      if (!disk_.info(t.path, Follow::no).exists()) {
+        if (t.before.type != FileType::none) {  // removed
+          StoredChange gone;
+          gone.path = t.path;
+          taken.push_back({gone, {}, {}});
+        }
+        continue;  // else a temporary: made and removed
+      }
+      Taken k{{}, place_for(disk_, t.path, pins), {}};
+      k.info = disk_.info(k.place.at(), Follow::no);
+      k.change.path = t.path, k.change.type = k.info.type;
+      if (k.info.type == FileType::other) return "the build left a special file at " + t.path;
+      k.change.mode = k.info.mode, k.change.mtime_ns = ns_of(k.info.mtime);
+      if (k.info.type == FileType::symlink) k.change.target = disk_.read_link(k.place.at());
+      if (k.info.type == FileType::regular) size += k.info.size;
+      taken.push_back(std::move(k));
     }
-    for (const auto& u : outputs)
-      if (!in_a_cache(u.path))
-        if (Found f = find(u.path); f.info.type == FileType::regular) files.push_back(std::move(f));
-    for (const auto& c : plan.caches)
-      if (Found f = find(c.string()); f.info.type == FileType::directory) dirs.push_back(std::move(f));
   } catch (const Error& e) {
-    return std::string("an output's directory is not where add-native found it (") + e.what() + ")";
+    return std::string("an output's directory is not where the build left it (") + e.what() + ")";
   }
-  for (const auto& f : files) size += f.info.size;
+  for (const auto& a : plan.artifacts)
+    if (std::none_of(taken.begin(), taken.end(), [&](const Taken& k) { return k.change.path == a.string(); }) &&
+        !below_any(a, plan.caches))
+      return "artifact " + a.string() + " was not written by the build";
   if (size > cap_)
     return "its outputs (" + std::to_string(size) + " bytes) are more than the store holds (OVERLAY_BUILD_STORE_BYTES)";
   StoredBuild b;
   b.recipe = build_recipe(disk_, plan);
+  b.inputs = std::move(inputs);
+  b.inputs_sha256 = inputs_digest(b.inputs);
   b.entry = entry;
   b.built_at = store_clock_seconds();
-  std::set<fs::path> outs;
-  for (const auto& f : files) outs.insert(f.path);
-  auto is_output = [&](const fs::path& p) { return outs.count(p) > 0 || in_a_cache(p); };
-  b.inputs_sha256 = inputs_digest(watch, is_output);
-  std::set<fs::path> ninja_dirs;
-  if (disk_.info(plan.build_cwd / "build.ninja", Follow::no).type == FileType::regular)
-    ninja_dirs.insert(plan.build_cwd);
-  for (const auto& c : plan.caches)
-    if (disk_.info(c / "build.ninja", Follow::no).type == FileType::regular) ninja_dirs.insert(c);
-  for (const auto& o : outs)
-    if (fs::path d = ninja_dir_above(disk_, o); !d.empty()) ninja_dirs.insert(d);
-  std::set<fs::path> swapped;
-  for (const auto& s : plan.swaps) swapped.insert(s.target);
-  std::set<fs::path> deps = dependency_files(disk_, ninja_dirs, watch.dirs(), plan.build_cwd);
-  // What a compile of a swapped file read is known only from a dependency record that names it:
-  // without one (a Makefile without -MD, setuptools) a header outside the watched dirs could
-  // change unseen, and a record would serve what the build would no longer make.
   for (const auto& s : plan.swaps)
-    if (s.kind != SwapKind::remove && deps.count(absolute_normal(s.target)) == 0)
-      return "no dependency record (Ninja's deps log, a depfile) names " + s.target.string() +
-             ", so the headers its build read are unknown";
-  for (const auto& dir : ninja_dirs)
-    if (!in_a_cache(dir))
-      deps.merge(graph_files(dir));  // a JIT cache's build.ninja is rewritten on each load: an output
-  std::set<fs::path> dirs_of_deps;
-  auto watched = [&](const fs::path& p) {
-    return std::any_of(watch.dirs().begin(), watch.dirs().end(), [&](const fs::path& d) { return is_within(p, d); });
-  };
-  for (const auto& d : deps) {
-    if (is_output(d) || swapped.count(d) > 0 || strictly_inside(d, plan.overlay) || watch.before().count(d) > 0)
-      continue;
-    StoredStamp st = stamp_now(disk_, d);
-    if (st.size < 0)
-      return "a dependency record names " + d.string() + ", which is not there: what the build read is unknown";
-    b.deps.push_back(std::move(st));
-    // A header added beside one read (an earlier -I dir holding one too) changes its dir's mtime.
-    if (!watched(d)) dirs_of_deps.insert(d.parent_path());
-  }
-  for (const auto& dir : ninja_dirs) {
-    RunOptions o;
-    o.output = Output::capture;
-    o.timeout_s = 60;
-    if (RunResult r = run_process({"ninja", "-C", dir.string(), "-t", "commands"}, o); r.ok())
-      include_dirs(r.out, dir, dirs_of_deps);
-  }
-  try {  // the commands a Make build echoed
-    include_dirs(read_small_file(disk_, log, 64u << 20), plan.build_cwd, dirs_of_deps);
-  } catch (const Error&) {
-  }
-  for (const auto& d : dirs_of_deps)
-    if (!watched(d)) b.deps.push_back(stamp_now(disk_, d));
-  for (const auto& s : plan.swaps)
-    if (s.kind != SwapKind::remove) b.sources.push_back(stamp_now(disk_, s.target));
-  std::set<fs::path> artifacts(plan.artifacts.begin(), plan.artifacts.end());
-  for (const auto& f : files) {
-    if (artifacts.count(f.path) > 0) continue;
-    auto was = watch.before().find(f.path);
-    b.before.push_back(was == watch.before().end()
-                           ? StoredStamp{f.path, -1, 0, 0}
-                           : StoredStamp{f.path, static_cast<std::int64_t>(was->second.size), was->second.mtime_ns, 0});
-  }
+    if (s.kind != SwapKind::remove) {
+      FileInfo fi = disk_.info(s.target, Follow::no);
+      if (fi.type == FileType::regular) b.sources.push_back({s.target.string(), ns_of(fi.mtime)});
+    }
   // Written under a temporary name, renamed into place whole.
   make_dirs(disk_, root_, 0700);
   fs::path tmp = root_ / (".tmp-" + random_hex(8));
   fs::path final_dir = root_ / b.recipe / b.inputs_sha256;
   try {
     disk_.make_dir(tmp, 0700);
-    for (std::size_t k = 0; k < files.size(); ++k) {
-      const Found& f = files[k];
-      StoredFile sf{f.path, "f" + std::to_string(k), "", f.info.mode, mtime_ns_of(f.info)};
-      sf.sha256 = copy_file_hashing(disk_, f.place.at(), At(tmp / sf.blob), 0600, Durable::no).sha256;
-      if (stamp_of(disk_.info(f.place.at(), Follow::no)) != stamp_of(f.info))
-        throw Error(f.path + " changed while it was kept");
-      b.bytes += f.info.size;
-      b.files.push_back(std::move(sf));
+    for (std::size_t k = 0; k < taken.size(); ++k) {
+      StoredChange c = taken[k].change;
+      if (c.type == FileType::regular) {
+        c.blob = "f" + std::to_string(k);
+        c.sha256 = copy_file_hashing(disk_, taken[k].place.at(), At(tmp / c.blob), 0600, Durable::no).sha256;
+        if (stamp_of(disk_.info(taken[k].place.at(), Follow::no)) != stamp_of(taken[k].info))
+          throw Error(c.path + " changed while it was kept");
+        b.bytes += taken[k].info.size;
+      }
+      b.changes.push_back(std::move(c));
     }
-    for (std::size_t k = 0; k < dirs.size(); ++k) {
-      StoredDir d{dirs[k].path, "d" + std::to_string(k) + ".tar", ""};
-      d.sha256 = snapshot_dir_to_tar(disk_, dirs[k].place.at(), tmp / d.tar);
+    for (std::size_t k = 0; k < plan.caches.size(); ++k) {
+      PinnedPlace pl = place_for(disk_, plan.caches[k].string(), pins);
+      if (disk_.info(pl.at(), Follow::no).type != FileType::directory) continue;
+      StoredDir d{plan.caches[k].string(), "d" + std::to_string(k) + ".tar", ""};
+      d.sha256 = snapshot_dir_to_tar(disk_, pl.at(), tmp / d.tar);
       b.bytes += disk_.info(tmp / d.tar, Follow::no).size;
       b.dirs.push_back(std::move(d));
     }
     // Nothing here is fsynced: a record is proven when it is used (it parses, and every copy
     // hashes to what it says), so what a power cut tears is a miss, never a wrong output.
     auto out = disk_.create(tmp / kRecordName, 0600, CreateMode::exclusive);
-    std::string text = json(b).dump();
+    std::string text = dump_json_bytes(json(b));
     out->write(text.data(), text.size());
     out->close();
     disk_.make_dir(At(final_dir.parent_path()), 0700);  // not durable either: a lost name is a miss
@@ -625,12 +487,27 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildWatch& watch,
   } catch (const std::exception& e) {
     try {
       remove_tree(disk_, At(tmp));
-    } catch (const Error&) {
+    } catch (const Error& gone) {
+      (void)gone;  // swept an hour later by evict()
     }
     return e.what();
   }
-  evict();
+  try {
+    evict();
+  } catch (const Error& e) {
+    (void)e;  // kept; the store is over its cap until the next keep evicts
+  }
   return "";
+}
+
+void BuildStore::forget(const StoredBuild& b) {
+  try {
+    fs::path gone = root_ / (".old-" + random_hex(8));
+    disk_.rename(At(b.where), At(gone));  // one rename: a finder never sees half a record
+    remove_tree(disk_, At(gone));
+  } catch (const Error& e) {
+    (void)e;  // still there: found again, refused again at its first bad copy
+  }
 }
 
 void BuildStore::evict() {
@@ -656,8 +533,9 @@ void BuildStore::evict() {
       if (ri.type != FileType::regular) continue;
       std::uint64_t bytes = ri.size;
       try {
-        bytes += json::parse(read_small_file(disk_, rec, kMaxRecordBytes)).at("bytes").get<std::uint64_t>();
-      } catch (const std::exception&) {
+        bytes += parse_json_bytes(read_small_file(disk_, rec, kMaxRecordBytes)).at("bytes").get<std::uint64_t>();
+      } catch (const std::exception& torn) {
+        (void)torn;  // a torn record counts for its record file only: it goes first anyway (never served)
       }
       recs.push_back(
           {rdir / e.name, static_cast<std::int64_t>(ri.mtime.tv_sec) * 1000000000LL + ri.mtime.tv_nsec, bytes});
@@ -671,7 +549,8 @@ void BuildStore::evict() {
       disk_.rename(At(recs[i].dir), At(gone));  // one rename: a finder never sees half a record
       remove_tree(disk_, At(gone));
       total -= recs[i].bytes;
-    } catch (const Error&) {
+    } catch (const Error& e) {
+      (void)e;  // another finder or evicter took it first: the next keep tries again
     }
   }
 }

@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <optional>
 #include <set>
-#include <sstream>
 
+#include "overlay/build_changes.hpp"
+#include "overlay/build_graph.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
 #include "overlay/object_files.hpp"
-#include "overlay/process.hpp"
+#include "overlay/store.hpp"
 
 namespace overlay {
 namespace {
@@ -50,24 +51,12 @@ fs::path ninja_dir_of(const fs::path& p) {
 // it), canonical; nullopt when Ninja does not know it.
 std::optional<std::vector<fs::path>> rebuilding_inputs(const fs::path& dir, const fs::path& out) {
   for (const std::string& spelling : {out.lexically_relative(dir).string(), out.string()}) {
-    RunOptions o;
-    o.output = Output::capture;
-    o.timeout_s = 60;
-    RunResult r = run_process({"ninja", "-C", dir.string(), "-t", "query", spelling}, o);
-    if (!r.ok()) continue;
+    NinjaNode n = ninja_query(dir, spelling);
+    if (!n.known) continue;
     std::vector<fs::path> inputs;
-    std::string section, line;
-    std::istringstream in(r.out);
-    while (std::getline(in, line)) {
-      if (line.rfind("    ", 0) == 0 && section == "input") {
-        std::string item = line.substr(4);
-        if (item.rfind("|| ", 0) == 0) continue;
-        if (item.rfind("| ", 0) == 0) item = item.substr(2);
+    for (const auto& [item, kind] : n.inputs)
+      if (kind != InputKind::order_only)
         inputs.push_back(canonical_or_normal(fs::path(item).is_absolute() ? fs::path(item) : dir / item));
-      } else if (line.rfind("  ", 0) == 0 && line.rfind("    ", 0) != 0) {
-        section = line.substr(2, line.find(':') - 2);
-      }
-    }
     return inputs;
   }
   return std::nullopt;
@@ -93,6 +82,8 @@ bool is_compiled_source(const fs::path& p) {
 
 // Why `out` holds none of the patched code by its own bytes; "" when they do not show it.
 std::string clear_by_bytes(Disk& disk, const fs::path& out, const std::vector<fs::path>& patched) {
+  FileInfo fi = disk.info(out, Follow::no);
+  if (fi.type == FileType::regular && fi.size == 0) return "empty: it holds no code";
   if (out.extension() == ".a" && is_thin_archive(disk, out))
     return "a thin archive: its members' paths, not their code";
   if (patched.empty() || !std::all_of(patched.begin(), patched.end(), is_compiled_source)) return "";
@@ -265,7 +256,14 @@ std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<Untrac
   return out;
 }
 
-std::string why_fresh_times(Disk& disk, const NativeEntry& e) {
+std::string why_fresh_times(Disk& disk, const NativeEntry& e, const fs::path& overlay) {
+  if (e.build_traced) {
+    if (!e.build_unobserved.empty()) return "its build was not fully observed (" + e.build_unobserved.front() + ")";
+    for (const auto& u : e.untracked)
+      if (u.clear_reason.empty())
+        return "its build changed " + u.path + " outside the install, which may hold patched code";
+    return why_not_restorable(disk, BackupStore(disk, overlay), e.build_changes);
+  }
   if (!e.build_picture) return e.build_cmds.empty() ? "no build ran under the tool" : "the build was not watched";
   for (const auto& u : e.untracked)
     if (u.clear_reason.empty()) return "untracked output " + u.path + " may hold patched code";

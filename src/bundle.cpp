@@ -463,6 +463,34 @@ AddNativeRequest entry_request(const Bundle& b, const BundleEntry& e, const Anch
   return r;
 }
 
+// Consecutive entries built the same way (the same commands in the same directory) and changing
+// no file twice: applied as one entry, so their one build runs once (a bundle of a loop's accepted
+// candidates: each was built on top of the one before; only the last build's result matters).
+std::vector<BundleEntry> one_build_each(const std::vector<BundleEntry>& entries) {
+  std::vector<BundleEntry> out;
+  for (const auto& e : entries) {
+    if (!out.empty() && out.back().build_cmds == e.build_cmds && out.back().build_cwd == e.build_cwd &&
+        !e.build_cmds.empty()) {
+      BundleEntry& last = out.back();
+      bool disjoint = std::none_of(e.files.begin(), e.files.end(), [&](const BundleFile& f) {
+        return std::any_of(last.files.begin(), last.files.end(), [&](const BundleFile& g) { return g.path == f.path; });
+      });
+      if (disjoint) {
+        last.files.insert(last.files.end(), e.files.begin(), e.files.end());
+        for (const auto& a : e.artifacts)
+          if (std::find(last.artifacts.begin(), last.artifacts.end(), a) == last.artifacts.end())
+            last.artifacts.push_back(a);
+        for (const auto& c : e.caches)
+          if (std::find(last.caches.begin(), last.caches.end(), c) == last.caches.end()) last.caches.push_back(c);
+        last.from_entry += "+" + e.from_entry;
+        continue;
+      }
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
 // revert_on_failure: every entry this replay applied goes, newest first.
 bool undo(Disk& disk, const ReplayRequest& req, const std::vector<ReplayedEntry>& done) {
   bool ok = true;
@@ -488,7 +516,7 @@ ReplayReport replay_bundle(Disk& disk, const ReplayRequest& req) {
   r.checked_files = check_pristine(disk, b, a);
   if (req.dry_run) return r;
   try {
-    for (const auto& e : b.entries) {
+    for (const auto& e : one_build_each(b.entries)) {
       NativePlan plan = plan_add_native(disk, entry_request(b, e, a, req.base));
       ReplayedEntry done{apply_native(disk, plan), {}, e.files.size()};
       if (!plan.build_cmds.empty()) done.build = run_native_build(disk, plan, done.applied);

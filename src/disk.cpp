@@ -22,6 +22,28 @@
 #include "overlay/error.hpp"
 
 namespace overlay {
+
+const char* file_type_name(FileType t) {
+  switch (t) {
+    case FileType::none:
+      return "none";
+    case FileType::regular:
+      return "file";
+    case FileType::directory:
+      return "dir";
+    case FileType::symlink:
+      return "symlink";
+    case FileType::other:
+      return "other";
+  }
+  return "other";
+}
+
+std::optional<FileType> file_type_named(std::string_view name) {
+  for (FileType t : {FileType::none, FileType::regular, FileType::directory, FileType::symlink, FileType::other})
+    if (name == file_type_name(t)) return t;
+  return std::nullopt;
+}
 namespace {
 
 [[noreturn]] void fail(const char* op, const At& at) { throw DiskError(op, at.full().string(), errno); }

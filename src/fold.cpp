@@ -61,11 +61,38 @@ bool tracks(const std::vector<NativeEntry>& natives, std::vector<Item> NativeEnt
 // The fold worked out in memory: ACCEPTED's record as the commit writes it (less its mark).
 struct FoldPlan {
   Manifest into;
-  std::vector<std::string> ids;    // CAND's entries, all folded
-  std::vector<std::size_t> moved;  // indices into into.natives of the entries moved whole
-  std::vector<fs::path> paths;     // every file CAND held
+  std::vector<std::string> ids;      // CAND's entries, all folded
+  std::vector<std::size_t> moved;    // indices into into.natives of the entries moved whole
+  std::vector<fs::path> paths;       // every file CAND held
+  std::vector<std::string> carried;  // backups of CAND's build changes an entry of ACCEPTED's took
   FoldReport report;
 };
+
+// A build change of CAND's: where ACCEPTED's build changed the same path, that change keeps what
+// was there before both builds and ends where CAND's build left it; where an item of ACCEPTED's
+// tracks the path, that item puts it back; otherwise it is kept (returned true) for the entry
+// that takes CAND's changes.
+bool fold_build_change(FoldPlan& p, const BuildChange& c) {
+  for (auto& e : p.into.natives)
+    for (auto& mine : e.build_changes)
+      if (mine.path == c.path) {
+        mine.left = c.left, mine.stamp = c.stamp;
+        p.report.outputs_merged.push_back(c.path);
+        p.report.backups_dropped += c.backup.empty() ? 0 : 1;
+        return false;
+      }
+  std::vector<std::string> tracked;
+  for (const auto& e : p.into.natives) {
+    auto paths = tracked_paths(e);
+    tracked.insert(tracked.end(), paths.begin(), paths.end());
+  }
+  if (contains(tracked, c.path)) {
+    p.report.backups_dropped += c.backup.empty() ? 0 : 1;
+    return false;
+  }
+  p.report.outputs_moved.push_back(c.path);
+  return true;
+}
 
 [[noreturn]] void unmet(const std::string& path, const NativeEntry& e, const std::string& found, const NativeEntry& a,
                         const std::string& left) {
@@ -155,16 +182,26 @@ FoldPlan plan_fold(const fs::path& into, const Manifest& cm, const Manifest& am)
       if (c.layer) throw Error(c.dir + ": stacked on a cache the overlay folded into no longer tracks");
       whole.caches.push_back(c);
     }
+    whole.build_changes.clear();
+    for (const auto& c : e.build_changes)
+      if (fold_build_change(p, c)) whole.build_changes.push_back(c);
     if (!whole.sources.empty() || !whole.created.empty() || !whole.artifacts.empty() || !whole.caches.empty()) {
       p.moved.push_back(p.into.natives.size());
       p.report.moved_entries.push_back(e.id);
       p.into.natives.push_back(std::move(whole));
     } else if (receiver) {
-      // Nothing moves whole: the build that made what is installed now is named where the files went.
+      // Nothing moves whole: the build that made what is installed now is named where the files
+      // went, and what only it changed is that entry's to put back.
       NativeEntry& r = p.into.natives[*receiver];
       for (const auto& cmd : e.build_cmds)
         if (std::find(r.build_cmds.begin(), r.build_cmds.end(), cmd) == r.build_cmds.end()) r.build_cmds.push_back(cmd);
       r.untracked.insert(r.untracked.end(), e.untracked.begin(), e.untracked.end());
+      for (const auto& c : whole.build_changes) {
+        r.build_changes.push_back(c);
+        if (!c.backup.empty()) p.carried.push_back(c.backup);
+      }
+      r.build_unobserved.insert(r.build_unobserved.end(), e.build_unobserved.begin(), e.build_unobserved.end());
+      if (!e.build_traced) r.build_traced = false;  // what its build changed is not all on record
     }
   }
   // CAND is no longer a layer on ACCEPTED: its changes are ACCEPTED's own.
@@ -213,6 +250,7 @@ std::vector<std::string> backup_files(const NativeEntry& e) {
   for (const auto& a : e.artifacts)
     if (a.existed) add(a.backup), add(a.same_inode);
   for (const auto& c : e.caches) add(c.backup_tar);
+  for (const auto& c : e.build_changes) add(c.backup);
   add(e.build_log);
   return out;
 }
@@ -239,6 +277,7 @@ void link_or_copy(Disk& disk, const fs::path& src, const fs::path& dest) {
 void stage(Disk& disk, const fs::path& from, const fs::path& into, FoldPlan& p) {
   BackupStore src(disk, from), dst(disk, into);
   make_dirs(disk, into / kBackupDirName);
+  for (const auto& rel : p.carried) link_or_copy(disk, src.resolve(rel), into / rel);
   for (std::size_t i : p.moved) {
     NativeEntry& e = p.into.natives[i];
     make_dirs(disk, into / kBackupDirName / e.id, 0700);

@@ -566,6 +566,56 @@ void to_json(json& j, const UntrackedOutput& u) {
   if (!u.clear_reason.empty()) j["clear_reason"] = u.clear_reason;
 }
 
+namespace {
+
+FileType file_type_at(const json& j, const char* key) {
+  auto t = file_type_named(req_string(j, key));
+  if (!t || *t == FileType::other) bad(key, "expected none, file, dir or symlink");
+  return *t;
+}
+
+}  // namespace
+
+void from_json(const json& j, BuildChange& c) {
+  if (!j.is_object()) bad("", "expected an object");
+  c.path = abs_path(j, "path");
+  c.was = file_type_at(j, "was");
+  if (c.was == FileType::regular) {
+    c.backup = backup_path(j, "backup");
+    c.sha256 = sha(j, "sha256");
+  }
+  if (c.was == FileType::symlink) c.target = req_string(j, "target");
+  if (c.was != FileType::none) {
+    c.mode = static_cast<mode_t>(req_unsigned(j, "mode") & 07777);
+    c.owner = FileOwner{req_unsigned(j, "uid"), req_unsigned(j, "gid")};
+    std::optional<FileStamp> was = opt_stamp(j);
+    if (!was) bad("", "size, ino and mtime_ns missing");
+    c.before = *was;
+  }
+  c.left = file_type_at(j, "left");
+  if (c.left == FileType::regular) {
+    const json* left = find(j, "left_stamp");
+    std::optional<FileStamp> st = left != nullptr && left->is_object() ? opt_stamp(*left) : std::nullopt;
+    if (!st) bad("left_stamp", "size, ino and mtime_ns missing");
+    c.stamp = *st;
+  }
+}
+
+void to_json(json& j, const BuildChange& c) {
+  j = {{"path", c.path}, {"was", file_type_name(c.was)}, {"left", file_type_name(c.left)}};
+  if (c.was == FileType::regular) j["backup"] = c.backup, j["sha256"] = c.sha256;
+  if (c.was == FileType::symlink) j["target"] = c.target;
+  if (c.was != FileType::none) {
+    j["mode"] = c.mode, j["uid"] = c.owner.uid, j["gid"] = c.owner.gid;
+    put_stamp(j, c.before);
+  }
+  if (c.left == FileType::regular) {
+    json st = json::object();
+    put_stamp(st, c.stamp);
+    j["left_stamp"] = st;
+  }
+}
+
 void from_json(const json& j, RunningPatched& r) {
   r.path = abs_path(j, "path");
   r.dev = req_unsigned(j, "dev");
@@ -606,6 +656,14 @@ void from_json(const json& j, NativeEntry& e) {
   e.patch_id = opt_string(j, "patch_id");
   if (const json* k = find(j, "kept"); k != nullptr && k->is_boolean()) e.kept = k->get<bool>();
   e.untracked = read_items<UntrackedOutput>(j, "untracked_outputs");
+  e.build_traced = opt_bool(j, "build_traced", false);
+  e.build_changes = read_items<BuildChange>(j, "build_changes");
+  if (const json* u = find(j, "build_unobserved"); u != nullptr && !u->is_null()) {
+    if (!u->is_array() || !std::all_of(u->begin(), u->end(), [](const json& x) { return x.is_string(); }))
+      bad("build_unobserved", "expected an array of strings");
+    e.build_unobserved = u->get<std::vector<std::string>>();
+  }
+  e.build_untraced = opt_string(j, "build_untraced");
   if (const json* b = find(j, "build_picture"); b != nullptr && !b->is_null()) {
     try {
       e.build_picture = b->get<BuildPicture>();
@@ -638,6 +696,10 @@ void to_json(json& j, const NativeEntry& e) {
   if (e.created_at) j["created_at"] = *e.created_at;
   if (e.patch_id) j["patch_id"] = *e.patch_id;
   put_or_erase(j, "untracked_outputs", !e.untracked.empty(), e.untracked);
+  put_or_erase(j, "build_traced", e.build_traced, true);
+  put_or_erase(j, "build_changes", !e.build_changes.empty(), e.build_changes);
+  put_or_erase(j, "build_unobserved", !e.build_unobserved.empty(), e.build_unobserved);
+  put_or_erase(j, "build_untraced", e.build_untraced.has_value(), e.build_untraced ? json(*e.build_untraced) : json());
   put_or_erase(j, "build_picture", e.build_picture.has_value(), e.build_picture ? json(*e.build_picture) : json());
   put_or_erase(j, "build_served_from", e.served_from.has_value(), e.served_from ? json(*e.served_from) : json());
   put_or_erase(j, "folded_from", e.folded_from.has_value(), e.folded_from ? json(*e.folded_from) : json());

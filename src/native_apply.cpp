@@ -185,19 +185,6 @@ bool manifest_names(Disk& disk, const fs::path& overlay, const std::string& id) 
   }
 }
 
-BuildWatch watch_build(Disk& disk, const NativePlan& plan) {
-  std::vector<fs::path> dirs = plan.watched_dirs, tracked;
-  for (const auto& s : plan.swaps) dirs.push_back(s.target.parent_path()), tracked.push_back(s.target);
-  for (const auto& a : plan.artifacts) dirs.push_back(a.parent_path()), tracked.push_back(a);
-  std::vector<fs::path> skipped = plan.caches;
-  skipped.push_back(plan.overlay);
-  skipped.push_back(plan.state_dir);  // the holds and the build store: ours, never a build's
-  // A disk trace of this very run grows with every write of ours, the watch's copies included.
-  if (const char* trace = std::getenv("OVERLAY_DISK_TRACE"); trace != nullptr && *trace != '\0')
-    tracked.push_back(absolute_normal(trace));
-  return BuildWatch::start(disk, dirs, tracked, skipped);
-}
-
 // A failed add-native's holds go back to what they were; a failure doing so is reported, never
 // put in place of the error that made the add-native fail.
 void give_back_claim(HoldRegistry& holds, const HoldClaim& claim, const NativePlan& plan) {
@@ -206,27 +193,6 @@ void give_back_claim(HoldRegistry& holds, const HoldClaim& claim, const NativePl
   } catch (const Error& e) {
     spdlog::warn("could not give back the holds of the failed add-native: {}", e.what());
   }
-}
-
-// What the watch saw of the entry's build, recorded in one more manifest write: its untracked
-// outputs, and (after a build that succeeded) its picture of the build's dirs, which lets revert
-// tell that nothing was built there since (design.md, "The mtimes revert gives").
-void record_build(Disk& disk, const NativePlan& plan, const std::string& id,
-                  const std::vector<UntrackedOutput>& outputs, const std::optional<BuildPicture>& picture,
-                  const std::string& served_from) {
-  OverlayLock lock(plan.overlay, plan.lock_timeout);
-  auto m = load_manifest(disk, plan.overlay);
-  if (!m) return;
-  for (auto& e : m->natives)
-    if (e.id == id) {
-      e.untracked = outputs, e.build_picture = picture;
-      if (!served_from.empty()) e.served_from = served_from;
-    }
-  // Lost to a power cut, the picture and the store's name cost revert its original mtimes only (it
-  // dates now): only an output that may hold patched code must be on record for good.
-  bool must_last =
-      std::any_of(outputs.begin(), outputs.end(), [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
-  save_manifest(disk, plan.overlay, *m, must_last ? NameDurable::yes : NameDurable::no);
 }
 
 // The artifacts' original checksums, from their backups, into their holds ("" for one that did
@@ -407,84 +373,4 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   return applied;
 }
 
-namespace {
-
-// The build's outputs put back from the store, when it holds them: "" and a note when not.
-std::string serve_from_store(BuildStore& store, const NativePlan& plan, const AppliedEntry& entry,
-                             const BuildWatch& watch, WriteHandle& log, std::string& note) {
-  if (plan.rebuild || !store.enabled()) return "";
-  std::optional<StoredBuild> found;
-  std::string why;
-  try {
-    found = store.find(plan, watch);
-    if (!found) return "";
-    why = store.serve(*found, entry.pins);
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
-  if (!why.empty()) {  // what went in is dated as built, older than the sources: the build redoes it
-    note = "the build store could not serve this build (" + why + "): built instead";
-    return "";
-  }
-  std::string line = "overlay: served from the build store (" + found->name() + ", built by entry " + found->entry +
-                     "); no command ran\n";
-  log.write(line.data(), line.size());
-  return found->name();
-}
-
-}  // namespace
-
-BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry) {
-  BuildOutcome out;
-  BuildWatch watch = watch_build(disk, plan);
-  auto log = disk.create(entry.log_path, 0644, CreateMode::truncate);  // through Disk, as every write of ours
-  BuildStore store(disk, plan.state_dir);
-  out.served_from = serve_from_store(store, plan, entry, watch, *log, out.store_note);
-  for (const auto& argv : plan.build_cmds) {
-    if (!out.served_from.empty()) break;
-    RunOptions opts;
-    opts.cwd = plan.build_cwd;
-    opts.log = log.get();
-    opts.timeout_s = plan.build_timeout;
-    out.result = run_process(argv, opts);
-    if (!out.result.log_error.empty() && out.log_error.empty()) out.log_error = out.result.log_error;
-    if (!out.log_error.empty()) opts.log = nullptr;  // once torn, the log takes nothing more
-    if (!out.result.ok()) {
-      out.ok = false;
-      out.failed_cmd = argv;
-      break;
-    }
-  }
-  try {
-    log->close();  // the last bytes may fail here (a full disk found at writeback)
-  } catch (const Error& e) {
-    if (out.log_error.empty()) out.log_error = e.what();
-  }
-  out.untracked = watch.finish(disk);
-  if (out.ok && out.served_from.empty() && store.enabled()) {
-    std::string why;
-    try {
-      why = store.keep(plan, watch, out.untracked, entry.id, entry.pins, entry.log_path);
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    if (!why.empty()) out.store_note = "not kept in the build store: " + why;
-  }
-  std::vector<fs::path> changed = plan.artifacts, patched;
-  for (const auto& s : plan.swaps) changed.push_back(s.target), patched.push_back(s.target);
-  judge_untracked(disk, out.untracked, changed, patched);
-  out.watch_off = watch.off_reason();
-  std::optional<BuildPicture> picture;
-  if (out.ok && !watch.after_digest().empty()) picture = watch.recorded();
-  if (!out.untracked.empty() || !out.served_from.empty()) {
-    record_build(disk, plan, entry.id, out.untracked, picture, out.served_from);
-  } else if (picture) {
-    try {  // the picture only lets revert give back original mtimes: without it, the fresh rule
-      record_build(disk, plan, entry.id, out.untracked, picture, out.served_from);
-    } catch (const std::exception& e) {
-      spdlog::warn("could not record the build's picture ({}): revert will date the restored sources now", e.what());
-    }
-  }
-  return out;
-}
 }  // namespace overlay

@@ -1,10 +1,12 @@
 #include "overlay/native_revert.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include <spdlog/spdlog.h>
 
+#include "overlay/build_changes.hpp"
 #include "overlay/build_watch.hpp"
 #include "overlay/engagement.hpp"
 #include "overlay/error.hpp"
@@ -17,6 +19,7 @@
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"
 #include "overlay/store.hpp"
+#include "overlay/traced_build.hpp"
 
 namespace overlay {
 namespace {
@@ -49,19 +52,31 @@ HoldRegistry holds_of(Disk& disk, const RevertOptions& opts) {
   return HoldRegistry(disk, opts.state_dir.empty() ? HoldRegistry::default_state_dir() : opts.state_dir);
 }
 
+// A path the entry's build changed that someone else changed since (revert left it): it may hold
+// what the candidate's build made, so it stays on record, as an untracked output, until rebuilt.
+void keep_left_changes(Disk& disk, Manifest& m, const NativeEntry& e, const std::vector<std::string>& left) {
+  for (const auto& p : left) {
+    FileInfo fi = disk.info(p, Follow::no);
+    if (fi.type != FileType::regular) continue;
+    std::erase_if(m.untracked, [&](const UntrackedOutput& u) { return u.path == p; });
+    m.untracked.push_back({p, "changed", stamp_of(fi), e.id, e.build_cmds, ""});
+  }
+}
+
 class Reverter {
  public:
   Reverter(Disk& disk, const fs::path& overlay, const RevertOptions& opts, RevertReport& report)
       : disk_(disk), store_(disk, overlay), opts_(opts), report_(report), lowers_(disk) {}
   bool original_times_ = false;  // the entry being reverted gets its files' original mtimes back
+  std::vector<std::string> left_;
 
   // Restores one entry; true when every item is back at its original state. Each item is acted
   // on under the directory add-native pinned for it, or refused when that no longer stands.
   bool revert_entry(const NativeEntry& e) {
     bool ok = true;
-    std::string why = why_fresh_times(disk_, e);  // judged before anything is put back
+    std::string why = why_fresh_times(disk_, e, store_.overlay());  // judged before anything is put back
     original_times_ = why.empty();
-    report_.times.push_back({e.id, original_times_, why, {}});
+    report_.times.push_back({e.id, original_times_, why, {}, {}});
     if (original_times_)
       for (const auto& u : still_as_built(disk_, e.untracked)) report_.times.back().rewritten.push_back(u.path);
     for (auto it = e.caches.rbegin(); it != e.caches.rend(); ++it)
@@ -69,6 +84,7 @@ class Reverter {
         PinnedPlace at = place(it->dir, it->parent);
         return cache_reverted_under(it->layer, it->dir) ? std::string("unchanged") : cache(*it, at);
       });
+    ok &= build_changes(e);
     for (auto it = e.artifacts.rbegin(); it != e.artifacts.rend(); ++it)
       ok &= attempt(it->path, [&] {
         PinnedPlace at = place(it->path, it->parent);
@@ -90,7 +106,20 @@ class Reverter {
         if (!opts_.dry_run && vanished_above.count(it->install_path) == 0) warn_if_drifted(*it);
         return file(at, *it, original_times_ ? RestoredTime::original : RestoredTime::now);
       });
+    if (ok && original_times_ && !opts_.dry_run) note_changed_since(e);
     return ok;
+  }
+
+  // Everything the entry's build read, its own changes and items put back, is as that build found
+  // it — or the first path that is not: the install's next build has that to redo.
+  void note_changed_since(const NativeEntry& e) {
+    if (e.id.empty()) return;
+    try {
+      report_.times.back().changed_since =
+          input_changed_since(disk_, store_.resolve(std::string(kBackupDirName) + "/" + e.id + "/build"));
+    } catch (const Error& err) {
+      (void)err;  // no build dir of ours to read: nothing is claimed of the build's inputs
+    }
   }
 
   // Why entry `e` of `m` cannot be reverted yet (nothing when it can): an entry made after it with --force (in
@@ -124,8 +153,77 @@ class Reverter {
     return std::nullopt;
   }
 
+  // What the entry's traced build changed beyond its items goes back (build_changes.hpp); a path
+  // changed since by someone else is left, noted, and kept on record as an untracked output.
+  bool build_changes(const NativeEntry& e) {
+    bool ok = true;
+    left_.clear();
+    for (const auto& r : restore_build_changes(disk_, store_, changes_of(e), opts_.dry_run)) {
+      if (r.left) {
+        left_.push_back(r.path);
+        report_.notes.push_back(r.path + ": " + r.problem);
+      } else if (!r.problem.empty()) {
+        report_.problems.push_back({r.path, r.problem});
+        ok = false;
+      } else {
+        report_.actions.push_back({r.action, r.path});
+        spdlog::info("{}{} {}", opts_.dry_run ? "would " : "", r.action, r.path);
+      }
+    }
+    return ok;
+  }
+  // The entry's build changes: as recorded; or, where its build never recorded them (killed, or
+  // its record lost to a full disk), as far as its journals got: a serve's first, then each build
+  // command's in order; a path's first line says what it was before, its last whether it was only
+  // appended to (a log outside the entry's directories is then left as it is).
+  std::vector<BuildChange> changes_of(const NativeEntry& e) {
+    if (e.build_traced || e.id.empty()) return e.build_changes;
+    std::string rel = std::string(kBackupDirName) + "/" + e.id + "/build";
+    fs::path dir;
+    try {
+      dir = store_.resolve(rel);
+    } catch (const Error& err) {
+      (void)err;  // no build dir of ours: nothing was journaled
+      return {};
+    }
+    if (disk_.info(dir, Follow::no).type != FileType::directory) return {};
+    std::vector<std::string> journals;
+    for (const auto& f : disk_.list_dir(dir))
+      if (f.name.size() > 8 && f.name.compare(f.name.size() - 8, 8, ".journal") == 0) journals.push_back(f.name);
+    auto order = [](const std::string& n) {  // "s-…" (a serve) first, then "c<k>-…" by k
+      return n[0] == 's' ? -1L : std::strtol(n.c_str() + 1, nullptr, 10);
+    };
+    std::sort(journals.begin(), journals.end(),
+              [&](const std::string& a, const std::string& b) { return order(a) < order(b); });
+    std::vector<TracedChange> journaled;
+    for (const auto& name : journals)
+      for (auto& c : read_journal(disk_, dir / name.substr(0, name.size() - 8))) {
+        auto same =
+            std::find_if(journaled.begin(), journaled.end(), [&](const TracedChange& x) { return x.path == c.path; });
+        if (same == journaled.end())
+          journaled.push_back(std::move(c));
+        else
+          same->appended = same->appended && c.appended;
+      }
+    std::vector<fs::path> dirs;  // the entry's own: what an appended file there is part of
+    for (const auto& p : installed_paths(e)) dirs.push_back(p.parent_path());
+    if (e.build_cwd) dirs.emplace_back(*e.build_cwd);
+    std::erase_if(journaled, [&](const TracedChange& c) {
+      return c.appended &&
+             std::none_of(dirs.begin(), dirs.end(), [&](const fs::path& d) { return is_within(fs::path(c.path), d); });
+    });
+    if (!journaled.empty())
+      report_.notes.push_back("entry " + e.id + ": its build ended before it recorded what it changed; the " +
+                              std::to_string(journaled.size()) + " change(s) its journal holds are put back");
+    return build_changes_of(disk_, journaled, dir, rel);
+  }
+
+  // The paths of the last entry's build changes that were left as someone else changed them.
+  const std::vector<std::string>& left() const { return left_; }
+
   void forget_backups(const NativeEntry& e) {
-    std::vector<std::string> rels;
+    std::vector<std::string> rels = backups_of(e.build_changes);
+    if (!e.id.empty()) rels.push_back(std::string(kBackupDirName) + "/" + e.id + "/build");
     for (const auto& s : e.sources) {
       rels.push_back(s.backup);
       if (s.same_inode) rels.push_back(*s.same_inode);
@@ -511,6 +609,7 @@ void merge_report(RevertReport& into, RevertReport&& r) {
   into.layers_reverted.insert(into.layers_reverted.end(), r.layers_reverted.begin(), r.layers_reverted.end());
   into.partial_backups_swept.insert(into.partial_backups_swept.end(), r.partial_backups_swept.begin(),
                                     r.partial_backups_swept.end());
+  into.times.insert(into.times.end(), r.times.begin(), r.times.end());
   into.problems = std::move(r.problems);
   into.blocked_by = std::move(r.blocked_by);
   into.untracked_left = std::move(r.untracked_left);
@@ -617,6 +716,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     std::vector<std::string> files =
         done.patch_id ? remove_patch_modules(*m, *done.patch_id) : std::vector<std::string>{};
     keep_untracked_of_reverted(disk, *m, done);
+    keep_left_changes(disk, *m, done, rev.left());
     prune_uppers(ups, *m);
     save_manifest(disk, overlay, *m);  // the entry is gone from the record before its backups are
     pruned = false;

@@ -421,7 +421,7 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in, Absent absen
     r.natives.push_back(native_status(disk, store, r.overlay, e, view));
     r.natives.back().untracked = still_as_built(disk, e.untracked);
     r.natives.back().served_from = e.served_from;
-    r.natives.back().why_fresh_times = why_fresh_times(disk, e);
+    r.natives.back().why_fresh_times = why_fresh_times(disk, e, r.overlay);
   }
   r.untracked_left = still_as_built(disk, m->untracked);
   r.fold_out = m->fold_out;

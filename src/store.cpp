@@ -200,6 +200,7 @@ std::set<std::string> named_entries(const Manifest& m) {
     for (const auto& c : e.caches) add(c.backup_tar), add(c.backup_dir);
     if (e.python_guard) add(e.python_guard->stop);
     add(e.build_log);
+    for (const auto& c : e.build_changes) add(c.backup);
   }
   // A fold into this overlay not yet settled has staged the entries it moves here (fold.hpp).
   for (const auto& f : m.folds_in) out.insert(f.entries.begin(), f.entries.end());

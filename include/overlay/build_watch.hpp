@@ -55,15 +55,18 @@ std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<Untrac
 // build), keeping there only those still as built.
 void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reverted);
 
-// Why revert must date entry `e`'s restored files now ("" when their original mtimes may come
-// back): only when every output its build made from the patched sources is restored too — the
-// tracked artifacts and caches by the revert, no untracked output that may hold patched code,
-// and nothing built in the build's dirs since (the watch's picture, taken again, is the same) — is
-// the build's view the one before the apply, so that its next run has nothing to redo.
-std::string why_fresh_times(Disk& disk, const NativeEntry& e);
+// Why revert must date entry `e` (of `overlay`)'s restored files now ("" when their original
+// mtimes may come back): only when every output its build made from the patched sources is
+// restored too is the build's view the one before the apply, so that its next run has nothing to
+// redo. A traced build: every path it changed still as it left it (or as before), its kept bytes
+// there, and nothing it did unobserved. A watched one: the tracked artifacts and caches by the
+// revert, no untracked output that may hold patched code, and nothing built in the build's dirs
+// since (the watch's picture, taken again, is the same).
+std::string why_fresh_times(Disk& disk, const NativeEntry& e, const fs::path& overlay);
 
 // Gives `clear_reason` to each output that holds none of the patched code, judged by what the
 // build says or the output's own bytes show (anything else "may hold patched code"):
+// * an empty file (a marker a script touched);
 // * a thin archive: its members' paths only;
 // * an ELF object whose symbol table names the source it was compiled from, when that is none of
 //   the `patched` files and none of them is a header (a header may be in any object);

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "overlay/disk.hpp"
-#include "overlay/native_apply.hpp"
+#include "overlay/native_build.hpp"
 #include "overlay/native_plan.hpp"
 #include "overlay/native_verify.hpp"
 
@@ -86,8 +86,9 @@ struct ReplayReport {
 };
 
 // Checks that every file of the bundle holds its pristine bytes under `root` (refusing, naming the
-// first that does not: a reinstall or another version, and changing nothing), then applies each
-// bundle entry as one entry of the overlay (add-native's protocol), runs its build, and verifies.
+// first that does not: a reinstall or another version, and changing nothing), then applies the
+// bundle's entries (add-native's protocol; consecutive ones built the same way and changing no file
+// twice as one entry, so that their build runs once), runs each one's build, and verifies.
 // A build that fails stops it; with revert_on_failure, every entry it applied is reverted.
 ReplayReport replay_bundle(Disk& disk, const ReplayRequest& req);
 

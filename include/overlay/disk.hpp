@@ -11,7 +11,9 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace overlay {
@@ -19,6 +21,10 @@ namespace overlay {
 namespace fs = std::filesystem;
 
 enum class FileType { none, regular, directory, symlink, other };
+// A file type's name as records write it: "none" (nothing there), "file", "dir", "symlink", "other".
+const char* file_type_name(FileType t);
+// The type such a name names; nullopt for any other string.
+std::optional<FileType> file_type_named(std::string_view name);
 
 struct FileInfo {
   FileType type = FileType::none;

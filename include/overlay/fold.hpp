@@ -36,6 +36,10 @@ struct FoldReport {
   std::vector<std::string> moved;          // files whose item moved with its entry
   std::vector<std::string> moved_entries;  // entry ids now in ACCEPTED, whole
   std::size_t backups_dropped = 0;         // CAND's backups of ACCEPTED's bytes, let go
+  // Build outputs both builds changed: ACCEPTED's record keeps what was there before its own build
+  // and now ends where CAND's build left it (traced builds, build_changes.hpp).
+  std::vector<std::string> outputs_merged;
+  std::vector<std::string> outputs_moved;  // build outputs only CAND's build changed, now ACCEPTED's
 };
 
 // Checks everything first (refusing, nothing changed: no entry to fold, an operation in flight in

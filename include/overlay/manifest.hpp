@@ -165,6 +165,24 @@ struct UntrackedOutput {
   std::string clear_reason;
 };
 
+// A path an entry's traced build changed that no item of the entry tracks (added key
+// "build_changes" of a native entry): its state before the build, and how the build left it.
+// Revert puts each back — the build's bookkeeping (.ninja_deps, .ninja_log, depfiles), an object
+// of a unity translation unit, a generated file the build deleted — so the build's view is the
+// one before the apply; a build served from the store records what it replaced the same way.
+struct BuildChange {
+  std::string path;                // absolute
+  FileType was = FileType::none;   // none: the build made it
+  std::string backup;              // a file's bytes before it, relative to the overlay
+  std::string sha256;              // of those bytes
+  std::string target;              // a symlink's target before it
+  mode_t mode = 0;                 // before
+  FileOwner owner;                 // before
+  FileStamp before;                // before (a directory's or symlink's: its mtime)
+  FileType left = FileType::none;  // as the build left it (none: gone)
+  FileStamp stamp;                 // a file's stamp as the build left it
+};
+
 // A process that mapped an entry's rebuilt artifact when revert replaced it: it runs the patched
 // code until it exits. Kept while that process (pid and start time) lives.
 struct RunningPatched {
@@ -201,7 +219,13 @@ struct NativeEntry {
   std::optional<PythonToolGuard> python_guard;  // added caches[0] item "python_tool_guard": true
   std::optional<std::string> patch_id;          // `apply`: the patch this entry belongs to (added key)
   bool kept = false;  // `exec --keep-on-success` left it applied on purpose: gc-stale leaves it (added key)
-  std::vector<UntrackedOutput> untracked;     // observed around the build (added key)
+  std::vector<UntrackedOutput> untracked;  // observed around the build (added key)
+  // Its build ran traced (added key "build_traced"): build_changes is all it changed beyond the
+  // items, save what build_unobserved names; otherwise build_untraced may say why not.
+  bool build_traced = false;
+  std::vector<BuildChange> build_changes;     // what its traced build changed beyond its items (added key)
+  std::vector<std::string> build_unobserved;  // what its trace could not account for (added key)
+  std::optional<std::string> build_untraced;  // why its build ran untraced (added key)
   std::optional<BuildPicture> build_picture;  // the watch's picture after the build (added key)
   std::optional<std::string> served_from;     // the build store's record put back instead of a build (added key)
   // The overlay a fold moved this entry from (added key "folded_from"): the holds name that overlay
@@ -271,6 +295,8 @@ void from_json(const json& j, CacheItem& c);
 void to_json(json& j, const CacheItem& c);
 void from_json(const json& j, UntrackedOutput& u);
 void to_json(json& j, const UntrackedOutput& u);
+void from_json(const json& j, BuildChange& c);
+void to_json(json& j, const BuildChange& c);
 void from_json(const json& j, RunningPatched& r);
 void to_json(json& j, const RunningPatched& r);
 void from_json(const json& j, NativeEntry& e);

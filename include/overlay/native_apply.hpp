@@ -31,24 +31,4 @@ struct AppliedEntry {
 // (atomically), and only then swaps the sources in and invalidates the caches.
 AppliedEntry apply_native(Disk& disk, const NativePlan& plan);
 
-struct BuildOutcome {
-  bool ok = true;
-  std::vector<std::string> failed_cmd;
-  RunResult result;
-  std::vector<UntrackedOutput> untracked;  // created or changed by the build, tracked by no item
-  std::string watch_off;                   // why the build's dirs were not watched ("" when they were)
-  std::string log_error;                   // why the build log is incomplete ("" when it is whole)
-  // Served from the build store instead of built: the record's name ("" when the build ran).
-  std::string served_from;
-  std::string store_note;  // why a build that ran was not kept, or a record found was not served
-};
-
-// Runs the plan's build commands in order (stopping at the first failure), streaming output
-// to stderr and appending it to the entry's log. Around it, pictures the build's dirs (its cwd,
-// the sources' and artifacts' dirs; caches and the overlay aside) and records in the entry every
-// file it created or changed that no item tracks. Where the build store holds what this very build
-// made before (build_store.hpp) and the plan does not say rebuild, those outputs are put back
-// instead of running the commands; a build that ran and succeeded is kept there.
-BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry);
-
 }  // namespace overlay

@@ -78,6 +78,9 @@ struct RevertReport {
     // (a thin archive, a relinked executable), still as it left them, so newer than the restored
     // files: where one is an input of a restored artifact the build relinks it (nothing compiles).
     std::vector<std::string> rewritten;
+    // With original times: a file the build read that changed since (by hand, by another build):
+    // the install's next build has that to redo, whatever the revert put back.
+    std::string changed_since;
   };
   std::vector<Times> times;
   bool ok() const { return problems.empty(); }

@@ -39,13 +39,16 @@ Handler fold_command(CLI::App& sub, const Globals& g) {
     j["moved"] = r.moved;
     j["moved_entries"] = r.moved_entries;
     j["backups_dropped"] = r.backups_dropped;
+    j["outputs_merged"] = r.outputs_merged;
+    j["outputs_moved"] = r.outputs_moved;
     for (const auto& p : r.merged)
       out_line("fold: merged " + p + "  (" + j["into"].get<std::string>() + " keeps its original)");
     for (const auto& p : r.moved) out_line("fold: moved  " + p);
     out_line(std::string(*dry ? "fold: dry run; would fold " : "fold: folded ") + std::to_string(r.entries.size()) +
              " entr" + (r.entries.size() == 1 ? "y" : "ies") + " of " + j["from"].get<std::string>() + " into " +
              j["into"].get<std::string>() + " (" + std::to_string(r.merged.size()) + " file(s) merged, " +
-             std::to_string(r.moved.size()) + " moved, no build)");
+             std::to_string(r.moved.size()) + " moved, " + std::to_string(r.outputs_merged.size()) +
+             " build output(s) merged, " + std::to_string(r.outputs_moved.size()) + " moved, no build)");
     return int{kOk};
   };
 }

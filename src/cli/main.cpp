@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "overlay/lock.hpp"
+#include "overlay/traced_build.hpp"
 
 #include "commands.hpp"
 #include "fleet_engine.hpp"
@@ -80,6 +81,9 @@ int main(int argc, char** argv) {
     std::puts("overlay " OVERLAY_VERSION);
     return 0;
   }
+  // The tracer process a traced build runs under (traced_build.hpp): not a subcommand anyone types.
+  if (argc > 1 && std::string_view(argv[1]) == "__trace-build") return overlay::build_tracer_main(argc - 1, argv + 1);
+  overlay::set_tracer_program("/proc/self/exe");
   CLI::App app{"overlay: deploy a kernel into a live install in place and restore every byte", "overlay"};
   app.set_version_flag("--version", std::string("overlay ") + OVERLAY_VERSION);
   app.require_subcommand(1);

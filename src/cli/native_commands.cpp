@@ -42,9 +42,8 @@ void warn_about_build(const std::string& cmd, const BuildOutcome& b, const Appli
     err_line(cmd, "warning: build log " + entry.log_path.string() + " is incomplete (" + b.log_error +
                       "); the build's whole output went to stderr");
   if (!b.watch_off.empty()) err_line(cmd, "build outputs not watched: " + b.watch_off);
-  if (!b.served_from.empty())
-    err_line(cmd, "served from the build store (record " + b.served_from +
-                      "): the same build of the same inputs ran before; no command ran (--rebuild builds)");
+  err_line(cmd, store_line(b));
+  for (const auto& u : b.unobserved) err_line(cmd, "warning: the build's trace is incomplete: " + u);
   if (!b.store_note.empty()) err_line(cmd, b.store_note);
   std::vector<std::string> holding, clear;
   for (const auto& u : b.untracked) (u.clear_reason.empty() ? holding : clear).push_back(u.path);
@@ -70,6 +69,7 @@ nlohmann::json build_json(const BuildOutcome& b, const AppliedEntry& entry) {
   nlohmann::json j = {{"ran", b.served_from.empty()}, {"ok", b.ok}, {"log", entry.log_path.string()}};
   j["served_from_store"] = b.served_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.served_from);
   if (!b.store_note.empty()) j["store_note"] = b.store_note;
+  put_trace_json(j, b);
   j["untracked_outputs"] = untracked_json(b.untracked);
   if (!b.watch_off.empty()) j["watch_off"] = b.watch_off;
   if (!b.log_error.empty()) j["log_error"] = b.log_error;
@@ -356,10 +356,12 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   j["notes"] = r.notes;
   j["mtimes"] = nlohmann::json::array();
   for (const auto& t : r.times)
-    j["mtimes"].push_back({{"entry", t.entry},
-                           {"original", t.original},
-                           {"why_fresh", t.original ? nlohmann::json(nullptr) : nlohmann::json(t.why_fresh)},
-                           {"rewritten", t.rewritten}});
+    j["mtimes"].push_back(
+        {{"entry", t.entry},
+         {"original", t.original},
+         {"why_fresh", t.original ? nlohmann::json(nullptr) : nlohmann::json(t.why_fresh)},
+         {"rewritten", t.rewritten},
+         {"changed_since", t.changed_since.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.changed_since)}});
   for (const auto& l : r.layers_reverted) err_line("revert", "reverted layer " + l + " first (--with-layers)");
   for (const auto& n : r.notes) err_line("revert", "note: " + n);
   if (!r.blocked_by.empty()) {
@@ -397,8 +399,12 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
           "entry " + t.entry + ": " +
               (!t.original
                    ? "sources dated now, build outputs a second back (" + t.why_fresh + "): the next build redoes them"
+               : !t.changed_since.empty()
+                   ? "original mtimes back (" + t.changed_since +
+                         ", which its build read, changed since: the install's build may redo what depends on it)"
                : t.rewritten.empty()
-                   ? std::string("original mtimes back (the install's build has nothing to redo)")
+                   ? std::string(
+                         "original mtimes back (the install's build has nothing more to redo than before the apply)")
                    : "original mtimes back (nothing to recompile; the build may relink what depends on " +
                          std::to_string(t.rewritten.size()) +
                          " untracked output(s) it rewrote without patched code, e.g. " + t.rewritten.front() + ")"));

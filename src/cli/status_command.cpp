@@ -125,10 +125,10 @@ void print_status_table(const StatusReport& r) {
       out_line(line + f.path + more);
     }
     if (e.served_from) out_line("  build     served from the build store (" + *e.served_from + "): no command ran");
-    out_line(
-        e.why_fresh_times.empty()
-            ? std::string("  revert    gives back the original mtimes (the install's build then has nothing to redo)")
-            : "  revert    dates restored sources now, build outputs a second back (" + e.why_fresh_times + ")");
+    out_line(e.why_fresh_times.empty()
+                 ? std::string("  revert    gives back the original mtimes (the install's build then has nothing more "
+                               "to redo than before the apply)")
+                 : "  revert    dates restored sources now, build outputs a second back (" + e.why_fresh_times + ")");
     for (const auto& u : e.untracked)
       out_line(u.clear_reason.empty()
                    ? "  untracked rebuilt      " + u.path + "  (" + u.change + " by this entry's build)"

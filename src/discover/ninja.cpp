@@ -6,8 +6,7 @@
 #include <map>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
+#include "overlay/build_graph.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/object_files.hpp"
 #include "overlay/words.hpp"
@@ -16,45 +15,6 @@
 
 namespace overlay::discover_parts {
 namespace {
-
-enum class InputKind { explicit_, implicit, order_only };
-
-struct NinjaNode {
-  bool known = false;
-  std::string rule;  // of the edge that builds it; empty for a source
-  std::vector<std::pair<std::string, InputKind>> inputs;
-  std::vector<std::string> outputs;
-};
-
-// `ninja -t query PATH`: the edge that builds PATH (rule, inputs marked `|` implicit and `||`
-// order-only) and the outputs PATH is an input of.
-NinjaNode ninja_query(const fs::path& dir, const std::string& path) {
-  RunResult r = query({"ninja", "-C", dir.string(), "-t", "query", path});
-  NinjaNode n;
-  if (!r.ok()) return n;
-  n.known = true;
-  std::string section;
-  for (const auto& l : lines_of(r.out)) {
-    if (l.rfind("    ", 0) == 0) {
-      std::string item = l.substr(4);
-      if (section == "outputs") {
-        n.outputs.push_back(item);
-      } else if (section == "input") {
-        InputKind k = InputKind::explicit_;
-        if (item.rfind("|| ", 0) == 0)
-          k = InputKind::order_only, item = item.substr(3);
-        else if (item.rfind("| ", 0) == 0)
-          k = InputKind::implicit, item = item.substr(2);
-        n.inputs.emplace_back(item, k);
-      }
-    } else if (l.rfind("  ", 0) == 0) {
-      std::string head = l.substr(2);
-      section = head.substr(0, head.find(':'));
-      if (section == "input") n.rule = head.substr(head.find(':') + 2);
-    }
-  }
-  return n;
-}
 
 // Whether `node`'s edge is rebuilt when `input` changes: true unless `input` is only an
 // order-only input of it. (An input it does not list at all is followed: better one artifact
@@ -71,23 +31,13 @@ bool rebuilt_from(const NinjaNode& node, const std::string& input) {
 
 // `ninja -t deps`: the outputs whose recorded header dependencies include the target.
 std::vector<std::string> ninja_dependents_by_deps(Disk& disk, const fs::path& dir, const Target& t, std::string& via) {
-  RunResult r = query({"ninja", "-C", dir.string(), "-t", "deps"});
   std::vector<std::string> outs;
-  if (!r.ok()) return outs;
-  std::string current;
-  for (const auto& l : lines_of(r.out)) {
-    if (l.empty()) continue;
-    if (l[0] != ' ') {
-      current = l.substr(0, l.find(": #deps"));
-      continue;
-    }
-    std::string dep = l.substr(l.find_first_not_of(' '));
-    if (!current.empty() && t.is(disk, resolve_in(dir, dep)) &&
-        std::find(outs.begin(), outs.end(), current) == outs.end()) {
-      outs.push_back(current);
-      via = dep;
-    }
-  }
+  for (const auto& [out, deps] : ninja_deps(dir))
+    for (const auto& dep : deps)
+      if (t.is(disk, resolve_in(dir, dep)) && std::find(outs.begin(), outs.end(), out) == outs.end()) {
+        outs.push_back(out);
+        via = dep;
+      }
   return outs;
 }
 
@@ -173,21 +123,9 @@ void add_installed_copies(Disk& disk, const fs::path& dir, BuildCandidate& c) {
 // Build dirs the CMake compile database beside `dir` names for the target (CMAKE_BINARY_DIR).
 std::vector<fs::path> compile_db_build_dirs(Disk& disk, const fs::path& dir, const Target& t) {
   std::vector<fs::path> out;
-  fs::path db = dir / "compile_commands.json";
-  if (!is_regular(disk, db)) return out;
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_small_file(disk, db, kMaxTextBytes));
-  } catch (const std::exception&) {
-    return out;
-  }
-  if (!j.is_array()) return out;
-  for (const auto& e : j) {
-    if (!e.is_object() || !e.contains("file") || !e.contains("directory") || !e["file"].is_string() ||
-        !e["directory"].is_string())
-      continue;
-    fs::path d = e["directory"].get<std::string>();
-    if (!t.is(disk, resolve_in(d, e["file"].get<std::string>()))) continue;
+  for (const auto& e : compile_database(disk, dir / "compile_commands.json")) {
+    fs::path d = e.directory;
+    if (!t.is(disk, resolve_in(d, e.file))) continue;
     for (fs::path up = d; !up.empty(); up = up.parent_path()) {  // the top dir holding build.ninja
       if (disk.info(up / "build.ninja", Follow::no).type == FileType::regular &&
           disk.info(up / "CMakeCache.txt", Follow::no).type == FileType::regular) {

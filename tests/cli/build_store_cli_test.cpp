@@ -118,7 +118,7 @@ TEST_F(BuildStoreCli, ARepeatedCandidateIsServedNotBuilt) {
   Cmd a = add("A");
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_EQ(compiles(), before);
-  EXPECT_NE(a.err.find("add-native: served from the build store (record "), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("add-native: store: hit (record "), std::string::npos) << a.err;
   json j = json::parse(a.out);
   EXPECT_EQ(j["build"]["ran"], false);
   std::string record = j["build"]["served_from_store"].get<std::string>();
@@ -132,7 +132,8 @@ TEST_F(BuildStoreCli, ARepeatedCandidateIsServedNotBuilt) {
   EXPECT_NE(v.out.find("FRESH_BUILD_OK"), std::string::npos) << v.out;
   Cmd s = run_overlay({"status", "--overlay", ov}, {}, env);
   EXPECT_NE(s.out.find("served from the build store (" + record + ")"), std::string::npos) << s.out;
-  EXPECT_NE(s.out.find("  revert    gives back the original mtimes (the install's build then has nothing to redo)"),
+  EXPECT_NE(s.out.find("  revert    gives back the original mtimes (the install's build then has nothing more to redo "
+                       "than before the apply)"),
             std::string::npos)
       << s.out;
   json sj = json::parse(run_overlay({"--json", "status", "--overlay", ov}, {}, env).out)["natives"][0];
@@ -284,7 +285,7 @@ struct BuildStoreMake : ::testing::Test {
          "--artifact", (p / "prog").string(), "--build-cmd", "make", "--build-cwd", p.string()},
         {}, e);
     EXPECT_EQ(a.rc, 0) << a.err;
-    std::pair<bool, std::string> got{a.err.find("served from the build store") != std::string::npos, value()};
+    std::pair<bool, std::string> got{a.err.find("store: hit") != std::string::npos, value()};
     EXPECT_EQ(run_overlay({"revert", "--overlay", ov}, {}, env).rc, 0);
     return got;
   }

@@ -1,6 +1,8 @@
-// Observed, not only predicted (issue 20): add-native pictures the build's directories before and
-// after the build and names every file the build created or changed that no entry tracks; revert
-// and status keep saying so until a build regenerates them. Through the real binary, real make.
+// Observed, not only predicted (issue 20): where no build can be traced (OVERLAY_BUILD_TRACE=0 here),
+// add-native pictures the build's directories before and after the build and names every file the
+// build created or changed that no entry tracks; revert and status keep saying so until a build
+// regenerates them. Traced (issue 61), revert puts every such file of the install back, and only
+// a file the build changed outside the install is named so. Through the real binary, real make.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -25,6 +27,7 @@ struct Untracked : ::testing::Test {
     write_file(t / "best/kernel.c", "int kernel(void) { return 7; }\n");
     ASSERT_EQ(run({"make", "-C", app.string()}).rc, 0);
   }
+  std::vector<std::string> env = {"OVERLAY_BUILD_TRACE=0", "OVERLAY_STATE_DIR=" + (t / "state").string()};
   // The caller tracks the executable only: kernel.o, which the build rewrites too, is missed.
   Cmd add(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> a = {"--json",         "add-native",
@@ -35,8 +38,9 @@ struct Untracked : ::testing::Test {
                                   "--build-cmd",    "make",
                                   "--build-cwd",    app.string()};
     a.insert(a.end(), extra.begin(), extra.end());
-    return run_overlay(a);
+    return run_overlay(a, {}, env);
   }
+  Cmd overlay(const std::vector<std::string>& args) { return run_overlay(args, {}, env); }
 };
 
 }  // namespace
@@ -58,7 +62,7 @@ TEST_F(Untracked, ABuildOutputNoEntryTracksIsNamedUntilABuildRegeneratesIt) {
       << a.err;
   json m = json::parse(read_file(t / "ov/_overlay_manifest.json"));
   EXPECT_EQ(m["natives"][0]["untracked_outputs"][0]["path"], obj);
-  Cmd s = run_overlay({"status", "--overlay", ov});
+  Cmd s = overlay({"status", "--overlay", ov});
   EXPECT_NE(s.out.find("  untracked rebuilt      " + obj + "  (changed by this entry's build)"), std::string::npos)
       << s.out;
   // status says beforehand which mtimes revert will give: kernel.o may hold patched code, so the
@@ -67,16 +71,16 @@ TEST_F(Untracked, ABuildOutputNoEntryTracksIsNamedUntilABuildRegeneratesIt) {
                        " may hold patched code)"),
             std::string::npos)
       << s.out;
-  json sj = json::parse(run_overlay({"--json", "status", "--overlay", ov}).out);
+  json sj = json::parse(overlay({"--json", "status", "--overlay", ov}).out);
   EXPECT_EQ(sj["natives"][0]["revert_mtimes"]["rule"], "fresh");
 
   // revert restores what was tracked; kernel.o keeps the patched code, and everybody says so.
-  Cmd r = run_overlay({"--json", "revert", "--overlay", ov});
+  Cmd r = overlay({"--json", "revert", "--overlay", ov});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["untracked_outputs"][0]["path"], obj);
   EXPECT_NE(r.err.find("revert: warning: " + obj + " was changed by the build of entry"), std::string::npos) << r.err;
   EXPECT_NE(file_sha256(obj), original_obj);
-  Cmd c = run_overlay({"status", "--overlay", ov, "--check-clean"});
+  Cmd c = overlay({"status", "--overlay", ov, "--check-clean"});
   EXPECT_EQ(c.rc, 1);
   EXPECT_NE(c.out.find("untracked rebuilt      " + obj), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("may hold patched code until make regenerates it"), std::string::npos) << c.out;
@@ -88,7 +92,7 @@ TEST_F(Untracked, ABuildOutputNoEntryTracksIsNamedUntilABuildRegeneratesIt) {
   // The install's next build regenerates it from the restored source: clean again.
   ASSERT_EQ(run({"make", "-C", app.string()}).rc, 0);
   EXPECT_EQ(file_sha256(obj), original_obj);
-  Cmd c2 = run_overlay({"status", "--overlay", ov, "--check-clean"});
+  Cmd c2 = overlay({"status", "--overlay", ov, "--check-clean"});
   EXPECT_EQ(c2.rc, 0) << c2.out << c2.err;
   EXPECT_NE(c2.out.find("install clean (every tracked file original)"), std::string::npos) << c2.out;
 }
@@ -98,8 +102,8 @@ TEST_F(Untracked, TrackedOutputsAndBookkeepingAreNotReported) {
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_EQ(json::parse(a.out)["untracked_outputs"], json::array()) << a.out;
   EXPECT_EQ(a.err.find("warning"), std::string::npos) << a.err;
-  ASSERT_EQ(run_overlay({"revert", "--overlay", ov}).rc, 0);
-  EXPECT_EQ(run_overlay({"status", "--overlay", ov, "--check-clean"}).rc, 0);
+  ASSERT_EQ(overlay({"revert", "--overlay", ov}).rc, 0);
+  EXPECT_EQ(overlay({"status", "--overlay", ov, "--check-clean"}).rc, 0);
 }
 
 TEST_F(Untracked, AFailedBuildRevertedAtOnceStillNamesWhatItLeft) {
@@ -109,7 +113,64 @@ TEST_F(Untracked, AFailedBuildRevertedAtOnceStillNamesWhatItLeft) {
   Cmd a = add({"--revert-on-failure"});
   EXPECT_NE(a.rc, 0);
   EXPECT_NE(a.err.find("warning: the build created or changed 1 file(s)"), std::string::npos) << a.err;
-  Cmd c = run_overlay({"status", "--overlay", ov, "--check-clean"});
+  Cmd c = overlay({"status", "--overlay", ov, "--check-clean"});
   EXPECT_EQ(c.rc, 1) << c.out;
   EXPECT_NE(c.out.find("untracked rebuilt      " + (app / "kernel.o").string()), std::string::npos) << c.out;
+}
+
+// Traced, the object no entry tracks is one of the build's changes inside the install: revert puts
+// it back with its mtime, nothing is left that may hold patched code, and the install's build has
+// nothing to do.
+TEST_F(Untracked, TracedTheObjectNoEntryTracksGoesBackWithTheRevert) {
+  env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
+  std::string obj = (app / "kernel.o").string(), original_obj = file_sha256(obj);
+  Cmd a = add();
+  ASSERT_EQ(a.rc, 0) << a.err;
+  json j = json::parse(a.out);
+  if (!j["build"]["traced"].get<bool>()) GTEST_SKIP() << "builds cannot be traced here: " << j["build"]["untraced"];
+  EXPECT_EQ(j["untracked_outputs"], json::array()) << a.out;
+  EXPECT_GE(j["build"]["changes"].get<int>(), 1) << a.out;
+  EXPECT_EQ(a.err.find("warning"), std::string::npos) << a.err;
+  Cmd r = overlay({"revert", "--overlay", ov});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("original mtimes back"), std::string::npos) << r.err;
+  EXPECT_EQ(file_sha256(obj), original_obj);
+  EXPECT_EQ(overlay({"status", "--overlay", ov, "--check-clean"}).rc, 0);
+  EXPECT_EQ(run({"make", "-q", "-C", app.string()}).rc, 0) << "the install's build has work to do after revert";
+}
+
+TEST_F(Untracked, TracedAFailedBuildRevertedAtOnceLeavesNothing) {
+  env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
+  std::string original_obj = file_sha256(app / "kernel.o");
+  write_file(app / "Makefile", "app: main.o kernel.o\n\tfalse\n%.o: %.c\n\t$(CC) -c -o $@ $<\n");
+  Cmd a = add({"--revert-on-failure"});
+  EXPECT_NE(a.rc, 0);
+  EXPECT_EQ(file_sha256(app / "kernel.o"), original_obj) << a.err;
+  Cmd c = overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(c.rc, 0) << c.out;
+}
+
+// A file the build changes outside the install (an install step copying the program elsewhere) is
+// not put back: it is named, stays named after revert, and keeps the build out of the store.
+TEST_F(Untracked, TracedACopyOutsideTheInstallIsNamedAndNeverServed) {
+  env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
+  fs::create_directories(t / "site");
+  write_file(app / "Makefile", "app: main.o kernel.o\n\t$(CC) -o $@ main.o kernel.o\n\tcp app " +
+                                   (t / "site").string() + "/app\n%.o: %.c\n\t$(CC) -c -o $@ $<\n");
+  Cmd a = add();
+  ASSERT_EQ(a.rc, 0) << a.err;
+  json j = json::parse(a.out);
+  if (!j["build"]["traced"].get<bool>()) GTEST_SKIP() << "builds cannot be traced here: " << j["build"]["untraced"];
+  std::string copy = (t / "site/app").string();
+  ASSERT_EQ(j["untracked_outputs"].size(), 1u) << a.out;
+  EXPECT_EQ(j["untracked_outputs"][0]["path"], copy);
+  EXPECT_NE(a.err.find("not kept in the build store: the build changed " + copy + " outside the install"),
+            std::string::npos)
+      << a.err;
+  Cmd r = overlay({"revert", "--overlay", ov});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find(copy), std::string::npos) << r.err;
+  Cmd c = overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(c.rc, 1) << c.out;
+  EXPECT_NE(c.out.find(copy), std::string::npos) << c.out;
 }

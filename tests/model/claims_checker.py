@@ -35,6 +35,15 @@ never reverts the agent's entries. An idle agent's overlay is archived (cp -a un
 copy reverted: the agent's files and record stay as they are. Another account (nobody) flocks an
 agent's overlay directory: revert and gc-stale never wait out their lock timeout for it.
 
+What the build read and wrote (issue 61): both libraries include a header found through two include
+dirs (the first one empty until a rule shadows the header there) and a header a generator makes from
+a config file, and the stamp each library carries ends with their tags ("...-h03-g01"). A rule edits
+them between steps: new bytes of the same size with the mtime set back (cp -p), a plain edit, a
+shadowing header added or removed, the generator's config changed. Claims: whatever add-native,
+exec or replay built or served (`store: hit`) carries the candidate and the tags as they are now —
+a record is never served whose inputs differ; a revert that says the install's build has nothing
+more to redo than before the apply leaves `ninja -n` with the very work it had before the apply.
+
 Usage: claims_checker.py OVERLAY_BIN [--examples N] [--steps N] [--seed S]
 A failure prints the seed and the steps (hypothesis' own reproduction); --seed replays it.
 """
@@ -79,6 +88,8 @@ STATS = {
     "served": 0,
     "execs": 0,
     "execs_ok": 0,
+    "header_edits": 0,
+    "nothing_more_checked": 0,
 }
 CONTAINERS = False  # root with unshare/nsenter/setpriv: containers and a second account
 AGENTS = ("a1", "a2", "a3")
@@ -88,17 +99,35 @@ STAMP = re.compile(rb"STAMP-[A-Za-z0-9-]+")
 
 
 def kernel(stamp):
-    return 'extern "C" const char* stamp() { return "%s"; }\n' % stamp
+    """A candidate's source: its stamp, then the tags of the headers it read (kh.h, the generated gen.h)."""
+    return '#include "kh.h"\n#include "gen.h"\nextern "C" const char* stamp() { return "%s-" HTAG "-" GTAG; }\n' % stamp
+
+
+GEN_SH = 'mkdir -p "$(dirname "$2")" && printf \'#define GTAG "%s"\\n\' "$(cat "$1")" > "$2"\n'
+
+
+def header(tag):
+    return '#define HTAG "%s"\n' % tag
 
 
 def make_template(root):
-    """A real CMake + Ninja install: libka.so and libkb.so, each built from its own source."""
+    """A real CMake + Ninja install: libka.so and libkb.so, each built from its own source, both
+    including kh.h (from include/, unless include0/ searched first holds one) and gen.h, which a
+    custom command generates from gen.txt."""
     os.makedirs(os.path.join(root, "inst/src"))
+    os.makedirs(os.path.join(root, "inst/include0"))
     with open(os.path.join(root, "inst/CMakeLists.txt"), "w") as f:
         f.write(
             "cmake_minimum_required(VERSION 3.16)\nproject(k CXX)\n"
-            "add_library(ka SHARED src/ka.cpp)\nadd_library(kb SHARED src/kb.cpp)\n"
+            "set(GEN ${CMAKE_BINARY_DIR}/gen/gen.h)\n"
+            "add_custom_command(OUTPUT ${GEN} COMMAND sh ${CMAKE_SOURCE_DIR}/gen.sh ${CMAKE_SOURCE_DIR}/gen.txt ${GEN}"
+            " DEPENDS ${CMAKE_SOURCE_DIR}/gen.txt ${CMAKE_SOURCE_DIR}/gen.sh)\n"
+            "include_directories(include0 include ${CMAKE_BINARY_DIR}/gen)\n"
+            "add_library(ka SHARED src/ka.cpp ${GEN})\nadd_library(kb SHARED src/kb.cpp ${GEN})\n"
         )
+    write_text(os.path.join(root, "inst/include/kh.h"), header("h00"))
+    write_text(os.path.join(root, "inst/gen.txt"), "g00")
+    write_text(os.path.join(root, "inst/gen.sh"), GEN_SH)
     for t in TARGETS:
         with open(os.path.join(root, "inst/src", t + ".cpp"), "w") as f:
             f.write(kernel("STAMP-orig-" + t))
@@ -109,6 +138,12 @@ def make_template(root):
         stdout=subprocess.DEVNULL,
     )
     subprocess.run(["cmake", "--build", inst + "/build"], check=True, stdout=subprocess.DEVNULL)
+
+
+def write_text(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def stamp_of(path):
@@ -200,8 +235,27 @@ class Claims(RuleBasedStateMachine):
             {}
         )  # agent -> (unshare Popen, the container's pid 1 as the host sees it, its PID namespace inode)
         self.neighbour = None  # (Popen of nobody's flock, the overlay directory it locks)
+        self.work_before = {}  # agent -> (target, ninja -n's work for it right before its add-native)
+        self.applied_before = {}  # target -> [(candidate file, stamp)] apply_and_revert applied
 
     # ---- helpers
+    def tags(self):
+        """The tags a build now compiles in: kh.h as the compiler finds it first, and gen.txt's."""
+        shadow = os.path.join(self.inst, "include0", "kh.h")
+        h = read(shadow if os.path.exists(shadow) else os.path.join(self.inst, "include", "kh.h")).decode()
+        return re.search(r'HTAG "([a-z0-9]+)"', h).group(1) + "-" + read(os.path.join(self.inst, "gen.txt")).decode()
+
+    def built(self, stamp):
+        """The stamp a library built now from the candidate stamped `stamp` carries."""
+        return stamp + "-" + self.tags()
+
+    def ninja_work(self, t):
+        """The edges `ninja -n` would run for lib<t>.so, as it prints them (in order)."""
+        r = subprocess.run(
+            ["ninja", "-C", os.path.join(self.inst, "build"), "-n", "lib%s.so" % t], capture_output=True, text=True
+        )
+        return [l.split("] ", 1)[-1] for l in r.stdout.splitlines() if l.startswith("[")]
+
     def src(self, t):
         return os.path.join(self.inst, "src", t + ".cpp")
 
@@ -286,6 +340,7 @@ class Claims(RuleBasedStateMachine):
             return
         STATS["reused"] += self.applied(agent)
         self.before_start[agent] = self.entry_ids(agent)
+        self.work_before[agent] = (t, self.ninja_work(t)) if not self.proc and not self.applied(agent) else None
         patched, stamp = self.fresh_candidate(agent, t)
         gate = os.path.join(self.root, "gate-%d" % self.n)
         args = self.add_args(agent, t, patched, gate, over)
@@ -324,9 +379,9 @@ class Claims(RuleBasedStateMachine):
                 "add-native " in out and "OVERLAY_DIR=" in out, "add-native exit 0 without its summary", out, err
             )
             self.claim(
-                stamp_of(self.lib(t)) == stamp,
-                "add-native succeeded but the artifact was not built from the candidate",
-                "artifact stamp %s, candidate %s" % (stamp_of(self.lib(t)), stamp),
+                stamp_of(self.lib(t)) == self.built(stamp),
+                "add-native succeeded but the artifact was not built from the candidate and the headers as they are",
+                "artifact stamp %s, candidate %s" % (stamp_of(self.lib(t)), self.built(stamp)),
                 err,
             )
         else:
@@ -361,7 +416,7 @@ class Claims(RuleBasedStateMachine):
             if path in covered:
                 continue
             self.claim(
-                cand is not None and stamp_of(path) == cand,
+                cand is not None and (stamp_of(path) or "").startswith(cand + "-"),
                 "FRESH_BUILD_OK but an artifact does not carry its entry's candidate",
                 path,
                 stamp_of(path),
@@ -396,7 +451,7 @@ class Claims(RuleBasedStateMachine):
         patched, stamp = done[which % len(done)]
         r, _ = self.exec_step(agent, t, patched, stamp)
         STATS["again"] += 1
-        STATS["served"] += "served from the build store" in r.stderr
+        STATS["served"] += "store: hit" in r.stderr
 
     def exec_step(self, agent, t, patched, stamp):
         self.n += 1
@@ -413,7 +468,7 @@ class Claims(RuleBasedStateMachine):
         runs = read(record).decode().split() if read(record) else []
         if "exec: ref " in r.stdout:
             self.claim(
-                runs[:1] == ["STAMP-orig-" + t],
+                runs[:1] != [] and runs[0].startswith("STAMP-orig-%s-" % t),
                 "exec's reference did not run the stock library",
                 runs,
                 r.stdout,
@@ -421,8 +476,8 @@ class Claims(RuleBasedStateMachine):
             )
         if r.returncode == 0:
             self.claim(
-                len(runs) == 2 and runs[1] == stamp,
-                "exec exit 0 but its candidate did not run the candidate",
+                len(runs) == 2 and runs[1] == self.built(stamp),
+                "exec exit 0 but its candidate did not run the candidate built with the headers as they are",
                 runs,
                 stamp,
                 r.stdout,
@@ -436,14 +491,14 @@ class Claims(RuleBasedStateMachine):
             )
         if "exec: cand exit 0" in r.stdout:  # whatever exec's own exit (122: not clean after), the candidate ran it
             self.claim(
-                len(runs) == 2 and runs[1] == stamp,
-                "exec ran its candidate but not the candidate's code",
+                len(runs) == 2 and runs[1] == self.built(stamp),
+                "exec ran its candidate but not the candidate's code built with the headers as they are",
                 runs,
                 stamp,
                 r.stdout,
                 r.stderr,
             )
-        return r, len(runs) == 2 and runs[1] == stamp
+        return r, len(runs) == 2 and runs[1] == self.built(stamp)
 
     @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS))
     def kill_9_exec_mid_candidate(self, agent, t):
@@ -515,6 +570,7 @@ class Claims(RuleBasedStateMachine):
             )
         if r.returncode != 0 or not m:
             return
+        self.nothing_more_to_redo(agent, m, r)
         # Another agent's add-native in flight on the same target may take the file once this
         # revert lets it go, and swap its candidate in before the check below reads it (seen:
         # seed 673430012, STAMP-a2-kb-6 read after a3's revert): there the file is original or that
@@ -542,6 +598,89 @@ class Claims(RuleBasedStateMachine):
                     r.stderr,
                 )
 
+    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS), again=st.booleans())
+    def apply_and_revert(self, agent, t, again):
+        """add-native of a candidate (one applied before, or a fresh one) and its revert, back to back on
+        an idle install: what runs is the candidate built with the headers as they are now, whether built
+        or served from the store; a revert that says nothing more to redo leaves ninja -n as it was."""
+        if self.proc or not self.idle(agent) or self.applied(agent):
+            return
+        done = self.applied_before.get(t, [])
+        patched, stamp = done[-1] if again and done else self.fresh_candidate(agent, t)
+        work = self.ninja_work(t)
+        r = self.tool(*self.add_args(agent, t, patched))
+        if r.returncode != 0:
+            return  # refused: the target is held, say
+        self.applied_before.setdefault(t, []).append((patched, stamp))
+        STATS["again"] += 1 if again and done else 0
+        STATS["served"] += "store: hit" in r.stderr
+        self.claim(
+            stamp_of(self.lib(t)) == self.built(stamp),
+            "add-native (%s) but the artifact is not the candidate built with the headers as they are"
+            % ("served" if "store: hit" in r.stderr else "built"),
+            stamp_of(self.lib(t)),
+            self.built(stamp),
+            r.stderr,
+        )
+        m = self.manifest(agent)
+        rv = self.tool("revert", "--overlay", self.overlay[agent])
+        if rv.returncode == 0 and m and len(m.get("natives", [])) == 1 and not m.get("layers_above"):
+            if "nothing more to redo than before the apply" in rv.stderr:
+                STATS["nothing_more_checked"] += 1
+                now = self.ninja_work(t)
+                self.claim(
+                    now == work,
+                    "revert said the install's build has nothing more to redo than before the apply, but ninja -n "
+                    "differs",
+                    "before the apply: %s" % work,
+                    "after the revert: %s" % now,
+                    rv.stderr,
+                )
+
+    def nothing_more_to_redo(self, agent, m, r):
+        """A revert of the one entry an add-native made on an idle install, that says the install's
+        build has nothing more to redo than before the apply: ninja -n has the very work it had."""
+        before = self.work_before.pop(agent, None)
+        if before is None or self.proc or len(m.get("natives", [])) != 1 or m.get("layers_above"):
+            return
+        t, work = before
+        if "nothing more to redo than before the apply" not in r.stderr:
+            return
+        STATS["nothing_more_checked"] += 1
+        now = self.ninja_work(t)
+        self.claim(
+            now == work,
+            "revert said the install's build has nothing more to redo than before the apply, but ninja -n differs",
+            "before the apply: %s" % work,
+            "after the revert: %s" % now,
+            r.stderr,
+        )
+
+    @rule(kind=st.sampled_from(("same_size_mtime_kept", "plain", "shadow", "gen")))
+    def edit_header(self, kind):
+        """A header both libraries read changes under the install (nothing building): its bytes with
+        the same size and the mtime set back, a plain edit, a header of the same name added to (or
+        removed from) the include dir searched first, or the generator's config."""
+        if self.proc:
+            return
+        self.n += 1
+        STATS["header_edits"] += 1
+        tag = "%02d" % (self.n % 100)
+        kh, shadow, gen = (os.path.join(self.inst, p) for p in ("include/kh.h", "include0/kh.h", "gen.txt"))
+        if kind == "shadow":
+            if os.path.exists(shadow):
+                os.remove(shadow)
+            else:
+                write_text(shadow, header("s" + tag))
+        elif kind == "gen":
+            write_text(gen, "g" + tag)
+        else:
+            st_before = os.stat(kh)
+            write_text(kh, header("h" + tag))
+            if kind == "same_size_mtime_kept":
+                os.utime(kh, ns=(st_before.st_atime_ns, st_before.st_mtime_ns))
+        log("edit", kind, self.tags())
+
     # ---- the integrator (issue 49): accept by fold, finalize, replay
     def install_bytes(self):
         return {p: read(p) for p in self.original}
@@ -561,10 +700,10 @@ class Claims(RuleBasedStateMachine):
         r = self.tool(*self.add_args(ACC, t, patched))
         if r.returncode == 0:
             self.claim(
-                stamp_of(self.lib(t)) == stamp,
-                "add-native succeeded but the artifact was not built from the candidate",
+                stamp_of(self.lib(t)) == self.built(stamp),
+                "add-native succeeded but the artifact was not built from the candidate and the headers as they are",
                 stamp_of(self.lib(t)),
-                stamp,
+                self.built(stamp),
                 r.stderr,
             )
 
@@ -641,8 +780,9 @@ class Claims(RuleBasedStateMachine):
             for path, sha in want.items():
                 t = next(t for t in TARGETS if self.src(t) == path)
                 self.claim(
-                    hashlib.sha256(read(path)).hexdigest() == sha and stamp_of(self.lib(t)) == self.stamps.get(sha),
-                    "replay exit 0 but the install does not run the bundle's candidate",
+                    hashlib.sha256(read(path)).hexdigest() == sha
+                    and stamp_of(self.lib(t)) == self.built(self.stamps.get(sha, "?")),
+                    "replay exit 0 but the install does not run the bundle's candidate built with the headers as they are",
                     path,
                     stamp_of(self.lib(t)),
                     p.stdout,
@@ -927,8 +1067,14 @@ def main():
             )
             print("claims checker: %d add-natives into an overlay that still had entries" % STATS["reused"], flush=True)
             print(
-                "claims checker: %d exec steps (%d exit 0); %d candidates run again through exec, %d of them served from "
-                "the build store" % (STATS["execs"], STATS["execs_ok"], STATS["again"], STATS["served"]),
+                "claims checker: %d header edits (same size and mtime kept, plain, shadowing, generator); %d reverts' "
+                "'nothing more to redo' checked against ninja -n"
+                % (STATS["header_edits"], STATS["nothing_more_checked"]),
+                flush=True,
+            )
+            print(
+                "claims checker: %d exec steps (%d exit 0); %d candidates applied again (exec, add-native), %d of them "
+                "served from the build store" % (STATS["execs"], STATS["execs_ok"], STATS["again"], STATS["served"]),
                 flush=True,
             )
             print(

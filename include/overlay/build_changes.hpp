@@ -1,0 +1,53 @@
+#pragma once
+// What an entry's traced build changed beyond the entry's items, as the manifest records it
+// (BuildChange), and the way back: every such path returned to the state it had before the build —
+// bytes, mode, owner and mtime — so that, with the entry's items restored too, the install's build
+// sees exactly what it saw before the apply (docs/design.md, "The build, observed").
+#include <string>
+#include <vector>
+
+#include "overlay/disk.hpp"
+#include "overlay/manifest.hpp"
+#include "overlay/traced_build.hpp"
+
+namespace overlay {
+
+class BackupStore;
+
+// The changes of a finished trace, as the manifest records them: each with how the build left it,
+// its backup (in `backups`) named relative to the overlay as `backups_rel`/NAME. A path the build
+// made and removed again, the items add-native tracks itself and a file whose bytes were not kept
+// (the trace says why) are left out.
+std::vector<BuildChange> build_changes_of(Disk& disk, const std::vector<TracedChange>& changes, const fs::path& backups,
+                                          const std::string& backups_rel);
+
+// Why the changes cannot all go back ("" when they can): the first path that holds neither what
+// the build left there nor what was there before (another build or a hand changed it since), or
+// whose kept bytes are missing.
+std::string why_not_restorable(Disk& disk, const BackupStore& store, const std::vector<BuildChange>& changes);
+
+// One path put back, or why it could not be.
+struct ChangeRestored {
+  std::string path;
+  std::string action;  // "restore", "remove", "unchanged"; "" when it was not put back
+  std::string problem;
+  bool left = false;  // not a failure: changed since the build by someone else, so left as it is
+};
+
+// Puts every change back (or says what it would do: `dry_run`): directories the build removed
+// first, then files and symlinks (each with its original bytes, mode, owner and mtime), then the
+// directories it made (deepest first, only where empty), then the mode and mtime of directories
+// that were there. A path changed since the build is left as it is and named.
+std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store,
+                                                  const std::vector<BuildChange>& changes, bool dry_run);
+
+// The first path the entry's build read (as its traces in `build_dir` recorded it) that is no
+// longer as that build found it — its type, a file's size or mtime: what the install's build
+// compares — other than what the build changed or the entry tracks; "" when none is (or no trace
+// is there). With it, even an install put back exactly has work for its next build.
+std::string input_changed_since(Disk& disk, const fs::path& build_dir);
+
+// The backups the changes name (relative to the overlay), for forgetting them.
+std::vector<std::string> backups_of(const std::vector<BuildChange>& changes);
+
+}  // namespace overlay

@@ -1,0 +1,241 @@
+#include "overlay/build_changes.hpp"
+
+#include <algorithm>
+
+#include "overlay/copy_pipeline.hpp"
+#include "overlay/error.hpp"
+#include "overlay/file_ops.hpp"
+#include "overlay/store.hpp"
+
+namespace overlay {
+namespace {
+
+std::int64_t ns_of(const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec; }
+
+timespec to_timespec(std::int64_t ns) {
+  return {static_cast<time_t>(ns / 1000000000LL), static_cast<long>(ns % 1000000000LL)};
+}
+
+// As the build left it: only the build could have made it so. Its size and mtime, not its inode:
+// an upper layer's revert (or a fold's) puts the same bytes and mtime back in a new inode.
+bool as_left(const BuildChange& c, const FileInfo& now) {
+  if (now.type != c.left) return false;
+  FileStamp st = stamp_of(now);
+  return c.left != FileType::regular || (st.size == c.stamp.size && st.mtime_ns == c.stamp.mtime_ns);
+}
+
+// As it was before the build, by its stamp, mode and owner (put back already, by an earlier revert
+// that was cut short). A file's bytes are proven when it is put back: restore_file reads them.
+bool as_before(const BuildChange& c, const FileInfo& now) {
+  if (now.type != c.was) return false;
+  if (c.was == FileType::none) return true;
+  bool meta = now.mode == c.mode && now.uid == c.owner.uid && now.gid == c.owner.gid;
+  if (c.was == FileType::regular) return meta && now.size == c.before.size && ns_of(now.mtime) == c.before.mtime_ns;
+  return (c.was == FileType::symlink || meta) && ns_of(now.mtime) == c.before.mtime_ns;
+}
+
+FileInfo look(Disk& disk, const std::string& path) { return disk.info(path, Follow::no); }
+
+// Where a change is made: by its name inside its parent, opened with no symlink followed.
+struct Place {
+  std::unique_ptr<DirHandle> dir;
+  std::string name;
+  At at() const { return At(*dir, name); }
+};
+Place place_of(Disk& disk, const std::string& path) {
+  fs::path p(path);
+  return Place{disk.open_dir(At(p.parent_path())), p.filename().string()};
+}
+
+void give_dir_meta(Disk& disk, const BuildChange& c) {
+  Place pl = place_of(disk, c.path);
+  disk.set_owner(pl.at(), static_cast<uid_t>(c.owner.uid), static_cast<gid_t>(c.owner.gid));
+  disk.set_mode(pl.at(), c.mode);
+  disk.set_mtime(pl.at(), to_timespec(c.before.mtime_ns));
+}
+
+// A file put back: its bytes from the backup (proven against their digest; left where they are
+// already those), then its mode, owner and mtime where they are not the ones before the build.
+std::string put_back_file(Disk& disk, BackupStore& store, const BuildChange& c, const FileInfo& now) {
+  Place pl = place_of(disk, c.path);
+  if (now.exists() && now.type != FileType::regular) disk.remove(pl.at());  // a directory only where empty
+  FileBackup rec;
+  rec.backup = c.backup, rec.sha256 = c.sha256, rec.mode = c.mode, rec.stamp = c.before, rec.owner = c.owner;
+  if (store.restore_file(rec, pl.at(), RestoredTime::original)) return "restore";
+  FileInfo fi = disk.info(pl.at(), Follow::no);
+  if (as_before(c, fi)) return "unchanged";
+  disk.set_owner(pl.at(), static_cast<uid_t>(c.owner.uid), static_cast<gid_t>(c.owner.gid));
+  disk.set_mode(pl.at(), c.mode);
+  disk.set_mtime(pl.at(), to_timespec(c.before.mtime_ns));
+  return "restore";
+}
+
+std::string put_back_symlink(Disk& disk, const BuildChange& c, const FileInfo& now) {
+  Place pl = place_of(disk, c.path);
+  if (now.exists()) disk.remove(pl.at());  // a directory only where empty
+  disk.make_symlink(c.target, pl.at());
+  disk.set_owner(pl.at(), static_cast<uid_t>(c.owner.uid), static_cast<gid_t>(c.owner.gid));
+  disk.set_mtime(pl.at(), to_timespec(c.before.mtime_ns));
+  return "restore";
+}
+
+}  // namespace
+
+std::vector<BuildChange> build_changes_of(Disk& disk, const std::vector<TracedChange>& changes, const fs::path& backups,
+                                          const std::string& backups_rel) {
+  std::vector<BuildChange> out;
+  for (const auto& t : changes) {
+    if (t.tracked) continue;
+    FileInfo now = look(disk, t.path);
+    if (t.before.type == FileType::none && !now.exists()) continue;  // a temporary: made and removed
+    BuildChange c;
+    c.path = t.path, c.was = t.before.type, c.left = now.type;
+    if (c.was == FileType::other) continue;  // a fifo or socket the build replaced: nothing to keep
+    if (c.was == FileType::regular) {
+      if (t.backup.empty()) continue;  // not kept (the trace says why, and revert then dates now)
+      c.backup = backups_rel + "/" + t.backup;
+      c.sha256 = t.sha256.empty() ? hash_file(disk, backups / t.backup) : t.sha256;  // a linked one: hashed now
+    }
+    c.target = t.target;
+    c.mode = t.before.mode, c.owner = FileOwner{t.before.uid, t.before.gid};
+    c.before = FileStamp{t.before.size, t.before.ino, t.before.mtime_ns};
+    if (now.type == FileType::regular) c.stamp = stamp_of(now);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::string why_not_restorable(Disk& disk, const BackupStore& store, const std::vector<BuildChange>& changes) {
+  for (const auto& c : changes) {
+    FileInfo now;
+    try {
+      now = look(disk, c.path);
+    } catch (const Error& e) {
+      return c.path + " cannot be looked at (" + e.what() + ")";
+    }
+    if (as_before(c, now)) continue;
+    if (!as_left(c, now)) return c.path + " changed since the build, by another build or by hand";
+    if (c.was == FileType::regular) {
+      try {
+        if (disk.info(store.resolve(c.backup), Follow::no).type != FileType::regular)
+          return "the bytes " + c.path + " had before the build are missing from the overlay";
+      } catch (const Error& e) {
+        return "the bytes " + c.path + " had before the build cannot be used (" + e.what() + ")";
+      }
+    }
+  }
+  return "";
+}
+
+std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store,
+                                                  const std::vector<BuildChange>& changes, bool dry_run) {
+  std::vector<ChangeRestored> out;
+  std::vector<const BuildChange*> todo;
+  for (const auto& c : changes) {
+    FileInfo now;
+    try {
+      now = look(disk, c.path);
+    } catch (const Error& e) {
+      out.push_back({c.path, "", std::string("cannot be looked at: ") + e.what(), false});
+      continue;
+    }
+    if (as_before(c, now) && c.was != FileType::directory && c.was != FileType::regular) {
+      out.push_back({c.path, "unchanged", "", false});
+    } else if (!as_left(c, now) && !as_before(c, now)) {
+      out.push_back({c.path, "", "changed since the build, by another build or by hand: left as it is", true});
+    } else {
+      todo.push_back(&c);
+    }
+  }
+  auto attempt = [&](const BuildChange& c, const auto& step) {
+    if (dry_run) {
+      out.push_back({c.path, c.was == FileType::none ? "remove" : "restore", "", false});
+      return;
+    }
+    try {
+      out.push_back({c.path, step(), "", false});
+    } catch (const std::exception& e) {
+      out.push_back({c.path, "", e.what(), false});
+    }
+  };
+  // What was a file, symlink or nothing before: put back (a file by its proven bytes, a symlink by
+  // its target) or removed.
+  auto put_back = [&](const BuildChange& c) {
+    FileInfo now = look(disk, c.path);
+    if (c.was == FileType::regular) return put_back_file(disk, store, c, now);
+    if (c.was == FileType::symlink) return put_back_symlink(disk, c, now);
+    if (now.exists()) disk.remove(place_of(disk, c.path).at());  // a directory only where empty
+    return std::string(now.exists() ? "remove" : "unchanged");
+  };
+  std::sort(todo.begin(), todo.end(), [](const BuildChange* a, const BuildChange* b) { return a->path < b->path; });
+  // 1. Directories the build removed, parents first, so what was inside them can go back.
+  for (const BuildChange* c : todo)
+    if (c->was == FileType::directory && c->left != FileType::directory)
+      attempt(*c, [&] {
+        FileInfo now = look(disk, c->path);
+        if (now.type == FileType::directory) return std::string("unchanged");  // made again already
+        Place pl = place_of(disk, c->path);
+        if (now.exists()) disk.remove(pl.at());
+        disk.make_dir(pl.at(), c->mode);
+        return std::string("restore");
+      });
+  // 2. Files and symlinks (and what the build made of them), children before their parents.
+  for (auto it = todo.rbegin(); it != todo.rend(); ++it)
+    if ((*it)->was != FileType::directory && (*it)->left != FileType::directory)
+      attempt(**it, [&] { return put_back(**it); });
+  // 3. Directories the build made, deepest first — where it made one in place of a file or a
+  // symlink, that goes back once the directory is gone; one holding what the build did not make stays.
+  for (auto it = todo.rbegin(); it != todo.rend(); ++it)
+    if ((*it)->was != FileType::directory && (*it)->left == FileType::directory)
+      attempt(**it, [&] {
+        FileInfo now = look(disk, (*it)->path);
+        if (now.type == FileType::directory) disk.remove(place_of(disk, (*it)->path).at());
+        return (*it)->was == FileType::none ? std::string("remove") : put_back(**it);
+      });
+  // 4. The mode, owner and mtime of directories that were there, once nothing below them changes.
+  if (!dry_run)
+    for (auto it = todo.rbegin(); it != todo.rend(); ++it)
+      if ((*it)->was == FileType::directory) try {
+          give_dir_meta(disk, **it);
+        } catch (const std::exception& e) {
+          out.push_back({(*it)->path, "", std::string("its mode and mtime could not be put back: ") + e.what(), false});
+        }
+  return out;
+}
+
+std::string input_changed_since(Disk& disk, const fs::path& build_dir) {
+  if (disk.info(build_dir, Follow::no).type != FileType::directory) return "";
+  std::vector<BuildTrace> traces;
+  for (const auto& f : disk.list_dir(build_dir)) {
+    const std::string suffix = "trace.json";
+    if (f.name.size() < suffix.size() || f.name.compare(f.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    try {
+      traces.push_back(read_trace(disk, build_dir / f.name));
+    } catch (const Error& e) {
+      (void)e;  // a trace never written whole: the build's inputs are not known, nothing is claimed of them
+      return "";
+    }
+  }
+  for (const auto& t : traces)
+    for (const auto& i : t.inputs) {
+      // The entry's own items (its swapped sources, its artifacts) are what the revert put back.
+      if (i.tracked || i.before.type == FileType::directory ||
+          (i.looked & (kLookedMeta | kLookedContent | kLookedExec)) == 0)
+        continue;
+      FileInfo now = disk.info(i.path, i.follow);
+      bool same = now.type == i.before.type && (now.type != FileType::regular ||
+                                                (now.size == i.before.size && ns_of(now.mtime) == i.before.mtime_ns));
+      if (!same) return i.path;
+    }
+  return "";
+}
+
+std::vector<std::string> backups_of(const std::vector<BuildChange>& changes) {
+  std::vector<std::string> out;
+  for (const auto& c : changes)
+    if (!c.backup.empty()) out.push_back(c.backup);
+  return out;
+}
+
+}  // namespace overlay
