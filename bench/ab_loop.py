@@ -220,6 +220,13 @@ def loop(ex, tool, env, compiles, args_for_add, revert):
 
 
 def bench(ex, a, env, compiles, w):
+    if a.trace_rounds > 0:
+        plain, traced = trace_cost.measure(
+            a.overlay, ex["build"], ex["build_cwd"], env, ex["invalidate"], a.trace_rounds, w
+        )
+        print("ab_loop " + trace_cost.line("%s, traced build" % ex["name"], plain, traced), flush=True)
+    if a.trace_only:
+        return
     first, leg, unit, units = floor_parts(ex, env, compiles)
     _, d = run([a.overlay, "--json", "discover", "--target", ex["src"], "--root", w], env)
     disc = json.loads(d.stdout)["candidates"][0]
@@ -230,13 +237,6 @@ def bench(ex, a, env, compiles, w):
         "ab_loop %s: stock build %.2f s, a leg %.2f s, one compile of the changed unit %.2f s (%d compile(s))"
         % (ex["name"], first, leg, unit, units)
     )
-    if a.trace_rounds > 0:
-        plain, traced = trace_cost.measure(
-            a.overlay, ex["build"], ex["build_cwd"], env, ex["invalidate"], a.trace_rounds, w
-        )
-        print("ab_loop " + trace_cost.line("%s, traced build" % ex["name"], plain, traced), flush=True)
-    if a.trace_only:
-        return
     results = {}
     ov = os.path.join(w, "ov-overlay")
     results["overlay"] = loop(

@@ -421,6 +421,10 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in, Absent absen
     r.natives.push_back(native_status(disk, store, r.overlay, e, view));
     r.natives.back().untracked = still_as_built(disk, e.untracked);
     r.natives.back().served_from = e.served_from;
+    r.natives.back().build_traced = e.build_traced;
+    r.natives.back().build_changes = e.build_changes.size();
+    r.natives.back().build_unobserved = e.build_unobserved;
+    r.natives.back().build_untraced = e.build_untraced;
     r.natives.back().why_fresh_times = why_fresh_times(disk, e, r.overlay);
   }
   r.untracked_left = still_as_built(disk, m->untracked);

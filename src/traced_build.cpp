@@ -266,6 +266,7 @@ void TraceRecorder::looked(const std::string& path, Follow follow, unsigned how)
       trace_.inputs.push_back(std::move(in));
     }
     TracedInput& in = trace_.inputs[it->second];
+    if (in.before.type == FileType::symlink) how |= kLookedTarget;  // a link looked at: where it points
     unsigned added = how & ~in.looked;
     in.looked |= how;
     if ((added & kLookedListing) != 0 && in.before.type == FileType::directory) in.listing = listing_before(k);

@@ -1,8 +1,8 @@
 #pragma once
 // The build, observed: a program run under a tracer that stops each of its processes (every fork,
 // thread and exec of it) at every system call that names a file, before the call runs, and tells
-// a listener what it is about to do: look at a path (stat, access, open to read, readlink, exec,
-// list a directory) or change one (open to write, create, rename, delete, chmod, utimes, xattrs).
+// a listener what it is about to do: look at a path (stat, access, open to read, exec, list a
+// directory) or change one (open to write, create, rename, delete, chmod, utimes, xattrs).
 //
 // The mechanism is a seccomp filter that returns SECCOMP_RET_TRACE for those calls only, and
 // ptrace (PTRACE_SEIZE with TRACESECCOMP, TRACEFORK/VFORK/CLONE, TRACEEXEC, EXITKILL): the other
@@ -27,7 +27,8 @@
 namespace overlay {
 
 // How a process looked at a path, as bits: its metadata (stat, access, open O_PATH), its bytes
-// (opened to read), its entries (a directory listed), where it points (readlink), run as a program.
+// (opened to read), its entries (a directory listed), where it points (a symlink looked at), run as
+// a program.
 enum Looked : unsigned { kLookedMeta = 1, kLookedContent = 2, kLookedListing = 4, kLookedTarget = 8, kLookedExec = 16 };
 
 // What a process is about to do to a path.

@@ -54,6 +54,12 @@ struct NativeStatus {
   std::vector<TrackedFile> files;
   std::vector<UntrackedOutput> untracked;  // its build's untracked outputs, still as built
   std::optional<std::string> served_from;  // its build's outputs came from the build store (that record)
+  // Its build ran traced: how many paths it changed beyond the items (revert puts each back), and
+  // what the trace could not account for. Not traced: why not, where it said.
+  bool build_traced = false;
+  std::size_t build_changes = 0;
+  std::vector<std::string> build_unobserved;
+  std::optional<std::string> build_untraced;
   // The mtimes its revert would give now: "" original ones (the build then has nothing to redo),
   // otherwise why the restored sources are dated now (why_fresh_times).
   std::string why_fresh_times;

@@ -125,6 +125,12 @@ void print_status_table(const StatusReport& r) {
       out_line(line + f.path + more);
     }
     if (e.served_from) out_line("  build     served from the build store (" + *e.served_from + "): no command ran");
+    if (e.build_traced)
+      out_line("  build     traced: " + std::to_string(e.build_changes) +
+               " path(s) changed beyond the entry's items (revert puts each back)");
+    else if (e.build_untraced)
+      out_line("  build     untraced (" + *e.build_untraced + "): watched instead");
+    for (const auto& u : e.build_unobserved) out_line("  build     not fully observed: " + u);
     out_line(e.why_fresh_times.empty()
                  ? std::string("  revert    gives back the original mtimes (the install's build then has nothing more "
                                "to redo than before the apply)")
@@ -243,6 +249,10 @@ nlohmann::json status_json(const StatusReport& r) {
     n["build_log"] = e.build_log ? nlohmann::json(*e.build_log) : nlohmann::json(nullptr);
     n["patch_id"] = e.patch_id ? nlohmann::json(*e.patch_id) : nlohmann::json(nullptr);
     n["served_from_store"] = e.served_from ? nlohmann::json(*e.served_from) : nlohmann::json(nullptr);
+    n["build"] = {{"traced", e.build_traced},
+                  {"changes", e.build_changes},
+                  {"unobserved", e.build_unobserved},
+                  {"untraced", e.build_untraced ? nlohmann::json(*e.build_untraced) : nlohmann::json(nullptr)}};
     n["revert_mtimes"] = e.why_fresh_times.empty() ? nlohmann::json({{"rule", "original"}})
                                                    : nlohmann::json({{"rule", "fresh"}, {"why", e.why_fresh_times}});
     n["files"] = nlohmann::json::array();

@@ -131,6 +131,14 @@ TEST_F(Untracked, TracedTheObjectNoEntryTracksGoesBackWithTheRevert) {
   EXPECT_EQ(j["untracked_outputs"], json::array()) << a.out;
   EXPECT_GE(j["build"]["changes"].get<int>(), 1) << a.out;
   EXPECT_EQ(a.err.find("warning"), std::string::npos) << a.err;
+  Cmd s = overlay({"status", "--overlay", ov});
+  EXPECT_NE(s.out.find("  build     traced: " + std::to_string(j["build"]["changes"].get<int>()) +
+                       " path(s) changed beyond the entry's items (revert puts each back)"),
+            std::string::npos)
+      << s.out;
+  json sj = json::parse(overlay({"--json", "status", "--overlay", ov}).out)["natives"][0]["build"];
+  EXPECT_EQ(sj["traced"], true) << sj;
+  EXPECT_EQ(sj["changes"], j["build"]["changes"]) << sj;
   Cmd r = overlay({"revert", "--overlay", ov});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("original mtimes back"), std::string::npos) << r.err;
