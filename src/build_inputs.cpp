@@ -20,8 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-std::int64_t ns_of(const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec; }
-
 const char* type_word(FileType t) {
   switch (t) {
     case FileType::none:

@@ -112,8 +112,6 @@ std::string make_flags_key(const std::string& value) {
   return out;
 }
 
-std::int64_t ns_of(const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec; }
-
 timespec to_timespec(std::int64_t ns) {
   return {static_cast<time_t>(ns / 1000000000LL), static_cast<long>(ns % 1000000000LL)};
 }

@@ -25,8 +25,6 @@ using nlohmann::json;
 
 namespace {
 
-std::int64_t ns_of(const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec; }
-
 FileType type_named(const std::string& s) {
   auto t = file_type_named(s);
   if (!t) throw Error("trace: unknown file type " + s);

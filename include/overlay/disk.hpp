@@ -42,6 +42,9 @@ struct FileInfo {
   bool exists() const { return type != FileType::none; }
 };
 
+// A time as nanoseconds since the epoch: how records store an mtime or ctime.
+inline std::int64_t ns_of(const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec; }
+
 // Whether a rename can go from one to the other: one filesystem reached through one mount. A
 // bind mount or a container volume shares st_dev with its source, yet rename across it fails
 // with EXDEV.
