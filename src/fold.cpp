@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include <spdlog/spdlog.h>
 
@@ -169,6 +170,7 @@ FoldPlan plan_fold(const fs::path& into, const Manifest& cm, const Manifest& am)
       // ACCEPTED's own item keeps the artifact's original; CAND's backup is ACCEPTED's build.
       if (tracks(p.into.natives, &NativeEntry::artifacts, &ArtifactItem::path, a.path)) {
         p.report.backups_dropped += a.existed ? 1 : 0;
+        p.report.merged.push_back(a.path);  // a shared library both builds rebuilt: still tracked, by ACCEPTED
         continue;
       }
       if (a.layer) throw Error(a.path + ": stacked on an artifact the overlay folded into no longer tracks");
@@ -368,10 +370,17 @@ void unstage(Disk& disk, const fs::path& from, const fs::path& into, const Manif
   save_manifest(disk, into, am);
 }
 
+// The holds of `paths` follow the fold, each naming the newest entry of ACCEPTED's committed record
+// that tracks its path (a merged item is ACCEPTED's own entry's: a copy is told by it).
 void move_holds(Disk& disk, const fs::path& state_dir, const std::vector<fs::path>& paths, const fs::path& from,
-                const fs::path& into, double lock_timeout) {
+                const fs::path& into, const Manifest& into_record, double lock_timeout) {
+  std::map<std::string, std::string> entry_of;
+  for (const auto& e : into_record.natives)
+    for (const auto& p : tracked_paths(e)) entry_of[p] = e.id;
+  std::vector<std::pair<fs::path, std::string>> moved;
+  for (const auto& p : paths) moved.emplace_back(p, entry_of[p.string()]);
   try {
-    HoldRegistry(disk, state_of(state_dir)).transfer(paths, from, into, lock_timeout);
+    HoldRegistry(disk, state_of(state_dir)).transfer(moved, from, into, lock_timeout);
   } catch (const Error& e) {
     spdlog::warn("holds of the fold not moved: {}", e.what());
   }
@@ -432,7 +441,7 @@ void settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_
     for (const auto& e : m.natives)
       if (contains(out.entries, e.id))
         for (const auto& p : tracked_paths(e)) paths.emplace_back(p);
-    move_holds(disk, state_dir, paths, from, into, lock_timeout);
+    move_holds(disk, state_dir, paths, from, into, *am, lock_timeout);
     let_go(disk, from, m, out, *am);
     clear_mark(disk, into, out.fold);
     return;
@@ -488,7 +497,7 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   save_manifest(disk, into, p.into);
   // 5. The holds follow, while ACCEPTED's mark still names CAND (a copy is told from the fold's
   // receiver by it); 6. CAND lets go; 7. the mark goes.
-  move_holds(disk, req.state_dir, p.paths, from, into, req.lock_timeout);
+  move_holds(disk, req.state_dir, p.paths, from, into, p.into, req.lock_timeout);
   FoldMark out = *cm->fold_out;
   let_go(disk, from, *cm, out, p.into);
   clear_mark(disk, into, fold);

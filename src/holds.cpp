@@ -119,7 +119,10 @@ std::optional<fs::path> HoldRegistry::held_instead(const fs::path& path, const f
 std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, const fs::path& overlay,
                                                        const std::string& entry) {
   auto h = hold_of(path);
-  if (!h || h->overlay == overlay || !h->overlay_id || entry.empty() || h->entry != entry) return std::nullopt;
+  if (!h || h->overlay == overlay || !h->overlay_id || entry.empty()) return std::nullopt;
+  // The hold names the newest entry on the path; an older one of the same record is the holder's
+  // too (claims checker: a copy of a moved overlay with two entries on one file reverted the older).
+  if (h->entry != entry && !records_entry(overlay, h->entry)) return std::nullopt;
   for (const auto& u : h->under)
     if (u.overlay == overlay) return std::nullopt;
   FileInfo ours = disk_.info(overlay, Follow::yes);
@@ -136,6 +139,16 @@ std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, con
   }
   return still_holds(h->overlay, path) ? std::nullopt
                                        : std::optional<fs::path>(h->overlay);  // a live holder: held_instead's
+}
+
+bool HoldRegistry::records_entry(const fs::path& overlay, const std::string& entry) {
+  try {
+    auto m = load_manifest(disk_, overlay);
+    return m && std::any_of(m->natives.begin(), m->natives.end(), [&](const NativeEntry& e) { return e.id == entry; });
+  } catch (const Error& e) {
+    (void)e;  // a record that cannot be read records no entry (its revert refuses anyway)
+    return false;
+  }
 }
 
 bool HoldRegistry::received_by_fold(const fs::path& overlay, const fs::path& from, const std::string& entry) {
@@ -577,15 +590,16 @@ bool HoldRegistry::vanished(const fs::path& ov) {
   }
 }
 
-void HoldRegistry::transfer(const std::vector<fs::path>& paths, const fs::path& from, const fs::path& into,
-                            double lock_timeout) {
+void HoldRegistry::transfer(const std::vector<std::pair<fs::path, std::string>>& moved, const fs::path& from,
+                            const fs::path& into, double lock_timeout) {
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
   OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
-  for (const auto& p : paths) {
+  for (const auto& [p, entry] : moved) {
     auto h = hold_of(p);
     if (!h || h->overlay != from) continue;
     Hold now = *h;
     now.overlay = into;
+    if (!entry.empty()) now.entry = entry;
     if (!h->under.empty() && h->under.front().overlay == into) {
       now.original_sha256 = h->under.front().original_sha256;  // the lower's original: one layer fewer
       now.under.erase(now.under.begin());

@@ -138,10 +138,12 @@ class HoldRegistry {
   void release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded,
                double lock_timeout, const NativeEntry* reverted = nullptr);
 
-  // A fold (fold.hpp) moved `from`'s changes to `paths` into `into`: each hold whose top is `from`
-  // is `into`'s now; where `into` was under it, `into` keeps its own original and takes `from`'s
+  // A fold (fold.hpp) moved `from`'s changes to each path into `into`'s entry named beside it: each
+  // hold whose top is `from` is that entry's now (a merged item's entry is `into`'s own, not the
+  // one folded in); where `into` was under it, `into` keeps its own original and takes `from`'s
   // patched bytes (one layer fewer).
-  void transfer(const std::vector<fs::path>& paths, const fs::path& from, const fs::path& into, double lock_timeout);
+  void transfer(const std::vector<std::pair<fs::path, std::string>>& moved, const fs::path& from, const fs::path& into,
+                double lock_timeout);
 
   // The overlay that holds `path` in place of `overlay`: the holder on top, when it is another
   // overlay whose record names a change to the path now and `overlay` is not a layer under it;
@@ -154,10 +156,11 @@ class HoldRegistry {
   // The holder, when it no longer stands where the hold names it (moved or deleted; the holder
   // still there gave the entry away, to a revert; a directory there that is not the holder is
   // another one made at its path, unless `overlay` received the entry from it by a fold), the
-  // hold names entry `entry` as the one that made the change, and `overlay` is not that
-  // directory: another inode than the one the hold recorded. `overlay`'s record of that entry is
-  // a copy then; the directory that made the change may live on under another name. (Another
-  // entry, or another tool's, changed the file after the holder let go: not a copy.)
+  // hold names entry `entry` as the one that made the change (or another entry `overlay`'s record
+  // holds too: the newest of two on the file), and `overlay` is not that directory: another inode
+  // than the one the hold recorded. `overlay`'s record of that entry is a copy then; the directory
+  // that made the change may live on under another name. (Another entry, or another tool's,
+  // changed the file after the holder let go: not a copy.)
   std::optional<fs::path> copy_of_vanished(const fs::path& path, const fs::path& overlay, const std::string& entry);
 
   // The overlay recorded as holding `path`, whether or not that hold is still live.
@@ -183,6 +186,8 @@ class HoldRegistry {
   // and given back).
   std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
   bool still_holds(const fs::path& holder, const fs::path& path);
+  // Whether `overlay`'s record names entry `entry`.
+  bool records_entry(const fs::path& overlay, const std::string& entry);
   // Whether `overlay` took entry `entry` from `from` by a fold (settled or not): a hold that
   // names `from` is one the fold has not moved yet.
   bool received_by_fold(const fs::path& overlay, const fs::path& from, const std::string& entry);

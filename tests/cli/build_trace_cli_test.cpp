@@ -344,6 +344,7 @@ TEST_F(Traced, TheLoopsEndLeavesTheBuildIdleAndATwoEntryReplayBuildsOnce) {
         "#include <stdio.h>\nint ka(void);\nint kb(void);\nint main(void) { printf(\"%d%d\\n\", ka(), kb()); }\n"}});
   std::string pristine = tree_digest(root);
   std::string acc = (t / "acc").string();
+  json fold;
   auto candidate = [&](const std::string& cand, const fs::path& target, const fs::path& patched) {
     Cmd a =
         overlay({"add-native", "--overlay", cand, "--over", acc, "--target", target.string(), "--patched-file",
@@ -352,11 +353,16 @@ TEST_F(Traced, TheLoopsEndLeavesTheBuildIdleAndATwoEntryReplayBuildsOnce) {
     ASSERT_EQ(a.rc, 0) << a.err;
     Cmd f = overlay({"--json", "fold", "--from", cand, "--into", acc});
     ASSERT_EQ(f.rc, 0) << f.err;
+    fold = json::parse(f.out);
   };
   candidate((t / "c1").string(), src / "ka.c", t / "ka7.c");
   EXPECT_EQ(out_of(b / "run"), "72");
   candidate((t / "c2").string(), src / "kb.c", t / "kb9.c");
   EXPECT_EQ(out_of(b / "run"), "79");
+  // The library both candidates rebuilt stays tracked (by the accepted overlay's item, which keeps
+  // its original), and what both builds changed merged: the fold says so.
+  EXPECT_EQ(fold["merged"], json::array({(b / "libk.so").string()})) << fold;
+  EXPECT_FALSE(fold["outputs_merged"].empty()) << fold;
   ASSERT_EQ(overlay({"export", "--overlay", acc, "--out", (t / "bundle").string()}).rc, 0);
   Cmd r = overlay({"revert", "--overlay", acc, "--with-layers"});
   ASSERT_EQ(r.rc, 0) << r.err;

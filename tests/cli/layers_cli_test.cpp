@@ -597,3 +597,33 @@ TEST_F(Layers, ACopyOfAMovedOverlayRevertsNoneOfItsEntriesOverTheLiveChange) {
   EXPECT_EQ(read_file(other), "int other() { return 1; }\n");
   EXPECT_EQ(read_file(in.source), kernel(4));
 }
+
+// Found by the claims checker (seed 1227490908, long run): a candidate stacked on ACCEPTED and
+// folded into it merges into ACCEPTED's entry, but the holds went on naming the candidate's entry,
+// which no record holds any more; ACCEPTED moved, then archived, the copy's revert passed for
+// ACCEPTED's own and put the original back under the live overlay. The holds name the entry that
+// records the change after the fold.
+TEST_F(Layers, ACopyOfAMovedOverlayThatTookAFoldRevertsNothing) {
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  Cmd c = run({"add-native", "--overlay", ov("cand"), "--over", ov("acc"), "--target", in.source.string(),
+               "--patched-file", cand(6).string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(),
+               "--build-cmd", build});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  Cmd f = run({"fold", "--from", ov("cand"), "--into", ov("acc")});
+  ASSERT_EQ(f.rc, 0) << f.err;
+  ASSERT_EQ(manifest("acc")["natives"].size(), 1u);
+  std::string live_lib = read_file(in.artifact);
+  fs::rename(t / "ev/acc", t / "ev/moved");
+  fs::create_directories(t / "archive");
+  ASSERT_EQ(std::system(("cp -a " + (t / "ev/moved").string() + " " + (t / "archive/acc").string()).c_str()), 0);
+  Cmd r = run({"revert", "--overlay", (t / "archive/acc").string()});
+  EXPECT_NE(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("has moved or been deleted"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(in.source), kernel(6)) << r.out << r.err;
+  EXPECT_TRUE(read_file(in.artifact) == live_lib) << "the copy's revert rewrote the live build";
+  Cmd back = run({"revert", "--overlay", (t / "ev/moved").string()});
+  ASSERT_EQ(back.rc, 0) << back.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(read_file(in.source), kernel(4));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}
