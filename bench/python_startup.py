@@ -16,7 +16,9 @@ does not assert (exit 0 whatever the ratios; --check exits 1 when a target is mi
 Both with bytecode caching as Python does by default (one warm-up run writes the caches), and
 with PYTHONDONTWRITEBYTECODE=1 (common in serving images: no process writes a .pyc or the plan;
 every cache removed first, then the overlays written once more by the tool, which writes the
-runtime's bytecode and the plan itself), with the same targets.
+runtime's bytecode and the plan itself), with the same targets. Our runtime's caches are outside
+the overlays (OVERLAY_CACHE_DIR, this run's); after each pass the overlays are checked to hold no
+.pyc, beyond the interpreter's own cache of the sitecustomize.py file where writing is on.
 """
 import argparse
 import json
@@ -156,6 +158,8 @@ def main():
     a = ap.parse_args()
     v3 = a.v3 if os.path.isfile(a.v3) else None
     work = tempfile.mkdtemp(prefix="py-startup-")
+    # The runtime's cache (its bytecode and the start-up plans: outside every overlay), this run's.
+    os.environ["OVERLAY_CACHE_DIR"] = os.path.join(work, "cache")
     try:
         lib, made = make_overlays(os.path.abspath(a.overlay), v3, work, a.entries)
         cases = {
@@ -182,6 +186,7 @@ def main():
         for d, dirs, _ in os.walk(work):  # what the default run cached goes
             if "__pycache__" in dirs:
                 shutil.rmtree(os.path.join(d, "__pycache__"))
+        shutil.rmtree(os.environ["OVERLAY_CACHE_DIR"], True)
         # What the tool writes when it writes an overlay (the runtime's bytecode and the start-up
         # plan, for the interpreters it knows): one more add-rebind of an entry each overlay has
         # (the manifest keeps its bytes). v3's overlays get nothing: no process may write either.

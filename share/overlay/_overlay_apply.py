@@ -44,8 +44,15 @@ def apply():
         # Its implementation files and hooks are imported from the overlay, as on PYTHONPATH.
         if _me() not in [_os.path.realpath(e or _os.getcwd()) for e in _sys.path if isinstance(e, str)]:
             _sys.path.insert(0, HERE)
+        import importlib.machinery
+
+        class NoBytecode(importlib.machinery.SourceFileLoader):
+            def set_data(self, path, data, *, _mode=0o666):
+                pass  # an overlay holds sources only: no .pyc beside the file (issue 62)
+
+        path = _os.path.join(HERE, "sitecustomize.py")
         spec = importlib.util.spec_from_file_location(
-            "_overlay_applied_sitecustomize", _os.path.join(HERE, "sitecustomize.py")
+            "_overlay_applied_sitecustomize", path, loader=NoBytecode("_overlay_applied_sitecustomize", path)
         )
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)

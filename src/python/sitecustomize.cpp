@@ -16,6 +16,10 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
+    {"d05fed26d16b155c64045fc741f2037687f26fe10addcd19ad5be628ad4b544c",
+     "overlay (format 3, the whole runtime in sitecustomize.py)"},
+    {"a515abf3f2838abff43f28709893e00447e921b7ecd02f08b017a35aa77d0558",
+     "overlay (format 3, the whole runtime before installers)"},
     {"d1a3deb270eaa1052b238c5c3914b16f8c8026cb3bcb8c2ac621cb3c4a951693",
      "overlay (format 3, chained files told apart by resolved path)"},
     {"5b19e0839e173042ba845516036fbc5a3873d7b30e0636f1c05890613492e827",
@@ -89,26 +93,53 @@ bool has_worker_modules(Disk& disk, const fs::path& overlay) {
          disk.info(overlay / kApplyModuleName, Follow::no).exists();
 }
 
-// Each worker module holds our text afterwards; one that already does is not written again.
-void write_worker_modules(Disk& disk, const fs::path& overlay) {
-  for (const auto& [name, text] :
-       {std::pair{kWorkerExtName, &worker_ext_text()}, std::pair{kApplyModuleName, &apply_module_text()}}) {
-    fs::path p = overlay / name;
-    FileInfo fi = disk.info(p, Follow::no);
-    if (fi.type == FileType::regular && fi.size == text->size() && read_small_file(disk, p, fi.size + 1) == *text)
-      continue;
-    if (fi.exists() && fi.type != FileType::regular)
-      throw Error("overlay runtime file is not a regular file: " + p.string());
-    write_file_atomically(disk, p, *text, 0644);
+namespace {
+
+// <overlay>/<name> holds `text` afterwards; one that already does is not written again.
+void write_runtime_file(Disk& disk, const fs::path& overlay, const char* name, const std::string& text) {
+  fs::path p = overlay / name;
+  FileInfo fi = disk.info(p, Follow::no);
+  if (fi.type == FileType::regular && fi.size == text.size() && read_small_file(disk, p, fi.size + 1) == text) return;
+  if (fi.exists() && fi.type != FileType::regular)
+    throw Error("overlay runtime file is not a regular file: " + p.string());
+  write_file_atomically(disk, p, text, 0644);
+}
+
+// What older versions kept in the overlay's __pycache__ (the runtime's bytecode, the start-up
+// plan) goes: an overlay holds sources only. Anything else there is left, and so the directory.
+void remove_old_bytecode(Disk& disk, const fs::path& overlay) {
+  fs::path cache = overlay / "__pycache__";
+  if (disk.info(cache, Follow::no).type != FileType::directory) return;
+  auto ours = [](const std::string& n) {
+    for (const char* stem :
+         {"sitecustomize.", "_overlay_runtime.", "_overlay_apply.", "_overlay_worker_ext.", "_overlay_plan."})
+      if (n.rfind(stem, 0) == 0) return true;
+    return false;
+  };
+  std::size_t left = 0;
+  for (const auto& e : disk.list_dir(cache)) {
+    if (e.type == FileType::regular && ours(e.name))
+      disk.remove(cache / e.name);
+    else
+      ++left;
   }
+  if (left == 0) disk.remove(cache);
+}
+
+}  // namespace
+
+void write_worker_modules(Disk& disk, const fs::path& overlay) {
+  write_runtime_file(disk, overlay, kWorkerExtName, worker_ext_text());
+  write_runtime_file(disk, overlay, kApplyModuleName, apply_module_text());
 }
 
 SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, Replace replace) {
   if (has_worker_modules(disk, overlay)) write_worker_modules(disk, overlay);
   SitecustomizeOutcome o;
   o.before = classify_sitecustomize(disk, overlay);
-  if (o.before == SitecustomizeKind::current) return o;
   if (o.before == SitecustomizeKind::foreign && replace != Replace::always) return o;
+  remove_old_bytecode(disk, overlay);
+  if (o.before == SitecustomizeKind::current) return o;
   fs::path p = overlay / "sitecustomize.py";
   if (o.before == SitecustomizeKind::foreign && disk.info(p, Follow::no).type == FileType::directory)
     remove_tree(disk, p);
@@ -119,32 +150,23 @@ SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay, R
 
 namespace {
 
-// Run by each interpreter as `-I -S -c SCRIPT OVERLAY`: the runtime's files compiled where their
-// bytecode is missing or stale (the header's source mtime and size, as the import system checks),
-// then the runtime's own manifest reader, with nothing applied, writes the start-up plan.
+// Run by each interpreter as `-I -S -c SCRIPT OVERLAY`: the overlay's sitecustomize.py run with
+// _OVERLAY_PRECOMPILE set, which compiles its runtime into the runtime's cache and applies
+// nothing; then the worker modules compiled there too, and the runtime's own manifest reader writes
+// the start-up plan there. Nothing is written under the overlay.
 constexpr const char* kPrecompileScript = R"PY(
-import importlib.util, os, py_compile, sys
-d = sys.argv[1]
-for name in ("sitecustomize.py", "_overlay_apply.py", "_overlay_worker_ext.py"):
-    src = os.path.join(d, name)
-    if not os.path.isfile(src):
-        continue
-    pyc = importlib.util.cache_from_source(src)
-    st = os.stat(src)
-    try:
-        with open(pyc, "rb") as f:
-            head = f.read(16)
-        fresh = (head[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(head[4:8], "little") == 0
-                 and int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
-                 and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
-    except OSError:
-        fresh = False
-    if not fresh:
-        py_compile.compile(src, cfile=pyc, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+import os, sys
+d = os.path.abspath(sys.argv[1])
 path = os.path.join(d, "sitecustomize.py")
 ns = {"__name__": "_overlay_precompile", "__file__": path, "_OVERLAY_PRECOMPILE": True}
-with open(path) as f:
+with open(path, "rb") as f:
     exec(compile(f.read(), path, "exec"), ns)
+for name in ("_overlay_apply.py", "_overlay_worker_ext.py"):
+    src = os.path.join(d, name)
+    if os.path.isfile(src):
+        with open(src, "rb") as f:
+            ns["_overlay_code"](src, f.read())
+ns["_keep_compiled"]()
 if os.path.isfile(os.path.join(d, "_overlay_manifest.json")):
     ns["_read_manifest"](d)
 )PY";

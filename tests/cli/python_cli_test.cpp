@@ -25,7 +25,15 @@ struct Py : ::testing::Test {
     write_file(t / "fast_ops.py",
                "def fast_add(a, b):\n    return ('fast', a + b)\n\ndef fast_m(self):\n    return 'fast-m'\n");
   }
-  std::vector<std::string> env_without() { return {"PYTHONPATH=" + site}; }
+  // The runtime's cache (bytecode, start-up plans: never under the overlay) of this test alone.
+  std::string cache = (t / "cache").string();
+  fs::path cached(const std::string& kind) const {
+    if (fs::is_directory(fs::path(cache) / "runtime"))
+      for (const auto& e : fs::directory_iterator(fs::path(cache) / "runtime"))
+        if (e.path().filename().string().rfind(kind + ".", 0) == 0) return e.path();
+    return {};
+  }
+  std::vector<std::string> env_without() { return {"PYTHONPATH=" + site, "OVERLAY_CACHE_DIR=" + cache}; }
   // add-rebind of pkg.ops:add to fast_ops.fast_add, its impl file copied in.
   std::vector<std::string> add_fast_add() const {
     return {"add-rebind",
@@ -40,7 +48,9 @@ struct Py : ::testing::Test {
             "--impl-file",
             (t / "fast_ops.py").string()};
   }
-  std::vector<std::string> env_with(const std::string& o) { return {"PYTHONPATH=" + o + ":" + site}; }
+  std::vector<std::string> env_with(const std::string& o) {
+    return {"PYTHONPATH=" + o + ":" + site, "OVERLAY_CACHE_DIR=" + cache};
+  }
   Cmd ov_cmd(const std::vector<std::string>& args) { return run_overlay(args, t.path(), env_without()); }
   Cmd py(const std::string& code, const std::vector<std::string>& env) {
     return run({"python3", "-c", code}, t.path(), env);
@@ -462,37 +472,54 @@ TEST_F(Py, CountCallsAcrossProcesses) {
 
 // Where bytecode writing is off (PYTHONDONTWRITEBYTECODE=1, as in many serving images, the tool's
 // environment included) no process compiles the runtime: the tool wrote its bytecode when it wrote
-// the overlay (issue 51). Where it is on, the tool writes none (the first process does): the
-// overlay holds only upstream's names (issue 52); OVERLAY_PRECOMPILE=1 asks, =0 refuses.
+// the overlay (issue 51), into the runtime's cache, never under the overlay (issue 62: a
+// source-proving launch refuses any .pyc there). Where it is on, the tool writes none (the first
+// process does); OVERLAY_PRECOMPILE=1 asks, =0 refuses.
 TEST_F(Py, NoProcessCompilesTheRuntimeWhereBytecodeWritingIsOff) {
   const std::vector<std::string> rebind = add_fast_add();
   std::vector<std::string> off = env_without(), bytecode_on = env_without();
   off.push_back("PYTHONDONTWRITEBYTECODE=1");
   bytecode_on.push_back("PYTHONDONTWRITEBYTECODE=");  // empty is unset, for Python and for the tool
   ASSERT_EQ(run_overlay(rebind, t.path(), bytecode_on).rc, 0);
-  EXPECT_FALSE(fs::exists(t / "ov/__pycache__")) << "written where processes write their own bytecode";
+  EXPECT_TRUE(cached("code").empty()) << "compiled where processes compile their own";
   std::vector<std::string> asked = bytecode_on;
   asked.push_back("OVERLAY_PRECOMPILE=1");
   ASSERT_EQ(run_overlay(rebind, t.path(), asked).rc, 0);
-  EXPECT_TRUE(fs::exists(t / "ov/__pycache__"));
-  fs::remove_all(t / "ov/__pycache__");
+  EXPECT_FALSE(cached("code").empty());
+  fs::remove_all(fs::path(cache) / "runtime");
   off.push_back("OVERLAY_PRECOMPILE=0");
   ASSERT_EQ(run_overlay(rebind, t.path(), off).rc, 0);
-  EXPECT_FALSE(fs::exists(t / "ov/__pycache__"));
+  EXPECT_TRUE(cached("code").empty());
   off.pop_back();
   ASSERT_EQ(run_overlay(rebind, t.path(), off).rc, 0);
+  EXPECT_FALSE(fs::exists(t / "ov/__pycache__")) << "bytecode under the overlay";
+  // No process compiles the runtime (a bootstrap counts compile() calls of its text while it runs
+  // the overlay's sitecustomize.py); one with an empty cache does, as a check that this can fail.
   std::vector<std::string> env = env_with(ov);
   env.push_back("PYTHONDONTWRITEBYTECODE=1");
-  Cmd on = run({"python3", "-v", "-c", "from pkg.ops import add\nprint(add(1, 2))"}, t.path(), env);
-  EXPECT_EQ(on.out, "('fast', 3)\n") << on.err;
-  EXPECT_NE(on.err.find("code object from '" + ov + "/__pycache__/sitecustomize."), std::string::npos)
-      << on.err.substr(0, 4000);
+  write_file(t / "boot/sitecustomize.py",
+             "import builtins, sys\nfrom importlib.machinery import PathFinder\n"
+             "from importlib.util import module_from_spec\n"
+             "n = [0]\nreal = builtins.compile\n"
+             // The runtime's own text compiled (not the file holding it as a literal).
+             "def counted(src, *a, **k):\n"
+             "    b = src if isinstance(src, bytes) else str(src).encode()\n"
+             "    n[0] += b'def _overlay_main' in b and b'_OVERLAY_RUNTIME = r' not in b\n"
+             "    return real(src, *a, **k)\n"
+             "builtins.compile = counted\n"
+             "spec = PathFinder.find_spec('sitecustomize', sys.path[1:])\n"
+             "m = module_from_spec(spec)\nsys.modules['sitecustomize'] = m\n"
+             "spec.loader.exec_module(m)\nbuiltins.compile = real\nprint('compiles', n[0])\n");
+  std::vector<std::string> booted = env;
+  booted[0] = "PYTHONPATH=" + (t / "boot").string() + ":" + ov + ":" + site;
+  Cmd on = run({"python3", "-c", "from pkg.ops import add\nprint(add(1, 2))"}, t.path(), booted);
+  EXPECT_EQ(on.out, "compiles 0\n('fast', 3)\n") << on.err;
+  std::vector<std::string> empty_cache = booted;
+  empty_cache.push_back("OVERLAY_CACHE_DIR=" + (t / "empty-cache").string());
+  EXPECT_EQ(run({"python3", "-c", "pass"}, t.path(), empty_cache).out, "compiles 1\n");
   // The start-up plan for this manifest is there too: a process that cannot parse JSON at all
   // still applies it.
-  bool plan = false;
-  for (const auto& e : fs::directory_iterator(t / "ov/__pycache__"))
-    plan |= e.path().filename().string().rfind("_overlay_plan.", 0) == 0;
-  EXPECT_TRUE(plan);
+  EXPECT_FALSE(cached("plan").empty());
   // A second add changes the manifest: the plan follows it.
   ASSERT_EQ(run_overlay({"add-rebind", "--overlay", ov, "--target", "pkg.ops:K.m", "--impl-module", "fast_ops",
                          "--impl-attr", "fast_m"},
@@ -500,6 +527,7 @@ TEST_F(Py, NoProcessCompilesTheRuntimeWhereBytecodeWritingIsOff) {
                 .rc,
             0);
   EXPECT_EQ(py("from pkg.ops import add, K\nprint(add(1, 2), K().m())", env).out, "('fast', 3) fast-m\n");
+  EXPECT_FALSE(fs::exists(t / "ov/__pycache__")) << "bytecode under the overlay";
 }
 
 // A process without the json module (Debian's python3-minimal, slim images: neither json nor its
@@ -520,7 +548,7 @@ TEST_F(Py, AProcessWithoutAJsonModuleAppliesTheOverlay) {
       "from pkg.ops import add\nprint(add(1, 2))\ntry:\n    import json\nexcept ImportError:\n    print('no json')\n";
   Cmd with_plan = py(code, env);
   EXPECT_EQ(with_plan.out, "('fast', 3)\nno json\n") << with_plan.err;
-  fs::remove_all(t / "ov/__pycache__");
+  fs::remove(cached("plan"));
   Cmd parsed = py(code, env);
   EXPECT_EQ(parsed.out, "('fast', 3)\nno json\n") << parsed.err;
   EXPECT_EQ(parsed.err.find("cannot read manifest"), std::string::npos) << parsed.err;

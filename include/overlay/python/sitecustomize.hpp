@@ -9,7 +9,8 @@
 
 namespace overlay {
 
-// The exact text the binary writes.
+// The exact text the binary writes (one file, as upstream's: its runtime is a literal in it, run
+// from bytecode cached outside the overlay, since an overlay holds sources only).
 const std::string& sitecustomize_text();
 // That text without its installers lines (v7's LEGACY_SITECUSTOMIZE: the runtime before
 // installers); recognised as generated, so add-installer and merge upgrade it.
@@ -54,16 +55,19 @@ struct SitecustomizeOutcome {
 };
 
 // Writes <overlay>/sitecustomize.py atomically unless it already holds exactly our text, or it is
-// foreign and `replace` is generated_only; where the overlay holds the worker modules, brings them
-// to this binary's text. Never touches the manifest.
+// foreign and `replace` is generated_only; where it is ours then, removes the bytecode and start-up
+// plan older versions kept in the overlay's __pycache__; where the overlay holds the worker
+// modules, brings them to this binary's text.
+// Never touches the manifest.
 SitecustomizeOutcome ensure_sitecustomize(Disk& disk, const fs::path& overlay,
                                           Replace replace = Replace::generated_only);
 
 // For each interpreter that may run the overlay (OVERLAY_PYTHON, python3 on PATH,
-// /usr/bin/python3; each once by real path), compiles the overlay's runtime to bytecode in its
-// __pycache__ (where it is stale or missing) and writes the start-up plan of the manifest as it
-// is now: so that no process compiles the runtime or parses the manifest, even where bytecode
-// writing is off (PYTHONDONTWRITEBYTECODE=1, common in serving images). Only over our own
+// /usr/bin/python3; each once by real path), compiles the overlay's runtime into the runtime's
+// cache (outside the overlay: $OVERLAY_CACHE_DIR, else $XDG_CACHE_HOME/overlay, else
+// ~/.cache/overlay) and writes the start-up plan of the manifest as it is now there: so that no
+// process compiles the runtime or parses the manifest, even where bytecode writing is off
+// (PYTHONDONTWRITEBYTECODE=1, common in serving images). Only over our own
 // sitecustomize.py, and only where precompile_wanted(). Best effort, never an error: where an
 // interpreter is missing or fails, its processes compile and parse as before. Returns the
 // interpreters it wrote for.
@@ -71,8 +75,7 @@ std::vector<std::string> precompile_runtime(Disk& disk, const fs::path& overlay)
 // Whether the tool writes the runtime's bytecode and plan itself: where the overlay's processes
 // will not (PYTHONDONTWRITEBYTECODE set in this environment: a serving image sets it for every
 // process, this one included), or when asked (OVERLAY_PRECOMPILE=1; OVERLAY_PRECOMPILE=0: never).
-// Elsewhere the first process writes both, and until one runs the overlay holds only the names
-// upstream's hold (no __pycache__).
+// Elsewhere the first process writes both. Never anything under the overlay.
 bool precompile_wanted();
 
 // Refuses (Error naming the problem) an overlay path that cannot sit on PYTHONPATH: the
