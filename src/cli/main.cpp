@@ -45,6 +45,19 @@ bool asks_json(int argc, char** argv) {
   return false;
 }
 
+// What a failed parse says: CLI11's words, or, where no subcommand matched the word the user typed
+// first (past the global flags), that word named as unknown ("A subcommand is required" named none).
+std::string usage_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  if (app.get_subcommands().empty())
+    for (int i = 1; i < argc; ++i) {
+      std::string_view a = argv[i];
+      if (a == "--lock-timeout") ++i;  // the one global option that takes a value
+      if (a == "--lock-timeout" || a.starts_with("-")) continue;
+      return "unknown subcommand '" + std::string(a) + "' (overlay --help lists them)";
+    }
+  return std::string(e.what()) + " (see --help)";
+}
+
 bool asks_fleet_node(int argc, char** argv) {
   for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i)
     if (std::string_view(argv[i]) == "--fleet-node") return true;
@@ -117,7 +130,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::string msg = std::string(e.what()) + " (see --help)";
+    std::string msg = usage_error(app, e, argc, argv);
     err_line(failing_name(app), msg);
     set_json_mode(asks_json(argc, argv));
     set_fleet_node(fleet_node || asks_fleet_node(argc, argv));

@@ -80,9 +80,13 @@ void write_hook(Disk& disk, const std::optional<fs::path>& given, const std::str
     write_file_atomically(disk, dest, embedded, 0644);
 }
 
+// `-c` puts the caller's directory first on sys.path; upstream's script finds modules from its own
+// directory instead, so an M.py where the caller stands is never the module M (issue 62).
 const char* kFindSpecScript = R"PY(
 import importlib.util, json, sys
 name = sys.argv[1]
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
 try:
     m = sys.modules.get(name)
     if m is not None and getattr(m, "__file__", None):

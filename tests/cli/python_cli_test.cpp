@@ -233,6 +233,11 @@ TEST_F(Py, CheckAndPathOnly) {
   write_file(t / "ov/shadowed.py", "x = 1\n");
   c = run_overlay({"check", "--module", "shadowed"}, t.path(), env_with(ov));
   EXPECT_EQ(c.out, "shadowed -> " + ov + "/shadowed.py\nINJECTED\n");
+  // Issue 62: located as upstream's script does (its own directory first, never the caller's):
+  // a shadowed.py where the caller stands is not the module.
+  write_file(t / "cwd/shadowed.py", "x = 2\n");
+  c = run_overlay({"check", "--module", "shadowed"}, t / "cwd", env_with(ov));
+  EXPECT_EQ(c.out, "shadowed -> " + ov + "/shadowed.py\nINJECTED\n") << c.err;
   Cmd missing = run_overlay({"check", "--module", "no.such.module"}, t.path(), env_without());
   EXPECT_EQ(missing.rc, 1);
   EXPECT_EQ(lines(missing.err), 1) << missing.err;

@@ -190,6 +190,21 @@ TEST_F(Ux, JsonOnFailuresAndUsageErrors) {
   EXPECT_EQ(ovl({"revert", "--overlay", ov}).rc, 0);
 }
 
+// Issue 62: a verb this version lacks (the fork's add-triton-launch-probe) was answered "A
+// subcommand is required", which named nothing; it names the word now, past the global flags.
+TEST_F(Ux, AnUnknownVerbNamesItself) {
+  Cmd plain = ovl({"frobnicate", "--overlay", ov});
+  EXPECT_EQ(plain.rc, 2);
+  EXPECT_NE(plain.err.find("unknown subcommand 'frobnicate' (overlay --help lists them)"), std::string::npos)
+      << plain.err;
+  Cmd flagged = ovl({"--lock-timeout", "3", "--json", "add-triton-launch-probe", "--overlay", ov});
+  EXPECT_EQ(flagged.rc, 2);
+  expect_envelope(doc(flagged), "overlay", 2);
+  EXPECT_EQ(doc(flagged)["error"], "unknown subcommand 'add-triton-launch-probe' (overlay --help lists them)");
+  EXPECT_NE(ovl({}).err.find("A subcommand is required"), std::string::npos);
+  EXPECT_FALSE(fs::exists(ov));
+}
+
 TEST_F(Ux, JsonOnEveryPythonSubcommand) {
   write_file(t / "site/pkg/__init__.py", "");
   write_file(t / "site/pkg/sub.py", "def value():\n    return 'original'\n");
