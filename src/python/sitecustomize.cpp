@@ -48,6 +48,12 @@ constexpr std::pair<const char*, const char*> kKnownTexts[] = {
     {"efb5d81c8a2b111f90d295f08ad801082ade58e67a5d3a43e695b562c65bb3a4", "overlay_setup.py v7"},
     {"1fcb7a9835b7369cff8f60f57aa337bcbe7214122279454ec93a17cdc32f9db9", "overlay_setup.py v7 (pre-installer runtime)"},
     {"67daa025c8e4d9339cf932d8d899a5b9b4c4f090c3644caf8ce447ff3328b120", "overlay_setup.py v8 (fork)"},
+    // Issue 62: the other versions in ../shared/reference/upstream (v4 writes v3's text), so a
+    // knowledge-base tarball grafted into a candidate (cp -r KBO/. CAND/) runs our runtime afterwards.
+    {"42a381eab7377e2dc205384f2fe6e59f38e5ae1395e63a9374931ab64198df2f", "overlay_setup.py v5 (ROCm guard)"},
+    {"d8b5c55e926eea158154d30ee1a796144058e50a102c4c762cbd7c0f7203fd5b", "overlay_setup.py v6 (lazy)"},
+    {"4ac7b99b0721cf9e97960744eb5efc497dd363142656b2e29ed65f64fdefc88f", "overlay_setup.py v9 (fork)"},
+    {"70c5fed2921268478600726256f5fbe1af49382590b6f22f942bbff5e9bb94e5", "overlay_setup.py (agent finder)"},
 };
 
 }  // namespace

@@ -512,6 +512,32 @@ class DropIn(unittest.TestCase):
         self.assertFalse(os.path.exists(self.path("M")))
 
     # item 8: --impl-dir copies the folder flat as v4 does, and the entry loads its siblings.
+    # Issue 62: the fork's integrator grafts a knowledge-base overlay into a candidate with
+    # `cp -r KBO/. CAND/`, then adds a rebind without --impl-file. A KBO any upstream version made
+    # left that version's sitecustomize.py in the candidate, kept as someone's own file, so the
+    # candidate ran that runtime and not the entries added after. Every version's text is ours now.
+    def test_a_grafted_overlay_of_every_upstream_version_runs_our_runtime(self):
+        versions = sorted(f for f in os.listdir(UPSTREAM) if f.startswith("overlay_setup.") and f.endswith(".py"))
+        self.assertGreaterEqual(len(versions), 9, versions)
+        self.write("lib/ovg_target.py", "def f():\n    return 'stock'\n\ndef h():\n    return 'stock'\n")
+        impl = self.write("impl/ovg_impl.py", "def g():\n    return 'kb'\n\ndef k():\n    return 'candidate'\n")
+        ours = run([os.environ["OVERLAY_BIN"], "sitecustomize-text"]).stdout
+        for v in versions:
+            with self.subTest(version=v):
+                kbo, cand = self.path(v, "KBO"), self.path(v, "CAND")
+                ref = [PY, os.path.join(UPSTREAM, v), "add-rebind", "--overlay", kbo, "--target", "ovg_target:f"]
+                run(ref + ["--impl-module", "ovg_impl", "--impl-attr", "g", "--impl-file", impl], cwd=self.tmp)
+                run([os.environ["OVERLAY_BIN"], "ensure-overlay", "--overlay", cand])
+                run(["cp", "-r", kbo + "/.", cand + "/"])
+                add = [os.environ["OVERLAY_BIN"], "add-rebind", "--overlay", cand, "--target", "ovg_target:h"]
+                r = run(add + ["--impl-module", "ovg_impl", "--impl-attr", "k"])
+                self.assertNotIn("kept", r.stderr)
+                with open(os.path.join(cand, "sitecustomize.py")) as f:
+                    self.assertEqual(f.read(), ours, "%s's runtime kept" % v)
+                env = dict(os.environ, PYTHONPATH=os.pathsep.join([cand, self.path("lib")]))
+                code = "import ovg_target as t; print(t.f(), t.h())"
+                self.assertEqual(run([PY, "-c", code], env=env).stdout, "kb candidate\n")
+
     def test_impl_dir_is_copied_flat_as_v4_copies_it(self):
         impl = self.path("impl")
         self.write(
