@@ -346,6 +346,7 @@ class Tracer {
   int report_ = -1;
   bool root_gone_ = false;
   std::set<pid_t> live_;
+  std::set<pid_t> left_;  // the processes the program left running when it ended (each killed)
   std::set<std::string> said_;
 
   void unobservable(const std::string& why) {
@@ -650,13 +651,16 @@ void Tracer::loop() {
       if (pid != root_) continue;
       if (WIFEXITED(status)) out_.exit_code = WEXITSTATUS(status);
       if (WIFSIGNALED(status)) out_.term_signal = WTERMSIG(status);
-      out_.left_running = static_cast<int>(live_.size());
+      left_ = live_;
+      out_.left_running = static_cast<int>(left_.size());
       for (pid_t p : live_) ::kill(p, SIGKILL);
       root_gone_ = true;
       continue;
     }
     if (!WIFSTOPPED(status)) continue;
     if (root_gone_) {  // one that was being born as the program ended: it cannot run on untraced
+      // Its first stop may be reported after the program's exit: it was left running too.
+      if (left_.insert(pid).second) ++out_.left_running;
       ::kill(pid, SIGKILL);
       continue;
     }
