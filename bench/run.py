@@ -504,7 +504,9 @@ def main():
 
     # The tracer's cost on a real build (issue 61): the same build plainly and traced, in turn.
     tc = trace_cost.cmake_example(a.work, dict(os.environ))
-    traced_build = trace_cost.measure(ov_bin, *tc, max(3, a.rounds), a.work) if tc else None
+    traced_build = (
+        trace_cost.measure(ov_bin, tc[0], tc[1], dict(os.environ), tc[2], max(3, a.rounds), a.work) if tc else None
+    )
 
     hello = build_static_hello(a.work)
     static_bin = os.path.abspath(a.static_overlay) if a.static_overlay else None
