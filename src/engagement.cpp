@@ -149,6 +149,7 @@ std::optional<PythonUse> parse_live_record(const std::string& text) {
   keys("applied", u.applied);
   keys("failed", u.failed);
   keys("pending", u.pending);
+  keys("displaced", u.displaced);
   for (std::size_t at = nl; at != std::string::npos && at + 1 < text.size();) {
     std::size_t end = text.find('\n', at + 1);
     if (end == std::string::npos) break;
@@ -157,7 +158,11 @@ std::optional<PythonUse> parse_live_record(const std::string& text) {
     } catch (const nlohmann::json::exception&) {
       j = nullptr;
     }
-    if (j.is_object()) keys("applied", u.applied), keys("failed", u.failed);
+    if (j.is_object()) {
+      keys("applied", u.applied);
+      keys("failed", u.failed);
+      keys("displaced", u.displaced);
+    }
     at = end;
   }
   std::set<std::string> done(u.applied.begin(), u.applied.end());
@@ -269,6 +274,11 @@ Verdict python_verdict(const EngagementReport& r, const std::vector<const Proces
   for (const PythonUse* u : ran)
     if (!u->failed.empty())
       return {false, who(u->pid, root) + ": " + u->failed.front() + " FAILED (its [overlay] lines on stderr say why)"};
+  for (const PythonUse* u : ran)
+    if (!u->displaced.empty())
+      return {false, who(u->pid, root) + ": " + u->displaced.front() +
+                         " was replaced by another overlay's rebind of the same target, so the process does not run "
+                         "this overlay's implementation (its [overlay] lines on stderr name the other overlay)"};
   auto has = [](const std::vector<std::string>& v, const std::string& k) {
     return std::find(v.begin(), v.end(), k) != v.end();
   };

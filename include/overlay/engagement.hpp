@@ -36,6 +36,7 @@ struct PythonUse {
   std::uint64_t start_ticks = 0;
   std::string cmdline;
   std::vector<std::string> applied, failed, pending;
+  std::vector<std::string> displaced;  // rebinds another overlay's rebind of the same target replaced
 };
 
 struct EngagementReport {

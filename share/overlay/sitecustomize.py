@@ -61,6 +61,7 @@ _OVERLAY_RUNTIME = r'''
 # one, and nothing of a target is imported early. Nothing is written under the overlay but
 # _stats/ (JSON records, no source): every module it serves is compiled through the cache.
 import sys as _sys
+from _thread import get_ident as _get_ident
 
 # ROCm/GPU probe tools are Python scripts that torch/aiter start while they import; applying the
 # overlay inside each of them again recursed into thousands of processes. Nothing happens there.
@@ -671,6 +672,7 @@ def _is_str(*xs):
 
 # Within one target module, the order its lazy entries apply in.
 _LAZY_ORDER = {"rebind": 0, "capture": 1, "marker": 2, "hook": 3}
+_LAZY_KINDS = (0, 1, 2, 3)
 
 
 class _State:
@@ -686,7 +688,9 @@ class _State:
         # Failed at start only because a package was not importable then: applied all the same
         # if it is imported later (a spawned worker gets its parent's sys.path after start-up).
         self.retry = set()
-        self.live = _LiveRecord(here, self.pending, self.applied, self.failed)
+        self.on_path = None  # whether `here` is on sys.path (asked once, when needed)
+        self.displaced = set()  # rebinds another overlay's rebind of the same target replaced since
+        self.live = _LiveRecord(here, self.pending, self.applied, self.failed, self.displaced)
 
     def done(self, key, msg=None):
         self.applied.add(key)
@@ -694,6 +698,13 @@ class _State:
         self.live.dirty = True
         if msg:
             _log(msg)
+
+    def displace(self, key, target, by):
+        """Another overlay's rebind replaced this one's on the target."""
+        self.displaced.add(key)
+        _log("rebind %s of %s is replaced by the rebind of %s: this overlay's is not running" % (target, self.here, by))
+        self.live.dirty = True
+        self.live.flush()
 
     def fail(self, key, msg):
         self.failed.add(key)
@@ -725,6 +736,16 @@ class _State:
                 )
 
     # -- entries applied right after their module executes ------------------------------------
+    def judges_impls(self):
+        """Whether an implementation module not importable now is missing. Not where this overlay
+        is not on sys.path (a loader's runpy.run_path of its sitecustomize.py, which puts the
+        folder there afterwards): such an entry is judged when its target is imported."""
+        import os
+
+        if self.on_path is None:
+            self.on_path = any(isinstance(e, str) and os.path.abspath(e or ".") == self.here for e in _sys.path)
+        return self.on_path
+
     def add_lazy(self, kind, module, key, what, apply, args):
         self.pending[key] = (kind, what)
         if not _importable(module):
@@ -746,7 +767,7 @@ class _State:
             module, attr, m, a, count = row
             t = module + ":" + attr
             key = "rebind:" + t + "->" + m + "." + a
-            if not _importable(m) and _importable(module):
+            if not _importable(m) and _importable(module) and self.judges_impls():
                 self.fail(key, "rebind FAILED %s: impl module %s is not importable" % (t, m))
                 self.retry.add(key)
             self.add_lazy("rebind", module, key, t, self.rebind, (key, t, m, a, count, attr))
@@ -789,7 +810,9 @@ class _State:
                 if not callable(impl):
                     raise TypeError("--count-calls needs a callable, got %s" % type(impl).__name__)
                 impl = _counted(self.counters, key, impl)
-            setattr(owner, attr, _same_kind(owner, attr, impl))
+            value = _same_kind(owner, attr, impl)
+            _take_over(owner, attr, self, key, target, value)
+            setattr(owner, attr, value)
             self.done(
                 key, "rebound %s -> %s.%s%s" % (target, impl_module, impl_attr, " (counting calls)" if count else "")
             )
@@ -827,11 +850,14 @@ class _State:
         except Exception as e:
             self.fail(key, "hook %s.%s on %s FAILED: %s: %s" % (impl_module, impl_attr, module, type(e).__name__, e))
 
-    def run_lazy(self, name, mod):
+    def run_lazy(self, name, mod, order=None):
+        """Applies the module's entries not applied yet (of one kind's order only, if given)."""
         entries = [
             e
             for e in self.lazy.get(name, ())
-            if e[2] not in self.applied and (e[2] not in self.failed or e[2] in self.retry)
+            if (order is None or e[0] == order)
+            and e[2] not in self.applied
+            and (e[2] not in self.failed or e[2] in self.retry)
         ]
         self.retry.difference_update(e[2] for e in entries)  # one more try each
         if not entries:
@@ -897,6 +923,21 @@ class _State:
                 _log("cannot re-import %s: %s: %s" % (name, type(e).__name__, e))
 
 
+def _take_over(owner, attr, state, key, target, value):
+    """Notes that this overlay's rebind now holds owner.attr; an overlay whose rebind held it until
+    now (another overlay on the same target) is told: its live record says so, and `overlay
+    engaged` judges it NOT_ENGAGED, since the process no longer runs its implementation."""
+    held = _sys.__dict__.setdefault("_overlay_rebinds_held", {})
+    slot = (id(owner), attr)
+    prev = held.get(slot)
+    if prev is not None and prev[0] is owner and prev[1] is not state:
+        now = getattr(owner, "__dict__", {}).get(attr, None) if isinstance(owner, type) else getattr(owner, attr, None)
+        displace = getattr(prev[1], "displace", None)
+        if now is prev[3] and displace is not None:
+            displace(prev[2], target, state.here)
+    held[slot] = (owner, state, key, value)
+
+
 def _takes_legacy_capture_args(fn):
     """The capture hook earlier versions of this tool copied in took (owner, attr, target, out, limit)."""
     try:
@@ -940,7 +981,14 @@ def _same_kind(owner, attr, impl):
 def _make_loader_class():
     class HookLoader(object):
         """Wraps a module's real loader; applies the overlay's entries once it has executed.
-        (Not an importlib.abc.Loader: importing importlib.abc costs every process ~20 ms.)"""
+        (Not an importlib.abc.Loader: importing importlib.abc costs every process ~20 ms.)
+        Two overlays with entries on one module wrap it one inside the other (each finder asks
+        the rest for the module); the outer one runs the real loader and then every overlay's
+        entries kind by kind (rebinds, then captures, markers, hooks; the overlay applied first
+        first within a kind), as one merged overlay would: the order the overlays sit on
+        sys.path changes nothing but which of two rebinds of one target wins."""
+
+        overlay_hook_chain = 1  # the protocol of this chain: what an inner loader must speak
 
         def __init__(self, inner, name, state, injected):
             self.inner, self.name, self.state, self.injected = inner, name, state, injected
@@ -948,16 +996,32 @@ def _make_loader_class():
         def create_module(self, spec):
             return self.inner.create_module(spec)
 
+        def chain(self):
+            """This loader and the overlays' loaders inside it, outermost first; then the real one."""
+            hooks, inner = [self], self.inner
+            while getattr(inner, "overlay_hook_chain", None) == 1:
+                hooks.append(inner)
+                inner = inner.inner
+            return hooks, inner
+
         def exec_module(self, mod):
-            if self.injected:
+            hooks, real = self.chain()
+            if any(h.injected for h in hooks):
                 mod.__overlay_injected__ = True
             with _ImportGuard():
-                self.inner.exec_module(mod)
-                if self.injected:
-                    self.state.done("module:" + self.name, "injected module %s <- %s" % (self.name, mod.__file__))
-                self.state.run_lazy(self.name, mod)
-            if self.state.live.dirty:  # once per module, however many entries it has
-                self.state.live.flush()
+                real.exec_module(mod)
+                for h in reversed(hooks):
+                    if h.injected:
+                        h.state.done("module:" + h.name, "injected module %s <- %s" % (h.name, mod.__file__))
+                if len(hooks) == 1:  # one overlay: its list is in applying order already
+                    self.state.run_lazy(self.name, mod)
+                else:
+                    for order in _LAZY_KINDS:
+                        for h in reversed(hooks):
+                            h.state.run_lazy(h.name, mod, order)
+            for h in hooks:
+                if h.state.live.dirty:  # once per module, however many entries it has
+                    h.state.live.flush()
 
         def __getattr__(self, attr):  # get_source, get_code, is_package, ...
             return getattr(self.inner, attr)
@@ -972,6 +1036,7 @@ class _OverlayFinder(object):
     def __init__(self, state):
         self.state = state
         self.loader_class = _make_loader_class()
+        self.asking = set()  # (thread, module) this finder is looking up right now
 
     def _original(self, name, path, target):
         for f in _sys.meta_path:
@@ -986,6 +1051,13 @@ class _OverlayFinder(object):
         st = self.state
         if name not in st.modules and name not in st.lazy:
             return None
+        # Asked again while it asks the others (another overlay's finder asks every finder but
+        # itself, this one included): it answers nothing, so two overlays' finders on one module
+        # ask each other once, not until RecursionError.
+        asking = (_get_ident(), name)
+        if asking in self.asking:
+            return None
+        self.asking.add(asking)
         try:
             orig = self._original(name, path, target)
             if name in st.modules:
@@ -995,6 +1067,13 @@ class _OverlayFinder(object):
                 spec = _frozen()[1].spec_from_file_location(
                     name, path, loader=loader, submodule_search_locations=locs
                 )
+                # Another overlay's entries on this module still apply, to this file.
+                theirs, outer = [], orig.loader if orig is not None else None
+                while getattr(outer, "overlay_hook_chain", None) == 1:
+                    theirs.append(outer.state)
+                    outer = outer.inner
+                for other in reversed(theirs):
+                    spec.loader = self.loader_class(spec.loader, name, other, False)
                 spec.loader = self.loader_class(spec.loader, name, st, True)
                 return spec
             if orig is not None and orig.loader is not None:
@@ -1003,6 +1082,8 @@ class _OverlayFinder(object):
         except Exception as e:
             _log("cannot prepare %s: %s: %s" % (name, type(e).__name__, e))
             return None
+        finally:
+            self.asking.discard(asking)
 
 
 def _json(v):
@@ -1068,8 +1149,9 @@ class _LiveRecord:
     with only what applied or failed since is appended (not once per entry, and never the whole
     record again: 2,000 modules with an entry each must write each key once, not 2,000 times)."""
 
-    def __init__(self, here, pending, applied, failed):
+    def __init__(self, here, pending, applied, failed, displaced):
         self.here, self.pending, self.applied, self.failed = here, pending, applied, failed
+        self.displaced, self.said_displaced = displaced, set()
         self.started, self.dirty, self.pid, self.name = False, False, None, None
         self.broken, self.said = None, False  # why the record cannot be written; whether that was said
         self.said_applied, self.said_failed, self.appended = set(), set(), False  # what the file says
@@ -1081,6 +1163,7 @@ class _LiveRecord:
         if pid != self.pid:  # first write, or a forked child writing its own record
             self.pid, self.name = pid, "%d-%s.json" % (pid, os.urandom(4).hex())
             self.said_applied, self.said_failed, self.appended = set(), set(), False
+            self.said_displaced = set()
             return pid, True
         return pid, False
 
@@ -1099,10 +1182,12 @@ class _LiveRecord:
         self.dirty = False
         try:
             pid, fresh = self._identity()
-            applied, failed = set(self.applied), set(self.failed)
+            applied, failed, displaced = set(self.applied), set(self.failed), set(self.displaced)
             if not fresh:
                 more = {"applied": sorted(applied - self.said_applied), "failed": sorted(failed - self.said_failed)}
-                if more["applied"] or more["failed"]:
+                if displaced - self.said_displaced:
+                    more["displaced"] = sorted(displaced - self.said_displaced)
+                if more["applied"] or more["failed"] or len(more) > 2:
                     # One write(2) on an O_APPEND descriptor: a reader sees the line whole or not yet.
                     fd = os.open(os.path.join(self.here, "_stats", "live", self.name), os.O_WRONLY | os.O_APPEND)
                     try:
@@ -1118,8 +1203,10 @@ class _LiveRecord:
                     "failed": sorted(failed),
                     "pending": [k for k in self.pending if k not in applied and k not in failed],
                 }
+                if displaced:
+                    record["displaced"] = sorted(displaced)
                 self._create(os.path.join(self.here, "_stats", "live", self.name), record)
-            self.said_applied, self.said_failed = applied, failed
+            self.said_applied, self.said_failed, self.said_displaced = applied, failed, displaced
         except Exception as e:
             self.broken = e
             self._say(quiet)

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Python overlays stacked in one process (issue 62), written by the binary and by the shim:
+
+* two overlays with entries on one module (a candidate's rebind, a profiling overlay's marker)
+  compose without recursion, in either order on PYTHONPATH, and as `merge` of the two does;
+* a module whose import needs most of the stack imports through both finders;
+* two overlays rebinding one target: `engaged` judges the one whose implementation the process
+  runs ENGAGED and the other NOT_ENGAGED;
+* a loader directory whose sitecustomize.py runs each overlay's with runpy.run_path (the fusion
+  integrator's stacking) says no FAILED for an entry that then applies.
+
+    OVERLAY_BIN=build/overlay stacking_test.py SHIM   (unittest arguments after it)
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+PY = sys.executable
+BIN = os.environ.get("OVERLAY_BIN", "")
+SHIM = ""
+
+# Its body needs 900 frames of the default 1,000: an import reached at a depth of 100 or more
+# (finders asking each other) fails with RecursionError.
+TARGET = """
+import sys
+
+
+def _deep(n):
+    return 0 if n == 0 else 1 + _deep(n - 1)
+
+
+DEPTH = _deep(900)
+
+
+def compute():
+    return 1
+"""
+
+
+class Stacking(unittest.TestCase):
+    tool = None  # argv prefix: the binary, or the shim run by python3
+
+    def setUp(self):
+        self.t = tempfile.mkdtemp(prefix="stacking-")
+        self.addCleanup(shutil.rmtree, self.t, True)
+        self.env = {
+            "OVERLAY_CACHE_DIR": os.path.join(self.t, "cache"),
+            "OVERLAY_STATE_DIR": os.path.join(self.t, "state"),
+            "OVERLAY_BIN": BIN,
+        }
+        self.write("site/ovl_target.py", TARGET)
+        self.write("impl/fast.py", "def compute():\n    return 2\n")
+        self.write("impl/faster.py", "def compute():\n    return 3\n")
+
+    def write(self, rel, text):
+        p = os.path.join(self.t, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w") as f:
+            f.write(textwrap.dedent(text))
+        return p
+
+    def run_tool(self, *args):
+        e = dict(os.environ, **self.env)
+        r = subprocess.run([*self.tool, *args], capture_output=True, text=True, env=e, cwd=self.t)
+        self.assertEqual(r.returncode, 0, "%s: %s%s" % (args, r.stdout, r.stderr))
+        return r
+
+    def rebind(self, name, impl):
+        ov = os.path.join(self.t, name)
+        self.run_tool(
+            "add-rebind",
+            "--overlay",
+            ov,
+            "--target",
+            "ovl_target:compute",
+            "--impl-module",
+            impl,
+            "--impl-attr",
+            "compute",
+            "--impl-file",
+            os.path.join(self.t, "impl", impl + ".py"),
+        )
+        return ov
+
+    def marker(self, name):
+        ov = os.path.join(self.t, name)
+        self.run_tool("add-marker", "--overlay", ov, "--target", "ovl_target:compute")
+        return ov
+
+    def python(self, roots, code, cwd=None):
+        e = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        e.update(self.env)
+        e["PYTHONPATH"] = os.pathsep.join([*roots, os.path.join(self.t, "site")])
+        return subprocess.run([PY, "-c", code], capture_output=True, text=True, env=e, cwd=cwd or self.t)
+
+    WHAT_RUNS = (
+        "import ovl_target as t\n"
+        "f = t.compute\n"
+        "inner = getattr(f, '__wrapped__', None)\n"
+        "print(t.compute(), t.DEPTH, 'marked' if inner else 'plain', getattr(inner or f, '__module__', None))\n"
+    )
+
+    def test_a_rebind_and_a_marker_compose_in_either_order_as_merged(self):
+        cand, prof = self.rebind("cand", "fast"), self.marker("prof")
+        merged = os.path.join(self.t, "merged")
+        self.run_tool("merge", "--overlay", merged, "--with", cand, "--with", prof)
+        seen = {}
+        for label, roots in (("cand:prof", [cand, prof]), ("prof:cand", [prof, cand]), ("merged", [merged])):
+            r = self.python(roots, self.WHAT_RUNS)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertNotIn("RecursionError", r.stderr)
+            self.assertNotIn("cannot prepare", r.stderr)
+            self.assertNotIn("FAILED", r.stderr)
+            seen[label] = r.stdout
+        self.assertEqual(seen["merged"], "2 900 marked fast\n", seen)
+        self.assertEqual(seen, {k: seen["merged"] for k in seen})
+
+    def test_two_rebinds_of_one_target_engaged_says_which_runs(self):
+        old, new = self.rebind("old", "fast"), self.rebind("new", "faster")
+        code = "import ovl_target, sys, time\nprint(ovl_target.compute(), flush=True)\ntime.sleep(60)\n"
+        e = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        e.update(self.env, PYTHONPATH=os.pathsep.join([old, new, os.path.join(self.t, "site")]))
+        p = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+        self.addCleanup(p.stderr.close)
+        self.addCleanup(p.stdout.close)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        runs = p.stdout.readline().strip()
+        self.assertIn(runs, ("2", "3"))
+        winner, loser = (old, new) if runs == "2" else (new, old)
+        verdicts = {}
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            verdicts = {
+                ov: subprocess.run(
+                    [BIN, "engaged", "--overlay", ov, "--pid", str(p.pid)],
+                    capture_output=True,
+                    text=True,
+                    env=dict(os.environ, **self.env),
+                )
+                for ov in (winner, loser)
+            }
+            if verdicts[winner].returncode == 0 and verdicts[loser].returncode == 1:
+                break
+            time.sleep(0.2)
+        last = {ov: (r.stdout.strip().splitlines() or [""])[-1] for ov, r in verdicts.items()}
+        self.assertTrue(last[winner].startswith("ENGAGED"), verdicts[winner].stdout)
+        self.assertTrue(last[loser].startswith("NOT_ENGAGED"), verdicts[loser].stdout)
+        self.assertIn("replaced by another overlay's rebind", last[loser])
+        # The one applied last wins: the later on PYTHONPATH (docs/cli.md).
+        self.assertEqual(runs, "3")
+
+    def test_a_run_path_loader_says_no_failed_for_an_entry_that_applies(self):
+        cand = self.rebind("cand", "fast")
+        prof = self.marker("prof")
+        loader = os.path.join(self.t, "loader")
+        # The fusion integrator's stacking: one loader first on PYTHONPATH runs each overlay's
+        # sitecustomize.py, then puts the overlays on sys.path.
+        self.write(
+            "loader/sitecustomize.py",
+            "import runpy, sys\n"
+            "ROOTS = %r\n"
+            "for r in ROOTS:\n"
+            "    runpy.run_path(r + '/sitecustomize.py')\n"
+            "sys.path[1:1] = ROOTS\n" % [cand, prof],
+        )
+        r = self.python([loader], self.WHAT_RUNS)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout, "2 900 marked fast\n", r.stderr)
+        self.assertNotIn("FAILED", r.stderr)
+        # An implementation that is nowhere to be found is still said, when its target imports.
+        os.unlink(os.path.join(cand, "fast.py"))
+        r = self.python([loader], self.WHAT_RUNS)
+        self.assertIn("rebind FAILED ovl_target:compute", r.stderr)
+        self.assertLess(r.stderr.index("rebind FAILED"), r.stderr.index("marked ovl_target:compute"), r.stderr)
+
+
+class StackingByTheShim(Stacking):
+    pass
+
+
+if __name__ == "__main__":
+    if not BIN or len(sys.argv) < 2:
+        sys.exit("usage: OVERLAY_BIN=build/overlay stacking_test.py SHIM [unittest args]")
+    SHIM = os.path.abspath(sys.argv.pop(1))
+    Stacking.tool = [BIN]
+    StackingByTheShim.tool = [PY, SHIM]
+    unittest.main()
