@@ -249,7 +249,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "check" and _flag(argv, "--python") is None and "--json" not in argv:
         return _main_check(argv[1:])
-    if argv and argv[0] in ("add-vllm-phase-annotation", "add-vllm-semantic-capture"):
+    if argv and argv[0] in _FILES_BESIDE_VERBS:
         return _main_vllm(argv[0], argv[1:])  # wire the files beside this script, as the fork does
     _run_or_exit(_completed(argv))
 
@@ -394,6 +394,8 @@ def cmd_add_hook(a):
 
 
 _VLLM_RUNNER = "vllm.v1.worker.gpu_model_runner"
+# The fork's verbs that take their files from beside the script: run in this process.
+_FILES_BESIDE_VERBS = ("add-vllm-phase-annotation", "add-vllm-semantic-capture", "add-triton-launch-probe")
 _SEMANTIC_FILES = ("vllm_semantic_capture.py", "semantic_runtime_capture.py", "vllm_phase_annotate.py")
 
 
@@ -413,6 +415,20 @@ def cmd_add_vllm_phase_annotation(a):
     a.module = _get(a, "module") or _VLLM_RUNNER
     a.impl_file, a.impl_module, a.impl_attr = impl, "vllm_phase_annotate", "install"
     cmd_add_hook(a)
+
+
+_TRITON_JIT = "triton.runtime.jit"
+
+
+def cmd_add_triton_launch_probe(a):
+    """The fork's add-triton-launch-probe: its triton_launch_probe.py (beside this file only) wired
+    as a post-import hook (install()) on a.module, Triton's JIT module by default. A missing probe
+    ends the run before anything is written."""
+    probe = os.path.join(_script_dir(), "triton_launch_probe.py")
+    if not os.path.exists(probe):
+        raise SystemExit("triton_launch_probe.py not found at %s" % probe)
+    module = _get(a, "module") or _TRITON_JIT
+    _run_or_exit(_common("add-triton-launch-probe", a) + ["--module", module, "--probe-file", probe])
 
 
 def cmd_add_vllm_semantic_capture(a):
@@ -436,6 +452,9 @@ def _main_vllm(verb, args):
     p.add_argument("--overlay", required=True)
     p.add_argument("--module", default=_VLLM_RUNNER)
     p.add_argument("--from", dest="base", default="")
+    if verb == "add-triton-launch-probe":
+        p.set_defaults(module=_TRITON_JIT)
+        return cmd_add_triton_launch_probe(p.parse_args(args))
     if verb == "add-vllm-phase-annotation":
         p.add_argument("--impl-file", default="", dest="impl_file")
         return cmd_add_vllm_phase_annotation(p.parse_args(args))
@@ -572,7 +591,7 @@ def __getattr__(name):  # PEP 562: the texts are asked of the binary when first 
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] and sys.argv[1] in ("add-vllm-phase-annotation", "add-vllm-semantic-capture"):
+    if sys.argv[1:2] and sys.argv[1] in _FILES_BESIDE_VERBS:
         main()  # the shim's own verbs (they wire the files beside it); SystemExit says why not
         sys.exit(0)
     try:

@@ -13,6 +13,7 @@ Handler add_rebind_command(CLI::App& sub, const Globals& g);
 Handler add_capture_command(CLI::App& sub, const Globals& g);
 Handler add_marker_command(CLI::App& sub, const Globals& g);
 Handler add_hook_command(CLI::App& sub, const Globals& g);
+Handler add_triton_launch_probe_command(CLI::App& sub, const Globals& g);
 Handler add_installer_command(CLI::App& sub, const Globals& g);
 Handler merge_command(CLI::App& sub, const Globals& g);
 Handler ensure_overlay_command(CLI::App& sub, const Globals& g);
@@ -48,6 +49,9 @@ const Command kCommands[] = {
   {"add-capture", nullptr, "Record argument/return shapes of the first calls of a function", add_capture_command},
   {"add-marker", nullptr, "Wrap module:attr in a GEAK_TARGET::<target> profiler range (seam_trace.py)", add_marker_command},
   {"add-hook", nullptr, "Call impl_module.impl_attr() right after a module finishes importing", add_hook_command},
+  {"add-triton-launch-probe", nullptr,
+   "Annotate Triton launches with their shapes (the fork's probe: a hook on triton.runtime.jit)",
+   add_triton_launch_probe_command},
   {"add-worker-modules", nullptr,
    "Write _overlay_apply.py and _overlay_worker_ext.py: TP workers started without the overlay's environment apply it",
    add_worker_modules_command},

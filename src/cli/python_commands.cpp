@@ -93,6 +93,10 @@ struct HookFlags : Shared {
   std::string module, impl_module, impl_attr = "install", impl_file;
 };
 
+struct TritonProbeFlags : Shared {
+  std::string module = "triton.runtime.jit", probe_file;
+};
+
 struct InstallerFlags : Shared {
   std::string id, module, callable = "install";
   std::vector<std::string> targets, kernels;
@@ -218,6 +222,27 @@ Handler add_hook_command(CLI::App& sub, const Globals& g) {
   sub.add_option("--impl-module", f->impl_module, "Module holding the callable")->required();
   sub.add_option("--impl-attr", f->impl_attr, "Callable of --impl-module, called with no arguments (default install)");
   sub.add_option("--impl-file", f->impl_file, "File copied into the overlay to provide --impl-module");
+  return h;
+}
+
+// The fork's tool takes the probe from beside itself: ours from beside the binary (the shim passes
+// the one beside the script).
+fs::path probe_beside_binary() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return (ec ? fs::current_path() : self.parent_path()) / "triton_launch_probe.py";
+}
+
+Handler add_triton_launch_probe_command(CLI::App& sub, const Globals& g) {
+  auto f = std::make_shared<TritonProbeFlags>();
+  Handler h = python_verb(sub, g, "add-triton-launch-probe", f, [](const TritonProbeFlags& k, const Globals& gl) {
+    AddTritonProbeRequest q{k.common(gl), k.module, k.probe_file};
+    if (q.probe_file.empty()) q.probe_file = probe_beside_binary();
+    return add_triton_launch_probe(cli_disk(), q);
+  });
+  sub.add_option("--module", f->module, "Module whose import installs the probe (default triton.runtime.jit)");
+  sub.add_option("--probe-file", f->probe_file,
+                 "The fork's triton_launch_probe.py (default: the one beside this binary)");
   return h;
 }
 

@@ -423,6 +423,21 @@ PyAddResult add_hook(Disk& disk, const AddHookRequest& req) {
   return r;
 }
 
+PyAddResult add_triton_launch_probe(Disk& disk, const AddTritonProbeRequest& req) {
+  if (!valid_dotted_name(req.module)) throw Error("invalid --module: '" + req.module + "'");
+  fs::path probe = absolute_normal(req.probe_file);
+  // The fork's words, before anything is written; a directory or a dangling link is not the file.
+  if (disk.info(probe, Follow::yes).type != FileType::regular)
+    throw Error("triton_launch_probe.py not found at " + probe.string());
+  check_overlay_target(disk, req.common);
+  json entry = {{"module", req.module}, {"impl_module", "triton_launch_probe"}, {"impl_attr", "install"}};
+  PyAddResult r = record(disk, req.common, "hooks", {"module", "impl_module"}, entry, [&](const fs::path& o) {
+    replace_file_atomically(disk, probe, o / "triton_launch_probe.py", 0644);
+  });
+  r.summary = "add-hook after import " + req.module + " -> triton_launch_probe.install()";
+  return r;
+}
+
 PyAddResult add_installer(Disk& disk, const AddInstallerRequest& req) {
   if (req.id.empty() || req.id.find_first_of("\n\r") != std::string::npos)
     throw Error("invalid --id: '" + req.id + "'");

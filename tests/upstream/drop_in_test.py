@@ -337,6 +337,80 @@ class DropIn(unittest.TestCase):
                 fork_sections(os.path.join(ref, "_overlay_manifest.json"), "hooks"),
             )
 
+    # issue 62: the fork's add-triton-launch-probe, as its bench dispatcher calls it (fresh, then
+    # --from the accepted overlay), from the probe beside the script; the binary takes the one
+    # beside itself. Manifest bytes and stdout as v9-fork's; without the probe, the fork's words
+    # and nothing written. The overlay calls install() once triton.runtime.jit is imported.
+    def test_the_forks_triton_launch_probe_verb(self):
+        probe = "import os, sys\n\ndef install():\n    sys.stderr.write('probe armed=%s\\n' % os.environ.get('GEAK_TRITON_LAUNCH_SHAPES'))\n"
+        binary = os.environ["OVERLAY_BIN"]
+        outs, dirs = {}, {}
+        for tool in ("ref", "ours", "binary"):
+            scripts = self.path(tool, "scripts")
+            os.makedirs(scripts)
+            if tool == "binary":
+                shutil.copy(binary, os.path.join(scripts, "overlay"))
+                argv = [os.path.join(scripts, "overlay")]
+            else:
+                script = os.path.join(UPSTREAM, "overlay_setup.v9-fork.py") if tool == "ref" else SHIM
+                shutil.copy(script, os.path.join(scripts, "overlay_setup.py"))
+                argv = [PY, os.path.join(scripts, "overlay_setup.py")]
+            o = lambda name: self.path(tool, name)  # noqa: E731
+            absent = run(argv + ["add-triton-launch-probe", "--overlay", o("P0")], check=False)
+            words = "triton_launch_probe.py not found at %s" % os.path.join(scripts, "triton_launch_probe.py")
+            # The binary says it as every error of its own: after the verb's name.
+            self.assertEqual(
+                (absent.returncode, absent.stdout, absent.stderr),
+                (1, "", ("add-triton-launch-probe: " if tool == "binary" else "") + words + "\n"),
+                tool,
+            )
+            self.assertFalse(os.path.exists(o("P0")), tool)
+            self.write(os.path.join(tool, "scripts", "triton_launch_probe.py"), probe)
+            self.write(os.path.join(tool, "impl", "fast.py"), "def f():\n    return 2\n")
+            said = []
+            for call in (
+                ["add-triton-launch-probe", "--overlay", o("P")],
+                ["add-triton-launch-probe", "--overlay", o("P")],
+                ["add-triton-launch-probe", "--overlay", o("P"), "--module", "pkg.kernels"],
+                [
+                    "add-rebind",
+                    "--overlay",
+                    o("ACC"),
+                    "--target",
+                    "pkg.a:f",
+                    "--impl-module",
+                    "fast",
+                    "--impl-attr",
+                    "f",
+                    "--impl-file",
+                    o("impl/fast.py"),
+                ],
+                ["add-triton-launch-probe", "--overlay", o("PROBE"), "--from", o("ACC")],
+            ):
+                r = run(argv + call)
+                said.append((r.stdout.replace(self.path(tool), "T"), r.stderr))
+            outs[tool] = said
+            dirs[tool] = self.path(tool)
+        for tool in ("ours", "binary"):
+            self.assertEqual(outs[tool], outs["ref"], tool)
+            for name in ("P", "PROBE"):
+                ref, ours = os.path.join(dirs["ref"], name), os.path.join(dirs[tool], name)
+                self.assertEqual(tree(ours), tree(ref), (tool, name))
+        # The probe runs where the fork's dispatcher puts the overlay: first on PYTHONPATH.
+        site = self.write("site/triton/runtime/jit.py", "KERNELS = 0\n")
+        for d in ("site/triton", "site/triton/runtime"):
+            self.write(os.path.join(d, "__init__.py"), "")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env.update(
+            PYTHONPATH=os.pathsep.join(
+                [os.path.join(dirs["binary"], "PROBE"), os.path.dirname(os.path.dirname(os.path.dirname(site)))]
+            ),
+            GEAK_TRITON_LAUNCH_SHAPES="1",
+            OVERLAY_CACHE_DIR=self.path("cache"),
+        )
+        r = run([PY, "-c", "import triton.runtime.jit"], env=env)
+        self.assertIn("probe armed=1", r.stderr)
+
     # issue 52: keys this tool does not know (a config-only result's note, a nested object) keep
     # their place and their own key order through every verb, as upstream's json round trip keeps
     # them: v7's manifest byte for byte; the fork's add-hook appends its section after them.

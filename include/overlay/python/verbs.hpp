@@ -71,6 +71,14 @@ struct AddHookRequest {
   std::optional<fs::path> impl_file;
 };
 
+// The fork's add-triton-launch-probe: a hook on --module (Triton's JIT launcher) that calls
+// triton_launch_probe.install(); the probe file, the fork's own, is copied in from beside the tool.
+struct AddTritonProbeRequest {
+  PyCommon common;
+  std::string module = "triton.runtime.jit";
+  fs::path probe_file;  // where the tool looks for triton_launch_probe.py (absent: refused)
+};
+
 // A package's deferred installer, run at start-up before the rebinds (manifest installers[]).
 struct AddInstallerRequest {
   PyCommon common;
@@ -92,6 +100,7 @@ PyAddResult add_capture(Disk& disk, const AddCaptureRequest& req);
 PyAddResult add_marker(Disk& disk, const AddMarkerRequest& req);
 PyAddResult add_hook(Disk& disk, const AddHookRequest& req);
 PyAddResult add_installer(Disk& disk, const AddInstallerRequest& req);
+PyAddResult add_triton_launch_probe(Disk& disk, const AddTritonProbeRequest& req);
 // overlay_setup.py's _ensure_overlay(dir, base): the overlay exists with a manifest (seeded from
 // BASE when it had none) and a sitecustomize.py; no entry is added.
 PyAddResult ensure_overlay(Disk& disk, const PyCommon& c);
