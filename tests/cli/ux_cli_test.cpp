@@ -190,17 +190,18 @@ TEST_F(Ux, JsonOnFailuresAndUsageErrors) {
   EXPECT_EQ(ovl({"revert", "--overlay", ov}).rc, 0);
 }
 
-// Issue 62: a verb this version lacks (the fork's add-triton-launch-probe) was answered "A
-// subcommand is required", which named nothing; it names the word now, past the global flags.
+// Issue 62: a verb this version lacked (the fork's add-triton-launch-probe, which it now has) was
+// answered "A subcommand is required", which named nothing; it names the word now, past the
+// global flags.
 TEST_F(Ux, AnUnknownVerbNamesItself) {
   Cmd plain = ovl({"frobnicate", "--overlay", ov});
   EXPECT_EQ(plain.rc, 2);
   EXPECT_NE(plain.err.find("unknown subcommand 'frobnicate' (overlay --help lists them)"), std::string::npos)
       << plain.err;
-  Cmd flagged = ovl({"--lock-timeout", "3", "--json", "add-triton-launch-probe", "--overlay", ov});
+  Cmd flagged = ovl({"--lock-timeout", "3", "--json", "add-triton-warmup-probe", "--overlay", ov});
   EXPECT_EQ(flagged.rc, 2);
   expect_envelope(doc(flagged), "overlay", 2);
-  EXPECT_EQ(doc(flagged)["error"], "unknown subcommand 'add-triton-launch-probe' (overlay --help lists them)");
+  EXPECT_EQ(doc(flagged)["error"], "unknown subcommand 'add-triton-warmup-probe' (overlay --help lists them)");
   EXPECT_NE(ovl({}).err.find("A subcommand is required"), std::string::npos);
   EXPECT_FALSE(fs::exists(ov));
 }

@@ -20,8 +20,14 @@ ArtifactUse maps(pid_t pid, MapState st, bool reverted = false) {
 }
 
 PythonUse ran(pid_t pid, std::vector<std::string> applied, std::vector<std::string> failed = {},
-              std::vector<std::string> pending = {}) {
-  return {pid, 0, "", std::move(applied), std::move(failed), std::move(pending)};
+              std::vector<std::string> pending = {}, std::vector<std::string> displaced = {}) {
+  return {.pid = pid,
+          .start_ticks = 0,
+          .cmdline = "",
+          .applied = std::move(applied),
+          .failed = std::move(failed),
+          .pending = std::move(pending),
+          .displaced = std::move(displaced)};
 }
 
 const std::string kRebind = "rebind:m:f->impl.g";
@@ -127,4 +133,25 @@ TEST(EngagementVerdict, ALiveRecordsAppendedLinesAddToItsFirst) {
   EXPECT_EQ(u->applied, (std::vector<std::string>{"module:a", "rebind:b:f"}));
   EXPECT_EQ(u->failed, std::vector<std::string>{"rebind:c:f"});
   EXPECT_EQ(u->pending, std::vector<std::string>{"rebind:d:f"});
+}
+
+// Issue 62: a rebind another overlay's rebind replaced in the process (the runtime appends it as
+// `displaced`) is not engaged, though it applied.
+TEST(EngagementVerdict, ARebindReplacedByAnotherOverlaysIsNotEngaged) {
+  auto u = parse_live_record(
+      "{\"pid\": 42, \"start_ticks\": 7, \"applied\": [], \"failed\": [], \"pending\": [\"rebind:m:f->impl.g\"]}\n"
+      "{\"applied\": [\"rebind:m:f->impl.g\"], \"failed\": []}\n"
+      "{\"applied\": [], \"failed\": [], \"displaced\": [\"rebind:m:f->impl.g\"]}\n");
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->displaced, std::vector<std::string>{kRebind});
+  EngagementScope python{false, {kRebind}, {}, {}};
+  EngagementReport r;
+  r.python = {ran(10, {kRebind})};
+  EXPECT_TRUE(engagement_verdict(r, tree(), {10}, python).engaged);
+  r.python = {ran(10, {kRebind}, {}, {}, {kRebind})};
+  Verdict v = engagement_verdict(r, tree(), {10}, python);
+  EXPECT_FALSE(v.engaged);
+  EXPECT_EQ(v.why.rfind("process 10: " + kRebind + " was replaced by another overlay's rebind of the same target", 0),
+            0u)
+      << v.why;
 }
