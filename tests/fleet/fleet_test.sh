@@ -159,8 +159,10 @@ case $CASE in
     ;;
 
   node_killed)
-    # Each node's build starts by marking its own install (node-local), then takes 3 s.
-    APPLY+=(--build-cmd "sh -c 'touch $I/building && sleep 3'")
+    # Each node's build starts by marking its own install (node-local), then takes 3 s; node2's
+    # waits to be killed (a fixed 3 s let a loaded CI host notice the mark and kill the node only
+    # after that build had ended, and the fleet applied whole).
+    APPLY+=(--build-cmd "sh -c 'touch $I/building && if [ \"\$SLURMD_NODENAME\" = node2 ]; then sleep 120; else sleep 3; fi'")
     rc=0
     "$BIN" --json fleet apply --slurm-args "-N3" "${APPLY[@]}" >"$W/apply.json" 2>"$W/apply.err" &
     coord=$!
