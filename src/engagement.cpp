@@ -277,8 +277,8 @@ Verdict python_verdict(const EngagementReport& r, const std::vector<const Proces
   for (const PythonUse* u : ran)
     if (!u->displaced.empty())
       return {false, who(u->pid, root) + ": " + u->displaced.front() +
-                         " was replaced by another overlay's rebind of the same target, so the process does not run "
-                         "this overlay's implementation (its [overlay] lines on stderr name the other overlay)"};
+                         " was replaced by another overlay's entry on the same target, so the process does not run "
+                         "this overlay's code there (its [overlay] lines on stderr name the other overlay)"};
   auto has = [](const std::vector<std::string>& v, const std::string& k) {
     return std::find(v.begin(), v.end(), k) != v.end();
   };

@@ -61,7 +61,7 @@ _OVERLAY_RUNTIME = r'''
 # one, and nothing of a target is imported early. Nothing is written under the overlay but
 # _stats/ (JSON records, no source): every module it serves is compiled through the cache.
 import sys as _sys
-from _thread import get_ident as _get_ident
+from _thread import allocate_lock as _allocate_lock, get_ident as _get_ident
 
 # ROCm/GPU probe tools are Python scripts that torch/aiter start while they import; applying the
 # overlay inside each of them again recursed into thousands of processes. Nothing happens there.
@@ -164,29 +164,37 @@ class _HiddenUnittestDirs:
 
 
 class _ImportGuard:
-    """Holds _GUARD_ENV set while any target (or installer) imports; nests."""
+    """Holds _GUARD_ENV set while any target (or installer) imports, in any thread; nests. The
+    count and the value it replaced are the process's, not one entry's: two threads importing two
+    targets at once leave and restore it once, whichever ends last."""
 
-    depth = 0
+    depth, saved, lock = 0, None, _allocate_lock()
 
     def __enter__(self):
         import os
 
-        if _ImportGuard.depth == 0:
-            self.saved = os.environ.get(_GUARD_ENV)
-            os.environ[_GUARD_ENV] = str(os.getpid())
-        _ImportGuard.depth += 1
+        with _ImportGuard.lock:
+            if _ImportGuard.depth == 0:
+                _ImportGuard.saved = os.environ.get(_GUARD_ENV)
+                os.environ[_GUARD_ENV] = str(os.getpid())
+            _ImportGuard.depth += 1
         return self
 
     def __exit__(self, *exc):
         import os
 
-        _ImportGuard.depth -= 1
-        if _ImportGuard.depth == 0:
-            if self.saved is None:
-                os.environ.pop(_GUARD_ENV, None)
-            else:
-                os.environ[_GUARD_ENV] = self.saved
+        with _ImportGuard.lock:
+            _ImportGuard.depth -= 1
+            if _ImportGuard.depth == 0:
+                if _ImportGuard.saved is None:
+                    os.environ.pop(_GUARD_ENV, None)
+                else:
+                    os.environ[_GUARD_ENV] = _ImportGuard.saved
         return False
+
+    @staticmethod
+    def after_fork():
+        _ImportGuard.lock = _allocate_lock()  # another thread may have held it at the fork
 
 
 _LOG_BUFFER = []  # while a module's entries apply: their lines, written at once after
@@ -232,6 +240,7 @@ def _overlay_main():
         _register_again(here)
         return
     seen["overlays"].add(me)
+    os.register_at_fork(after_in_child=_ImportGuard.after_fork)
     _serve_overlay_dir(here)
     reason = _skip_reason()
     if reason is None:
@@ -688,6 +697,7 @@ class _State:
         # Failed at start only because a package was not importable then: applied all the same
         # if it is imported later (a spawned worker gets its parent's sys.path after start-up).
         self.retry = set()
+        self.ran = set()  # (module name, id of the module object) executed: a second run is a reload
         self.on_path = None  # whether `here` is on sys.path (asked once, when needed)
         self.displaced = set()  # rebinds another overlay's rebind of the same target replaced since
         self.live = _LiveRecord(here, self.pending, self.applied, self.failed, self.displaced)
@@ -700,9 +710,10 @@ class _State:
             _log(msg)
 
     def displace(self, key, target, by):
-        """Another overlay's rebind replaced this one's on the target."""
+        """Another overlay's rebind (or module file) replaced this one's on the target."""
+        kind = key.split(":", 1)[0]
         self.displaced.add(key)
-        _log("rebind %s of %s is replaced by the rebind of %s: this overlay's is not running" % (target, self.here, by))
+        _log("%s %s of %s is replaced by the %s of %s: this overlay's is not running" % (kind, target, self.here, kind, by))
         self.live.dirty = True
         self.live.flush()
 
@@ -850,6 +861,16 @@ class _State:
         except Exception as e:
             self.fail(key, "hook %s.%s on %s FAILED: %s: %s" % (impl_module, impl_attr, module, type(e).__name__, e))
 
+    def forget(self, name, mod):
+        """Before a module executes: when this module object ran before (importlib.reload, whose
+        run is the stock code again), its entries apply again."""
+        if (name, id(mod)) not in self.ran:
+            self.ran.add((name, id(mod)))
+            return
+        for e in self.lazy.get(name, ()):
+            self.applied.discard(e[2])
+            self.failed.discard(e[2])
+
     def run_lazy(self, name, mod, order=None):
         """Applies the module's entries not applied yet (of one kind's order only, if given)."""
         entries = [
@@ -933,7 +954,8 @@ def _take_over(owner, attr, state, key, target, value):
     if prev is not None and prev[0] is owner and prev[1] is not state:
         now = getattr(owner, "__dict__", {}).get(attr, None) if isinstance(owner, type) else getattr(owner, attr, None)
         displace = getattr(prev[1], "displace", None)
-        if now is prev[3] and displace is not None:
+        # (Two overlays whose implementation modules share a name bind one object: nothing replaced.)
+        if now is prev[3] and value is not prev[3] and displace is not None:
             displace(prev[2], target, state.here)
     held[slot] = (owner, state, key, value)
 
@@ -1006,6 +1028,8 @@ def _make_loader_class():
 
         def exec_module(self, mod):
             hooks, real = self.chain()
+            for h in hooks:
+                h.state.forget(h.name, mod)
             if any(h.injected for h in hooks):
                 mod.__overlay_injected__ = True
             with _ImportGuard():
@@ -1031,16 +1055,23 @@ def _make_loader_class():
 
 class _OverlayFinder(object):
     """Serves modules[] files under their dotted names and wraps the loader of every module an
-    entry waits for; consulted first on sys.meta_path."""
+    entry waits for; consulted first on sys.meta_path.
+
+    Several overlays' finders on one module: the first one asked composes the lookup. It asks
+    every other finder but the overlays' (which answer nothing while a lookup of that module is
+    under way in the thread, so an older runtime's finder that asks everyone cannot loop back),
+    then hands the spec to each overlay's finder behind it, innermost first, and wraps it last:
+    one pass however many overlays (asking each other cost K! lookups of a missing module)."""
+
+    overlay_finder_v1 = True  # speaks wrap(): the composing finder hands it the spec
 
     def __init__(self, state):
         self.state = state
         self.loader_class = _make_loader_class()
-        self.asking = set()  # (thread, module) this finder is looking up right now
 
     def _original(self, name, path, target):
         for f in _sys.meta_path:
-            if f is self or not hasattr(f, "find_spec"):
+            if getattr(f, "overlay_finder_v1", False) or not hasattr(f, "find_spec"):
                 continue
             spec = f.find_spec(name, path, target)
             if spec is not None:
@@ -1051,39 +1082,49 @@ class _OverlayFinder(object):
         st = self.state
         if name not in st.modules and name not in st.lazy:
             return None
-        # Asked again while it asks the others (another overlay's finder asks every finder but
-        # itself, this one included): it answers nothing, so two overlays' finders on one module
-        # ask each other once, not until RecursionError.
-        asking = (_get_ident(), name)
-        if asking in self.asking:
+        busy = _sys.__dict__.setdefault("_overlay_finding", set())
+        key = (_get_ident(), name)
+        if key in busy:  # another overlay's finder composes this lookup
             return None
-        self.asking.add(asking)
+        busy.add(key)
         try:
-            orig = self._original(name, path, target)
-            if name in st.modules:
-                locs = orig.submodule_search_locations if orig is not None else None
-                path = st.modules[name]
-                loader = _source_loader_class()(name, path) if path.endswith(".py") else None
-                spec = _frozen()[1].spec_from_file_location(
-                    name, path, loader=loader, submodule_search_locations=locs
-                )
-                # Another overlay's entries on this module still apply, to this file.
-                theirs, outer = [], orig.loader if orig is not None else None
-                while getattr(outer, "overlay_hook_chain", None) == 1:
-                    theirs.append(outer.state)
-                    outer = outer.inner
-                for other in reversed(theirs):
-                    spec.loader = self.loader_class(spec.loader, name, other, False)
-                spec.loader = self.loader_class(spec.loader, name, st, True)
-                return spec
-            if orig is not None and orig.loader is not None:
-                orig.loader = self.loader_class(orig.loader, name, st, False)
-            return orig
+            spec = self._original(name, path, target)
+            others = [f for f in _sys.meta_path if f is not self and getattr(f, "overlay_finder_v1", False)]
+            for f in reversed(others):
+                spec = f.wrap(name, spec)
+            return self.wrap(name, spec)
         except Exception as e:
             _log("cannot prepare %s: %s: %s" % (name, type(e).__name__, e))
             return None
         finally:
-            self.asking.discard(asking)
+            busy.discard(key)
+
+    def wrap(self, name, orig):
+        """The spec of `name` with this overlay's part added: its file served in place of orig's
+        (the other overlays' entries still applied to it), or orig's loader wrapped."""
+        st = self.state
+        if name not in st.modules and name not in st.lazy:
+            return orig
+        if name in st.modules:
+            locs = orig.submodule_search_locations if orig is not None else None
+            path = st.modules[name]
+            loader = _source_loader_class()(name, path) if path.endswith(".py") else None
+            spec = _frozen()[1].spec_from_file_location(name, path, loader=loader, submodule_search_locations=locs)
+            # Another overlay's entries on this module still apply, to this file; its own file
+            # of the module does not run, and it says so.
+            theirs, outer = [], orig.loader if orig is not None else None
+            while getattr(outer, "overlay_hook_chain", None) == 1:
+                theirs.append(outer.state)
+                outer = outer.inner
+            for other in reversed(theirs):
+                if name in other.modules:
+                    other.displace("module:" + name, name, st.here)
+                spec.loader = self.loader_class(spec.loader, name, other, False)
+            spec.loader = self.loader_class(spec.loader, name, st, True)
+            return spec
+        if orig is not None and orig.loader is not None:
+            orig.loader = self.loader_class(orig.loader, name, st, False)
+        return orig
 
 
 def _json(v):

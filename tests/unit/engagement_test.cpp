@@ -151,7 +151,7 @@ TEST(EngagementVerdict, ARebindReplacedByAnotherOverlaysIsNotEngaged) {
   r.python = {ran(10, {kRebind}, {}, {}, {kRebind})};
   Verdict v = engagement_verdict(r, tree(), {10}, python);
   EXPECT_FALSE(v.engaged);
-  EXPECT_EQ(v.why.rfind("process 10: " + kRebind + " was replaced by another overlay's rebind of the same target", 0),
+  EXPECT_EQ(v.why.rfind("process 10: " + kRebind + " was replaced by another overlay's entry on the same target", 0),
             0u)
       << v.why;
 }

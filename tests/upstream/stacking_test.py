@@ -151,7 +151,7 @@ class Stacking(unittest.TestCase):
         last = {ov: (r.stdout.strip().splitlines() or [""])[-1] for ov, r in verdicts.items()}
         self.assertTrue(last[winner].startswith("ENGAGED"), verdicts[winner].stdout)
         self.assertTrue(last[loser].startswith("NOT_ENGAGED"), verdicts[loser].stdout)
-        self.assertIn("replaced by another overlay's rebind", last[loser])
+        self.assertIn("replaced by another overlay's entry", last[loser])
         # The one applied last wins: the later on PYTHONPATH (docs/cli.md).
         self.assertEqual(runs, "3")
 
@@ -178,6 +178,101 @@ class Stacking(unittest.TestCase):
         r = self.python([loader], self.WHAT_RUNS)
         self.assertIn("rebind FAILED ovl_target:compute", r.stderr)
         self.assertLess(r.stderr.index("rebind FAILED"), r.stderr.index("marked ovl_target:compute"), r.stderr)
+
+    def test_many_overlays_look_up_a_missing_module_a_few_times(self):
+        # Finders that asked each other re-asked every finder behind them: 8 overlays with an
+        # entry on a module that does not exist made one failed import 767,216 lookups. Now each
+        # overlay's finder asks once (the import system asks the next when one finds nothing),
+        # and the import system once more: 9.
+        roots = []
+        for i in range(8):
+            ov = os.path.join(self.t, "m%d" % i)
+            self.run_tool("add-marker", "--overlay", ov, "--target", "ovl_missing:f")
+            roots.append(ov)
+        code = (
+            "import sys\n"
+            "class Count:\n"
+            "    n = 0\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        Count.n += name == 'ovl_missing'\n"
+            "sys.meta_path.append(Count())\n"
+            "try:\n"
+            "    import ovl_missing\n"
+            "except ModuleNotFoundError:\n"
+            "    print('missing', Count.n)\n"
+        )
+        r = self.python(roots, code)
+        self.assertEqual(r.stdout, "missing 9\n", r.stderr)
+
+    def test_two_threads_importing_two_targets(self):
+        # The guard that marks a target's import in the environment was one count for the
+        # process with the saved value on one entry's object: the second thread's import raised,
+        # and the mark stayed set, so every later child ran stock code.
+        self.write("site/ovl_slow.py", "import time\ntime.sleep(0.3)\n\ndef compute():\n    return 1\n")
+        self.write("impl/slowfast.py", "def compute():\n    return 5\n")
+        ov = self.rebind("cand", "fast")
+        self.run_tool(
+            "add-rebind",
+            "--overlay",
+            ov,
+            "--target",
+            "ovl_slow:compute",
+            "--impl-module",
+            "slowfast",
+            "--impl-attr",
+            "compute",
+            "--impl-file",
+            os.path.join(self.t, "impl", "slowfast.py"),
+        )
+        code = (
+            "import os, subprocess, sys, threading, time\n"
+            "errors = []\n"
+            "def imp(name):\n"
+            "    try:\n"
+            "        __import__(name)\n"
+            "    except BaseException as e:\n"
+            "        errors.append(repr(e))\n"
+            "a = threading.Thread(target=imp, args=('ovl_slow',)); a.start(); time.sleep(0.1)\n"
+            "b = threading.Thread(target=imp, args=('ovl_target',)); b.start(); a.join(); b.join()\n"
+            "import ovl_slow, ovl_target\n"
+            "child = subprocess.run([sys.executable, '-c', 'import ovl_target; print(ovl_target.compute())'],\n"
+            "                       capture_output=True, text=True).stdout.strip()\n"
+            "print(errors, ovl_slow.compute(), ovl_target.compute(), child, os.environ.get(%r))\n"
+            % "OVERLAY_IMPORTING_TARGET"
+        )
+        r = self.python([ov], code)
+        self.assertEqual(r.stdout, "[] 5 2 2 None\n", r.stderr)
+
+    def test_a_reloaded_target_gets_its_entries_again(self):
+        ov = self.rebind("cand", "fast")
+        r = self.python([ov], "import importlib, ovl_target as t\nimportlib.reload(t)\nprint(t.compute())\n")
+        self.assertEqual(r.stdout, "2\n", r.stderr)
+
+    def test_one_implementation_module_name_in_two_overlays_replaces_nothing(self):
+        a, b = self.rebind("a", "fast"), self.rebind("b", "fast")
+        r = self.python([a, b], "import ovl_target\nprint(ovl_target.compute())\n")
+        self.assertEqual(r.stdout, "2\n", r.stderr)
+        self.assertNotIn("is replaced", r.stderr)
+
+    def test_a_module_file_replaced_by_another_overlays_says_so(self):
+        self.write("patched/one/ovl_target.py", "def compute():\n    return 11\n\nDEPTH = 0\n")
+        self.write("patched/two/ovl_target.py", "def compute():\n    return 22\n\nDEPTH = 0\n")
+        ovs = []
+        for n in ("one", "two"):
+            ov = os.path.join(self.t, "mod_" + n)
+            self.run_tool(
+                "add-module",
+                "--overlay",
+                ov,
+                "--module",
+                "ovl_target",
+                "--patched-file",
+                os.path.join(self.t, "patched", n, "ovl_target.py"),
+            )
+            ovs.append(ov)
+        r = self.python(ovs, "import ovl_target\nprint(ovl_target.compute())\n")
+        self.assertEqual(r.stdout, "22\n", r.stderr)
+        self.assertIn("module ovl_target of %s is replaced by the module of %s" % (ovs[0], ovs[1]), r.stderr)
 
 
 class StackingByTheShim(Stacking):
