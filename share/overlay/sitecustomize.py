@@ -861,7 +861,7 @@ class _State:
         except Exception as e:
             self.fail(key, "hook %s.%s on %s FAILED: %s: %s" % (impl_module, impl_attr, module, type(e).__name__, e))
 
-    def forget(self, name, mod):
+    def note_run(self, name, mod):
         """Before a module executes: when this module object ran before (importlib.reload, whose
         run is the stock code again), its entries apply again."""
         if (name, id(mod)) not in self.ran:
@@ -1004,8 +1004,8 @@ def _make_loader_class():
     class HookLoader(object):
         """Wraps a module's real loader; applies the overlay's entries once it has executed.
         (Not an importlib.abc.Loader: importing importlib.abc costs every process ~20 ms.)
-        Two overlays with entries on one module wrap it one inside the other (each finder asks
-        the rest for the module); the outer one runs the real loader and then every overlay's
+        Two overlays with entries on one module wrap it one inside the other (the finder that
+        composes the lookup, below); the outer one runs the real loader and then every overlay's
         entries kind by kind (rebinds, then captures, markers, hooks; the overlay applied first
         first within a kind), as one merged overlay would: the order the overlays sit on
         sys.path changes nothing but which of two rebinds of one target wins."""
@@ -1029,7 +1029,7 @@ def _make_loader_class():
         def exec_module(self, mod):
             hooks, real = self.chain()
             for h in hooks:
-                h.state.forget(h.name, mod)
+                h.state.note_run(h.name, mod)
             if any(h.injected for h in hooks):
                 mod.__overlay_injected__ = True
             with _ImportGuard():

@@ -16,6 +16,8 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
+    {"71eb73c8d2ed7169492a1e7fd68c0b98b49d7d7259cbb8c084f704105993459b",
+     "overlay (format 4, stacked finders composed in one pass)"},
     {"6ac3e2f52955cc2c2982e99d9135453c41c703b72bfd0f8ee2905d914177659d",
      "overlay (format 4, stacked finders asking each other once)"},
     {"6f4ee504fb6e391a6e2c5471f44b2619f8abc7a883a70414f1a4d0ad54ec4f1c",
