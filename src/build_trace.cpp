@@ -700,11 +700,18 @@ std::string probe_tracing() {
   }
   auto prog = seccomp_program();
   sock_fprog fprog{static_cast<unsigned short>(prog.size()), prog.data()};
+  pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
+    // Never outlive a parent killed before it wrote `go`: this child execs nothing, so it holds
+    // every descriptor of the parent's (an in-flight mark's flock among them) until it ends.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    ::close(go[1]), ::close(report[0]);
     char traced = 0;
     while (::read(go[0], &traced, 1) < 0 && errno == EINTR) {
     }
+    if (traced != 'T') ::_exit(127);  // the parent died first: the pipe ended unwritten
     int err = 0;
     if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) != 0 &&
         (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) != 0))

@@ -2,11 +2,13 @@
 // CI runs gc-stale, overlays that gc-stale cannot act on, run dirs named after ISO timestamps,
 // caches that hold the source, failed builds. Each test drives the real binary through one shape
 // that made the tool print success while the claim was false, and fails on the binary before it.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,6 +110,57 @@ TEST_F(Truth, AnAddNativeKilledMidBuildIsStaleAtOnce) {
   // No mark is left behind to make the overlay look busy.
   for (const auto& e : fs::directory_iterator(t / "ov"))
     EXPECT_EQ(e.path().filename().string().rfind(".overlay-live-", 0), std::string::npos) << e.path();
+}
+
+// The children of `pid` (its main thread's), as /proc lists them.
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> kids;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  for (pid_t k = 0; in >> k;) kids.push_back(k);
+  return kids;
+}
+
+// The same, killed in the instant the build's tracing probe has forked its child and not yet
+// attached to it (strace holds the attach a second). That child execs nothing: it held a
+// copy of the in-flight mark's descriptor, waited forever on a pipe it kept open itself, and
+// gc-stale said "add-native in progress" for a run long dead (a CI failure of this file).
+TEST_F(Truth, AnAddNativeKilledWhileProbingTracingLeavesNothingHoldingItsMark) {
+  if (!have({"strace", "-V"})) GTEST_SKIP() << "strace is not installed (scripts/deps.sh installs it)";
+  Install in = make_install(t / "inst");
+  std::vector<std::string> argv{
+      "strace",        "-f", "-o", "/dev/null", "-e", "trace=ptrace", "-e", "inject=ptrace:delay_enter=1000000:when=1",
+      overlay_binary()};
+  for (auto& a : add_args(in, t / "ov", "int kernel() { return 7; }\n")) argv.push_back(a);
+  pid_t tracer = ::fork();
+  if (tracer == 0) {
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1), ::dup2(devnull, 2);
+    for (const auto& kv : state) ::putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  pid_t agent = 0, probe = 0;
+  ASSERT_TRUE(until_ready_or_exited(tracer, [&] {
+    auto a = children_of(tracer);
+    agent = a.empty() ? 0 : a.front();
+    auto p = agent ? children_of(agent) : std::vector<pid_t>{};
+    probe = p.empty() ? 0 : p.front();
+    return probe != 0;
+  })) << "add-native never forked its probe";
+  ::kill(agent, SIGKILL);
+  wait_until_dead(agent);
+  for (int i = 0; i < 250 && process_alive(probe); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(process_alive(probe)) << "the probe's child outlived the add-native that forked it";
+  Cmd gc = overlay({"gc-stale", "--root", (t / "ov").string()});
+  ::kill(tracer, SIGKILL);
+  wait_rc(tracer);
+  if (process_alive(probe)) ::kill(probe, SIGKILL);
+  EXPECT_EQ(gc.err.find("in progress"), std::string::npos) << "a killed add-native looked alive:\n" << gc.err;
+  EXPECT_NE(gc.out.find("gc-stale: reverted 1 stale"), std::string::npos) << gc.out << gc.err;
+  EXPECT_EQ(read_file(in.source), "int kernel() { return 4; }\n");
 }
 
 // Shape 2: one overlay gc-stale cannot act on (a junk manifest; one on a read-only mount) used to
