@@ -231,10 +231,11 @@ std::vector<CacheWay> cache_decisions(Disk& disk, const std::vector<fs::path>& c
       out.push_back(CacheWay::move);
     else if (how == CacheSnapshot::aside)
       out.push_back(CacheWay::aside);
-    else if (!why.empty())
-      out.push_back(CacheWay::tar);
     else
-      out.push_back(same_fs ? CacheWay::move : CacheWay::aside);
+      // Aside, never moved in: a moved cache brings its symlinks and bytecode under the overlay
+      // root, which a source-proving launch refuses once the root is on PYTHONPATH (issue 62).
+      // Aside costs the same one rename on any filesystem.
+      out.push_back(why.empty() ? CacheWay::aside : CacheWay::tar);
   }
   return out;
 }

@@ -415,8 +415,9 @@ TEST_F(Cli, CacheSnapshotModesRoundTrip) {
     if (mode == "tar") {
       EXPECT_TRUE(c["backup_tar"].is_string()) << c;
       EXPECT_TRUE(fs::is_regular_file(t / "ov" / c["backup_tar"].get<std::string>()));
-    } else if (mode == "aside") {
+    } else if (mode == "aside" || mode == "auto") {  // auto never moves a cache into the overlay
       EXPECT_TRUE(c["backup_tar"].is_null()) << c;
+      EXPECT_FALSE(c.contains("backup_dir")) << c;
       EXPECT_TRUE(fs::is_directory(c["aside"]["path"].get<std::string>()));  // renamed beside itself, not copied
     } else {
       EXPECT_TRUE(c["backup_tar"].is_null()) << c;

@@ -128,8 +128,7 @@ struct Explorer {
             "--build-cmd",
             kBuild};
   }
-  // The cache renamed aside beside itself (auto picks this where the overlay is on another
-  // filesystem; here both share one, so it is asked for).
+  // The cache renamed aside beside itself (what auto picks wherever the cache can be renamed).
   std::vector<std::string> add_aside() const {
     std::vector<std::string> a = add_tar();
     *std::find(a.begin(), a.end(), "tar") = "aside";

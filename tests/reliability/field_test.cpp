@@ -89,7 +89,7 @@ TEST_F(Field, ABindMountedInstallIsAppliedAndRevertedByteExact) {
 TEST_F(Field, AnOverlayReachedThroughABindMountAtRevertRestoresItsMovedCache) {
   Install in = make_install(t / "inst");
   std::string before = tree_digest(in.root);
-  Cmd a = add(in, t / "ov", "int kernel() { return 7; }\n");
+  Cmd a = add(in, t / "ov", "int kernel() { return 7; }\n", {"--cache-snapshot", "move"});
   ASSERT_EQ(a.rc, 0) << a.err;
   json mj = json::parse(read_file(t / "ov/_overlay_manifest.json"));
   ASSERT_TRUE(mj["natives"][0]["caches"].back().contains("backup_dir")) << mj.dump();  // moved in, by rename

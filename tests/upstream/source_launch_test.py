@@ -301,6 +301,124 @@ class SourceLaunch(unittest.TestCase):
         self.write("boot/sitecustomize.py", BOOTSTRAP.replace("\nfirst()\n", "\n"))
         self.assert_launched(self.launch([ov]), ov)
 
+    def install(self):
+        """A native install whose build cache holds what real ones do: a symlink and bytecode."""
+        self.write("inst/src/kernel.cpp", "int kernel() { return 4; }\n")
+        self.write("inst/lib/libk.so", "int kernel() { return 4; }\n")
+        self.write("inst/cache/mod.so", "built")
+        self.write("inst/cache/__pycache__/jit.cpython-311.pyc", "bytecode")
+        os.symlink("mod.so", os.path.join(self.t, "inst/cache/latest"))
+        self.write("patched/kernel.cpp", "int kernel() { return 7; }\n")
+        return os.path.join(self.t, "inst")
+
+    @staticmethod
+    def build_flags(inst):
+        """The install's artifact, its cache (invalidated) and its build."""
+        artifact, cache = os.path.join(inst, "lib/libk.so"), os.path.join(inst, "cache")
+        return [
+            "--artifact",
+            artifact,
+            "--invalidate-cache",
+            cache,
+            "--build-cwd",
+            inst,
+            "--build-cmd",
+            "cp src/kernel.cpp lib/libk.so",
+        ]
+
+    def add_native(self, ov, inst, *extra):
+        r = tool(
+            "add-native",
+            "--overlay",
+            ov,
+            "--target",
+            os.path.join(inst, "src/kernel.cpp"),
+            "--patched-file",
+            os.path.join(self.t, "patched/kernel.cpp"),
+            *self.build_flags(inst),
+            *extra,
+            env=self.env,
+        )
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def assert_cache_back(self, inst):
+        cache = os.path.join(inst, "cache")
+        self.assertEqual(os.readlink(os.path.join(cache, "latest")), "mod.so")
+        with open(os.path.join(cache, "__pycache__/jit.cpython-311.pyc")) as f:
+            self.assertEqual(f.read(), "bytecode")
+        with open(os.path.join(inst, "src/kernel.cpp")) as f:
+            self.assertEqual(f.read(), "int kernel() { return 4; }\n")
+
+    def test_a_mixed_native_and_python_candidate_passes_and_folds_and_replays(self):
+        # The cache a native entry invalidates used to be moved into the overlay (_native_backup/),
+        # its symlink and bytecode with it: a candidate with Python entries then failed the launch.
+        inst = self.install()
+        cand = os.path.join(self.t, "cand")
+        self.add_native(cand, inst)
+        self.overlay("cand", {})
+        self.assertEqual(self.bytecode_or_links(cand), [])
+        self.assert_launched(self.launch([cand]), cand)
+        # Folded into the accepted overlay, which carries Python entries of its own.
+        acc = self.overlay("acc", {})
+        r = tool("fold", "--from", cand, "--into", acc, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.bytecode_or_links(acc), [])
+        self.assert_launched(self.launch([acc]), acc)
+        # Exported, reverted, replayed onto the pristine install: the same again.
+        bundle = os.path.join(self.t, "bundle")
+        r = tool("export", "--overlay", acc, "--out", bundle, "--root", inst, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = tool("revert", "--overlay", acc, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_cache_back(inst)
+        replayed = self.overlay("replayed", {})
+        r = tool("replay", "--bundle", bundle, "--overlay", replayed, "--root", inst, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.bytecode_or_links(replayed), [])
+        self.assert_launched(self.launch([replayed]), replayed)
+        r = tool("revert", "--overlay", replayed, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_cache_back(inst)
+
+    def test_a_mixed_candidate_through_apply_passes(self):
+        # One diff: the kernel (a native entry) and a Python wrapper (a module entry).
+        inst = self.install()
+        self.write("inst/py/ovl_mixed.py", "VALUE = 'stock'\n")
+        for side, kernel, value in (("a", 4, "stock"), ("b", 7, "patched")):
+            self.write("diffs/%s/src/kernel.cpp" % side, "int kernel() { return %d; }\n" % kernel)
+            self.write("diffs/%s/py/ovl_mixed.py" % side, "VALUE = %r\n" % value)
+        diff = subprocess.run(
+            ["diff", "-ruN", "a", "b"], cwd=os.path.join(self.t, "diffs"), capture_output=True, text=True
+        )
+        self.assertEqual(diff.returncode, 1, diff.stderr)
+        self.write("change.diff", diff.stdout)
+        ov = os.path.join(self.t, "ov")
+        r = tool(
+            "apply",
+            "--overlay",
+            ov,
+            "--patch",
+            os.path.join(self.t, "change.diff"),
+            "--patch-root",
+            inst,
+            "-p",
+            "1",
+            "--python-root",
+            os.path.join(inst, "py"),
+            *self.build_flags(inst),
+            env=self.env,
+        )
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.overlay("ov", {})
+        self.assertEqual(self.bytecode_or_links(ov), [])
+        self.write("prog.py", PROGRAM + "import ovl_mixed\nprint('mixed', ovl_mixed.VALUE)\n")
+        r = self.launch([ov])
+        self.assert_launched(r, ov)
+        self.assertIn("mixed patched", r.stdout)
+        r = tool("revert", "--overlay", ov, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_cache_back(inst)
+
 
 if __name__ == "__main__":
     if not BIN:
