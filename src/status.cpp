@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include <spdlog/spdlog.h>
+
 #include "overlay/build_watch.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
@@ -325,12 +327,24 @@ std::vector<PythonStatus> python_entries_status(Disk& disk, const fs::path& over
   std::vector<PythonStatus> out;
   auto usage = python_usage(disk, overlay);
   for (const PyEntry& e : python_entries(manifest.doc)) {
-    PythonStatus p{e.kind, e.name, e.detail, true, 0, 0, std::nullopt, e.patch_id};
+    PythonStatus p;
+    p.kind = e.kind;
+    p.name = e.name;
+    p.detail = e.detail;
+    p.patch_id = e.patch_id;
     if (e.file) {
       p.detail = (overlay / *e.file).string();
       p.present = is_safe_relative(*e.file) && disk.info(overlay / *e.file, Follow::no).type == FileType::regular;
     }
     if (e.count_calls) p.calls = 0;
+    if (e.distribution.is_object()) {
+      try {
+        p.made_against = e.distribution.get<Distribution>();
+        p.installed_now = installed_instead(disk, *p.made_against);
+      } catch (const nlohmann::json::exception& err) {  // a hand-edited record: nothing to compare
+        spdlog::debug("{} {}: unreadable distribution record: {}", e.kind, e.name, err.what());
+      }
+    }
     if (auto it = usage.find(e.key); it != usage.end()) {
       p.applied_processes = it->second.processes;
       p.running_processes = it->second.running;

@@ -11,6 +11,7 @@
 #include "overlay/layers.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/owner.hpp"
+#include "overlay/python/interpreter.hpp"
 #include "overlay/python/sitecustomize.hpp"
 
 namespace overlay {
@@ -77,6 +78,10 @@ struct PythonStatus {
   std::size_t running_processes = 0;    // of those, still running now
   std::optional<std::uint64_t> calls;   // calls over all those processes (rebinds with --count-calls)
   std::optional<std::string> patch_id;  // the `apply` patch it belongs to
+  // The installed distribution its target belonged to when it was added, and, where that is no
+  // longer what is installed there, what is: another version, or "" for none.
+  std::optional<Distribution> made_against;
+  std::optional<std::string> installed_now;
 };
 
 struct StatusReport {

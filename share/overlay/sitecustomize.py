@@ -280,7 +280,7 @@ def _register_again(here):
     import os
 
     try:
-        manifest, _ = _read_manifest(here)
+        manifest = _read_manifest(here)[0]
     except Exception as e:
         _log("cannot read manifest in %s: %s" % (here, e))
         return
@@ -426,21 +426,21 @@ def _read_manifest(here):
     try:
         with open(_plan_path(here), "rb") as f:  # None: no cache, a TypeError caught below
             plan = marshal.loads(f.read())
-        if isinstance(plan, tuple) and len(plan) == 3 and plan[0] == mark:
-            return plan[1], plan[2]
+        if isinstance(plan, tuple) and len(plan) == 4 and plan[0] == mark:
+            return plan[1], plan[2], plan[3]
     except Exception:
         pass  # none yet, or from another manifest: parse it
     manifest = _parse_json(raw.decode("utf-8", "surrogateescape"))
     if not isinstance(manifest, dict):
-        return manifest, None
+        return manifest, None, {}
     # The section that grows (rebinds) is kept as rows checked once, not as dicts checked by
     # every process: (module, attr path, impl module, impl attr, count calls), names interned so
     # marshal writes each repeated one once, or, for a malformed entry, its repr.
-    rows = _rebind_rows(manifest)
+    rows, made = _rebind_rows(manifest), _made_against(manifest)
     rest = dict(manifest, rebinds=[])
     if not _sys.dont_write_bytecode:
-        _write_plan(here, marshal.dumps((mark, rest, rows)))
-    return rest, rows
+        _write_plan(here, marshal.dumps((mark, rest, rows, made)))
+    return rest, rows, made
 
 
 def _parse_json(text):
@@ -609,6 +609,25 @@ def _rebind_rows(manifest):
     return rows
 
 
+def _made_against(manifest):
+    """Entry key -> (name, version, .dist-info path) of the installed distribution its target
+    belonged to when it was added (the entry's "distribution"), for each entry that records one."""
+    keys = (
+        ("modules", lambda e: "module:%s" % e.get("module")),
+        ("rebinds", lambda e: "rebind:%s->%s.%s" % (e.get("target"), e.get("impl_module"), e.get("impl_attr"))),
+        ("captures", lambda e: "capture:%s" % e.get("target")),
+        ("markers", lambda e: "marker:%s" % e.get("target")),
+        ("hooks", lambda e: "hook:%s->%s.%s" % (e.get("module"), e.get("impl_module"), e.get("impl_attr", "install"))),
+    )
+    made = {}
+    for section, key_of in keys:
+        for e in _entries(manifest, section):
+            d = e.get("distribution")
+            if type(d) is dict and _is_str(d.get("name"), d.get("version"), d.get("dist_info")):
+                made[key_of(e)] = (d["name"], d["version"], d["dist_info"])
+    return made
+
+
 def _write_plan(here, data):
     """Into the runtime's cache, whole or not at all; with no cache, each process parses."""
     path = _plan_path(here)
@@ -618,7 +637,7 @@ def _write_plan(here, data):
 
 def _apply(here):
     try:
-        manifest, rebinds = _read_manifest(here)
+        manifest, rebinds, made = _read_manifest(here)
     except Exception as e:  # no manifest: nothing to apply
         _log("cannot read manifest in %s: %s" % (here, e))
         _install_finder(_State(here, {}))
@@ -633,6 +652,7 @@ def _apply(here):
                 "manifest section %r (%d entries) is not applied by this version of overlay" % (key, len(manifest[key]))
             )
     state = _State(here, manifest)
+    state.made_against = made
     state.register_modules()
     state.register_lazy(rebinds)
     _install_finder(state)
@@ -700,6 +720,7 @@ class _State:
         self.ran = set()  # (module name, id of the module object) executed: a second run is a reload
         self.on_path = None  # whether `here` is on sys.path (asked once, when needed)
         self.displaced = set()  # rebinds another overlay's rebind of the same target replaced since
+        self.made_against, self.package_seen = {}, {}  # key -> distribution; name -> still as made
         self.live = _LiveRecord(here, self.pending, self.applied, self.failed, self.displaced)
 
     def done(self, key, msg=None):
@@ -708,6 +729,33 @@ class _State:
         self.live.dirty = True
         if msg:
             _log(msg)
+        if key in self.made_against:
+            self.check_package(key)
+
+    def check_package(self, key):
+        """Says, once per distribution in this process, that the one an entry was made against is
+        not what is installed now (a package upgraded under the overlay): one stat while its
+        .dist-info is still there; importlib.metadata only where it is not (another path)."""
+        import os
+
+        name, version, info = self.made_against[key]
+        if name in self.package_seen:
+            return
+        now = version
+        if not os.path.isdir(info):
+            try:
+                from importlib.metadata import version as installed_version
+
+                now = installed_version(name)
+            except Exception:
+                now = None  # not installed as a distribution any more
+        self.package_seen[name] = now == version
+        if now != version:
+            kind, what = self.pending.get(key, ("entry", key))
+            _log(
+                "warning: %s %s was made against %s %s; this process has %s: the package changed under the overlay"
+                % (kind, what, name, version, "%s %s" % (name, now) if now else "no %s installed" % name)
+            )
 
     def displace(self, key, target, by):
         """Another overlay's rebind (or module file) replaced this one's on the target."""

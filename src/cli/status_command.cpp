@@ -179,6 +179,26 @@ void print_status_table(const StatusReport& r) {
            " python entr" + (r.pythons.size() == 1 ? "y" : "ies") + "; " + verdict);
 }
 
+// "  PACKAGE CHANGED: made against torch 2.3.0, torch 2.4.1 installed now"; "" while the
+// distribution its target belonged to when it was added is what is installed.
+std::string package_change_text(const PythonStatus& p) {
+  if (!p.made_against || !p.installed_now) return "";
+  const Distribution& d = *p.made_against;
+  return "  PACKAGE CHANGED: made against " + d.name + " " + d.version + ", " +
+         (p.installed_now->empty() ? "no " + d.name + " installed there now"
+                                   : d.name + " " + *p.installed_now + " installed now");
+}
+
+nlohmann::json distribution_json(const PythonStatus& p) {
+  if (!p.made_against) return nullptr;
+  nlohmann::json j = *p.made_against;
+  j["changed"] = p.installed_now.has_value();
+  j["installed_now"] = !p.installed_now           ? nlohmann::json(p.made_against->version)
+                       : p.installed_now->empty() ? nlohmann::json(nullptr)
+                                                  : nlohmann::json(*p.installed_now);
+  return j;
+}
+
 }  // namespace
 
 std::string python_entry_line(const PythonStatus& p) {
@@ -188,7 +208,7 @@ std::string python_entry_line(const PythonStatus& p) {
     use += ", " + std::to_string(*p.calls) + " call(s)" +
            (p.running_processes > 0 ? " (running ones count theirs at exit)" : "");
   return p.kind + " " + p.name + " -> " + p.detail + (p.present ? "" : "  (MISSING from the overlay)") +
-         (p.patch_id ? "  patch " + *p.patch_id : "") + use;
+         (p.patch_id ? "  patch " + *p.patch_id : "") + package_change_text(p) + use;
 }
 
 nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons) {
@@ -201,7 +221,8 @@ nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons) {
                  {"applied_processes", p.applied_processes},
                  {"running_processes", p.running_processes},
                  {"calls", p.calls ? nlohmann::json(*p.calls) : nlohmann::json(nullptr)},
-                 {"patch_id", p.patch_id ? nlohmann::json(*p.patch_id) : nlohmann::json(nullptr)}});
+                 {"patch_id", p.patch_id ? nlohmann::json(*p.patch_id) : nlohmann::json(nullptr)},
+                 {"distribution", distribution_json(p)}});
   return a;
 }
 

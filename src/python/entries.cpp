@@ -33,34 +33,37 @@ std::vector<PyEntry> python_entries(const json& doc) {
       if (e.is_object()) {
         out.push_back(make(e));
         if (std::string id = text(e, "patch_id"); !id.empty()) out.back().patch_id = id;
+        if (auto d = e.find("distribution"); d != e.end() && d->is_object()) out.back().distribution = *d;
       }
   };
   each("modules", [](const json& e) {
-    PyEntry p{"module", "module:" + text(e, "module"), text(e, "module"), text(e, "file"), text(e, "file"), false, {}};
+    PyEntry p{"module", "module:" + text(e, "module"), text(e, "module"), text(e, "file"), text(e, "file"), false, {},
+              {}};
     return p;
   });
   each("installers", [](const json& e) {
     std::string call = text(e, "module") + "." + text(e, "callable", "install");
-    return PyEntry{"installer", "installer:" + text(e, "id"), text(e, "id"), call, std::nullopt, false, {}};
+    return PyEntry{"installer", "installer:" + text(e, "id"), text(e, "id"), call, std::nullopt, false, {}, {}};
   });
   each("rebinds", [](const json& e) {
     std::string impl = text(e, "impl_module") + "." + text(e, "impl_attr");
     auto cc = e.find("count_calls");
     bool counted = cc != e.end() && cc->is_boolean() && cc->get<bool>();
     return PyEntry{
-        "rebind", "rebind:" + text(e, "target") + "->" + impl, text(e, "target"), impl, std::nullopt, counted, {}};
+        "rebind", "rebind:" + text(e, "target") + "->" + impl, text(e, "target"), impl, std::nullopt, counted, {}, {}};
   });
   each("captures", [](const json& e) {
-    return PyEntry{"capture", "capture:" + text(e, "target"), text(e, "target"), text(e, "out"), std::nullopt, false,
-                   {}};
+    return PyEntry{
+        "capture", "capture:" + text(e, "target"), text(e, "target"), text(e, "out"), std::nullopt, false, {}, {}};
   });
   each("markers", [](const json& e) {
     return PyEntry{
-        "marker", "marker:" + text(e, "target"), text(e, "target"), "seam_trace.install", std::nullopt, false, {}};
+        "marker", "marker:" + text(e, "target"), text(e, "target"), "seam_trace.install", std::nullopt, false, {}, {}};
   });
   each("hooks", [](const json& e) {
     std::string impl = text(e, "impl_module") + "." + text(e, "impl_attr", "install");
-    return PyEntry{"hook", "hook:" + text(e, "module") + "->" + impl, text(e, "module"), impl, std::nullopt, false, {}};
+    return PyEntry{"hook", "hook:" + text(e, "module") + "->" + impl, text(e, "module"), impl, std::nullopt, false, {},
+                   {}};
   });
   return out;
 }

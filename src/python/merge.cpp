@@ -65,6 +65,13 @@ struct Union {
   std::vector<std::string> notes;
 };
 
+// An entry as it acts: the distribution it was made against (issue 62) is not part of what it
+// does, so the same entry made against two versions is one entry (the first overlay's is kept).
+json without_distribution(json e) {
+  if (e.is_object()) e.erase("distribution");
+  return e;
+}
+
 void add_entries(Union& u, const fs::path& src, const Manifest& m) {
   for (const PySection& s : python_sections()) {
     auto it = m.doc.find(s.array);
@@ -76,7 +83,7 @@ void add_entries(Union& u, const fs::path& src, const Manifest& m) {
       bool dup = false;
       for (const auto& have : into) {
         if (identity_of(have, s) != id) continue;
-        if (have != e)
+        if (without_distribution(have) != without_distribution(e))
           throw Error(std::string("conflicting ") + s.array + " entry for " + id + ": " + have.dump() + " (from " +
                       u.entry_from[s.array + std::string(":") + id].string() + ") vs " + e.dump() + " (from " +
                       src.string() + ")");

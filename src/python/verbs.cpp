@@ -1,9 +1,7 @@
 #include "overlay/python/verbs.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
-#include <sstream>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
@@ -16,26 +14,6 @@
 #include "overlay/trust.hpp"
 
 namespace overlay {
-
-json ask_python(const std::string& python, const std::string& script, const std::string& arg, bool disable_overlays) {
-  RunOptions o;
-  o.output = Output::capture;
-  if (disable_overlays) o.env_set.push_back("OVERLAY_DISABLE=1");
-  // -B: finding a module imports its parent packages, and their bytecode must not be written into
-  // the install (it is never touched: a __pycache__ in site-packages is a change on disk).
-  RunResult r = run_process({python, "-B", "-c", script, arg}, o);
-  if (!r.exec_error.empty()) throw Error("cannot run the Python interpreter: " + r.exec_error);
-  std::istringstream lines(r.out);
-  std::string line, last;
-  while (std::getline(lines, line))
-    if (!line.empty()) last = line;
-  if (!r.ok() || last.empty()) throw Error(python + " failed (" + describe(r) + "): " + r.err.substr(0, 300));
-  try {
-    return json::parse(last);
-  } catch (const json::exception&) {
-    throw Error(python + " printed something unexpected: " + last);
-  }
-}
 
 namespace {
 
@@ -80,37 +58,12 @@ void write_hook(Disk& disk, const std::optional<fs::path>& given, const std::str
     write_file_atomically(disk, dest, embedded, 0644);
 }
 
-// `-c` puts the caller's directory first on sys.path; upstream's script finds modules from its own
-// directory instead, so an M.py where the caller stands is never the module M (issue 62).
-const char* kFindSpecScript = R"PY(
-import importlib.util, json, sys
-name = sys.argv[1]
-if sys.path and sys.path[0] == "":
-    del sys.path[0]
-try:
-    m = sys.modules.get(name)
-    if m is not None and getattr(m, "__file__", None):
-        print(json.dumps({"origin": m.__file__}))
-    else:
-        s = importlib.util.find_spec(name)
-        print(json.dumps({"origin": s.origin if s is not None else None, "found": s is not None}))
-except Exception as e:
-    print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}))
-)PY";
-
-}  // namespace
-
-std::string find_module_origin(const std::string& module, const std::string& python, bool disable_overlays) {
-  json j = ask_python(python, kFindSpecScript, module, disable_overlays);
-  if (j.contains("error"))
-    throw Error("module " + module + " cannot be located by " + python + ": " + j["error"].get<std::string>());
-  if (!j.contains("origin") || !j["origin"].is_string())
-    throw Error("module " + module + " not found by " + python +
-                " (PYTHONPATH=" + (std::getenv("PYTHONPATH") ? std::getenv("PYTHONPATH") : "") + ")");
-  return j["origin"].get<std::string>();
+// `entry`, with the installed distribution its target module belongs to where it has one, so
+// status and the runtime can say when that package changes under the overlay (issue 62).
+json made_against(json entry, const std::string& module, const std::string& python) {
+  if (auto d = distribution_of(module, python)) entry["distribution"] = *d;
+  return entry;
 }
-
-namespace {
 
 void check_overlay_target(Disk& disk, const PyCommon& c) {
   fs::path ov = absolute_normal(c.overlay);
@@ -299,11 +252,6 @@ std::string legacy_module_name(const std::string& package, const std::string& su
   return name;
 }
 
-std::string default_python() {
-  const char* env = std::getenv("OVERLAY_PYTHON");
-  return env && *env ? env : "python3";
-}
-
 fs::path locate_installed_module(const std::string& module, const std::string& python) {
   std::string origin = find_module_origin(module, python, true);
   fs::path p(origin);
@@ -351,7 +299,7 @@ PyAddResult add_module(Disk& disk, const AddModuleRequest& req) {
     }
   }
   std::string rel = std::string(kPatchedDir) + "/" + req.module + ".py";
-  json entry = {{"module", req.module}, {"file", rel}};
+  json entry = made_against({{"module", req.module}, {"file", rel}}, req.module, req.python);
   PyAddResult r = record(disk, req.common, "modules", {"module"}, entry, [&](const fs::path& o) {
     make_dirs(disk, o / kPatchedDir);
     replace_file_atomically(disk, content, o / rel, 0644);
@@ -368,7 +316,8 @@ PyAddResult add_rebind(Disk& disk, const AddRebindRequest& req) {
   std::optional<fs::path> impl = impl_file_of(disk, req.impl_file);
   std::vector<std::pair<fs::path, fs::path>> dir_files;
   if (req.impl_dir) dir_files = impl_dir_files(disk, *req.impl_dir);
-  json entry = {{"target", req.target}, {"impl_module", req.impl_module}, {"impl_attr", req.impl_attr}};
+  json entry = made_against({{"target", req.target}, {"impl_module", req.impl_module}, {"impl_attr", req.impl_attr}},
+                            req.target, default_python());
   if (req.count_calls) entry["count_calls"] = true;
   PyAddResult r = record(disk, req.common, "rebinds", {"target"}, entry, [&](const fs::path& o) {
     if (impl) replace_file_atomically(disk, *impl, o / impl->filename(), 0644);
@@ -390,7 +339,8 @@ PyAddResult add_capture(Disk& disk, const AddCaptureRequest& req) {
   if (oi.exists() && oi.type != FileType::directory) throw Error("--out is not a directory: " + out.string());
   std::optional<fs::path> hook = hook_file_of(disk, req.capture_file, "capture file");
   check_overlay_target(disk, req.common);
-  json entry = {{"target", req.target}, {"out", out.string()}, {"max", req.max}};
+  json entry =
+      made_against({{"target", req.target}, {"out", out.string()}, {"max", req.max}}, req.target, default_python());
   PyAddResult r = record(disk, req.common, "captures", {"target"}, entry, [&](const fs::path& o) {
     write_hook(disk, hook, capture_hook_text(), o / "capture_shapes.py");
   });
@@ -402,7 +352,8 @@ PyAddResult add_marker(Disk& disk, const AddMarkerRequest& req) {
   check_target(req.target);
   std::optional<fs::path> hook = hook_file_of(disk, req.marker_file, "marker file");
   check_overlay_target(disk, req.common);
-  PyAddResult r = record(disk, req.common, "markers", {"target"}, json{{"target", req.target}},
+  json entry = made_against({{"target", req.target}}, req.target, default_python());
+  PyAddResult r = record(disk, req.common, "markers", {"target"}, entry,
                          [&](const fs::path& o) { write_hook(disk, hook, marker_hook_text(), o / "seam_trace.py"); });
   r.summary = "add-marker " + req.target;
   return r;
@@ -414,7 +365,8 @@ PyAddResult add_hook(Disk& disk, const AddHookRequest& req) {
   if (!is_identifier(req.impl_attr)) throw Error("invalid --impl-attr: '" + req.impl_attr + "'");
   check_overlay_target(disk, req.common);
   std::optional<fs::path> impl = impl_file_of(disk, req.impl_file);
-  json entry = {{"module", req.module}, {"impl_module", req.impl_module}, {"impl_attr", req.impl_attr}};
+  json entry = made_against({{"module", req.module}, {"impl_module", req.impl_module}, {"impl_attr", req.impl_attr}},
+                            req.module, default_python());
   // One hook per (module, impl module), as the fork that introduced hooks[] keys them.
   PyAddResult r = record(disk, req.common, "hooks", {"module", "impl_module"}, entry, [&](const fs::path& o) {
     if (impl) replace_file_atomically(disk, *impl, o / impl->filename(), 0644);

@@ -20,9 +20,10 @@ import textwrap
 import time
 import unittest
 
+import through_both
+
 PY = sys.executable
 BIN = os.environ.get("OVERLAY_BIN", "")
-SHIM = ""
 
 # Its body needs 900 frames of the default 1,000: an import reached at a depth of 100 or more
 # (finders asking each other) fails with RecursionError.
@@ -280,9 +281,4 @@ class StackingByTheShim(Stacking):
 
 
 if __name__ == "__main__":
-    if not BIN or len(sys.argv) < 2:
-        sys.exit("usage: OVERLAY_BIN=build/overlay stacking_test.py SHIM [unittest args]")
-    SHIM = os.path.abspath(sys.argv.pop(1))
-    Stacking.tool = [BIN]
-    StackingByTheShim.tool = [PY, SHIM]
-    unittest.main()
+    through_both.main(Stacking, StackingByTheShim)

@@ -17,6 +17,7 @@ struct PyEntry {
   std::optional<std::string> file;      // relative to the overlay: the file the entry needs
   bool count_calls = false;             // a rebind with --count-calls
   std::optional<std::string> patch_id;  // the `apply` patch it belongs to
+  nlohmann::json distribution;          // what its target belonged to when added (an object), else null
 };
 
 // Every Python entry of `doc`, section by section in start-up order (modules, installers,

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "overlay/disk.hpp"
+#include "overlay/python/interpreter.hpp"
 #include "overlay/python/sitecustomize.hpp"
 
 namespace overlay {
@@ -108,8 +109,6 @@ PyAddResult ensure_overlay(Disk& disk, const PyCommon& c);
 // modules from now on; no entry is added.
 PyAddResult add_worker_modules(Disk& disk, const PyCommon& c);
 
-// Where python finds `module` (its spec's origin), overlays disabled in it when asked.
-std::string find_module_origin(const std::string& module, const std::string& python, bool disable_overlays);
 // The installed source file of `module`, asking python with overlays disabled.
 fs::path locate_installed_module(const std::string& module, const std::string& python);
 
@@ -118,13 +117,7 @@ bool valid_dotted_name(std::string_view name);
 // "module:attr" with both parts dotted names (attr optional when allow_bare_module); returns
 // the module part, or throws Error naming the problem.
 std::string check_target(const std::string& target, bool allow_bare_module = false);
-// The Python-side JSON helpers every verb shares: runs python -c SCRIPT ARG, returns its last line
-// as JSON (overlays disabled in that interpreter when disable_overlays).
-nlohmann::json ask_python(const std::string& python, const std::string& script, const std::string& arg,
-                          bool disable_overlays);
 // The module a legacy --package P --subpath x/y.py names ("P.x.y"; __init__.py names the package).
 std::string legacy_module_name(const std::string& package, const std::string& subpath);
-// The interpreter to ask: --python when given, else $OVERLAY_PYTHON, else python3.
-std::string default_python();
 
 }  // namespace overlay
