@@ -105,7 +105,8 @@ def metadata(info):
 
 found = None
 spec = PathFinder.find_spec(top)
-if spec is not None:
+# A namespace package (no origin) is many distributions' (google.protobuf, google.api_core): none is its.
+if spec is not None and spec.origin not in (None, "namespace"):
     locations = list(spec.submodule_search_locations or [])
     where = locations[0] if locations else spec.origin
     if isinstance(where, str) and os.path.isabs(where):

@@ -36,7 +36,7 @@ class Distribution(unittest.TestCase):
             "OVERLAY_STATE_DIR": os.path.join(self.t, "state"),
             "OVERLAY_BIN": BIN,
             "OVERLAY_PYTHON": PY,
-            "PYTHONPATH": self.site,
+            "PYTHONPATH": os.pathsep.join([self.site, os.path.join(self.t, "plain")]),
         }
         self.write("site/fakepkg/__init__.py", "")
         self.write("site/fakepkg/ops.py", "def compute():\n    return 1\n")
@@ -45,6 +45,9 @@ class Distribution(unittest.TestCase):
         self.write("site/fyaml.py", "def load():\n    return 'stock'\n")
         self.install("Fake-Yaml", "2.0", top_level="fyaml\n")
         self.write("plain/loose.py", "def f():\n    return 'stock'\n")  # on PYTHONPATH, no distribution
+        # A namespace package several distributions share (google.protobuf, google.api_core): none is its.
+        self.write("site/nspkg/part.py", "def f():\n    return 'stock'\n")
+        self.install("nspkg-part", "3.0", top_level="nspkg\n")
         self.write("impl/fast.py", "def compute():\n    return 2\n")
 
     def write(self, rel, text):
@@ -105,12 +108,14 @@ class Distribution(unittest.TestCase):
         self.run_tool("add-marker", "--overlay", ov, "--target", "fakepkg.ops:compute")
         self.run_tool("add-marker", "--overlay", ov, "--target", "fyaml:load")
         self.run_tool("add-marker", "--overlay", ov, "--target", "loose:f")
+        self.run_tool("add-marker", "--overlay", ov, "--target", "nspkg.part:f")
         self.run_tool("add-module", "--overlay", ov, "--module", "fakepkg.ops")
         m = self.manifest(ov)
         self.assertEqual(m["markers"][0]["distribution"], made)
         self.assertEqual(m["markers"][1]["distribution"]["name"], "Fake-Yaml")
         self.assertEqual(m["markers"][1]["distribution"]["version"], "2.0")
         self.assertNotIn("distribution", m["markers"][2])  # a folder on PYTHONPATH belongs to none
+        self.assertNotIn("distribution", m["markers"][3])
         self.assertEqual(m["modules"][0]["distribution"], made)
         # Adding the same entry again changes nothing: the manifest keeps its bytes.
         with open(os.path.join(ov, "_overlay_manifest.json"), "rb") as f:

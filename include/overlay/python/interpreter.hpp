@@ -33,8 +33,9 @@ void from_json(const nlohmann::json& j, Distribution& d);
 
 // The distribution whose .dist-info, beside the top-level package of dotted name `module` (as
 // `python` finds it), names that package (top_level.txt, else its RECORD). None where there is none
-// (the standard library, a folder on PYTHONPATH, an editable install) or the interpreter cannot
-// say: best effort, never a reason to refuse an add.
+// (the standard library, a folder on PYTHONPATH, an editable install, a namespace package that
+// several distributions share) or the interpreter cannot say: best effort, never a reason to
+// refuse an add.
 std::optional<Distribution> distribution_of(const std::string& module, const std::string& python);
 
 // What is installed now in `d`'s place: nullopt while its .dist-info is still there (that version);
