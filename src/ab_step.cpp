@@ -7,7 +7,10 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
+
+#include <spdlog/spdlog.h>
 
 #include "overlay/apply.hpp"
 #include "overlay/engagement.hpp"
@@ -21,6 +24,7 @@
 #include "overlay/owner.hpp"
 #include "overlay/process_scan.hpp"
 #include "overlay/python/sitecustomize.hpp"
+#include "overlay/receipts.hpp"
 #include "overlay/status.hpp"
 #include "overlay/words.hpp"
 
@@ -70,6 +74,9 @@ class AbStep {
   void recover_dead_runs();
   void refuse_held_targets();
   nlohmann::json run_cmd(const std::string& which, bool judge);
+  void judge_tick(pid_t pid);
+  std::optional<ReceiptCollector> receipt_collector(const std::string& which);
+  void report_receipts();
   bool apply();
   bool build(const NativePlan& plan, const AppliedEntry& entry);
   bool revert();
@@ -98,6 +105,7 @@ class AbStep {
   int cand_status_ = 0;
   bool cand_timed_out_ = false;
   std::optional<Verdict> verdict_;
+  std::map<std::string, RunReceipts> receipts_;  // by run: "ref", "cand"
   std::shared_ptr<InFlight> in_flight_;
 };
 
@@ -167,22 +175,17 @@ nlohmann::json AbStep::run_cmd(const std::string& which, bool judge) {
     const char* old = std::getenv("PYTHONPATH");
     o.env_set.push_back("PYTHONPATH=" + overlay_.string() + (old && *old ? ":" + std::string(old) : std::string()));
   }
-  if (judge) {
-    o.on_tick = [this](pid_t pid) {
-      if (verdict_ && verdict_->engaged) return;
-      try {
-        Manifest m = load_manifest(disk_, overlay_).value_or(Manifest{});
-        ProcessScan scan = scan_processes(disk_);
-        EngagementReport r = judge_engagement(disk_, m, scan);
-        r.python = live_python_uses(disk_, overlay_);
-        Verdict v = engagement_verdict(r, scan, {pid}, engagement_scope(m));
-        if (scan.find(pid) != nullptr) verdict_ = v;  // exiting meanwhile: keep what it was judged before
-      } catch (const std::exception&) {
-      }  // a process that exits mid-scan is judged on the next tick
+  std::optional<ReceiptCollector> receipts = receipt_collector(which);
+  if (receipts) o.env_set.push_back(receipts->env());
+  if (judge || receipts) {
+    o.on_tick = [this, judge, &receipts](pid_t pid) {
+      if (receipts) receipts->sample(pid);
+      if (judge) judge_tick(pid);
     };
   }
   std::fflush(stdout);
   RunResult r = run_process(req_.cmd, o);
+  if (receipts) receipts_[which] = receipts->finish();
   for (auto* h : {out.get(), err.get()}) {
     try {
       if (h != nullptr) h->close();
@@ -355,6 +358,60 @@ void AbStep::keep_applied() {
             overlay_.string() + "`");
 }
 
+void AbStep::judge_tick(pid_t pid) {
+  if (verdict_ && verdict_->engaged) return;
+  try {
+    Manifest m = load_manifest(disk_, overlay_).value_or(Manifest{});
+    ProcessScan scan = scan_processes(disk_);
+    EngagementReport r = judge_engagement(disk_, m, scan);
+    r.python = live_python_uses(disk_, overlay_);
+    Verdict v = engagement_verdict(r, scan, {pid}, engagement_scope(m));
+    if (scan.find(pid) != nullptr) verdict_ = v;  // exiting meanwhile: keep what it was judged before
+  } catch (const std::exception& e) {
+    spdlog::debug("exec: the candidate could not be judged this tick: {}", e.what());  // the next tick tries again
+  }
+}
+
+// A run's receipts go to a directory of the state dir named by this step and the run (never
+// under the overlay: a source-proving launch hashes it), swept by a later step once this one is gone.
+std::optional<ReceiptCollector> AbStep::receipt_collector(const std::string& which) {
+  if (!req_.receipts) return std::nullopt;
+  std::vector<std::string> watched;
+  for (const auto& a : req_.change.artifacts) watched.push_back(absolute_normal(a).string());
+  if (auto m = load_manifest(disk_, overlay_))
+    for (const auto& p : tracked_artifact_paths(disk_, *m)) watched.push_back(p);
+  fs::path parent = state_dir() / "receipts";
+  sweep_receipt_dirs(disk_, parent);
+  return std::make_optional<ReceiptCollector>(
+      disk_, parent / (std::to_string(me_.pid) + "-" + std::to_string(me_.start_ticks) + "-" + which), watched);
+}
+
+// Each run's receipts, told apart against the candidate's code (its overlay, its entries' builds
+// still in place: before the revert), into the document and a line each.
+void AbStep::report_receipts() {
+  if (receipts_.empty()) return;
+  CandidateCode code;
+  try {
+    code = candidate_code(disk_, overlay_, load_manifest(disk_, overlay_).value_or(Manifest{}));
+  } catch (const std::exception& e) {
+    note("warning: the runs' receipts cannot be told apart: " + std::string(e.what()) +
+         " (their digests stand; which code each is stays unknown)");
+    code.overlay = overlay_;
+  }
+  for (const char* which : {"ref", "cand"}) {
+    auto it = receipts_.find(which);
+    if (it == receipts_.end()) continue;
+    RunReceipts& r = it->second;
+    label(r, code);
+    std::size_t ran = 0;
+    for (const auto& p : r.processes) ran += p.ran_candidate() ? 1 : 0;
+    if (out_.doc[which].is_object()) out_.doc[which]["receipts"] = r;
+    std::string seen = std::to_string(r.processes.size()) + " process(es) seen";
+    out_.line(std::string("exec: ") + which + " receipts: " + seen + "; " +
+              (ran == 0 ? "none of them ran the candidate's code" : std::to_string(ran) + " ran the candidate's code"));
+  }
+}
+
 int AbStep::run() {
   if (req_.cmd.empty()) throw Error("no command: pass it after --, e.g. overlay exec … -- python3 bench.py");
   if (req_.change.targets.empty() && !req_.as_apply)
@@ -384,6 +441,7 @@ int AbStep::run() {
       out_.line((v.engaged ? "ENGAGED " : "NOT_ENGAGED ") + v.why);
     }
   }
+  report_receipts();
   if (req_.keep_on_success && applied && !interrupted() && cand_status_ == 0) {
     keep_applied();
     return 0;

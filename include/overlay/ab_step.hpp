@@ -58,11 +58,15 @@ struct AbStepRequest {
   bool engaged = false;                 // judge the candidate while it runs: ENGAGED / NOT_ENGAGED
   bool keep_on_success = false;         // leave the change applied when the candidate exits 0
   double timeout_s = 0;                 // each run of the command; 0: none
+  // Record what each process of each run executed (overlay/receipts.hpp): the doc's
+  // ref.receipts and cand.receipts, and a line per run.
+  bool receipts = false;
 };
 
 // Where the step says what it does, as it goes (a long candidate run must not hide a build's
 // verdict): stdout lines (the tokens: OVERLAY_DIR=, FRESH_BUILD_OK, ENGAGED …), stderr notes, and
-// the JSON document it fills (overlay, ref, apply, cand, engaged, revert, clean, error), kept by
+// the JSON document it fills (overlay, ref, apply, cand, engaged, revert, clean, error; ref and cand
+// with their receipts), kept by
 // the caller so that what was filled survives an exception. The command's own output is copied
 // to echo_out and echo_err as it comes (-1: not at all).
 struct StepOutput {

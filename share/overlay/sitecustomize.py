@@ -354,6 +354,7 @@ def _source_loader_class():
             def get_code(self, fullname):
                 path = self.get_filename(fullname)
                 data = self.get_data(path)
+                _Receipt.served(path, data)
                 if not code_of:
                     return compile(data, path, "exec", dont_inherit=True)
                 code = code_of(path, data)
@@ -422,6 +423,7 @@ def _read_manifest(here):
 
     with open(os.path.join(here, "_overlay_manifest.json"), "rb") as f:
         raw = f.read()
+    _Receipt.overlay(here, raw)
     mark = raw
     try:
         with open(_plan_path(here), "rb") as f:  # None: no cache, a TypeError caught below
@@ -1388,6 +1390,110 @@ def _at_exit(state):
             _log("cannot record call counts in %s: %s" % (state.here, e))
             return
     live.finish()
+
+
+class _Receipt:
+    """OVERLAY_RECEIPTS=DIR (`overlay exec` sets it for each run of its command): what this process
+    ran of the overlays, in DIR/<pid>-<start ticks>.jsonl, one JSON line each: the process (pid,
+    parent, argv), each overlay applied (the SHA-256 of the manifest bytes read and of its
+    sitecustomize.py), each source file served (the SHA-256 of the very bytes compiled) and, at
+    exit, the files it maps. Appended as it goes, so a worker that ends by os._exit or a signal
+    leaves what it ran so far; a forked child starts its own with what it inherited. Nothing is
+    written (nor hashlib imported) without the variable: a process outside exec pays nothing."""
+
+    lines, pid, failed = [], None, False
+
+    @classmethod
+    def _write(cls, record):
+        import os
+
+        where = os.environ.get("OVERLAY_RECEIPTS")
+        if not where or cls.failed:
+            return
+        try:
+            if cls.pid != os.getpid():
+                cls._start(where)
+            text = (_json(record) + "\n").encode("ascii")
+            cls.lines.append(text)
+            os.write(cls.fd, text)
+        except Exception as e:
+            cls.failed = True
+            _log("cannot write this process's receipt in %s: %s" % (where, e))
+
+    @classmethod
+    def _start(cls, where):
+        """This process's file: its first line, then what a forked child inherited."""
+        import atexit
+        import os
+
+        first = cls.pid is None
+        cls.pid = os.getpid()
+        name = "%d-%d.jsonl" % (cls.pid, _start_ticks())
+        cls.fd = os.open(os.path.join(where, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        head = {"pid": cls.pid, "ppid": os.getppid(), "argv": list(_sys.argv) if hasattr(_sys, "argv") else []}
+        os.write(cls.fd, (_json(head) + "\n").encode("ascii") + b"".join(cls.lines))
+        if first:
+            os.register_at_fork(after_in_child=cls._forked)
+            atexit.register(cls._at_exit)
+
+    @classmethod
+    def _forked(cls):
+        import os
+
+        if cls.pid is not None and not cls.failed and os.environ.get("OVERLAY_RECEIPTS"):
+            try:
+                cls._start(os.environ["OVERLAY_RECEIPTS"])
+            except Exception as e:
+                cls.failed = True
+                _log("cannot write this process's receipt: %s" % e)
+
+    @staticmethod
+    def _sha(data):
+        import hashlib
+
+        return hashlib.sha256(data).hexdigest()
+
+    @classmethod
+    def overlay(cls, here, manifest_bytes):
+        import os
+
+        if not os.environ.get("OVERLAY_RECEIPTS"):
+            return
+        try:
+            with open(os.path.join(here, "sitecustomize.py"), "rb") as f:
+                runtime = cls._sha(f.read())
+        except OSError:
+            runtime = None
+        cls._write({"overlay": here, "manifest_sha256": cls._sha(manifest_bytes), "sitecustomize_sha256": runtime})
+
+    @classmethod
+    def served(cls, path, data):
+        import os
+
+        if os.environ.get("OVERLAY_RECEIPTS"):
+            cls._write({"file": os.path.abspath(path), "sha256": cls._sha(data)})
+
+    @classmethod
+    def _at_exit(cls):
+        """The files this process maps, each (path, device, inode) once, as /proc/self/maps says."""
+        import os
+
+        if cls.pid != os.getpid():
+            return
+        seen, maps = set(), []
+        try:
+            with open("/proc/self/maps", "rb") as f:
+                for line in f:
+                    parts = line.split(None, 5)
+                    if len(parts) == 6 and parts[5].startswith(b"/") and parts[4] != b"0":
+                        key = (parts[5].rstrip(b"\n"), parts[3], parts[4])
+                        if key not in seen:
+                            seen.add(key)
+                            maps.append([key[0].decode("utf-8", "surrogateescape"), key[1].decode(), int(key[2])])
+        except OSError as e:
+            _log("cannot read this process's maps for its receipt: %s" % e)
+            return
+        cls._write({"maps": maps})
 
 
 def _chain_next_sitecustomize(here, me, chained):

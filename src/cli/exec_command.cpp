@@ -12,7 +12,7 @@ namespace overlay::cli {
 namespace {
 
 struct ExecFlags : ApplyFlags {
-  bool ref = false, engaged = false, keep_on_success = false;
+  bool ref = false, engaged = false, keep_on_success = false, receipts = false, no_receipts = false;
   double timeout = 0;
   std::vector<std::string> cmd;
 };
@@ -26,6 +26,7 @@ int run_exec(ExecFlags& f, const Globals& g) {
   req.cmd = f.cmd;
   req.ref = f.ref, req.engaged = f.engaged, req.keep_on_success = f.keep_on_success;
   req.timeout_s = f.timeout;
+  req.receipts = f.receipts || (json_mode() && !f.no_receipts);
   // Under --json, stdout is the one document: the command's stdout goes to stderr.
   StepOutput out{out_line, [](const std::string& s) { err_line("exec", s); }, result(), json_mode() ? 2 : 1, 2};
   return run_ab_step(cli_disk(), std::move(req), out);
@@ -48,6 +49,10 @@ Handler exec_command(CLI::App& sub, const Globals& g) {
                "While the candidate runs, check that it (or a child) runs the patched code: ENGAGED / NOT_ENGAGED");
   sub.add_flag("--keep-on-success", f->keep_on_success,
                "Leave the patch applied when the candidate exits 0 (owner cleared; gc-stale leaves it)");
+  auto* receipts = sub.add_flag("--receipts", f->receipts,
+                                "Record what each process of each run executed (on with --json): overlay files and "
+                                "artifacts, with their SHA-256");
+  sub.add_flag("--no-receipts", f->no_receipts, "With --json: record no receipts")->excludes(receipts);
   sub.add_option("--timeout", f->timeout, "Stop each run of CMD after SECONDS (SIGTERM, SIGKILL 5 s later); exit 124")
       ->check(CLI::PositiveNumber);
   sub.add_option("cmd", f->cmd, "The command, after --: run directly, never through a shell");

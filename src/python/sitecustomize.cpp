@@ -16,6 +16,8 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
+    {"d25dbe33ca0d8d17713415cf14ca6ad90d6baa0480a23376d85d8e6b76cd8a05",
+     "overlay (format 4, processes that keep no receipt of what they ran)"},
     {"763b4db1d9ff6deca452afd27f27d5923eb591af8832f50abd8cc673f48e6c7b",
      "overlay (format 4, entries blind to the packages they were made against)"},
     {"71eb73c8d2ed7169492a1e7fd68c0b98b49d7d7259cbb8c084f704105993459b",
