@@ -123,6 +123,7 @@ struct FlatFile {
 
 struct FlatEntry {
   std::string from_entry;
+  std::optional<std::string> patch_id;
   std::vector<std::string> files;  // in order of first appearance
   std::vector<fs::path> artifacts, caches;
   std::vector<std::vector<std::string>> build_cmds;
@@ -147,10 +148,11 @@ Flat flatten(const Manifest& m) {
   Flat f;
   for (const auto& e : m.natives) {
     // A build's directory only where there is a build (an entry without one recorded wherever its caller stood).
-    FlatEntry fe{
-        e.id,         {},
-        {},           {},
-        e.build_cmds, e.build_cwd && !e.build_cmds.empty() ? std::optional<fs::path>(*e.build_cwd) : std::nullopt};
+    FlatEntry fe;
+    fe.from_entry = e.id;
+    fe.patch_id = e.patch_id;
+    fe.build_cmds = e.build_cmds;
+    if (e.build_cwd && !e.build_cmds.empty()) fe.build_cwd = fs::path(*e.build_cwd);
     std::optional<std::size_t> first_owner;
     auto change = [&](const std::string& path, const std::string& before, const std::string& after,
                       const std::optional<LayerRef>& l) {
@@ -235,6 +237,7 @@ json bundle_json(const Flat& f, const Anchors& a, const std::vector<std::vector<
                {"files", json::array()},
                {"artifacts", json::array()},
                {"caches", json::array()}};
+    if (e.patch_id) je["patch_id"] = *e.patch_id;
     for (std::size_t i = 0; i < e.files.size(); ++i) {
       const FlatFile& ff = f.files.at(e.files[i]);
       SwapKind kind = ff.pristine.empty() ? SwapKind::create : ff.patched.empty() ? SwapKind::remove : SwapKind::modify;
@@ -363,6 +366,13 @@ BundleEntry read_entry(Disk& disk, const fs::path& dir, const json& j, const std
   if (!j.is_object()) bad_bundle(dir, where + ": expected an object");
   BundleEntry e;
   e.from_entry = j.value("from_entry", "");
+  if (j.contains("patch_id")) {
+    std::string id = j["patch_id"].is_string() ? j["patch_id"].get<std::string>() : std::string();
+    auto printable = [](char c) { return std::isgraph(static_cast<unsigned char>(c)) != 0; };
+    if (id.empty() || id.size() > 128 || !std::all_of(id.begin(), id.end(), printable))
+      bad_bundle(dir, where + ".patch_id: expected 1-128 printable characters");
+    e.patch_id = id;
+  }
   auto list = [&](const char* key) -> const json& {
     if (!j.contains(key) || !j[key].is_array()) bad_bundle(dir, where + "." + key + ": expected an array");
     return j[key];
@@ -460,6 +470,10 @@ AddNativeRequest entry_request(const Bundle& b, const BundleEntry& e, const Anch
   for (const auto& p : e.caches) r.caches.push_back(decode(p, a));
   for (const auto& c : e.build_cmds) r.build_cmds.push_back(join_words(decode_words(c, a)));
   r.build_cwd = e.build_cwd ? decode(*e.build_cwd, a) : a.root;
+  // The ids the caller knows: the entry's (the first one's, of entries replayed as one build) and
+  // its patch's, unless the caller gave the replay a patch id of its own.
+  r.entry_id = e.from_entry.substr(0, e.from_entry.find('+'));
+  if (!r.patch_id) r.patch_id = e.patch_id;
   return r;
 }
 

@@ -292,7 +292,9 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
       lower = load_manifest(disk, *plan.over);
     }
     require_lower_records(claim, lower, plan);
-    id = store.new_entry();
+    bool taken = plan.entry_id && std::any_of(m.natives.begin(), m.natives.end(),
+                                              [&](const NativeEntry& n) { return n.id == *plan.entry_id; });
+    id = store.new_entry(plan.entry_id && !taken ? *plan.entry_id : std::string());
     NativeEntry e = back_up(disk, store, plan, id, cloned, held);
     if (lower) layered = stack_on(disk, plan, *lower, m, e);
     // overlay_setup.py knows no layers: reverted in the wrong order (the lower first), a layer's

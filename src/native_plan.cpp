@@ -313,6 +313,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   }
   if (req.owner) plan.owner = req.owner;
   plan.patch_id = req.patch_id;
+  plan.entry_id = req.entry_id;
   plan.swaps = checked_swaps(disk, req, plan);
   check_no_overlap(disk, plan);
   check_writable(disk, plan);

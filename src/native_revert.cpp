@@ -63,6 +63,11 @@ void keep_left_changes(Disk& disk, Manifest& m, const NativeEntry& e, const std:
   }
 }
 
+// The entries revert_natives is asked for.
+bool selected(const RevertOptions& opts, const NativeEntry& e) {
+  return (!opts.only_entry || e.id == *opts.only_entry) && (!opts.only_patch || e.patch_id == opts.only_patch);
+}
+
 class Reverter {
  public:
   Reverter(Disk& disk, const fs::path& overlay, const RevertOptions& opts, RevertReport& report)
@@ -127,6 +132,16 @@ class Reverter {
   // a source to. Reverted first, `e` would put the original back only for that entry's revert to
   // put `e`'s patch back over it, with nothing left on record to say so.
   std::optional<RevertProblem> stacked_over(const Manifest& m, const NativeEntry& e) {
+    // A later entry of this overlay that rebuilt one of its artifacts again keeps this entry's
+    // build as its backup: reverted first, this one would leave that entry to put it back.
+    auto later = std::find_if(m.natives.begin(), m.natives.end(), [&](const NativeEntry& x) { return &x == &e; });
+    for (auto x = later == m.natives.end() ? later : later + 1; x != m.natives.end(); ++x) {
+      if (opts_.dry_run && selected(opts_, *x)) continue;  // a dry run forgets nothing: that one would go first
+      for (const auto& a : e.artifacts)
+        if (std::any_of(x->artifacts.begin(), x->artifacts.end(),
+                        [&](const ArtifactItem& b) { return b.path == a.path; }))
+          return RevertProblem{a.path, "rebuilt again by entry " + x->id + " of this overlay; revert that entry first"};
+    }
     for (const auto& s : e.sources) {
       if (!s.patched_sha256) continue;
       auto stacks = [&](const NativeEntry& x) {
@@ -470,11 +485,6 @@ void sweep_partial_backups(Disk& disk, const fs::path& overlay, const Manifest& 
                  (overlay / kBackupDirName / id).string());
     report.partial_backups_swept.push_back(id);
   }
-}
-
-// The entries revert_natives is asked for.
-bool selected(const RevertOptions& opts, const NativeEntry& e) {
-  return (!opts.only_entry || e.id == *opts.only_entry) && (!opts.only_patch || e.patch_id == opts.only_patch);
 }
 
 std::set<std::string> selected_paths(const Manifest& m, const RevertOptions& opts) {

@@ -67,10 +67,22 @@ std::string identity_of(const FileInfo& fi) {
          std::to_string(fi.uid);
 }
 
+// Whether `name` is an entry id new_entry() makes: "n", decimal seconds, "-", 8 hex digits.
+bool is_entry_id(const std::string& name) {
+  auto only = [](std::string_view s, const char* set) {
+    return !s.empty() && s.find_first_not_of(set) == std::string_view::npos;
+  };
+  std::size_t dash = name.find('-');
+  if (name.empty() || name[0] != 'n' || dash == std::string::npos) return false;
+  std::string_view secs = std::string_view(name).substr(1, dash - 1), hex = std::string_view(name).substr(dash + 1);
+  return only(secs, "0123456789") && hex.size() == 8 && only(hex, "0123456789abcdef");
+}
+
 }  // namespace
 
-std::string BackupStore::new_entry() {
+std::string BackupStore::new_entry(const std::string& wanted) {
   backup_dir_created_ = disk_.make_dir(overlay_ / kBackupDirName, 0755);
+  if (is_entry_id(wanted) && disk_.make_dir(entry_dir(wanted), 0700)) return wanted;
   auto now = std::chrono::system_clock::now().time_since_epoch();
   auto secs = std::chrono::duration_cast<std::chrono::seconds>(now).count();
   for (int attempt = 0; attempt < 16; ++attempt) {
@@ -172,17 +184,6 @@ void BackupStore::forget(const std::string& rel) {
 void BackupStore::drop_entry(const std::string& id) { remove_tree(disk_, entry_dir(id)); }
 
 namespace {
-
-// Whether `name` is an entry id new_entry() makes: "n", decimal seconds, "-", 8 hex digits.
-bool is_entry_id(const std::string& name) {
-  auto only = [](std::string_view s, const char* set) {
-    return !s.empty() && s.find_first_not_of(set) == std::string_view::npos;
-  };
-  std::size_t dash = name.find('-');
-  if (name.empty() || name[0] != 'n' || dash == std::string::npos) return false;
-  std::string_view secs = std::string_view(name).substr(1, dash - 1), hex = std::string_view(name).substr(dash + 1);
-  return only(secs, "0123456789") && hex.size() == 8 && only(hex, "0123456789abcdef");
-}
 
 // The entry directory names a record uses: its id, and the first component below the backup
 // dir of every backup it names (an entry written with ids of another form keeps its own).

@@ -32,7 +32,8 @@ struct BundleFile {
 };
 
 struct BundleEntry {
-  std::string from_entry;  // the exported overlay's entry id (for the reader)
+  std::string from_entry;               // the exported overlay's entry id: replay gives its entry the same one
+  std::optional<std::string> patch_id;  // the exported entry's patch (apply, a fleet step): kept too
   std::vector<BundleFile> files;
   std::vector<std::string> artifacts;  // relative, as files
   std::vector<std::string> caches;

@@ -57,6 +57,9 @@ struct AddNativeRequest {
   // step's id is the entry's patch id on every node (`overlay fleet`).
   std::optional<Owner> owner;
   std::optional<std::string> patch_id;
+  // replay: the id the entry had where the bundle was made, kept where this overlay has no entry
+  // of that id (a caller carries it from the keep to its revert); otherwise a fresh one.
+  std::optional<std::string> entry_id;
   double lock_timeout = 120;
   std::optional<double> build_timeout;
   bool force = false;        // take over installed files another overlay still holds
@@ -101,6 +104,7 @@ struct NativePlan {
   // `apply`: the patch the entry belongs to, and what else goes into the manifest in the same
   // atomic write that records the entry (called under the overlay lock, before that write).
   std::optional<std::string> patch_id;
+  std::optional<std::string> entry_id;  // the id asked for (replay), where it is free
   std::function<void(Manifest&)> record_with;
 };
 

@@ -39,8 +39,9 @@ class BackupStore {
  public:
   BackupStore(Disk& disk, fs::path overlay) : disk_(disk), overlay_(std::move(overlay)) {}
 
-  // Creates _native_backup/<id>/ with a new id (exclusive mkdir) and returns the id.
-  std::string new_entry();
+  // Creates _native_backup/<id>/ with a new id (exclusive mkdir) and returns the id: `wanted`
+  // where it is one of our ids and its directory does not exist yet (replay keeps a bundle's ids).
+  std::string new_entry(const std::string& wanted = {});
   // Durable copy of `file` into the entry, named "<label>_<basename>".
   SavedFile save_file(const std::string& id, const std::string& label, const At& file);
   // Durable tar snapshot of `dir` into the entry, named "<label>.tar"; returns {path, sha256}.

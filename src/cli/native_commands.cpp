@@ -315,9 +315,17 @@ std::unique_ptr<InFlight> mark_reverting(Disk& disk, const std::string& overlay)
 }
 
 struct RevertFlags {
-  std::string overlay, patch_id;
+  std::string overlay, patch_id, entry;
   bool dry_run = false, missing_ok = false, with_layers = false, adopt = false, trust = false;
 };
+
+// --entry ID names an entry this overlay records (replay and fold keep an entry's id: a caller
+// carries it from the keep to its revert).
+void require_entry(Disk& disk, const std::string& overlay, const std::string& id) {
+  auto m = load_manifest(disk, overlay);
+  if (!m || std::none_of(m->natives.begin(), m->natives.end(), [&](const NativeEntry& e) { return e.id == id; }))
+    throw Error("no entry " + id + " in " + absolute_normal(overlay).string() + " (`overlay status` lists them)");
+}
 
 int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   const std::string& overlay = f.overlay;
@@ -327,6 +335,10 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   o.dry_run = dry_run;
   o.lock_timeout = g.lock_timeout;
   if (!patch_id.empty()) o.only_patch = patch_id;
+  if (!f.entry.empty()) {
+    require_entry(disk, overlay, f.entry);
+    o.only_entry = f.entry;
+  }
   o.missing_patch_ok = missing_ok;
   o.with_layers = f.with_layers;
   o.adopt = f.adopt;
@@ -340,6 +352,7 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   j["entries_reverted"] = r.entries_reverted;
   j["modules_removed"] = r.modules_removed;
   if (!patch_id.empty()) j["patch_id"] = patch_id;
+  if (!f.entry.empty()) j["entry"] = f.entry;
   j["actions"] = nlohmann::json::array();
   for (const auto& a : r.actions) j["actions"].push_back({{"action", a.action}, {"path", a.path}});
   j["problems"] = nlohmann::json::array();
@@ -414,6 +427,8 @@ int run_revert(Disk& disk, const RevertFlags& f, const Globals& g) {
   else if (!patch_id.empty() && !dry_run)
     out_line("revert: removed patch " + patch_id + " (" + std::to_string(r.entries_reverted) + " native, " +
              std::to_string(r.modules_removed) + " python) from " + where);
+  else if (!f.entry.empty() && !dry_run)
+    out_line("revert: removed entry " + f.entry + " from " + where);
   else
     out_line(std::string(dry_run ? "revert: dry run; nothing changed in " : "revert: restored native changes in ") +
              where);
@@ -567,6 +582,10 @@ Handler revert_command(CLI::App& sub, const Globals& g) {
   auto* patch_opt = sub.add_option(
       "--patch-id", f->patch_id,
       "Undo only the entries of this patch (from `apply`, or a fleet step's id), its Python entries included");
+  sub.add_option("--entry", f->entry,
+                 "Undo only this native entry (its id, as status, fold and replay keep it; its patch's Python "
+                 "entries with it); refused while a later entry of this overlay changes its files again")
+      ->excludes(patch_opt);
   sub.add_flag("--missing-ok", f->missing_ok,
                "With --patch-id: no entry of that patch here is nothing to do, not an error")
       ->needs(patch_opt);

@@ -627,3 +627,71 @@ TEST_F(Layers, ACopyOfAMovedOverlayThatTookAFoldRevertsNothing) {
   EXPECT_EQ(read_file(in.source), kernel(4));
   EXPECT_EQ(tree_digest(in.root), pristine);
 }
+
+// An entry's id is the caller's handle from the keep to its revert (issue 62): fold keeps it,
+// export writes it with its patch id, replay gives the entry the same ones, and `revert --entry`
+// undoes exactly that entry — refused, nothing changed, while a later entry of the overlay
+// rebuilt its artifact again, or where the overlay has no such entry.
+TEST_F(Layers, AnEntryKeepsItsIdFromTheKeepToItsRevert) {
+  write_file(in.root / "src/util.h", "#define U 1\n");
+  pristine = tree_digest(in.root);
+  ASSERT_EQ(add("cand", 5).rc, 0);
+  write_file(t / "u.diff", "--- a/src/util.h\n+++ b/src/util.h\n@@ -1 +1 @@\n-#define U 1\n+#define U 8\n");
+  ASSERT_EQ(run({"add-native", "--overlay", ov("cand"), "--patch", (t / "u.diff").string(), "--patch-root",
+                 in.root.string(), "--fleet-id", "step7"})
+                .rc,
+            0);
+  std::string kernel_id = manifest("cand")["natives"][0]["id"], util_id = manifest("cand")["natives"][1]["id"];
+  ASSERT_EQ(run({"fold", "--from", ov("cand"), "--into", ov("acc")}).rc, 0);
+  EXPECT_EQ(manifest("acc")["natives"][0]["id"], kernel_id);
+  ASSERT_EQ(run({"export", "--overlay", ov("acc"), "--out", (t / "bundle").string()}).rc, 0);
+  ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  ASSERT_EQ(tree_digest(in.root), pristine);
+
+  Cmd r = run({"replay", "--bundle", (t / "bundle").string(), "--overlay", ov("rep")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json m = manifest("rep");
+  ASSERT_EQ(m["natives"].size(), 2u) << m;
+  EXPECT_EQ(m["natives"][0]["id"], kernel_id);
+  EXPECT_EQ(m["natives"][1]["id"], util_id);
+  EXPECT_EQ(m["natives"][1]["patch_id"], "step7");
+  EXPECT_FALSE(m["natives"][0].contains("patch_id"));
+  std::string replayed = tree_digest(t.path());
+  Cmd none = run({"revert", "--overlay", ov("rep"), "--entry", "n1-00000000"});
+  EXPECT_EQ(none.rc, 1);
+  EXPECT_NE(none.err.find("no entry n1-00000000 in " + ov("rep")), std::string::npos) << none.err;
+  EXPECT_EQ(tree_digest(t.path()), replayed);
+
+  Cmd one = run({"revert", "--overlay", ov("rep"), "--entry", util_id});
+  ASSERT_EQ(one.rc, 0) << one.err;
+  EXPECT_NE(one.out.find("revert: removed entry " + util_id), std::string::npos) << one.out;
+  EXPECT_EQ(read_file(in.root / "src/util.h"), "#define U 1\n");
+  EXPECT_EQ(value(), kernel(5));
+  ASSERT_EQ(manifest("rep")["natives"].size(), 1u);
+  ASSERT_EQ(run({"revert", "--overlay", ov("rep"), "--entry", kernel_id}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+
+  // Two entries rebuilding one library: the older alone is refused (the newer keeps its build as
+  // the backup), before anything changes; a dry run of the whole revert is not.
+  ASSERT_EQ(add("two", 5).rc, 0);
+  ASSERT_EQ(
+      run({"add-native", "--overlay", ov("two"), "--patch", (t / "u.diff").string(), "--patch-root", in.root.string(),
+           "--artifact", in.artifact.string(), "--build-cwd", in.root.string(), "--build-cmd", build})
+          .rc,
+      0);
+  std::string older = manifest("two")["natives"][0]["id"], newer = manifest("two")["natives"][1]["id"];
+  std::string both = tree_digest(t.path());
+  Cmd refused = run({"revert", "--overlay", ov("two"), "--entry", older});
+  EXPECT_EQ(refused.rc, 1);
+  EXPECT_NE(refused.err.find("rebuilt again by entry " + newer + " of this overlay; revert that entry first"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(tree_digest(t.path()), both);
+  EXPECT_EQ(run({"revert", "--overlay", ov("two"), "--dry-run"}).rc, 0);
+  ASSERT_EQ(run({"revert", "--overlay", ov("two"), "--entry", newer}).rc, 0);
+  ASSERT_EQ(run({"revert", "--overlay", ov("two"), "--entry", older}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}
