@@ -357,6 +357,9 @@ BundleFile read_file_item(Disk& disk, const fs::path& dir, const json& j, const 
     bad_bundle(dir, where + "file: not a path under files/");
   if (disk.info(dir / f.file, Follow::no).type != FileType::regular)
     bad_bundle(dir, where + "file: missing: " + f.file);
+  // A directory of the bundle that is a symlink would have the replay read a file from elsewhere.
+  if (!is_within(disk.real_path(dir / f.file), disk.real_path(dir)))
+    bad_bundle(dir, where + "file: " + f.file + " leads out of the bundle through a symlink");
   if (hash_file(disk, dir / f.file) != f.patched_sha256)
     bad_bundle(dir, where + "file: " + f.file + " does not hold its patched_sha256");
   return f;
@@ -436,10 +439,36 @@ bool ReplayReport::ok() const {
 
 namespace {
 
+// A path the bundle names stays under its anchor once resolved: a directory on the way that is a
+// symlink out of the install (third_party -> /shared/...) must not carry a change, an invalidated
+// cache or a build there. Of a path that does not exist yet, the deepest part that does is resolved.
+void require_inside(Disk& disk, const std::string& encoded, const Anchors& a, const char* what) {
+  fs::path p = decode(encoded, a), probe = p, rest;
+  fs::path anchor = encoded.rfind("~/", 0) == 0 ? a.home : a.root;
+  while (!disk.info(probe, Follow::no).exists() && probe.has_relative_path()) {
+    rest = probe.filename() / rest;
+    probe = probe.parent_path();
+  }
+  fs::path real = (disk.real_path(probe) / rest).lexically_normal(), top = disk.real_path(anchor);
+  if (real != top && !is_within(real, top))
+    throw Error(std::string(what) + " " + p.string() + " leads out of " + anchor.string() +
+                " through a symlink (it is " + real.string() + "): refused, nothing changed");
+}
+
+void require_all_inside(Disk& disk, const Bundle& b, const Anchors& a) {
+  for (const auto& e : b.entries) {
+    for (const auto& f : e.files) require_inside(disk, f.path, a, "file");
+    for (const auto& p : e.artifacts) require_inside(disk, p, a, "artifact");
+    for (const auto& p : e.caches) require_inside(disk, p, a, "cache dir");
+    if (e.build_cwd) require_inside(disk, *e.build_cwd, a, "build directory");
+  }
+}
+
 // Every file of the bundle holds the bytes it was made from: refused, naming the first that does
 // not, before anything is applied.
 std::size_t check_pristine(Disk& disk, const Bundle& b, const Anchors& a) {
   std::size_t n = 0;
+  require_all_inside(disk, b, a);
   for (const auto& e : b.entries)
     for (const auto& f : e.files) {
       fs::path p = decode(f.path, a);

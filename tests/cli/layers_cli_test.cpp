@@ -695,3 +695,51 @@ TEST_F(Layers, AnEntryKeepsItsIdFromTheKeepToItsRevert) {
   ASSERT_TRUE(settle_litter(in.root));
   EXPECT_EQ(tree_digest(in.root), pristine);
 }
+
+// Issue 63: a bundle's plain relative paths reached through a directory of the install that is a
+// symlink out of it (a vendored dir linked in) are refused before anything changes — no file
+// patched out there, no directory moved away as a cache, no FRESH_BUILD_OK — and so is a file of
+// the bundle reached through a symlinked directory of the bundle.
+TEST_F(Layers, ReplayNeverFollowsASymlinkOutOfItsRootOrItsBundle) {
+  write_file(in.root / "lnk/victim.txt", "v1\n");
+  write_file(in.root / "lnk/secret/key", "k\n");
+  write_file(t / "victim.txt", "v2\n");
+  ASSERT_EQ(
+      run({"add-native", "--overlay", ov("acc"), "--target", (in.root / "lnk/victim.txt").string(), "--patched-file",
+           (t / "victim.txt").string(), "--invalidate-cache", (in.root / "lnk/secret").string()})
+          .rc,
+      0);
+  ASSERT_EQ(run({"export", "--overlay", ov("acc"), "--out", (t / "bundle").string(), "--root", in.root.string()}).rc,
+            0);
+  ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  // The same bytes, now outside the root, reached through a symlink where the directory was.
+  fs::rename(in.root / "lnk", t / "outside");
+  fs::create_directory_symlink(t / "outside", in.root / "lnk");
+  std::string before = tree_digest(t / "outside");
+  Cmd r = run({"replay", "--bundle", (t / "bundle").string(), "--overlay", ov("rep")});
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("file " + (in.root / "lnk/victim.txt").string() + " leads out of " + in.root.string() +
+                       " through a symlink"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("FRESH_BUILD_OK"), std::string::npos) << r.out;
+  EXPECT_EQ(tree_digest(t / "outside"), before);
+  EXPECT_FALSE(fs::exists(ov("rep")));
+
+  // Back inside the root, but the bundle's own files/ is a symlink to a copy elsewhere.
+  fs::remove(in.root / "lnk");
+  fs::rename(t / "outside", in.root / "lnk");
+  fs::rename(t / "bundle/files", t / "elsewhere");
+  fs::create_directory_symlink(t / "elsewhere", t / "bundle/files");
+  Cmd b = run({"replay", "--bundle", (t / "bundle").string(), "--overlay", ov("rep")});
+  EXPECT_EQ(b.rc, 1) << b.out << b.err;
+  EXPECT_NE(b.err.find("leads out of the bundle through a symlink"), std::string::npos) << b.err;
+  EXPECT_EQ(read_file(in.root / "lnk/victim.txt"), "v1\n");
+  EXPECT_FALSE(fs::exists(ov("rep")));
+  fs::remove(t / "bundle/files");
+  fs::rename(t / "elsewhere", t / "bundle/files");
+  ASSERT_EQ(run({"replay", "--bundle", (t / "bundle").string(), "--overlay", ov("rep")}).rc, 0);
+  EXPECT_EQ(read_file(in.root / "lnk/victim.txt"), "v2\n");
+  ASSERT_EQ(run({"revert", "--overlay", ov("rep")}).rc, 0);
+}
