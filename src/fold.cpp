@@ -325,10 +325,14 @@ void let_go(Disk& disk, const fs::path& from, Manifest& cm, const FoldMark& mark
                          [&](const CacheItem& i) { return i.aside && i.aside->path == a.path; });
     });
   };
+  // discard_dir also takes, as litter, the trash sibling a kill left before its record named it
+  // (the copy then gone from its aside name): found by name, never left in the install.
   for (const auto& e : gone)
     for (const auto& c : e.caches)
-      if (c.aside && !kept_by_into(*c.aside) && disk.info(c.aside->path, Follow::no).type == FileType::directory)
-        store.discard_dir(At(c.aside->path));
+      if (c.aside && !kept_by_into(*c.aside)) {
+        FileType t = disk.info(c.aside->path, Follow::no).type;
+        if (t == FileType::directory || t == FileType::none) store.discard_dir(At(c.aside->path));
+      }
   std::erase_if(cm.natives, [&](const NativeEntry& e) { return contains(mark.entries, e.id); });
   cm.fold_out.reset();
   for (auto& l : store.take_litter()) cm.litter.push_back(std::move(l));
@@ -418,7 +422,7 @@ bool settle_folds_in(Disk& disk, const fs::path& into, Manifest& m) {
   return changed;
 }
 
-void settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_timeout, const fs::path& state_dir) {
+bool settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_timeout, const fs::path& state_dir) {
   FoldMark out = *m.fold_out;
   fs::path into = out.overlay;
   std::optional<OverlayLock> lock;
@@ -444,7 +448,7 @@ void settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_
     move_holds(disk, state_dir, paths, from, into, *am, lock_timeout);
     let_go(disk, from, m, out, *am);
     clear_mark(disk, into, out.fold);
-    return;
+    return true;
   }
   spdlog::warn("undoing fold {} of {} into {} (interrupted before it committed)", out.fold, from.string(),
                into.string());
@@ -454,7 +458,34 @@ void settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_
   }
   m.fold_out.reset();
   save_manifest(disk, from, m);
+  return false;
 }
+
+namespace {
+
+// The fold asked for again to settle one a kill interrupted (as docs/cli.md says to): CAND has no
+// entry left, and this run finished the fold or ACCEPTED still holds its committed mark. Done, not
+// a failure: a harness must not record the accepted candidate as failed.
+std::optional<FoldReport> fold_done(const fs::path& from, const Manifest& cm, const Manifest& am,
+                                    const std::optional<FoldMark>& finished_now) {
+  if (!cm.natives.empty()) return std::nullopt;
+  FoldReport r;
+  r.finished_interrupted = true;
+  if (finished_now) {
+    r.fold_id = finished_now->fold;
+    r.entries = finished_now->entries;
+    return r;
+  }
+  for (const auto& mark : am.folds_in)
+    if (mark.committed && absolute_normal(mark.overlay) == from) {
+      r.fold_id = mark.fold;
+      r.entries = mark.entries;
+      return r;
+    }
+  return std::nullopt;  // a fold that ended long ago leaves no mark: nothing to fold, as before
+}
+
+}  // namespace
 
 FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   fs::path from = absolute_normal(req.from), into = absolute_normal(req.into);
@@ -472,12 +503,16 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   OverlayLock from_lock(from, req.lock_timeout);
   auto cm = load_manifest(disk, from);
   if (!cm) throw Error("nothing to fold: no manifest in " + from.string());
-  if (cm->fold_out && !req.dry_run) settle_fold_out(disk, from, *cm, req.lock_timeout, req.state_dir);
+  std::optional<FoldMark> interrupted = cm->fold_out;
+  bool finished = interrupted && !req.dry_run && settle_fold_out(disk, from, *cm, req.lock_timeout, req.state_dir) &&
+                  absolute_normal(interrupted->overlay) == into;
   if (!req.dry_run) make_dirs(disk, into);
   std::optional<OverlayLock> into_lock;
   if (disk.info(into, Follow::yes).exists()) into_lock.emplace(into, req.lock_timeout);
   Manifest am = load_manifest(disk, into).value_or(Manifest{});
+  std::optional<FoldReport> done = fold_done(from, *cm, am, finished ? interrupted : std::nullopt);
   if (!req.dry_run && settle_folds_in(disk, into, am)) save_manifest(disk, into, am);
+  if (done) return *done;
   check_foldable(disk, from, into, *cm);
   FoldPlan p = plan_fold(into, *cm, am);
   if (req.dry_run) return p.report;

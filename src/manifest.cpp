@@ -741,7 +741,12 @@ fs::path aside_path_of(const fs::path& dir, const std::string& entry_id) {
 }
 
 bool is_aside_name(const std::string& name) {
-  return name.size() > 1 && name[0] == '.' && name.find(".overlay-aside-") != std::string::npos;
+  // Not the trash or half-restored sibling of an aside copy ("..x.overlay-aside-ID.overlay-trash-…"):
+  // that is litter, which the sweeps beside the aside name must find.
+  auto at = name.find(".overlay-aside-");
+  return name.size() > 1 && name[0] == '.' && at != std::string::npos &&
+         name.find(".overlay-trash-", at) == std::string::npos &&
+         name.find(".overlay-restore-", at) == std::string::npos;
 }
 
 bool is_litter_path(const std::string& path) {

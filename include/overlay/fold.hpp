@@ -40,6 +40,9 @@ struct FoldReport {
   // and now ends where CAND's build left it (traced builds, build_changes.hpp).
   std::vector<std::string> outputs_merged;
   std::vector<std::string> outputs_moved;  // build outputs only CAND's build changed, now ACCEPTED's
+  // An interrupted fold of CAND into ACCEPTED that this run finished, and nothing was left to fold:
+  // the fold asked for is done (fold_id names it, entries are its entries), exit 0.
+  bool finished_interrupted = false;
 };
 
 // Checks everything first (refusing, nothing changed: no entry to fold, an operation in flight in
@@ -49,8 +52,8 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req);
 
 // A fold a crash interrupted, seen from the overlay it folded from (record `m`, which has
 // "fold_out"): finished where the other side committed it, undone otherwise; `m` is updated and
-// saved. The caller holds `from`'s lock; this takes the other side's.
-void settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_timeout, const fs::path& state_dir);
+// saved. The caller holds `from`'s lock; this takes the other side's. True when it was finished.
+bool settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_timeout, const fs::path& state_dir);
 
 // The marks of folds into this overlay (record `m`) whose other side has settled them (or
 // vanished): dropped, with the backups a pending one staged and nothing records; true when `m`

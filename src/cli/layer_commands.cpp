@@ -41,6 +41,14 @@ Handler fold_command(CLI::App& sub, const Globals& g) {
     j["backups_dropped"] = r.backups_dropped;
     j["outputs_merged"] = r.outputs_merged;
     j["outputs_moved"] = r.outputs_moved;
+    j["finished_interrupted"] = r.finished_interrupted;
+    if (r.finished_interrupted) {
+      out_line("fold: " + j["from"].get<std::string>() + " is folded into " + j["into"].get<std::string>() + " (" +
+               (r.fold_id.empty() ? std::string("its entries moved there") : "fold " + r.fold_id) + ", " +
+               std::to_string(r.entries.size()) + " entr" + (r.entries.size() == 1 ? "y" : "ies") +
+               "); nothing more to fold");
+      return int{kOk};
+    }
     for (const auto& p : r.merged)
       out_line("fold: merged " + p + "  (" + j["into"].get<std::string>() + " keeps its original)");
     for (const auto& p : r.moved) out_line("fold: moved  " + p);
