@@ -128,6 +128,7 @@ struct FlatEntry {
   std::vector<fs::path> artifacts, caches;
   std::vector<std::vector<std::string>> build_cmds;
   std::optional<fs::path> build_cwd;
+  bool cwd_defaulted = false;  // the caller's directory, not a directory the build named
 };
 
 struct Flat {
@@ -153,6 +154,7 @@ Flat flatten(const Manifest& m) {
     fe.patch_id = e.patch_id;
     fe.build_cmds = e.build_cmds;
     if (e.build_cwd && !e.build_cmds.empty()) fe.build_cwd = fs::path(*e.build_cwd);
+    fe.cwd_defaulted = e.build_cwd_defaulted;
     std::optional<std::size_t> first_owner;
     auto change = [&](const std::string& path, const std::string& before, const std::string& after,
                       const std::optional<LayerRef>& l) {
@@ -199,9 +201,25 @@ fs::path common_root(const Flat& f, const fs::path& home) {
   for (const auto& e : f.entries) {
     for (const auto& a : e.artifacts) take(a.parent_path());
     for (const auto& c : e.caches) take(c);
-    if (e.build_cwd) take(*e.build_cwd);
+    if (e.build_cwd && !e.cwd_defaulted) take(*e.build_cwd);
   }
   return root.value_or(home.empty() ? fs::path("/") : home);
+}
+
+// A build directory nobody named (add-native without --build-cwd: wherever the caller stood, an
+// agent's task dir) is kept only where it lies under the root; elsewhere the bundle names none and
+// the replay builds in the root, said here, so the bundle neither pins that directory nor fails
+// once it is gone.
+std::vector<std::string> unpin_defaulted_cwds(Flat& f, const Anchors& a) {
+  std::vector<std::string> notes;
+  for (auto& e : f.entries) {
+    if (!e.cwd_defaulted || !e.build_cwd || *e.build_cwd == a.root || under(*e.build_cwd, a.root)) continue;
+    notes.push_back("entry " + e.from_entry + " was built in " + e.build_cwd->string() +
+                    ", where its caller stood (no --build-cwd): the replay builds it in the root " + a.root.string() +
+                    " (give add-native --build-cwd where the build needs a directory)");
+    e.build_cwd.reset();
+  }
+  return notes;
 }
 
 // The bytes each file holds now must be what the overlay's top change put there.
@@ -282,6 +300,7 @@ ExportReport export_bundle(Disk& disk, const fs::path& overlay_in, const fs::pat
   make_dirs(disk, out.parent_path());
   Anchors a{root_in ? absolute_normal(*root_in) : fs::path(), home_dir()};
   if (a.root.empty()) a.root = common_root(f, a.home);
+  std::vector<std::string> notes = unpin_defaulted_cwds(f, a);
   // Written whole under a hidden name beside --out, every byte durable, then renamed in: the
   // install is reverted right after an export, so the bundle must survive a power cut by then.
   fs::path tmp = sibling_temp_path(out, "overlay-new");
@@ -311,7 +330,7 @@ ExportReport export_bundle(Disk& disk, const fs::path& overlay_in, const fs::pat
     if (disk.info(tmp, Follow::no).exists()) remove_tree(disk, tmp);
     throw;
   }
-  return {out, a.root, f.entries.size(), f.files.size()};
+  return {out, a.root, f.entries.size(), f.files.size(), notes};
 }
 
 namespace {

@@ -648,6 +648,7 @@ void from_json(const json& j, NativeEntry& e) {
   read_caches(j, e);
   e.build_cmds = opt_build_cmds(j);
   e.build_cwd = opt_string(j, "build_cwd");
+  e.build_cwd_defaulted = opt_bool(j, "build_cwd_defaulted", false);
   read_verify(j, e);
   read_owner(j, e);
   e.build_log = opt_string(j, "build_log");
@@ -685,6 +686,7 @@ void to_json(json& j, const NativeEntry& e) {
   j["caches"] = caches_json(e);
   j["build_cmds"] = e.build_cmds;
   j["build_cwd"] = e.build_cwd ? json(*e.build_cwd) : json(nullptr);
+  put_or_erase(j, "build_cwd_defaulted", e.build_cwd_defaulted, true);
   if (e.verify_artifact)
     j["verify"] = {{"artifact", *e.verify_artifact},
                    {"pre_sha256", e.verify_pre_sha256 ? json(*e.verify_pre_sha256) : json(nullptr)}};

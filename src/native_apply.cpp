@@ -146,6 +146,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
   if (moved || !e.created.empty()) e.python_guard = store.make_python_guard(id);
   e.build_cmds = plan.build_cmds;
   e.build_cwd = plan.build_cwd.string();
+  e.build_cwd_defaulted = plan.build_cwd_defaulted && !plan.build_cmds.empty();
   e.owner = plan.owner;
   e.created_at = now_seconds();
   e.build_log = std::string(kLogDirName) + "/" + id + ".build.log";

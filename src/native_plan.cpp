@@ -307,6 +307,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   plan.cache_ways = cache_decisions(disk, plan.caches, plan.overlay, req.cache_snapshot);
   plan.build_cmds = checked_build(disk, req, plan.build_cwd);
   if (req.build_cwd) plan.watched_dirs.push_back(plan.build_cwd);
+  plan.build_cwd_defaulted = !req.build_cwd;
   if (req.owner_pid) {
     plan.owner = local_owner(*req.owner_pid);
     if (!plan.owner) throw Error("owner pid " + std::to_string(*req.owner_pid) + " is not a running process");

@@ -50,6 +50,7 @@ struct Bundle {
 struct ExportReport {
   fs::path out, root;
   std::size_t entries = 0, files = 0;
+  std::vector<std::string> notes;  // what the bundle leaves out, and why (a build dir nobody named)
 };
 
 // Writes `overlay`'s native changes as a bundle at `out` (a new directory, made whole under a

@@ -211,6 +211,9 @@ struct NativeEntry {
   std::vector<CacheItem> caches;
   std::vector<std::vector<std::string>> build_cmds;
   std::optional<std::string> build_cwd;
+  // No --build-cwd was given: build_cwd is wherever the caller stood (added key
+  // "build_cwd_defaulted"), which export does not pin on another install (an agent's task dir).
+  bool build_cwd_defaulted = false;
   std::optional<std::string> verify_artifact;
   std::optional<std::string> verify_pre_sha256;
   std::optional<Owner> owner;

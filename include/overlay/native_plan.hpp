@@ -88,6 +88,7 @@ struct NativePlan {
   std::vector<CacheWay> cache_ways;  // per cache
   std::vector<std::vector<std::string>> build_cmds;
   fs::path build_cwd;
+  bool build_cwd_defaulted = false;  // no --build-cwd: the caller's directory
   // The build's output dirs the watch pictures besides the targets' and artifacts': build_cwd
   // when --build-cwd named it (a defaulted one is wherever the caller stood, e.g. $HOME).
   std::vector<fs::path> watched_dirs;

@@ -80,6 +80,8 @@ Handler export_command(CLI::App& sub, const Globals&) {
     j["root"] = rep.root.string();
     j["entries"] = rep.entries;
     j["files"] = rep.files;
+    j["notes"] = rep.notes;
+    for (const auto& n : rep.notes) err_line("export", n);
     out_line("export: " + std::to_string(rep.entries) + " entr" + (rep.entries == 1 ? "y" : "ies") + ", " +
              std::to_string(rep.files) + " file(s) -> " + rep.out.string() + "  (root " + rep.root.string() + ")");
     return int{kOk};

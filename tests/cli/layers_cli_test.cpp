@@ -743,3 +743,42 @@ TEST_F(Layers, ReplayNeverFollowsASymlinkOutOfItsRootOrItsBundle) {
   EXPECT_EQ(read_file(in.root / "lnk/victim.txt"), "v2\n");
   ASSERT_EQ(run({"revert", "--overlay", ov("rep")}).rc, 0);
 }
+
+// Issue 63: an add-native run from the agent's task dir without --build-cwd (its build command an
+// absolute script of the install) is not pinned to that dir by its bundle: export under the
+// install's root works and says so, and the bundle replays once the task dir is gone.
+TEST_F(Layers, ABuildDirectoryNobodyNamedIsNotPinnedByTheBundle) {
+  write_file(in.root / "build.sh", "#!/bin/sh\ncd \"$(dirname \"$0\")\" && cat src/kernel.cpp > lib/libk.so\n", 0755);
+  pristine = tree_digest(in.root);
+  fs::path task = t / "task";
+  fs::create_directories(task);
+  Cmd a = run_overlay(
+      {"add-native", "--overlay", ov("acc"), "--target", in.source.string(), "--patched-file", cand(5).string(),
+       "--artifact", in.artifact.string(), "--build-cmd", (in.root / "build.sh").string()},
+      task, env);
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(manifest("acc")["natives"][0]["build_cwd"], task.string());
+  EXPECT_EQ(manifest("acc")["natives"][0]["build_cwd_defaulted"], true);
+  for (const char* root : {"", "root"}) {
+    std::vector<std::string> args{"export", "--overlay", ov("acc"), "--out", (t / ("b" + std::string(root))).string()};
+    if (*root) args.insert(args.end(), {"--root", in.root.string()});
+    Cmd e = run(args);
+    ASSERT_EQ(e.rc, 0) << e.err;
+    EXPECT_NE(e.out.find("(root " + in.root.string() + ")"), std::string::npos) << e.out;
+    EXPECT_NE(e.err.find("was built in " + task.string() + ", where its caller stood (no --build-cwd)"),
+              std::string::npos)
+        << e.err;
+    json b = json::parse(read_file(t / ("b" + std::string(root)) / "bundle.json"));
+    EXPECT_TRUE(b["entries"][0]["build_cwd"].is_null()) << b;
+  }
+  ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  fs::remove_all(task);
+  Cmd r = run({"replay", "--bundle", (t / "broot").string(), "--overlay", ov("rep")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("FRESH_BUILD_OK (checked 1)"), std::string::npos) << r.out;
+  EXPECT_EQ(value(), kernel(5));
+  ASSERT_EQ(run({"revert", "--overlay", ov("rep")}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}
