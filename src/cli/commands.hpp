@@ -85,7 +85,7 @@ std::string print_verify_items(const VerifyReport& r);
 std::string process_line(const ArtifactUse& u);
 nlohmann::json processes_json(const EngagementReport& r);
 // What status and engaged print of a live process running the overlay's Python entries.
-std::string python_process_line(const PythonUse& u);
+std::vector<std::string> python_process_lines(const PythonUse& u);
 nlohmann::json python_processes_json(const EngagementReport& r);
 // The files a build created or changed that no entry tracks, as status and add-native's JSON list them.
 nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs);

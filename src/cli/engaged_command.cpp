@@ -25,15 +25,16 @@ std::string process_line(const ArtifactUse& u) {
   return who + "  " + to_string(u.state) + "  " + u.artifact + "  (entry " + u.entry + ")";
 }
 
-std::string python_process_line(const PythonUse& u) {
+std::vector<std::string> python_process_lines(const PythonUse& u) {
   std::string who = "process " + std::to_string(u.pid) + " (" + u.cmdline.substr(0, 60) + ")";
   std::string s = who + "  python  applied " + std::to_string(u.applied.size());
   if (!u.failed.empty()) s += ", FAILED " + std::to_string(u.failed.size());
   if (!u.pending.empty()) s += ", not yet applied " + std::to_string(u.pending.size());
-  for (const auto& k : u.applied) s += "\n    applied  " + k;
-  for (const auto& k : u.failed) s += "\n    FAILED   " + k;
-  for (const auto& k : u.pending) s += "\n    pending  " + k + " (module not imported yet)";
-  return s;
+  std::vector<std::string> lines{s};
+  for (const auto& k : u.applied) lines.push_back("    applied  " + k);
+  for (const auto& k : u.failed) lines.push_back("    FAILED   " + k);
+  for (const auto& k : u.pending) lines.push_back("    pending  " + k + " (module not imported yet)");
+  return lines;
 }
 
 nlohmann::json python_processes_json(const EngagementReport& r) {
@@ -89,7 +90,8 @@ int run_engaged(Disk& disk, const std::string& overlay_in, const std::vector<pid
   for (const auto& u : r.uses)
     if (pids.empty() || tree.count(u.pid)) out_line(process_line(u));
   for (const auto& u : r.python)
-    if (pids.empty() || tree.count(u.pid)) out_line(python_process_line(u));
+    if (pids.empty() || tree.count(u.pid))
+      for (const auto& l : python_process_lines(u)) out_line(l);
   if (r.unreadable > 0)
     err_line("engaged",
              std::to_string(r.unreadable) +

@@ -52,9 +52,38 @@ nlohmann::json& result() {
   return doc;
 }
 
+namespace {
+
+// One line is one line: a control character in what it names (a file name holding a newline, a
+// command line) is written escaped, so no name can print a line of its own ("install clean").
+std::string one_line(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += c;
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void out_line(const std::string& s) {
   std::FILE* to = g_json ? stderr : stdout;
-  std::fputs(s.c_str(), to);
+  std::fputs(one_line(s).c_str(), to);
   std::fputc('\n', to);
   std::fflush(to);
 }

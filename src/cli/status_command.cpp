@@ -157,7 +157,8 @@ void print_status_table(const StatusReport& r) {
         " was interrupted: the next revert, gc-stale or fold of this overlay settles it (finished where it committed, "
         "else undone)");
   for (const auto& u : r.engagement.uses) out_line(process_line(u));
-  for (const auto& u : r.engagement.python) out_line(python_process_line(u));
+  for (const auto& u : r.engagement.python)
+    for (const auto& l : python_process_lines(u)) out_line(l);
   for (const auto& p : r.pythons) out_line(python_entry_line(p));
   for (const auto& line : python_notes(r)) out_line(line);
   for (const auto& [id, parts] : patch_groups(r))

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -781,4 +782,27 @@ TEST_F(Layers, ABuildDirectoryNobodyNamedIsNotPinnedByTheBundle) {
   ASSERT_EQ(run({"revert", "--overlay", ov("rep")}).rc, 0);
   ASSERT_TRUE(settle_litter(in.root));
   EXPECT_EQ(tree_digest(in.root), pristine);
+}
+
+// Issue 63: a file name holding a newline cannot print a line of its own (a fake "install clean"):
+// every line the tool writes is one line, control characters escaped.
+TEST_F(Layers, AFileNameCannotPrintALineOfItsOwn) {
+  fs::path crafted = in.root / "src/k.cpp\ninstall clean";
+  write_file(crafted, "int k;\n");
+  write_file(t / "k2.cpp", "int k2;\n");
+  ASSERT_EQ(run({"add-native", "--overlay", ov("acc"), "--target", crafted.string(), "--patched-file",
+                 (t / "k2.cpp").string()})
+                .rc,
+            0);
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"status", "--overlay", ov("acc")}, {"which", crafted.string()}, {"status", "--all"}}) {
+    Cmd s = run(args);
+    if (args[1] != "--all") {  // --all names no file, only the overlays
+      EXPECT_NE(s.out.find("src/k.cpp\\ninstall clean"), std::string::npos) << args[0] << ":\n" << s.out;
+    }
+    std::istringstream lines(s.out);
+    for (std::string l; std::getline(lines, l);) EXPECT_NE(l, "install clean") << args[0] << ":\n" << s.out;
+  }
+  ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
+  EXPECT_EQ(read_file(crafted), "int k;\n");
 }
