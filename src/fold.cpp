@@ -228,6 +228,10 @@ void check_foldable(Disk& disk, const fs::path& from, const fs::path& into, cons
   // A candidate whose build did not rebuild what it tracks is not the change it claims to be: once
   // folded, the accepted overlay's verify (which compares with the pristine artifacts) would call
   // it fresh (found by a probe: FRESH_BUILD_OK over the old accepted build).
+  for (const auto& e : cm.natives)
+    if (e.build_failed)
+      throw Error("the candidate's build failed (entry " + e.id + ": " + *e.build_failed +
+                  "); fold accepts a built candidate only: rebuild it, or revert it");
   VerifyReport v = verify_native(disk, from);
   for (const auto& i : v.items)
     if (i.state != ArtifactState::rebuilt && i.state != ArtifactState::created)
@@ -506,16 +510,21 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   std::optional<FoldMark> interrupted = cm->fold_out;
   bool finished = interrupted && !req.dry_run && settle_fold_out(disk, from, *cm, req.lock_timeout, req.state_dir) &&
                   absolute_normal(interrupted->overlay) == into;
-  if (!req.dry_run) make_dirs(disk, into);
   std::optional<OverlayLock> into_lock;
   if (disk.info(into, Follow::yes).exists()) into_lock.emplace(into, req.lock_timeout);
   Manifest am = load_manifest(disk, into).value_or(Manifest{});
   std::optional<FoldReport> done = fold_done(from, *cm, am, finished ? interrupted : std::nullopt);
-  if (!req.dry_run && settle_folds_in(disk, into, am)) save_manifest(disk, into, am);
+  if (!req.dry_run && into_lock && settle_folds_in(disk, into, am)) save_manifest(disk, into, am);
   if (done) return *done;
   check_foldable(disk, from, into, *cm);
   FoldPlan p = plan_fold(into, *cm, am);
   if (req.dry_run) return p.report;
+  if (!into_lock) {  // made only once every check passed: a refused fold leaves no ACCEPTED behind
+    make_dirs(disk, into);
+    into_lock.emplace(into, req.lock_timeout);
+    if (load_manifest(disk, into))
+      throw Error(into.string() + " was made by another process meanwhile: run the fold again");
+  }
   for (std::size_t i : p.moved) p.into.natives[i].folded_from = from.string();
   std::string fold = new_fold_id();
   // 1. CAND says where its entries are going; 2. ACCEPTED shields what will be staged in it.

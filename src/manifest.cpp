@@ -673,6 +673,7 @@ void from_json(const json& j, NativeEntry& e) {
     }
   }
   e.served_from = opt_string(j, "build_served_from");
+  e.build_failed = opt_string(j, "build_failed");
   e.folded_from = opt_string(j, "folded_from");
   e.raw = j;
 }
@@ -704,6 +705,7 @@ void to_json(json& j, const NativeEntry& e) {
   put_or_erase(j, "build_untraced", e.build_untraced.has_value(), e.build_untraced ? json(*e.build_untraced) : json());
   put_or_erase(j, "build_picture", e.build_picture.has_value(), e.build_picture ? json(*e.build_picture) : json());
   put_or_erase(j, "build_served_from", e.served_from.has_value(), e.served_from ? json(*e.served_from) : json());
+  put_or_erase(j, "build_failed", e.build_failed.has_value(), e.build_failed ? json(*e.build_failed) : json());
   put_or_erase(j, "folded_from", e.folded_from.has_value(), e.folded_from ? json(*e.folded_from) : json());
 }
 

@@ -19,6 +19,7 @@
 #include "overlay/manifest.hpp"
 #include "overlay/store.hpp"
 #include "overlay/traced_build.hpp"
+#include "overlay/words.hpp"
 
 namespace overlay {
 namespace {
@@ -46,7 +47,13 @@ struct BuildRecord {
   std::vector<UntrackedOutput> untracked;
   std::optional<BuildPicture> picture;
   std::string served_from;
+  std::string failed;  // the command that failed and how ("" when the build succeeded)
 };
+
+// How a failed build ended, for its record: "CMD: exit N" (or the signal, the time-out).
+std::string failure_of(const BuildOutcome& out) {
+  return out.ok ? std::string() : join_words(out.failed_cmd) + ": " + describe(out.result);
+}
 
 void record_build(Disk& disk, const NativePlan& plan, const std::string& id, const BuildRecord& r) {
   OverlayLock lock(plan.overlay, plan.lock_timeout);
@@ -60,11 +67,13 @@ void record_build(Disk& disk, const NativePlan& plan, const std::string& id, con
       e.build_unobserved = r.unobserved;
       if (!r.untraced.empty()) e.build_untraced = r.untraced;
       if (!r.served_from.empty()) e.served_from = r.served_from;
+      if (!r.failed.empty()) e.build_failed = r.failed;
     }
   // Lost to a power cut, the picture and the store's name cost revert its original mtimes only (it
   // dates now); what the build changed, and an output that may hold patched code, must last.
-  bool must_last = !r.changes.empty() || std::any_of(r.untracked.begin(), r.untracked.end(),
-                                                     [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
+  bool must_last = !r.failed.empty() || !r.changes.empty() ||
+                   std::any_of(r.untracked.begin(), r.untracked.end(),
+                               [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
   save_manifest(disk, plan.overlay, *m, must_last ? NameDurable::yes : NameDurable::no);
 }
 
@@ -328,6 +337,7 @@ void TracedBuild::run(WriteHandle& log) {
   r.untracked = out_.untracked;
   r.unobserved = trace_.unobservable;
   r.served_from = out_.served_from;
+  r.failed = failure_of(out_);
   out_.changes = r.changes.size();
   record(r);
 }
@@ -335,8 +345,9 @@ void TracedBuild::run(WriteHandle& log) {
 // What must last (a change to put back, an output that may hold patched code) fails the add-native
 // where it cannot be recorded; the rest only costs revert its original mtimes (it dates now).
 void TracedBuild::record(const BuildRecord& r) {
-  bool must = !r.changes.empty() || std::any_of(r.untracked.begin(), r.untracked.end(),
-                                                [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
+  bool must = !r.failed.empty() || !r.changes.empty() ||
+              std::any_of(r.untracked.begin(), r.untracked.end(),
+                          [](const UntrackedOutput& u) { return u.clear_reason.empty(); });
   try {
     record_build(disk_, plan_, entry_.id, r);
   } catch (const std::exception& e) {
@@ -370,11 +381,12 @@ void watched_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry
   BuildRecord r;
   r.untraced = out.untraced;
   r.untracked = out.untracked;
+  r.failed = failure_of(out);
   if (out.ok && !watch.after_digest().empty()) r.picture = watch.recorded();
   try {  // the picture only lets revert give back original mtimes: without it, the fresh rule
     record_build(disk, plan, entry.id, r);
   } catch (const std::exception& e) {
-    if (!r.untracked.empty()) throw;
+    if (!r.untracked.empty() || !r.failed.empty()) throw;
     spdlog::warn("could not record the build's picture ({}): revert will date the restored sources now", e.what());
   }
 }

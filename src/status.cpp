@@ -435,6 +435,7 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in, Absent absen
     r.natives.push_back(native_status(disk, store, r.overlay, e, view));
     r.natives.back().untracked = still_as_built(disk, e.untracked);
     r.natives.back().served_from = e.served_from;
+    r.natives.back().build_failed = e.build_failed;
     r.natives.back().build_traced = e.build_traced;
     r.natives.back().build_changes = e.build_changes.size();
     r.natives.back().build_unobserved = e.build_unobserved;

@@ -231,6 +231,7 @@ struct NativeEntry {
   std::optional<std::string> build_untraced;  // why its build ran untraced (added key)
   std::optional<BuildPicture> build_picture;  // the watch's picture after the build (added key)
   std::optional<std::string> served_from;     // the build store's record put back instead of a build (added key)
+  std::optional<std::string> build_failed;    // its build failed: the command and how (added key); fold refuses it
   // The overlay a fold moved this entry from (added key "folded_from"): the holds name that overlay
   // until they follow, and a hold lost to a power cut may never follow (HoldRegistry::copy_of_vanished).
   std::optional<std::string> folded_from;

@@ -53,8 +53,9 @@ struct NativeStatus {
   std::uint64_t snapshot_bytes = 0;      // backups, tars and moved caches kept for this entry
   std::optional<std::string> build_log;  // absolute
   std::vector<TrackedFile> files;
-  std::vector<UntrackedOutput> untracked;  // its build's untracked outputs, still as built
-  std::optional<std::string> served_from;  // its build's outputs came from the build store (that record)
+  std::vector<UntrackedOutput> untracked;   // its build's untracked outputs, still as built
+  std::optional<std::string> served_from;   // its build's outputs came from the build store (that record)
+  std::optional<std::string> build_failed;  // its build failed: the command and how
   // Its build ran traced: how many paths it changed beyond the items (revert puts each back), and
   // what the trace could not account for. Not traced: why not, where it said.
   bool build_traced = false;

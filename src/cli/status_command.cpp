@@ -125,6 +125,8 @@ void print_status_table(const StatusReport& r) {
       out_line(line + f.path + more);
     }
     if (e.served_from) out_line("  build     served from the build store (" + *e.served_from + "): no command ran");
+    if (e.build_failed)
+      out_line("  build     FAILED (" + *e.build_failed + "): fold refuses it; revert it, or add it again");
     if (e.build_traced)
       out_line("  build     traced: " + std::to_string(e.build_changes) +
                " path(s) changed beyond the entry's items (revert puts each back)");
@@ -271,6 +273,7 @@ nlohmann::json status_json(const StatusReport& r) {
     n["build_log"] = e.build_log ? nlohmann::json(*e.build_log) : nlohmann::json(nullptr);
     n["patch_id"] = e.patch_id ? nlohmann::json(*e.patch_id) : nlohmann::json(nullptr);
     n["served_from_store"] = e.served_from ? nlohmann::json(*e.served_from) : nlohmann::json(nullptr);
+    n["build_failed"] = e.build_failed ? nlohmann::json(*e.build_failed) : nlohmann::json(nullptr);
     n["build"] = {{"traced", e.build_traced},
                   {"changes", e.build_changes},
                   {"unobserved", e.build_unobserved},

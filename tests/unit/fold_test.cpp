@@ -119,3 +119,28 @@ TEST_F(FoldKilled, AnEmptyCandidateNeverFoldedIsStillNothingToFold) {
   EXPECT_EQ(f.rc, 1) << f.out;
   EXPECT_NE(f.err.find("nothing to fold"), std::string::npos) << f.err;
 }
+
+// Issue 63: a candidate whose build failed after it rewrote the library (verify then passes) is
+// not accepted: fold refuses it, nothing changed; its record and status say the build failed.
+TEST_F(FoldKilled, ACandidateWhoseBuildFailedIsRefused) {
+  fs::path p = t / "k7.cpp";
+  write_file(p, "int kernel() { return 7; }\n");
+  Cmd a = run({"add-native", "--overlay", (t / "cand").string(), "--target", in.source.string(), "--patched-file",
+               p.string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(), "--build-cmd",
+               "sh -c 'cat src/kernel.cpp > lib/libk.so && exit 3'"});
+  ASSERT_EQ(a.rc, 1) << a.out << a.err;
+  EXPECT_EQ(run({"verify-native", "--overlay", (t / "cand").string()}).rc, 0) << "the shape: verify passes";
+  auto m = load_manifest(real_disk(), t / "cand");
+  ASSERT_TRUE(m && m->natives.size() == 1 && m->natives[0].build_failed);
+  EXPECT_NE(m->natives[0].build_failed->find("exit 3"), std::string::npos) << *m->natives[0].build_failed;
+  Cmd s = run({"status", "--overlay", (t / "cand").string()});
+  EXPECT_NE(s.out.find("  build     FAILED ("), std::string::npos) << s.out;
+  std::string before = tree_digest(t.path());
+  Cmd f = run({"fold", "--from", (t / "cand").string(), "--into", (t / "acc").string()});
+  EXPECT_EQ(f.rc, 1) << f.out;
+  EXPECT_NE(f.err.find("the candidate's build failed (entry " + m->natives[0].id), std::string::npos) << f.err;
+  EXPECT_EQ(tree_digest(t.path()), before);
+  ASSERT_EQ(run({"revert", "--overlay", (t / "cand").string()}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}
