@@ -500,7 +500,10 @@ def _ensure_overlay(overlay, base=""):
     args = ["ensure-overlay", "--overlay", overlay]
     if base:
         args += ["--from", os.fspath(base)]
-    rc, _, err = _call(args, echo_out=False, echo_err=False)
+    try:
+        rc, _, err = _call(args, echo_out=False, echo_err=False)
+    except SystemExit as e:  # no binary to run: an error the importing agent can catch, never its exit
+        raise OverlayError(127, str(e)) from None
     if rc != 0:
         line = _last_line(err, "ensure-overlay failed (exit %d)" % rc)
         if "Permission denied" in line or "Read-only file system" in line:

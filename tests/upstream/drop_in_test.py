@@ -560,6 +560,25 @@ class DropIn(unittest.TestCase):
         self.assertIn("contains ':'", r.stdout)
         self.assertFalse(os.path.exists(self.path("run:1")))
 
+    # Issue 63: with no binary to run (OVERLAY_BIN not executable, none on PATH), _ensure_overlay
+    # still raises the catchable OverlayError (code 127), never SystemExit, which ended the agent.
+    def test_ensure_overlay_without_a_binary_is_a_catchable_exception(self):
+        o = self.path("O")
+        code = (
+            "import importlib.util, sys; s = importlib.util.spec_from_file_location('ov', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
+            "try:\n    m._ensure_overlay(sys.argv[2])\n"
+            "except Exception as e:\n    print('CAUGHT', type(e).__name__, e.code, e)\n"
+            "print('still running')\n"
+        )
+        env = dict(os.environ, OVERLAY_BIN=self.path("no-such-binary"))
+        r = run([PY, "-c", code, SHIM, o], check=False, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("CAUGHT OverlayError 127 "), r.stdout)
+        self.assertIn("OVERLAY_BIN is not an executable file", r.stdout)
+        self.assertIn("still running", r.stdout)
+        self.assertFalse(os.path.exists(o))
+
     # item 7: v7's words when merge meets a hand-written sitecustomize.py; nothing written.
     def test_merge_refuses_a_custom_sitecustomize_in_v7s_words(self):
         run(
