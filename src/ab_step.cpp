@@ -336,7 +336,14 @@ bool AbStep::check_clean() {
   if (!why.empty()) j["error"] = why;
   // Over a lower layer, clean means this run's changes are gone: the lower layer's stay, as
   // before the run, and the line says so rather than calling the install pristine.
+  // A lower that holds no change (no ACC yet: the loop's first candidate) leaves nothing applied.
   std::string lower = req_.change.over ? absolute_normal(*req_.change.over).string() : "";
+  if (!lower.empty() && disk_.info(fs::path(lower) / kManifestName, Follow::no).exists()) {
+    auto lm = load_manifest(disk_, lower);
+    if (!lm || lm->natives.empty()) lower.clear();
+  } else {
+    lower.clear();
+  }
   if (!lower.empty()) j["lower_layer"] = lower;
   out_.doc["clean"] = j;
   out_.line(!s.clean()      ? "exec: install NOT clean: " + why

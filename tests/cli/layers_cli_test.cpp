@@ -806,3 +806,16 @@ TEST_F(Layers, AFileNameCannotPrintALineOfItsOwn) {
   ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
   EXPECT_EQ(read_file(crafted), "int k;\n");
 }
+
+// Issue 63: the loop's first candidate, `exec --over ACC` before ACC exists: no layer stays applied
+// under it, and the line says the install is clean (it said ACC "stays applied").
+TEST_F(Layers, ExecOverAnAcceptedOverlayNotMadeYetSaysTheInstallIsClean) {
+  Cmd e = run({"exec", "--overlay", ov("cand"), "--over", ov("acc"), "--target", in.source.string(), "--patched-file",
+               cand(7).string(), "--artifact", in.artifact.string(), "--build-cwd", in.root.string(), "--build-cmd",
+               build, "--", "true"});
+  ASSERT_EQ(e.rc, 0) << e.out << e.err;
+  EXPECT_NE(e.out.find("exec: install clean\n"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("stays applied"), std::string::npos) << e.out;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}
