@@ -54,7 +54,8 @@ void warn_about_build(const std::string& cmd, const BuildOutcome& b, const Appli
   };
   if (!clear.empty())
     err_line(cmd,
-             "the build rewrote " + std::to_string(clear.size()) +
+             (b.served_from.empty() ? "the build rewrote " : "the build store put back ") +
+                 std::to_string(clear.size()) +
                  " untracked file(s) that hold none of the patched code (relinked, or compiled from other sources; "
                  "status says why): " +
                  names(clear));
@@ -213,8 +214,14 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
   out_line("OVERLAY_DIR=" + plan.overlay.string());
   std::string summary = "add-native " + plan.swaps.front().target.string();
   for (std::size_t i = 1; i < plan.swaps.size(); ++i) summary += " " + plan.swaps[i].target.string();
+  // A store hit ran no command: its outputs were put back from the build store's record.
+  bool served = j.contains("build") && j["build"].value("served_from_store", nlohmann::json()).is_string();
   out_line(summary + "  (sources=" + std::to_string(entry.sources) + " artifacts=" + std::to_string(entry.artifacts) +
-           " caches=" + std::to_string(entry.caches) + " build=" + (plan.build_cmds.empty() ? "no" : "yes") + ")");
+           " caches=" + std::to_string(entry.caches) + " build=" +
+           (plan.build_cmds.empty() ? "no"
+            : served                ? "store"
+                                    : "yes") +
+           ")");
   return kOk;
 }
 

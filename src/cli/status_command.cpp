@@ -137,11 +137,21 @@ void print_status_table(const StatusReport& r) {
                  ? std::string("  revert    gives back the original mtimes (the install's build then has nothing more "
                                "to redo than before the apply)")
                  : "  revert    dates restored sources now, build outputs a second back (" + e.why_fresh_times + ")");
+    // Outputs that hold patched code are named one per line; those that hold none (a real CMake
+    // install relinks dozens) in one line, their list in --json.
+    std::vector<const UntrackedOutput*> clear;
     for (const auto& u : e.untracked)
-      out_line(u.clear_reason.empty()
-                   ? "  untracked rebuilt      " + u.path + "  (" + u.change + " by this entry's build)"
-                   : "  untracked clear        " + u.path + "  (" + u.clear_reason +
-                         "; holds none of the patched code)");
+      if (u.clear_reason.empty())
+        out_line("  untracked rebuilt      " + u.path + "  (" + u.change + " by this entry's build)");
+      else
+        clear.push_back(&u);
+    if (clear.size() == 1)
+      out_line("  untracked clear        " + clear[0]->path + "  (" + clear[0]->clear_reason +
+               "; holds none of the patched code)");
+    else if (!clear.empty())
+      out_line("  untracked clear        " + std::to_string(clear.size()) +
+               " file(s) rewritten by this entry's build, " + "none holding patched code (e.g. " + clear[0]->path +
+               ": " + clear[0]->clear_reason + "; --json lists each)");
   }
   for (const auto& u : r.untracked_left)
     out_line("untracked rebuilt      " + u.path + "  (" + u.change + " by the build of reverted entry " + u.entry +

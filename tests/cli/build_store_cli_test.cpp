@@ -119,6 +119,9 @@ TEST_F(BuildStoreCli, ARepeatedCandidateIsServedNotBuilt) {
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_EQ(compiles(), before);
   EXPECT_NE(a.err.find("add-native: store: hit (record "), std::string::npos) << a.err;
+  // Issue 63: the summary says no command ran (it said build=yes).
+  EXPECT_NE(a.err.find(" build=store)"), std::string::npos) << a.err;
+  EXPECT_EQ(first.err.find(" build=store)"), std::string::npos) << first.err;
   json j = json::parse(a.out);
   EXPECT_EQ(j["build"]["ran"], false);
   std::string record = j["build"]["served_from_store"].get<std::string>();

@@ -182,3 +182,29 @@ TEST_F(Untracked, TracedACopyOutsideTheInstallIsNamedAndNeverServed) {
   EXPECT_EQ(c.rc, 1) << c.out;
   EXPECT_NE(c.out.find(copy), std::string::npos) << c.out;
 }
+
+// Issue 63: a build that rewrites many untracked files holding none of the patched code (a real
+// CMake install relinks dozens) gives status one line for them, not one each; --json lists each.
+TEST_F(Untracked, OutputsHoldingNoPatchedCodeAreOneStatusLine) {
+  std::string build = "make && for i in 1 2 3; do $CC -c -o other$i.o main.c; done";
+  write_file(app / "build.sh", "#!/bin/sh\nCC=${CC:-cc}\n" + build + "\n", 0755);
+  ASSERT_EQ(run({(app / "build.sh").string()}, app).rc, 0);
+  Cmd a = add({"--build-cmd", (app / "build.sh").string()});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_NE(a.err.find("the build rewrote 3 untracked file(s) that hold none of the patched code"), std::string::npos)
+      << a.err;
+  Cmd s = overlay({"status", "--overlay", ov});
+  std::size_t lines = 0;
+  for (std::size_t p = s.out.find("  untracked clear"); p != std::string::npos;
+       p = s.out.find("  untracked clear", p + 1))
+    ++lines;
+  EXPECT_EQ(lines, 1u) << s.out;
+  EXPECT_NE(s.out.find("  untracked clear        3 file(s) rewritten by this entry's build, none holding patched code"),
+            std::string::npos)
+      << s.out;
+  json j = json::parse(overlay({"--json", "status", "--overlay", ov}).out);
+  std::size_t clear = 0;
+  for (const auto& u : j["natives"][0]["untracked_outputs"]) clear += u["clear_reason"].is_string() ? 1 : 0;
+  EXPECT_EQ(clear, 3u) << j.dump(2);
+  ASSERT_EQ(overlay({"revert", "--overlay", ov}).rc, 0);
+}
