@@ -223,6 +223,24 @@ void judge_layers(Disk& disk, LayerView& v, const std::optional<LayerRef>& layer
   }
 }
 
+// A later entry of this overlay that patched the source again over this entry's bytes (the old
+// way to accept: revert the candidate, add the accepted file again): this entry's source is
+// covered by it, not drifted by a foreign edit.
+const NativeEntry* patched_again(const Manifest& m, const NativeEntry& e, const SourceItem& s) {
+  bool after = false;
+  for (const auto& x : m.natives) {
+    if (&x == &e) {
+      after = true;
+      continue;
+    }
+    if (after && s.patched_sha256 && std::any_of(x.sources.begin(), x.sources.end(), [&](const SourceItem& y) {
+          return y.install_path == s.install_path && y.sha256 == *s.patched_sha256;
+        }))
+      return &x;
+  }
+  return nullptr;
+}
+
 NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overlay, const NativeEntry& e,
                            LayerView& view) {
   NativeStatus st;
@@ -239,6 +257,11 @@ NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overl
     if (!s.deleted && (t.state == FileState::patched || t.state == FileState::original))
       t.metadata = metadata_drift(disk, pinned_path(disk, s.install_path, s.parent), s);
     judge_layers(disk, view, s.layer, t);
+    if (t.state == FileState::drifted)
+      if (const NativeEntry* x = patched_again(view.m, e, s)) {
+        t.state = FileState::covered;
+        t.note = "patched again by entry " + x->id + " of this overlay";
+      }
     st.files.push_back(std::move(t));
     st.snapshot_bytes += backup_bytes(disk, store, s.backup);
   }

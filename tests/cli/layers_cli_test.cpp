@@ -819,3 +819,24 @@ TEST_F(Layers, ExecOverAnAcceptedOverlayNotMadeYetSaysTheInstallIsClean) {
   ASSERT_TRUE(settle_litter(in.root));
   EXPECT_EQ(tree_digest(in.root), pristine);
 }
+
+// Issue 63: accepting the old way (the accepted file added again into the accepted overlay) leaves
+// the first entry's source under the second's: covered by it, never "drifted" (a foreign edit that
+// never happened); the whole revert still ends pristine.
+TEST_F(Layers, ASourcePatchedAgainInTheSameOverlayIsCoveredNotDrifted) {
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  ASSERT_EQ(add("acc", 6).rc, 0);
+  json st = doc({"status", "--overlay", ov("acc")});
+  ASSERT_EQ(st["natives"].size(), 2u) << st;
+  std::string second = st["natives"][1]["id"];
+  json first_src = st["natives"][0]["files"][0];
+  EXPECT_EQ(first_src["kind"], "source");
+  EXPECT_EQ(first_src["state"], "covered") << st;
+  EXPECT_EQ(st["natives"][1]["files"][0]["state"], "patched") << st;
+  Cmd text = run({"status", "--overlay", ov("acc")});
+  EXPECT_EQ(text.out.find("drifted"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("patched again by entry " + second + " of this overlay"), std::string::npos) << text.out;
+  ASSERT_EQ(run({"revert", "--overlay", ov("acc")}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}
