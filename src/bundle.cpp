@@ -6,10 +6,13 @@
 #include <cstdlib>
 #include <map>
 
+#include <spdlog/spdlog.h>
+
 #include "overlay/copy_pipeline.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
+#include "overlay/holds.hpp"
 #include "overlay/json_bytes.hpp"
 #include "overlay/layers.hpp"
 #include "overlay/manifest.hpp"
@@ -485,7 +488,22 @@ void require_all_inside(Disk& disk, const Bundle& b, const Anchors& a) {
 
 // Every file of the bundle holds the bytes it was made from: refused, naming the first that does
 // not, before anything is applied.
-std::size_t check_pristine(Disk& disk, const Bundle& b, const Anchors& a) {
+// The file holds the bundle's own change already (a second replay of it): who applied it, so the
+// refusal points there rather than at a reinstall.
+[[noreturn]] void already_applied(Disk& disk, const fs::path& p, const fs::path& state_dir) {
+  std::optional<fs::path> by;
+  try {
+    by = HoldRegistry(disk, state_dir.empty() ? HoldRegistry::default_state_dir() : state_dir).holder(p);
+  } catch (const std::exception& e) {
+    spdlog::debug("replay: the holds registry cannot say who holds {}: {}", p.string(), e.what());
+  }
+  throw Error(p.string() + " already holds the bundle's change" +
+              (by ? " (applied by overlay " + by->string() + ": revert it first to replay again)"
+                  : " (replayed before, or the same change made by hand)") +
+              "; nothing changed");
+}
+
+std::size_t check_pristine(Disk& disk, const Bundle& b, const Anchors& a, const fs::path& state_dir) {
   std::size_t n = 0;
   require_all_inside(disk, b, a);
   for (const auto& e : b.entries)
@@ -500,7 +518,9 @@ std::size_t check_pristine(Disk& disk, const Bundle& b, const Anchors& a) {
         throw Error(p.string() +
                     " is missing (the bundle was made from an install that had it): another version of the install; "
                     "nothing changed");
-      } else if (std::string now = hash_file(disk, p); now != f.pristine_sha256) {
+      } else if (std::string now = hash_file(disk, p); now == f.patched_sha256 && now != f.pristine_sha256) {
+        already_applied(disk, p, state_dir);
+      } else if (now != f.pristine_sha256) {
         throw Error(p.string() + " does not hold the bytes the bundle was made from (sha256 " + now.substr(0, 16) +
                     ", the bundle's " + f.pristine_sha256.substr(0, 16) +
                     "): a reinstall or another version of the install; nothing changed");
@@ -575,7 +595,7 @@ ReplayReport replay_bundle(Disk& disk, const ReplayRequest& req) {
     throw Error("install root is not a directory: " + a.root.string());
   ReplayReport r;
   r.root = a.root;
-  r.checked_files = check_pristine(disk, b, a);
+  r.checked_files = check_pristine(disk, b, a, req.base.state_dir);
   if (req.dry_run) return r;
   try {
     for (const auto& e : one_build_each(b.entries)) {

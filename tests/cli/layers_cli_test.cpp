@@ -658,6 +658,13 @@ TEST_F(Layers, AnEntryKeepsItsIdFromTheKeepToItsRevert) {
   EXPECT_EQ(m["natives"][1]["id"], util_id);
   EXPECT_EQ(m["natives"][1]["patch_id"], "step7");
   EXPECT_FALSE(m["natives"][0].contains("patch_id"));
+  // Replayed twice: refused as applied already, naming who applied it (it said "a reinstall").
+  Cmd twice = run({"replay", "--bundle", (t / "bundle").string(), "--overlay", ov("rep2")});
+  EXPECT_EQ(twice.rc, 1);
+  EXPECT_NE(twice.err.find("already holds the bundle's change (applied by overlay " + ov("rep") + ": revert it first"),
+            std::string::npos)
+      << twice.err;
+  EXPECT_FALSE(fs::exists(ov("rep2")));
   std::string replayed = tree_digest(t.path());
   Cmd none = run({"revert", "--overlay", ov("rep"), "--entry", "n1-00000000"});
   EXPECT_EQ(none.rc, 1);
