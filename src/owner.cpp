@@ -14,6 +14,22 @@
 
 namespace overlay {
 
+std::int64_t boot_offset_ticks() {
+  static const std::int64_t offset = [] {
+    std::ifstream in("/proc/self/timens_offsets");
+    std::string clock;
+    long long secs = 0, nanos = 0;
+    while (in >> clock >> secs >> nanos)
+      if (clock == "boottime") {
+        long hz = ::sysconf(_SC_CLK_TCK);
+        if (hz <= 0) hz = 100;
+        return static_cast<std::int64_t>(secs * hz + nanos * hz / 1000000000LL);
+      }
+    return std::int64_t{0};  // no time namespace (or a kernel without them)
+  }();
+  return offset;
+}
+
 bool parse_proc_stat(const std::string& stat, pid_t& ppid, std::uint64_t& start_ticks) {
   auto close = stat.rfind(')');
   if (close == std::string::npos) return false;
@@ -28,6 +44,10 @@ bool parse_proc_stat(const std::string& stat, pid_t& ppid, std::uint64_t& start_
   } catch (const std::exception&) {
     return false;
   }
+  // In a time namespace the kernel shows start times shifted by the reader's boottime offset: taken
+  // off, every reader records and compares the one time the host's namespace shows.
+  auto host = static_cast<std::int64_t>(start_ticks) - boot_offset_ticks();
+  if (host > 0) start_ticks = static_cast<std::uint64_t>(host);
   return true;
 }
 
@@ -38,6 +58,9 @@ std::optional<std::uint64_t> process_start_ticks(pid_t pid) {
   pid_t ppid = 0;
   std::uint64_t ticks = 0;
   if (!std::getline(in, line) || !parse_proc_stat(line, ppid, ticks)) return std::nullopt;
+  // Exited, not yet reaped (a PID 1 that never reaps, a parent that has not waited): runs nothing.
+  auto close = line.rfind(')');
+  if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z') return std::nullopt;
   return ticks;
 }
 
@@ -137,8 +160,11 @@ Liveness local_owner_liveness(const Owner& o) {
   if (o.pid <= 0) return Liveness::gone;
   if (o.pid_ns != 0 && o.pid_ns != this_pid_ns()) return liveness_in_other_ns(o);
   auto ticks = process_start_ticks(o.pid);
-  if (!ticks)
-    return ::kill(o.pid, 0) == 0 || errno == EPERM ? Liveness::alive : Liveness::gone;  // no /proc: trust kill(0)
+  if (!ticks) {
+    // No /proc to read: trust kill(0). With /proc, a PID there without a start time is a zombie.
+    bool proc = ::access("/proc/self/stat", F_OK) == 0;
+    return !proc && (::kill(o.pid, 0) == 0 || errno == EPERM) ? Liveness::alive : Liveness::gone;
+  }
   return o.start_ticks == 0 || *ticks == o.start_ticks ? Liveness::alive : Liveness::gone;
 }
 

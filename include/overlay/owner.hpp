@@ -38,8 +38,14 @@ std::uint64_t this_pid_ns();
 // there is no such process.
 std::optional<Owner> local_owner(pid_t pid);
 
+// This process's time namespace's boottime offset, in clock ticks (/proc/self/timens_offsets; 0
+// outside one): a CRIU-restored container's, `unshare --time`'s.
+std::int64_t boot_offset_ticks();
+
 // Fields 4 (ppid) and 22 (start time, clock ticks since boot) of a /proc/PID/stat line; the
-// command name (field 2) may hold spaces and parentheses. False when malformed.
+// command name (field 2) may hold spaces and parentheses. The start time is the host's: the
+// reader's boottime offset taken off, so an owner recorded in a time namespace and judged from
+// outside it (CI's gc-stale on the host) is the same number. False when malformed.
 bool parse_proc_stat(const std::string& stat, pid_t& ppid, std::uint64_t& start_ticks);
 
 // The start time of a running process, or nothing when no such process exists.

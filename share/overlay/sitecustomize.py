@@ -1222,7 +1222,9 @@ def _write_json(d, name, record, end=""):
 
 def _start_ticks():
     """This process's start time in clock ticks since boot: /proc/self/stat's field 22, after
-    the command name's ")" (which may itself hold spaces and parentheses)."""
+    the command name's ")" (which may itself hold spaces and parentheses); in a time namespace
+    (a CRIU-restored container) less its boottime offset, which the kernel adds for the reader:
+    the host's number, which the tool records and compares."""
     import os
 
     fd = os.open("/proc/self/stat", os.O_RDONLY | os.O_CLOEXEC)
@@ -1230,7 +1232,18 @@ def _start_ticks():
         text = os.read(fd, 4096)
     finally:
         os.close(fd)
-    return int(text.rsplit(b")", 1)[1].split()[19])
+    ticks = int(text.rsplit(b")", 1)[1].split()[19])
+    try:
+        with open("/proc/self/timens_offsets", "rb") as f:
+            for line in f:
+                clock = line.split()
+                if clock[:1] == [b"boottime"] and len(clock) == 3:
+                    hz = os.sysconf("SC_CLK_TCK")
+                    host = ticks - int(clock[1]) * hz - int(clock[2]) * hz // 1000000000
+                    ticks = host if host > 0 else ticks
+    except (OSError, ValueError):
+        pass  # no time namespaces here: the number is the host's
+    return ticks
 
 
 class _LiveRecord:

@@ -581,3 +581,50 @@ TEST_F(Field, SparseFilesAreBackedUpAndRestoredByTheirDataAlone) {
     EXPECT_LT(allocated_bytes(in.artifact), 4u << 20) << "the restored file filled the holes";
   }
 }
+
+// Issue 63: an owner in a time namespace (`unshare --time`, a CRIU-restored container) records the
+// start time the kernel shows it, shifted by its boottime offset; CI's gc-stale on the host judged
+// the live run gone and reverted it. Start times are now the host's wherever they are read.
+TEST_F(Field, AnOwnerInATimeNamespaceIsAliveToAGcStaleOutsideIt) {
+  if (run({"unshare", "--fork", "--time", "--boottime", "100000", "true"}).rc != 0)
+    GTEST_SKIP() << "no time namespaces here (unshare --time needs Linux >= 5.6 and CAP_SYS_ADMIN)";
+  Install in = make_install(t / "inst");
+  std::string pristine = tree_digest(in.root);
+  fs::path ov = t / "runs" / "ov";
+  fs::path ready = t / "ready";
+  write_file(t / "patched.cpp", "int kernel() { return 9; }\n");
+  // The owner: a shell in the time namespace that records itself as the entry's owner, then waits.
+  std::string script = std::string(overlay_binary()) + " add-native --overlay " + ov.string() + " --target " +
+                       in.source.string() + " --patched-file " + (t / "patched.cpp").string() +
+                       " --owner-pid $$ && touch " + ready.string() + " && exec sleep 60";
+  std::vector<std::string> env = state;
+  pid_t owner = ::fork();
+  if (owner == 0) {
+    ::setenv("OVERLAY_STATE_DIR", (t / "state").c_str(), 1);
+    ::execlp("unshare", "unshare", "--fork", "--kill-child", "--time", "--boottime", "100000", "sh", "-c",
+             script.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  for (int i = 0; i < 300 && !fs::exists(ready); ++i) ::usleep(20000);
+  ASSERT_TRUE(fs::exists(ready)) << "the owner never recorded its entry";
+  Cmd gc = run_overlay({"gc-stale", "--root", (t / "runs").string()}, {}, state);
+  EXPECT_EQ(gc.rc, 0) << gc.err;
+  EXPECT_EQ(read_file(in.source), "int kernel() { return 9; }\n") << "gc-stale reverted a live run: " << gc.err;
+  json st = json::parse(run_overlay({"--json", "status", "--overlay", ov.string()}, {}, state).out);
+  EXPECT_EQ(st["natives"][0]["owner"]["alive"], true) << st.dump(2);
+  pid_t recorded = st["natives"][0]["owner"]["pid"].get<pid_t>();
+  ::kill(owner, SIGKILL);
+  wait_rc(owner);
+  // unshare --kill-child ends the owner too; wait until it no longer runs (gone, or a zombie).
+  for (int i = 0; i < 250; ++i) {
+    std::string stat =
+        fs::exists("/proc/" + std::to_string(recorded)) ? read_file("/proc/" + std::to_string(recorded) + "/stat") : "";
+    if (stat.empty() || stat.substr(stat.rfind(')') + 2, 1) == "Z") break;
+    ::usleep(20000);
+  }
+  // The owner's sleep (it exec'd) is the recorded pid: gone now, so the run is stale.
+  Cmd after = run_overlay({"gc-stale", "--root", (t / "runs").string()}, {}, state);
+  EXPECT_EQ(after.rc, 0) << after.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine) << after.err;
+}
