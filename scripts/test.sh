@@ -59,7 +59,7 @@ if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
   # images all but the unit tests (the clone and traded-backup code with its fault sweeps: the
   # CLI, crash, power-loss and interop runs there reach that same code through the binary; ≈ 500 s
   # of this phase; and the unit tests on XFS only: btrfs runs the same FICLONE path of ours). The
-  # runtime's Python suites (upstream's, drop-in, stacking, source launch, runtime: ≈ 260 s here) run
+  # runtime's Python suites (upstream's, drop-in, stacking, source launch, runtime, distribution: ≈ 310 s here) run
   # in release only: their time is the interpreters', and the sanitized binary's part in them (the
   # add-* verbs, merge) is what the cli suites drive sanitized. The
   # power-loss explorer takes every 8th crash point (each model its own offset) with fewer states
@@ -109,7 +109,7 @@ if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
   OVERLAY_CRASH_TRIALS=6 OVERLAY_CONCURRENCY_TRIALS=5 OVERLAY_POWERLOSS_BOUND=8 OVERLAY_POWERLOSS_SAMPLES=2 OVERLAY_POWERLOSS_STRIDE=8 \
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j2 -LE long \
-    -E 'DiscoverRealWorld\.(Googletest|Torch)|RealWorld\.(TorchCppExtensionJit|DebianGoogletestCMakeNinja)|cow_.*_(cli|crash|powerloss|interop)|cow_btrfs_unit|model_claims|fleet_(node|coordinator)_killed|^(upstream_suites|drop_in_round_two|python_stacking|source_launch|python_runtime)$' | tee "$LOGS/asan.log"
+    -E 'DiscoverRealWorld\.(Googletest|Torch)|RealWorld\.(TorchCppExtensionJit|DebianGoogletestCMakeNinja)|cow_.*_(cli|crash|powerloss|interop)|cow_btrfs_unit|model_claims|fleet_(node|coordinator)_killed|^(upstream_suites|drop_in_round_two|python_stacking|source_launch|python_runtime|python_distribution)$' | tee "$LOGS/asan.log"
 fi
 
 if [[ -z ${OVERLAY_SKIP_FUZZ:-} ]]; then
