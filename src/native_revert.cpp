@@ -142,6 +142,7 @@ class Reverter {
                         [&](const ArtifactItem& b) { return b.path == a.path; }))
           return RevertProblem{a.path, "rebuilt again by entry " + x->id + " of this overlay; revert that entry first"};
     }
+    if (auto rebuilt = rebuilt_by_another(e)) return rebuilt;
     for (const auto& s : e.sources) {
       if (!s.patched_sha256) continue;
       auto stacks = [&](const NativeEntry& x) {
@@ -164,6 +165,36 @@ class Reverter {
       if (om && std::any_of(om->natives.begin(), om->natives.end(), stacks))
         return RevertProblem{s.install_path, "patched again over this entry by overlay " + other->string() +
                                                  " (add-native --force); revert that overlay first"};
+    }
+    return std::nullopt;
+  }
+
+  // An artifact of `e` that another overlay's build rewrote after `e`'s and still holds that build
+  // (its entry recorded the file as it left it): that build compiled this entry's patched sources
+  // beside its own, and restoring the original under it would leave the other overlay's patch
+  // live with an artifact built without it, which its verify could not see.
+  std::optional<RevertProblem> rebuilt_by_another(const NativeEntry& e) {
+    std::vector<std::pair<std::string, FileStamp>> now;
+    for (const auto& a : e.artifacts)
+      if (FileInfo fi = disk_.info(a.path, Follow::no); fi.type == FileType::regular)
+        now.emplace_back(a.path, stamp_of(fi));
+    if (now.empty()) return std::nullopt;
+    HoldRegistry reg = holds();
+    for (const auto& other : reg.overlays()) {
+      if (absolute_normal(other) == store_.overlay()) continue;
+      std::optional<Manifest> om;
+      try {
+        om = load_manifest(disk_, other);
+      } catch (const Error& err) {
+        spdlog::debug("revert: the record of {} is unreadable ({}): it names no rebuild", other.string(), err.what());
+        continue;
+      }
+      for (const auto& x : om ? om->natives : std::vector<NativeEntry>{})
+        for (const auto& c : x.build_changes)
+          for (const auto& [path, stamp] : now)
+            if (c.path == path && c.left == FileType::regular && c.stamp == stamp)
+              return RevertProblem{path, "rebuilt since by the build of entry " + x.id + " of overlay " +
+                                             other.string() + ", which still holds it; revert that overlay first"};
     }
     return std::nullopt;
   }

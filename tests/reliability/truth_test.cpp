@@ -510,3 +510,51 @@ TEST_F(Truth, AKilledAddNativeIsStaleWhileItsCacheDeleterStillRuns) {
   ASSERT_TRUE(settle_litter(in.root));
   EXPECT_EQ(tree_digest(in.root), before);
 }
+
+// Issue 63: two agents on one library. The second, refused --artifact (held by the first), drops
+// the flag; its build rewrites the library from both patched sources. Reverting the first then
+// put the original library back under the second's live patch, and the second's verify said
+// FRESH_BUILD_OK (checked 0). The revert is refused, naming the overlay to revert first.
+TEST_F(Truth, ARevertNeverRestoresAnArtifactAnotherOverlaysBuildRewrote) {
+  Install in = make_install(t / "inst");
+  write_file(in.root / "src/other.cpp", "int other() { return 1; }\n");
+  write_file(in.artifact, read_file(in.source) + read_file(in.root / "src/other.cpp"), 0755);
+  const std::string original_lib = read_file(in.artifact);
+  const std::string build = "sh -c 'cat src/kernel.cpp src/other.cpp > lib/libk.so'";
+  write_file(t / "k.cpp", "int kernel() { return 7; }\n");
+  write_file(t / "o.cpp", "int other() { return 2; }\n");
+  auto add = [&](const fs::path& ov, const fs::path& target, const fs::path& patched, bool artifact) {
+    std::vector<std::string> a{
+        "add-native",  "--overlay",      ov.string(),   "--target", target.string(), "--patched-file", patched.string(),
+        "--build-cwd", in.root.string(), "--build-cmd", build};
+    if (artifact) a.insert(a.end(), {"--artifact", in.artifact.string()});
+    return overlay(a);
+  };
+  ASSERT_EQ(add(t / "ov1", in.source, t / "k.cpp", true).rc, 0);
+  const std::string first_build = read_file(in.artifact);
+  EXPECT_NE(add(t / "ov2", in.root / "src/other.cpp", t / "o.cpp", true).rc, 0);  // held by ov1
+  ASSERT_EQ(add(t / "ov2", in.root / "src/other.cpp", t / "o.cpp", false).rc, 0);
+  const std::string both = read_file(in.artifact);
+  ASSERT_EQ(both, "int kernel() { return 7; }\nint other() { return 2; }\n");
+
+  Cmd first = overlay({"revert", "--overlay", (t / "ov1").string()});
+  EXPECT_NE(first.rc, 0);
+  EXPECT_NE(first.err.find("cannot restore " + in.artifact.string() + ": rebuilt since by the build of entry"),
+            std::string::npos)
+      << first.err;
+  EXPECT_NE(first.err.find("of overlay " + (t / "ov2").string() + ", which still holds it; revert that overlay first"),
+            std::string::npos)
+      << first.err;
+  EXPECT_EQ(read_file(in.artifact), both);  // nothing touched
+  EXPECT_EQ(read_file(in.source), "int kernel() { return 7; }\n");
+
+  // In the order the message gives: each revert puts back what the other's build found.
+  ASSERT_EQ(overlay({"revert", "--overlay", (t / "ov2").string()}).rc, 0);
+  EXPECT_EQ(read_file(in.artifact), first_build);
+  ASSERT_EQ(overlay({"revert", "--overlay", (t / "ov1").string()}).rc, 0);
+  EXPECT_EQ(read_file(in.artifact), original_lib);
+  EXPECT_EQ(read_file(in.source), "int kernel() { return 4; }\n");
+  EXPECT_EQ(read_file(in.root / "src/other.cpp"), "int other() { return 1; }\n");
+  Cmd all = overlay({"status", "--all", "--check-clean"});
+  EXPECT_EQ(all.rc, 0) << all.out;
+}
