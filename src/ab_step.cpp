@@ -142,9 +142,14 @@ void AbStep::refuse_held_targets() {
   files.insert(files.end(), req_.change.artifacts.begin(), req_.change.artifacts.end());
   std::optional<fs::path> over;
   if (req_.change.over) over = absolute_normal(*req_.change.over);
+  std::vector<fs::path> real;
   for (const auto& t : files) {
     fs::path p = absolute_normal(t);
-    if (disk_.info(p, Follow::yes).exists()) p = disk_.real_path(p);
+    real.push_back(disk_.info(p, Follow::yes).exists() ? disk_.real_path(p) : p);
+  }
+  if (auto why = holds.held_by_two(real, overlay_))
+    throw Error(*why + "; the reference would not run on the original install");
+  for (const auto& p : real) {
     if (auto why = holds.why_taken(p, overlay_, over))
       throw Error(*why + "; the reference would not run on the original install");
   }

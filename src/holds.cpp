@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <set>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
@@ -407,6 +409,34 @@ std::optional<fs::path> HoldRegistry::live_under(const fs::path& p, const Hold& 
   return std::nullopt;
 }
 
+// A layer stands on one overlay: a change whose files two live overlays hold (one stacked on the
+// other) is refused by each --over for the file the other holds. Said once, with the way out.
+std::optional<std::string> HoldRegistry::held_by_two(const std::vector<fs::path>& paths, const fs::path& overlay) {
+  std::vector<std::pair<fs::path, fs::path>> holders;  // (holder, the first path it holds), in path order
+  std::map<fs::path, std::set<fs::path>> stands_on;
+  for (const auto& p : paths) {
+    auto h = hold_of(p);
+    if (!h || h->overlay == overlay || !still_holds(h->overlay, p)) continue;
+    for (const auto& u : h->under) stands_on[h->overlay].insert(u.overlay);
+    if (std::none_of(holders.begin(), holders.end(), [&](const auto& x) { return x.first == h->overlay; }))
+      holders.emplace_back(h->overlay, p);
+  }
+  if (holders.size() < 2) return std::nullopt;
+  auto [upper, up] = holders[0];
+  auto [lower, low] = holders[1];
+  if (stands_on[lower].count(upper) != 0) {
+    std::swap(upper, lower);
+    std::swap(up, low);
+  }
+  std::string held =
+      up.string() + " is held by overlay " + upper.string() + " and " + low.string() + " by overlay " + lower.string();
+  if (stands_on[upper].count(lower) == 0)
+    return held + ": a change stacks on one overlay; revert one of them first, or pass --force";
+  return held + ", which " + upper.string() + " stands on: a layer stacks on one overlay, so fold " + upper.string() +
+         " into it first (overlay fold --from " + upper.string() + " --into " + lower.string() + ") or revert " +
+         upper.string() + ", then stack on it with --over " + lower.string();
+}
+
 HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force,
                                 double lock_timeout, const std::optional<fs::path>& over) {
   make_dirs(disk_, dir_, 0700);
@@ -415,6 +445,8 @@ HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::pa
   for (const auto& f : files) paths.push_back(f.path);
   claim.locks = lock_paths(paths, lock_timeout);
   OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
+  if (!force)
+    if (auto why = held_by_two(paths, overlay)) throw Error(*why);
   std::vector<bool> layer(paths.size(), false);
   for (std::size_t i = 0; i < paths.size(); ++i) {
     const fs::path& p = paths[i];

@@ -163,6 +163,9 @@ class HoldRegistry {
   // changed the file after the holder let go: not a copy.)
   std::optional<fs::path> copy_of_vanished(const fs::path& path, const fs::path& overlay, const std::string& entry);
 
+  // Why no --over can take `paths` (nothing when one might): two overlays other than `overlay`
+  // hold some of them live, e.g. a layer above the lower holds one file, the lower alone another.
+  std::optional<std::string> held_by_two(const std::vector<fs::path>& paths, const fs::path& overlay);
   // The overlay recorded as holding `path`, whether or not that hold is still live.
   std::optional<fs::path> holder(const fs::path& path);
   std::optional<Hold> hold_of(const fs::path& path);

@@ -847,3 +847,46 @@ TEST_F(Layers, ASourcePatchedAgainInTheSameOverlayIsCoveredNotDrifted) {
   ASSERT_TRUE(settle_litter(in.root));
   EXPECT_EQ(tree_digest(in.root), pristine);
 }
+
+// Issue 63: a 3-deep stack (ACC, C1 over ACC on the kernel) and a change of the kernel and a
+// header that ACC alone holds. Each --over used to be refused pointing to the other (--over ACC:
+// "stack on it with --over C1"; --over C1: "… --over ACC"). Both now say the one way out, which
+// then works: fold C1 into ACC, stack on ACC.
+TEST_F(Layers, AChangeHeldByTwoOverlaysOfOneStackIsToldToFoldTheUpperOne) {
+  write_file(in.root / "src/util.h", "#define U 1\n");
+  write_file(t / "u2.h", "#define U 2\n");
+  pristine = tree_digest(in.root);
+  ASSERT_EQ(
+      run({"add-native", "--overlay", ov("acc"), "--target", in.source.string(), "--patched-file", cand(5).string(),
+           "--target", (in.root / "src/util.h").string(), "--patched-file", (t / "u2.h").string()})
+          .rc,
+      0);
+  ASSERT_EQ(run({"add-native", "--overlay", ov("c1"), "--over", ov("acc"), "--target", in.source.string(),
+                 "--patched-file", cand(6).string()})
+                .rc,
+            0);
+  write_file(t / "u3.h", "#define U 3\n");
+  auto change = [&](const std::string& over) {
+    return run({"add-native", "--overlay", ov("c2"), "--over", ov(over), "--target", in.source.string(),
+                "--patched-file", cand(7).string(), "--target", (in.root / "src/util.h").string(), "--patched-file",
+                (t / "u3.h").string()});
+  };
+  const std::string way = in.source.string() + " is held by overlay " + ov("c1") + " and " +
+                          (in.root / "src/util.h").string() + " by overlay " + ov("acc") + ", which " + ov("c1") +
+                          " stands on: a layer stacks on one overlay, so fold " + ov("c1") +
+                          " into it first (overlay fold --from " + ov("c1") + " --into " + ov("acc") + ") or revert " +
+                          ov("c1") + ", then stack on it with --over " + ov("acc");
+  for (const char* over : {"acc", "c1"}) {
+    Cmd c = change(over);
+    EXPECT_EQ(c.rc, 1) << over;
+    EXPECT_EQ(c.err, "add-native: " + way + "\n") << over;
+    EXPECT_FALSE(fs::exists(ov("c2"))) << over;
+  }
+  ASSERT_EQ(run({"fold", "--from", ov("c1"), "--into", ov("acc")}).rc, 0);
+  Cmd c = change("acc");
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_EQ(read_file(in.root / "src/util.h"), "#define U 3\n");
+  ASSERT_EQ(run({"revert", "--overlay", ov("acc"), "--with-layers"}).rc, 0);
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}

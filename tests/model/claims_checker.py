@@ -77,6 +77,8 @@ STATS = {
     "in_flight_steps": 0,
     "layered": 0,
     "folds": 0,
+    "failed_builds": 0,
+    "failed_builds_kept": 0,
     "folds_killed": 0,
     "finalized": 0,
     "replayed": 0,
@@ -724,6 +726,39 @@ class Claims(RuleBasedStateMachine):
                 if p not in busy:
                     self.claim(after[p] == data, "fold changed a byte of the install", p, stamp_of(p), r.stdout)
 
+    @rule(agent=st.sampled_from(AGENTS), t=st.sampled_from(TARGETS))
+    def add_native_whose_build_fails(self, agent, t):
+        """A candidate that does not compile (issue 63): its add-native fails and prints nothing on
+        stdout; while its entry stays (the sources swapped, the build failed), no verify says
+        FRESH_BUILD_OK of it and fold refuses it, changing nothing."""
+        if not self.idle(agent) or self.applied(agent) or t in self.busy_targets():
+            return
+        self.n += 1
+        patched = os.path.join(self.root, "cand", "%s-%d-broken.cpp" % (agent, self.n))
+        os.makedirs(os.path.dirname(patched), exist_ok=True)
+        with open(patched, "w") as f:
+            f.write('#include "kh.h"\nextern "C" const char* stamp() { return NOT_DECLARED_%d; }\n' % self.n)
+        r = self.tool(*self.add_args(agent, t, patched))
+        STATS["failed_builds"] += 1
+        self.claim(r.returncode != 0, "add-native exit 0 for a candidate that does not compile", r.stdout, r.stderr)
+        self.claim(r.stdout == "", "a failed add-native printed on stdout", r.stdout, r.stderr)
+        if not self.applied(agent):
+            return  # refused before the swap (the target held)
+        STATS["failed_builds_kept"] += 1
+        v = self.tool("verify-native", "--overlay", self.overlay[agent])
+        self.claim("FRESH_BUILD_OK" not in v.stdout, "FRESH_BUILD_OK for a candidate whose build failed", v.stdout)
+        if ACC in self.proc:
+            return
+        before = self.install_bytes()
+        f = self.tool("fold", "--from", self.overlay[agent], "--into", self.overlay[ACC])
+        self.claim(
+            f.returncode != 0 and self.applied(agent) and f.stdout == "",
+            "fold accepted a candidate whose build failed",
+            f.stdout,
+            f.stderr,
+        )
+        self.claim(self.install_bytes() == before, "a refused fold changed a byte of the install", f.stderr)
+
     @rule(agent=st.sampled_from(AGENTS), delay_ms=st.integers(0, 10))
     def kill_9_fold(self, agent, delay_ms):
         """fold kill -9'd at a random instant: the next verb on the candidate settles it."""
@@ -1066,6 +1101,11 @@ def main():
                 flush=True,
             )
             print("claims checker: %d add-natives into an overlay that still had entries" % STATS["reused"], flush=True)
+            print(
+                "claims checker: %d candidates that do not compile (%d kept with their failed build)"
+                % (STATS["failed_builds"], STATS["failed_builds_kept"]),
+                flush=True,
+            )
             print(
                 "claims checker: %d header edits (same size and mtime kept, plain, shadowing, generator); %d reverts' "
                 "'nothing more to redo' checked against ninja -n"
