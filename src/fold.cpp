@@ -381,14 +381,22 @@ void unstage(Disk& disk, const fs::path& from, const fs::path& into, const Manif
 // The holds of `paths` follow the fold, each naming the newest entry of ACCEPTED's committed record
 // that tracks its path (a merged item is ACCEPTED's own entry's: a copy is told by it).
 void move_holds(Disk& disk, const fs::path& state_dir, const std::vector<fs::path>& paths, const fs::path& from,
-                const fs::path& into, const Manifest& into_record, double lock_timeout) {
+                const fs::path& into, const Manifest& into_record, const std::vector<std::string>& folded,
+                double lock_timeout) {
   std::map<std::string, std::string> entry_of;
   for (const auto& e : into_record.natives)
     for (const auto& p : tracked_paths(e)) entry_of[p] = e.id;
   std::vector<std::pair<fs::path, std::string>> moved;
   for (const auto& p : paths) moved.emplace_back(p, entry_of[p.string()]);
   try {
-    HoldRegistry(disk, state_of(state_dir)).transfer(moved, from, into, lock_timeout);
+    HoldRegistry reg(disk, state_of(state_dir));
+    reg.transfer(moved, from, into, lock_timeout);
+    // An entry merged into ACCEPTED's is no more: its note of the caches it invalidated goes (one
+    // moved whole keeps its id and its note, which ACCEPTED's revert of it drops).
+    for (const auto& id : folded)
+      if (std::none_of(into_record.natives.begin(), into_record.natives.end(),
+                       [&](const NativeEntry& e) { return e.id == id; }))
+        reg.forget_caches(id);
   } catch (const Error& e) {
     spdlog::warn("holds of the fold not moved: {}", e.what());
   }
@@ -449,7 +457,7 @@ bool settle_fold_out(Disk& disk, const fs::path& from, Manifest& m, double lock_
     for (const auto& e : m.natives)
       if (contains(out.entries, e.id))
         for (const auto& p : tracked_paths(e)) paths.emplace_back(p);
-    move_holds(disk, state_dir, paths, from, into, *am, lock_timeout);
+    move_holds(disk, state_dir, paths, from, into, *am, out.entries, lock_timeout);
     let_go(disk, from, m, out, *am);
     clear_mark(disk, into, out.fold);
     return true;
@@ -541,7 +549,7 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   save_manifest(disk, into, p.into);
   // 5. The holds follow, while ACCEPTED's mark still names CAND (a copy is told from the fold's
   // receiver by it); 6. CAND lets go; 7. the mark goes.
-  move_holds(disk, req.state_dir, p.paths, from, into, p.into, req.lock_timeout);
+  move_holds(disk, req.state_dir, p.paths, from, into, p.into, p.ids, req.lock_timeout);
   FoldMark out = *cm->fold_out;
   let_go(disk, from, *cm, out, p.into);
   clear_mark(disk, into, fold);

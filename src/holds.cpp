@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <tuple>
+
+#include <spdlog/spdlog.h>
 
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
@@ -638,6 +641,87 @@ void HoldRegistry::transfer(const std::vector<std::pair<fs::path, std::string>>&
     }
     write_hold(p, now);
   }
+}
+
+namespace {
+fs::path cache_note(const fs::path& holds_dir, const std::string& id) {
+  if (id.empty() || id[0] == '.' || id.find('/') != std::string::npos) throw Error("not an entry id: " + id);
+  return holds_dir.parent_path() / "caches" / (id + ".json");
+}
+}  // namespace
+
+void HoldRegistry::note_caches(const fs::path& overlay, const std::string& id, const std::vector<CacheItem>& caches) {
+  json list = json::array();
+  for (const auto& c : caches)
+    if (!c.layer) list.push_back({{"dir", c.dir}, {"aside", c.aside ? json(*c.aside) : json()}});
+  if (list.empty()) return;
+  fs::path note = cache_note(dir_, id);
+  make_dirs(disk_, note.parent_path(), 0700);
+  // Not fsynced, as a hold: lost to a power cut, it loses a check, never a byte of the install.
+  write_file_atomically(disk_, note,
+                        dump_json_bytes({{"overlay", overlay.string()}, {"entry", id}, {"caches", list}}) + "\n", 0644,
+                        NameDurable::no);
+}
+
+void HoldRegistry::forget_caches(const std::string& id) {
+  fs::path note = cache_note(dir_, id);
+  if (disk_.info(note, Follow::no).exists()) disk_.remove(note);
+}
+
+std::vector<OrphanCache> HoldRegistry::orphan_caches() {
+  std::vector<OrphanCache> out;
+  fs::path dir = dir_.parent_path() / "caches";
+  if (disk_.info(dir, Follow::no).type != FileType::directory) return out;
+  // A cache dir that an overlay the registry knows records is that overlay's (a fold moved the
+  // entry there, or another entry invalidated it too): its own status speaks of it.
+  std::set<std::string> recorded;
+  for (const auto& o : overlays()) {
+    std::optional<Manifest> m;
+    try {
+      m = load_manifest(disk_, o);
+    } catch (const Error& e) {
+      spdlog::debug("the record of {} is unreadable ({}): it records no cache", o.string(), e.what());
+    }
+    for (const auto& e : m ? m->natives : std::vector<NativeEntry>{})
+      for (const auto& c : e.caches) recorded.insert(c.dir);
+  }
+  for (const auto& f : disk_.list_dir(dir)) {
+    try {
+      json j = parse_json_bytes(read_small_file(disk_, dir / f.name, 1 << 20));
+      fs::path overlay = j.at("overlay").get<std::string>();
+      if (!vanished(overlay)) continue;
+      for (const auto& c : j.at("caches")) {
+        OrphanCache o{overlay, c.at("dir").get<std::string>(), j.at("entry").get<std::string>(), {}, false};
+        if (recorded.count(o.dir.string()) != 0) continue;
+        FileInfo now = disk_.info(o.dir, Follow::no);
+        if (!c.at("aside").is_null()) {
+          auto a = c.at("aside").get<AsideDir>();
+          FileInfo kept = disk_.info(a.path, Follow::no);
+          if (kept.type == FileType::directory && kept.dev == a.dev && kept.ino == a.ino) o.aside = a.path;
+        } else {
+          o.dir_there = now.exists();
+        }
+        out.push_back(std::move(o));
+      }
+    } catch (const std::exception& e) {
+      spdlog::debug("cache note {} is unreadable ({}): it names no cache", (dir / f.name).string(), e.what());
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const OrphanCache& a, const OrphanCache& b) {
+    return std::tie(a.overlay, a.dir) < std::tie(b.overlay, b.dir);
+  });
+  return out;
+}
+
+std::string OrphanCache::describe() const {
+  std::string head = "cache " + dir.string() + ": invalidated by overlay " + overlay.string() + " (entry " + entry +
+                     "), which has vanished";
+  if (aside)
+    return head + "; it holds that overlay's build, its original is kept aside at " + aside->string() +
+           " (put it back: rm -rf " + dir.string() + " && mv " + aside->string() + " " + dir.string() + ")";
+  if (dir_there)
+    return head + " with its original; it may hold that overlay's build (clear it: rm -rf " + dir.string() + ")";
+  return head + "; the original is back or the cache is cleared";
 }
 
 }  // namespace overlay

@@ -324,6 +324,8 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   }
   spdlog::info("recorded entry {} in {}", id, (plan.overlay / kManifestName).string());
   const NativeEntry& e = m.natives.back();
+  // Before any cache is touched: an overlay deleted with the entry applied takes its record along.
+  holds.note_caches(plan.overlay, e.id, e.caches);
   for (const auto& c : cloned)
     if (store.trade_for_clone(c.saved, held.at(c.path)))
       spdlog::info("{} is now its clone; the backup is the original", c.path.string());

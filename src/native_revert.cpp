@@ -488,7 +488,9 @@ void release_holds(Disk& disk, const RevertOptions& opts, const fs::path& overla
                    const Manifest& now) {
   std::vector<fs::path> paths = installed_paths(e);
   try {
-    holds_of(disk, opts).release(paths, overlay, now, opts.lock_timeout, &e);
+    HoldRegistry holds = holds_of(disk, opts);
+    holds.release(paths, overlay, now, opts.lock_timeout, &e);
+    holds.forget_caches(e.id);
   } catch (const Error& err) {
     spdlog::warn("cannot release holds of {}: {}", overlay.string(), err.what());
   }

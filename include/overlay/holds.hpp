@@ -14,6 +14,7 @@
 
 namespace overlay {
 
+struct CacheItem;
 struct Manifest;
 struct NativeEntry;
 
@@ -66,6 +67,21 @@ struct OrphanHold {
   // checksums).
   std::string file_state;
   std::string describe() const;  // "overlay X, which has vanished, … the file holds its patched bytes"
+};
+
+// A cache dir an entry invalidated whose overlay vanished (no manifest: deleted or moved) with
+// the entry still applied, and that no overlay the registry knows records: the vanished overlay's
+// build may be what it holds. Known from the note add-native keeps beside the holds
+// (caches/<entry>.json) from its record to its revert, for the overlay's own record goes with it.
+struct OrphanCache {
+  fs::path overlay, dir;
+  std::string entry;
+  std::optional<fs::path> aside;  // the original, renamed aside, still there (same device, inode)
+  bool dir_there = false;
+  // Not clean while the original is kept aside, or while a cache whose original went with the
+  // overlay (a tar, a move into it) is there: either holds that overlay's build in the original's place.
+  bool dirty() const { return aside || dir_there; }
+  std::string describe() const;  // "cache D: invalidated by overlay O (entry E), which has vanished; …"
 };
 
 // What HoldRegistry::acquire took: a lock per path, held until this is destroyed (across the
@@ -124,6 +140,13 @@ class HoldRegistry {
   // are hashed once, by their backup). One write per hold.
   void note_entry(const std::vector<fs::path>& paths, const std::map<fs::path, std::string>& originals,
                   const fs::path& overlay, const std::string& id, double lock_timeout);
+
+  // Notes the cache dirs entry `id` of `overlay` invalidates (its record names the entry now),
+  // with where each original is kept aside; dropped by forget_caches when the entry is reverted.
+  void note_caches(const fs::path& overlay, const std::string& id, const std::vector<CacheItem>& caches);
+  void forget_caches(const std::string& id);
+  // The noted caches of vanished overlays (see OrphanCache), by overlay then dir.
+  std::vector<OrphanCache> orphan_caches();
 
   // Undoes a claim whose add-native failed before its manifest named the entry: each path
   // `overlay` still holds goes back to its previous holder, or is free again.

@@ -352,19 +352,40 @@ int run_status_all(Disk& disk, bool check_clean) {
   j["overlays"] = nlohmann::json::array();
   HoldRegistry holds(disk, HoldRegistry::default_state_dir());
   std::vector<OrphanHold> orphans = holds.orphans();
+  std::vector<OrphanCache> caches = holds.orphan_caches();
+  std::vector<fs::path> known = holds.overlays();
+  for (const auto& c : caches)  // a vanished overlay whose holds went, its caches still noted
+    if (std::find(known.begin(), known.end(), c.overlay) == known.end()) known.push_back(c.overlay);
   std::size_t dirty = 0, gone = 0;
-  for (const auto& ov : holds.overlays()) {
+  for (const auto& ov : known) {
     if (vanished(disk, ov)) {
-      // Known only by its holds: not clean while a file it held is not at the original it recorded.
+      // Known only by its holds and its noted caches: not clean while a file it held is not at
+      // the original it recorded, or a cache it invalidated may hold its build.
       nlohmann::json held = nlohmann::json::array();
+      nlohmann::json kept = nlohmann::json::array();
       bool clean = true;
       for (const auto& o : orphans)
-        if (o.hold.overlay == ov) held.push_back(orphan_json(o)), clean = clean && o.file_state == "original";
+        if (o.hold.overlay == ov) {
+          held.push_back(orphan_json(o));
+          clean = clean && o.file_state == "original";
+        }
+      for (const auto& c : caches)
+        if (c.overlay == ov && c.dirty()) {
+          kept.push_back({{"dir", c.dir.string()},
+                          {"entry", c.entry},
+                          {"aside", c.aside ? nlohmann::json(c.aside->string()) : nlohmann::json()},
+                          {"why", c.describe()}});
+          clean = false;
+        }
       ++gone;
       dirty += clean ? 0 : 1;
       out_line(ov.string() + "  VANISHED (no manifest: deleted or moved)  holds " + std::to_string(held.size()) +
-               " file(s)" + (clean ? "  clean" : "  NOT clean"));
-      j["overlays"].push_back({{"overlay", ov.string()}, {"vanished", true}, {"clean", clean}, {"held", held}});
+               " file(s)" + (kept.empty() ? "" : ", " + std::to_string(kept.size()) + " cache dir(s)") +
+               (clean ? "  clean" : "  NOT clean"));
+      for (const auto& c : caches)
+        if (c.overlay == ov && c.dirty()) out_line("  " + c.describe());
+      j["overlays"].push_back(
+          {{"overlay", ov.string()}, {"vanished", true}, {"clean", clean}, {"held", held}, {"caches", kept}});
       continue;
     }
     StatusReport r;

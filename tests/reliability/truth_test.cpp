@@ -558,3 +558,67 @@ TEST_F(Truth, ARevertNeverRestoresAnArtifactAnotherOverlaysBuildRewrote) {
   Cmd all = overlay({"status", "--all", "--check-clean"});
   EXPECT_EQ(all.rc, 0) << all.out;
 }
+
+// Issue 63: an overlay whose build rebuilt an invalidated cache, deleted by the harness with the
+// entry applied; the package then reinstalled (source and library original again). The cache
+// still held the candidate's build, and `status --all --check-clean` said clean: the holds
+// registry knew the files, never the cache. The cache dirs are noted beside the holds from the
+// record to the revert; both ways of keeping the original are named with the way out, which then
+// makes the install clean.
+TEST_F(Truth, ACacheInvalidatedByAVanishedOverlayIsNeverCalledClean) {
+  for (const char* how : {"aside", "tar"}) {
+    SCOPED_TRACE(how);
+    TempDir w;
+    std::vector<std::string> env{"OVERLAY_STATE_DIR=" + (w / "state").string()};
+    Install in = make_install(w / "inst");
+    const std::string source = read_file(in.source), lib = read_file(in.artifact);
+    const std::string pristine = tree_digest(in.cache);
+    write_file(w / "k.cpp", "int kernel() { return 7; }\n");
+    fs::path ov = w / "ov";
+    auto add = [&] {
+      return run_overlay({"add-native", "--overlay", ov.string(), "--target", in.source.string(), "--patched-file",
+                          (w / "k.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache",
+                          in.cache.string(), "--cache-snapshot", how, "--build-cwd", in.root.string(), "--build-cmd",
+                          "sh -c 'cp src/kernel.cpp lib/libk.so && mkdir -p cache && echo cand > cache/k'"},
+                         {}, env);
+    };
+    ASSERT_EQ(add().rc, 0);
+    // A revert forgets the note: nothing is left to say.
+    ASSERT_EQ(run_overlay({"revert", "--overlay", ov.string()}, {}, env).rc, 0);
+    EXPECT_TRUE(!fs::exists(w / "state/caches") || fs::is_empty(w / "state/caches"));
+    ASSERT_TRUE(settle_litter(in.root));
+    ASSERT_EQ(add().rc, 0);
+    ASSERT_EQ(read_file(in.cache / "k"), "cand\n");
+    fs::remove_all(ov);
+    write_file(in.source, source);
+    write_file(in.artifact, lib, 0755);
+    Cmd s = run_overlay({"status", "--all", "--check-clean"}, {}, env);
+    EXPECT_EQ(s.rc, 1) << s.out;
+    EXPECT_NE(s.out.find(ov.string() + "  VANISHED (no manifest: deleted or moved)  holds 2 file(s), 1 cache dir(s)  "
+                                       "NOT clean"),
+              std::string::npos)
+        << s.out;
+    EXPECT_NE(s.out.find("cache " + in.cache.string() + ": invalidated by overlay " + ov.string() + " (entry "),
+              std::string::npos)
+        << s.out;
+    if (std::string(how) == "aside") {
+      EXPECT_NE(s.out.find("its original is kept aside at " + in.root.string() + "/.cache.overlay-aside-"),
+                std::string::npos)
+          << s.out;
+      fs::path kept;
+      for (const auto& e : fs::directory_iterator(in.root))
+        if (e.path().filename().string().rfind(".cache.overlay-aside-", 0) == 0) kept = e.path();
+      ASSERT_FALSE(kept.empty());
+      fs::remove_all(in.cache);  // the way out it names
+      fs::rename(kept, in.cache);
+      EXPECT_EQ(tree_digest(in.cache), pristine);
+    } else {
+      EXPECT_NE(s.out.find("may hold that overlay's build (clear it: rm -rf " + in.cache.string() + ")"),
+                std::string::npos)
+          << s.out;
+      fs::remove_all(in.cache);  // the way out it names: the next run rebuilds it from the install
+    }
+    Cmd clean = run_overlay({"status", "--all", "--check-clean"}, {}, env);
+    EXPECT_EQ(clean.rc, 0) << clean.out;
+  }
+}
