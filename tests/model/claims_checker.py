@@ -84,6 +84,9 @@ STATS = {
     "replayed": 0,
     "reused": 0,
     "in_container": 0,
+    "in_time_ns": 0,
+    "defaulted_cwd": 0,
+    "with_cache": 0,
     "copies": 0,
     "neighbour_locks": 0,
     "again": 0,
@@ -94,6 +97,7 @@ STATS = {
     "nothing_more_checked": 0,
 }
 CONTAINERS = False  # root with unshare/nsenter/setpriv: containers and a second account
+TIME_NS = False  # containers may have a time namespace of their own (unshare --time, a CRIU restore)
 AGENTS = ("a1", "a2", "a3")
 ACC = "acc"  # the integrator's overlay of accepted changes (issue 49)
 TARGETS = ("ka", "kb")
@@ -133,6 +137,7 @@ def make_template(root):
     for t in TARGETS:
         with open(os.path.join(root, "inst/src", t + ".cpp"), "w") as f:
             f.write(kernel("STAMP-orig-" + t))
+        write_text(os.path.join(root, "inst/jit", t, "kernel.bin"), "jit-orig-" + t)
     inst = os.path.join(root, "inst")
     subprocess.run(
         ["cmake", "-S", inst, "-B", inst + "/build", "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"],
@@ -184,6 +189,11 @@ def can_contain():
     return r.returncode == 0 and r.stdout.strip() == "1"
 
 
+def can_shift_time():
+    r = subprocess.run(["unshare", "--time", "--boottime", "100000", "true"], capture_output=True)
+    return r.returncode == 0
+
+
 def child_of(pid):
     """The first child of pid (unshare --fork's child: the container's pid 1), or None."""
     for _ in range(500):
@@ -225,6 +235,7 @@ class Claims(RuleBasedStateMachine):
         for t in TARGETS:
             self.original[self.src(t)] = read(self.src(t))
             self.original[self.lib(t)] = read(self.lib(t))
+            self.original[self.jit(t)] = read(self.jit(t))
         self.overlay = {a: os.path.join(self.root, "runs", a, "ov") for a in AGENTS + (ACC,)}
         for a in AGENTS + (ACC,):
             os.makedirs(os.path.dirname(self.overlay[a]), exist_ok=True)
@@ -239,6 +250,7 @@ class Claims(RuleBasedStateMachine):
         self.neighbour = None  # (Popen of nobody's flock, the overlay directory it locks)
         self.work_before = {}  # agent -> (target, ninja -n's work for it right before its add-native)
         self.applied_before = {}  # target -> [(candidate file, stamp)] apply_and_revert applied
+        self.time_ns = {}  # agent -> whether its container has a time namespace of its own
 
     # ---- helpers
     def tags(self):
@@ -263,6 +275,11 @@ class Claims(RuleBasedStateMachine):
 
     def lib(self, t):
         return os.path.join(self.inst, "build", "lib" + t + ".so")
+
+    def jit(self, t):
+        """A JIT's cache of target t: the candidate's build copies its library there (issue 63:
+        caches kept aside, folds killed with them, overlays deleted with them applied)."""
+        return os.path.join(self.inst, "jit", t, "kernel.bin")
 
     def tool(self, *args):
         r = subprocess.run([OVERLAY, *args], env=self.env, capture_output=True, text=True, timeout=120)
@@ -306,10 +323,16 @@ class Claims(RuleBasedStateMachine):
     def idle(self, agent):
         return agent not in self.proc
 
-    def add_args(self, agent, t, patched, gate=None, over=False):
+    def add_args(self, agent, t, patched, gate=None, over=False, defaulted=False, cache=False):
+        """add-native's arguments; `defaulted`: no --build-cwd (the build runs where the tool was
+        started, which the caller makes the install: issue 63, a cwd nobody named)."""
         build = "cmake --build build --target " + t
+        if cache:
+            build += " && mkdir -p jit/%s && cp build/lib%s.so jit/%s/kernel.bin" % (t, t, t)
         if gate:
             build = "sh -c 'while [ ! -e %s ]; do sleep 0.01; done; %s'" % (gate, build)
+        elif cache:
+            build = "sh -c '%s'" % build
         layer = ["--over", self.overlay[ACC]] if over else []
         return [
             "add-native",
@@ -322,8 +345,8 @@ class Claims(RuleBasedStateMachine):
             patched,
             "--artifact",
             self.lib(t),
-            "--build-cwd",
-            self.inst,
+            *([] if defaulted else ["--build-cwd", self.inst]),
+            *(["--invalidate-cache", os.path.dirname(self.jit(t))] if cache else []),
             "--build-cmd",
             build,
         ]
@@ -334,8 +357,10 @@ class Claims(RuleBasedStateMachine):
         t=st.sampled_from(TARGETS),
         over=st.sampled_from((True, True, False)),
         reuse=st.sampled_from((False, False, True)),
+        defaulted=st.sampled_from((False, False, True)),
+        cache=st.booleans(),
     )
-    def start_add_native(self, agent, t, over, reuse):
+    def start_add_native(self, agent, t, over, reuse, defaulted, cache):
         """A candidate, stacked on the accepted overlay's changes (--over) or not; now and then into
         the agent's overlay while it still has entries (issue 50: agents reuse their overlay)."""
         if not self.idle(agent) or (self.applied(agent) and not reuse):
@@ -345,7 +370,10 @@ class Claims(RuleBasedStateMachine):
         self.work_before[agent] = (t, self.ninja_work(t)) if not self.proc and not self.applied(agent) else None
         patched, stamp = self.fresh_candidate(agent, t)
         gate = os.path.join(self.root, "gate-%d" % self.n)
-        args = self.add_args(agent, t, patched, gate, over)
+        defaulted = defaulted and agent not in self.container  # nsenter --mount moves the cwd
+        STATS["defaulted_cwd"] += defaulted
+        args = self.add_args(agent, t, patched, gate, over, defaulted, cache)
+        STATS["with_cache"] += cache
         cmd = [OVERLAY, *args]
         if agent in self.container:  # inside the agent's container, owned by its pid 1
             cmd = [
@@ -354,6 +382,7 @@ class Claims(RuleBasedStateMachine):
                 str(self.container[agent][1]),
                 "--pid",
                 "--mount",
+                *(["--time"] if self.time_ns.get(agent) else []),
                 "--",
                 OVERLAY,
                 *args,
@@ -361,10 +390,17 @@ class Claims(RuleBasedStateMachine):
                 "1",
             ]
             STATS["in_container"] += 1
+            STATS["in_time_ns"] += bool(self.time_ns.get(agent))
         p = subprocess.Popen(
-            cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            cmd,
+            env=self.env,
+            cwd=self.inst if defaulted else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
-        log("start", agent, stamp, args)
+        log("start", agent, stamp, args, "from the install" if defaulted else "")
         self.proc[agent] = (p, t, stamp, gate)
 
     @rule(agent=st.sampled_from(AGENTS))
@@ -716,7 +752,7 @@ class Claims(RuleBasedStateMachine):
         ids = self.entry_ids(agent)
         before = self.install_bytes()
         r = self.tool("fold", "--from", self.overlay[agent], "--into", self.overlay[ACC])
-        busy = {p for t in self.busy_targets() for p in (self.src(t), self.lib(t))}
+        busy = {p for t in self.busy_targets() for p in (self.src(t), self.lib(t), self.jit(t))}
         if r.returncode == 0:
             STATS["folds"] += 1
             self.claim(not self.applied(agent), "fold exit 0 but the candidate still has entries", r.stdout, r.stderr)
@@ -879,18 +915,24 @@ class Claims(RuleBasedStateMachine):
         }
 
     # ---- containers, copies and neighbours (issue 50)
-    @rule(agent=st.sampled_from(AGENTS))
-    def container_starts(self, agent):
-        """The agent moves into a container: a PID namespace whose pid 1 lives until it ends."""
+    @rule(agent=st.sampled_from(AGENTS), shifted=st.booleans())
+    def container_starts(self, agent, shifted):
+        """The agent moves into a container: a PID namespace whose pid 1 lives until it ends; now
+        and then in a time namespace of its own too (issue 63: its start times shifted for readers
+        inside), where the agent's add-natives run."""
         if not CONTAINERS or agent in self.container or not self.idle(agent):
             return
-        p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sleep", "100000"], start_new_session=True)
+        shift = ["--time", "--boottime", "100000"] if shifted and TIME_NS else []
+        p = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", *shift, "sleep", "100000"], start_new_session=True
+        )
         init = child_of(p.pid)
         if init is None:
             kill_group(p)
             p.wait()
             return
         self.container[agent] = (p, init, os.stat("/proc/%d/ns/pid" % init).st_ino)
+        self.time_ns[agent] = bool(shift)
         log("container", agent, "pid 1 is", init)
 
     @rule(agent=st.sampled_from(AGENTS))
@@ -1008,7 +1050,7 @@ class Claims(RuleBasedStateMachine):
     def status_all_check_clean(self):
         # Files an add-native in flight may be swapping while status reads are left out: status
         # speaks of the moment it looked.
-        busy = {p for t in self.busy_targets() for p in (self.src(t), self.lib(t))}
+        busy = {p for t in self.busy_targets() for p in (self.src(t), self.lib(t), self.jit(t))}
         r = self.tool("status", "--all", "--check-clean")
         if r.returncode == 0:
             for path, data in self.original.items():
@@ -1047,7 +1089,7 @@ class Claims(RuleBasedStateMachine):
 
 
 def main():
-    global OVERLAY, WORK, TEMPLATE, CONTAINERS
+    global OVERLAY, WORK, TEMPLATE, CONTAINERS, TIME_NS
     ap = argparse.ArgumentParser()
     ap.add_argument("overlay")
     ap.add_argument("--examples", type=int, default=12)
@@ -1062,6 +1104,7 @@ def main():
         flush=True,
     )
     CONTAINERS = can_contain()
+    TIME_NS = CONTAINERS and can_shift_time()
     with tempfile.TemporaryDirectory(prefix="overlay-claims-") as work:
         WORK = work
         os.chmod(work, 0o755)  # another account (nobody) can reach the overlays, as on a shared machine
@@ -1100,7 +1143,12 @@ def main():
                 % (STATS["layered"], STATS["folds"], STATS["folds_killed"], STATS["finalized"], STATS["replayed"]),
                 flush=True,
             )
-            print("claims checker: %d add-natives into an overlay that still had entries" % STATS["reused"], flush=True)
+            print(
+                "claims checker: %d add-natives into an overlay that still had entries, %d with the build cwd "
+                "defaulted, %d invalidating a cache, %d in a container with a time namespace of its own"
+                % (STATS["reused"], STATS["defaulted_cwd"], STATS["with_cache"], STATS["in_time_ns"]),
+                flush=True,
+            )
             print(
                 "claims checker: %d candidates that do not compile (%d kept with their failed build)"
                 % (STATS["failed_builds"], STATS["failed_builds_kept"]),
