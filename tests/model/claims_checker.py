@@ -87,6 +87,7 @@ STATS = {
     "in_time_ns": 0,
     "defaulted_cwd": 0,
     "with_cache": 0,
+    "replays_through_link": 0,
     "copies": 0,
     "neighbour_locks": 0,
     "again": 0,
@@ -774,6 +775,9 @@ class Claims(RuleBasedStateMachine):
         os.makedirs(os.path.dirname(patched), exist_ok=True)
         with open(patched, "w") as f:
             f.write('#include "kh.h"\nextern "C" const char* stamp() { return NOT_DECLARED_%d; }\n' % self.n)
+        # What the revert of this entry is judged against (its "nothing more to redo"), as for every
+        # add-native: the work ninja -n has now, not what it had before an earlier one.
+        self.work_before[agent] = (t, self.ninja_work(t)) if not self.proc else None
         r = self.tool(*self.add_args(agent, t, patched))
         STATS["failed_builds"] += 1
         self.claim(r.returncode != 0, "add-native exit 0 for a candidate that does not compile", r.stdout, r.stderr)
@@ -813,8 +817,8 @@ class Claims(RuleBasedStateMachine):
         log("fold killed", agent, delay_ms)
         STATS["folds_killed"] += 1
 
-    @rule(replay=st.booleans())
-    def finalize(self, replay):
+    @rule(replay=st.booleans(), through_link=st.booleans())
+    def finalize(self, replay, through_link):
         """export the accepted overlay, revert it with its layers: the install is pristine, or
         status --all --check-clean names the file that is not. Then, on a pristine install, replay."""
         if self.proc or not self.applied(ACC):
@@ -843,6 +847,8 @@ class Claims(RuleBasedStateMachine):
                 for en in json.load(f)["entries"]
                 for x in en["files"]
             }
+        if through_link:
+            self.replay_through_a_link(bundle)
         rep = self.overlay[ACC] + "-replayed-%d" % self.n
         p = self.tool("replay", "--bundle", bundle, "--overlay", rep)
         if p.returncode == 0:
@@ -863,6 +869,34 @@ class Claims(RuleBasedStateMachine):
             all(read(x) == d for x, d in self.original.items()),
             "the replay's revert did not leave the install pristine",
         )
+
+    def replay_through_a_link(self, bundle):
+        """Issue 63: the install's src/ is a symlink to a directory outside the root (a vendored
+        tree linked in). The bundle's plain relative paths lead out of the root through it: replay
+        refuses, writes nothing there, and records nothing."""
+        src, outside = os.path.join(self.inst, "src"), os.path.join(self.root, "outside-src")
+        os.rename(src, outside)
+        os.symlink(outside, src)
+        before = {n: read(os.path.join(outside, n)) for n in os.listdir(outside)}
+        try:
+            rep = self.overlay[ACC] + "-through-link-%d" % self.n
+            p = self.tool("replay", "--bundle", bundle, "--overlay", rep)
+            STATS["replays_through_link"] += 1
+            self.claim(
+                p.returncode != 0 and "FRESH_BUILD_OK" not in p.stdout,
+                "replay went through a symlinked directory out of its root",
+                p.stdout,
+                p.stderr,
+            )
+            self.claim(
+                {n: read(os.path.join(outside, n)) for n in os.listdir(outside)} == before,
+                "replay changed a file outside its root",
+                p.stderr,
+            )
+            self.claim(not os.path.exists(os.path.join(rep, "_overlay_manifest.json")), "a refused replay recorded")
+        finally:
+            os.unlink(src)
+            os.rename(outside, src)
 
     # ---- CI and the harness
     def entry_ids(self, agent):
@@ -1139,8 +1173,16 @@ def main():
                 flush=True,
             )
             print(
-                "claims checker: layers: %d candidates stacked, %d folds (%d killed mid-fold), %d finalized, %d replayed"
-                % (STATS["layered"], STATS["folds"], STATS["folds_killed"], STATS["finalized"], STATS["replayed"]),
+                "claims checker: layers: %d candidates stacked, %d folds (%d killed mid-fold), %d finalized, %d replayed "
+                "(%d more refused: through a symlinked directory out of the root)"
+                % (
+                    STATS["layered"],
+                    STATS["folds"],
+                    STATS["folds_killed"],
+                    STATS["finalized"],
+                    STATS["replayed"],
+                    STATS["replays_through_link"],
+                ),
                 flush=True,
             )
             print(
