@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/json_bytes.hpp"
 #include "overlay/python/entries.hpp"
@@ -18,7 +19,8 @@ std::vector<std::string> spellings(Disk& disk, const std::string& path) {
   try {
     std::string real = disk.real_path(path).string();
     if (real != path) s.push_back(real);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    note_ignored("the path is matched by its spelling alone", e.what());
   }
   return s;
 }

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 namespace overlay {
 
 DiskError::DiskError(const std::string& op, const std::string& path, int err)
@@ -19,5 +21,13 @@ ManifestError::ManifestError(std::string key, std::string problem)
       problem_(std::move(problem)) {}
 
 ManifestError ManifestError::under(const std::string& outer) const { return {joined(outer, key_), problem_}; }
+
+void note_ignored(const char* what_it_costs, const char* why) noexcept {
+  try {
+    spdlog::debug("ignored ({}): {}", what_it_costs, why);
+  } catch (...) {
+    // spdlog failed to format or write: the note is lost, which is all it costs
+  }
+}
 
 }  // namespace overlay

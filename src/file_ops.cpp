@@ -27,10 +27,7 @@ std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& d
     }
     disk.rename(tmp, dest);
   } catch (...) {
-    try {
-      disk.remove(tmp);
-    } catch (const Error&) {
-    }
+    best_effort("a temp file is left beside its destination", [&] { disk.remove(tmp); });
     throw;
   }
   if (durable == Durable::yes) disk.sync_dir(dest.parent());

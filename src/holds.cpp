@@ -41,10 +41,8 @@ fs::path HoldRegistry::default_state_dir() {
   fs::path probe = base;
   while (!real_disk().info(probe, Follow::yes).exists() && probe.has_relative_path()) probe = probe.parent_path();
   long magic = 0;
-  try {
-    magic = static_cast<long>(real_disk().fs_type(probe));
-  } catch (const std::exception&) {
-  }  // unknown: the directory as it always was
+  // Unknown: the directory as it always was.
+  best_effort("the state dir is taken as local", [&] { magic = static_cast<long>(real_disk().fs_type(probe)); });
   return per_host_state_dir(base, magic, this_host());
 }
 

@@ -56,10 +56,7 @@ InFlight::InFlight(Disk& disk, const fs::path& overlay, const std::string& op) :
     own_marks().insert(mark_.string());
   } catch (...) {
     lock_.reset();
-    try {
-      disk_.remove(temp);
-    } catch (const std::exception&) {
-    }
+    best_effort("a temp file is left beside the mark", [&] { disk_.remove(temp); });
     throw;
   }
 }

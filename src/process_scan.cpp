@@ -111,10 +111,9 @@ std::optional<ProcessInfo> read_process(Disk& disk, pid_t pid, const fs::path& p
   } catch (const std::exception&) {
     return std::nullopt;  // gone (or never was)
   }
-  try {
-    p.cmdline = joined_cmdline(read_small_file(disk, dir / "cmdline", kMaxProcText));
-  } catch (const std::exception&) {
-  }  // hidden (hidepid) or gone meanwhile: the process still was there
+  // Hidden (hidepid) or gone meanwhile: the process still was there.
+  best_effort("the process is shown without its command line",
+              [&] { p.cmdline = joined_cmdline(read_small_file(disk, dir / "cmdline", kMaxProcText)); });
   return p;
 }
 

@@ -52,7 +52,8 @@ nlohmann::json document_of(const std::vector<std::string>& pieces) {
         if (doc.is_object() && doc.contains("exit") && doc["exit"].is_number_integer()) return doc;
         break;
       } catch (const std::exception&) {
-      }  // not whole yet, or a line of human text
+        // not whole yet, or a line of human text: the next piece is joined and tried again
+      }
     }
   }
   return nullptr;
@@ -213,10 +214,7 @@ SallocRun run_under_salloc(Disk& disk, const std::string& salloc_args,
   run.salloc = run_process(argv, o);
   if (!run.salloc.exec_error.empty()) throw Error("salloc could not start: " + run.salloc.exec_error);
   run.record = CoordinatorRecord::read(disk, record);
-  try {
-    disk.remove(record);
-  } catch (const std::exception&) {
-  }  // never written: nothing to remove
+  best_effort("nothing: a record never written has nothing to remove", [&] { disk.remove(record); });
   return run;
 }
 

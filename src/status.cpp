@@ -483,10 +483,8 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in, Absent absen
 
 std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& overlays, const fs::path& path_in) {
   std::vector<std::string> names = {absolute_normal(path_in).string()};
-  try {
-    names.push_back(disk.real_path(names.front()).string());
-  } catch (const std::exception&) {
-  }
+  best_effort("the path is matched by its spelling alone",
+              [&] { names.push_back(disk.real_path(names.front()).string()); });
   auto is_it = [&](const std::string& p) { return std::find(names.begin(), names.end(), p) != names.end(); };
   std::vector<WhichHit> hits;
   for (const auto& ov : overlays) {

@@ -625,6 +625,8 @@ void BackupStore::purge(const std::vector<std::string>& litter, Litter how) {
       try {
         remove_all();
       } catch (...) {
+        // A detached deleter has no one to tell (and logging after fork is not safe): what it
+        // could not delete stays as litter, which the next revert or gc-stale of it removes.
       }
     }
     ::_exit(0);

@@ -41,4 +41,22 @@ class LockTimeout : public Error {
   using Error::Error;
 };
 
+// Says, at debug level, that a step's failure was dropped, what that costs and why it failed.
+void note_ignored(const char* what_it_costs, const char* why) noexcept;
+
+// Runs `step`, whose failure costs only `what_it_costs` (a temp file left for the next run, a
+// path matched by its spelling alone, a name a report leaves out), never a claim the tool makes:
+// an exception from it is dropped and said at debug level. The one way to ignore an error
+// (docs/contributing.md, "Errors"); a bare empty catch is a bug.
+template <class Step>
+void best_effort(const char* what_it_costs, Step&& step) noexcept {
+  try {
+    step();
+  } catch (const std::exception& e) {
+    note_ignored(what_it_costs, e.what());
+  } catch (...) {
+    note_ignored(what_it_costs, "an exception that is not a std::exception");
+  }
+}
+
 }  // namespace overlay

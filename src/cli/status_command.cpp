@@ -456,10 +456,8 @@ int run_which(Disk& disk, const std::string& path) {
   if (stack != nullptr) out_line(j["path"].get<std::string>() + ": layers, bottom first: " + describe_stack(*stack));
   std::optional<OrphanHold> orphan = holds.orphan_of(j["path"].get<std::string>());
   if (!orphan) {
-    try {
-      orphan = holds.orphan_of(disk.real_path(j["path"].get<std::string>()));
-    } catch (const std::exception&) {
-    }
+    best_effort("a holder that vanished is not named for a path that cannot be resolved",
+                [&] { orphan = holds.orphan_of(disk.real_path(j["path"].get<std::string>())); });
   }
   j["orphan_hold"] = orphan ? orphan_json(*orphan) : nlohmann::json(nullptr);
   if (orphan) out_line(j["path"].get<std::string>() + ": held by " + orphan->describe());
