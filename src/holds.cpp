@@ -651,7 +651,8 @@ fs::path cache_note(const fs::path& holds_dir, const std::string& id) {
 void HoldRegistry::note_caches(const fs::path& overlay, const std::string& id, const std::vector<CacheItem>& caches) {
   json list = json::array();
   for (const auto& c : caches)
-    if (!c.layer) list.push_back({{"dir", c.dir}, {"aside", c.aside ? json(*c.aside) : json()}});
+    if (!c.layer)
+      list.push_back({{"dir", c.dir}, {"existed", c.existed}, {"aside", c.aside ? json(*c.aside) : json()}});
   if (list.empty()) return;
   fs::path note = cache_note(dir_, id);
   make_dirs(disk_, note.parent_path(), 0700);
@@ -698,6 +699,7 @@ std::vector<OrphanCache> HoldRegistry::orphan_caches() {
           if (kept.type == FileType::directory && kept.dev == a.dev && kept.ino == a.ino) o.aside = a.path;
         } else {
           o.dir_there = now.exists();
+          o.existed = c.value("existed", true);
         }
         out.push_back(std::move(o));
       }
@@ -712,13 +714,17 @@ std::vector<OrphanCache> HoldRegistry::orphan_caches() {
 }
 
 std::string OrphanCache::describe() const {
+  // Moved, the overlay still records the entry where it is now, and its revert puts the original
+  // back (renaming the copy by hand would make that revert refuse it); deleted, nothing will.
   std::string head = "cache " + dir.string() + ": invalidated by overlay " + overlay.string() + " (entry " + entry +
                      "), which has vanished";
+  std::string moved = "moved: revert it where it is now; deleted: ";
   if (aside)
-    return head + "; it holds that overlay's build, its original is kept aside at " + aside->string() +
-           " (put it back: rm -rf " + dir.string() + " && mv " + aside->string() + " " + dir.string() + ")";
+    return head + "; it holds that overlay's build, its original is kept aside at " + aside->string() + " (" + moved +
+           "put it back: rm -rf " + dir.string() + " && mv " + aside->string() + " " + dir.string() + ")";
   if (dir_there)
-    return head + " with its original; it may hold that overlay's build (clear it: rm -rf " + dir.string() + ")";
+    return head + (existed ? " with its original" : " (there was none before)") +
+           "; it may hold that overlay's build (" + moved + "clear it: rm -rf " + dir.string() + ")";
   return head + "; the original is back or the cache is cleared";
 }
 

@@ -78,6 +78,7 @@ struct OrphanCache {
   std::string entry;
   std::optional<fs::path> aside;  // the original, renamed aside, still there (same device, inode)
   bool dir_there = false;
+  bool existed = true;  // the dir was there before the entry (noted since "existed" was written)
   // Not clean while the original is kept aside, or while a cache whose original went with the
   // overlay (a tar, a move into it) is there: either holds that overlay's build in the original's place.
   bool dirty() const { return aside || dir_there; }

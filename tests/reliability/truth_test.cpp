@@ -605,6 +605,10 @@ TEST_F(Truth, ACacheInvalidatedByAVanishedOverlayIsNeverCalledClean) {
       EXPECT_NE(s.out.find("its original is kept aside at " + in.root.string() + "/.cache.overlay-aside-"),
                 std::string::npos)
           << s.out;
+      EXPECT_NE(s.out.find(" (moved: revert it where it is now; deleted: put it back: rm -rf " + in.cache.string() +
+                           " && mv "),
+                std::string::npos)
+          << s.out;
       fs::path kept;
       for (const auto& e : fs::directory_iterator(in.root))
         if (e.path().filename().string().rfind(".cache.overlay-aside-", 0) == 0) kept = e.path();
@@ -613,7 +617,9 @@ TEST_F(Truth, ACacheInvalidatedByAVanishedOverlayIsNeverCalledClean) {
       fs::rename(kept, in.cache);
       EXPECT_EQ(tree_digest(in.cache), pristine);
     } else {
-      EXPECT_NE(s.out.find("may hold that overlay's build (clear it: rm -rf " + in.cache.string() + ")"),
+      EXPECT_NE(s.out.find(" with its original; it may hold that overlay's build (moved: revert it where it is now; "
+                           "deleted: clear it: rm -rf " +
+                           in.cache.string() + ")"),
                 std::string::npos)
           << s.out;
       fs::remove_all(in.cache);  // the way out it names: the next run rebuilds it from the install
