@@ -307,6 +307,13 @@ class Claims(RuleBasedStateMachine):
         self.stamps[hashlib.sha256(kernel(stamp).encode()).hexdigest()] = stamp
         return path, stamp
 
+    def manifest_at(self, overlay):
+        try:
+            with open(os.path.join(overlay, "_overlay_manifest.json")) as f:
+                return json.load(f)
+        except (FileNotFoundError, ValueError):
+            return None
+
     def manifest(self, agent):
         try:
             with open(os.path.join(self.overlay[agent], "_overlay_manifest.json")) as f:
@@ -618,7 +625,14 @@ class Claims(RuleBasedStateMachine):
         in_flight = {t: stamp for (_, t, stamp, _) in self.proc.values()}
         target_of = {p: t for t in TARGETS for p in (self.src(t), self.lib(t))}
         covered = {p for u in m.get("layers_above", []) if self.records_entry(u) for p in u["paths"]}
+        # A fold killed after it committed is finished by this revert (docs/cli.md): the entries it
+        # names went to the overlay it names, which keeps them applied (seed 4141577133).
+        fo = m.get("fold_out") or {}
+        received = {e.get("id") for e in (self.manifest_at(fo["into"]) or {}).get("natives", [])} if fo else set()
+        folded = {i for i in fo.get("entries", []) if i in received}
         for e in m.get("natives", []):
+            if e.get("id") in folded:
+                continue
             items = [(i["install_path"], i["sha256"]) for i in e["sources"]] + [
                 (i["path"], i.get("sha256") if i.get("existed") else None) for i in e["artifacts"]
             ]
