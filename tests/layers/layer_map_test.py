@@ -12,7 +12,9 @@ The map is the fenced block after the "layer map" comment in docs/design.md: one
   * a file includes only files on its floor or below (include/overlay/X.hpp is on src/X.cpp's
     floor), and the includes form no cycle;
   * a source of the overlay_base library (its add_library list in CMakeLists.txt) includes only
-    files of that library.
+    files of that library;
+  * the design's sentence on that library names its files and counts them, and the library's
+    whole (overlay_base and overlay_core), as CMakeLists.txt builds them.
 """
 import os
 import re
@@ -81,6 +83,36 @@ def base_library(root):
     return set(re.findall(r"src/\S+\.cpp", m.group(1))) if m else set()
 
 
+def core_library(root):
+    text = open(os.path.join(root, "CMakeLists.txt"), encoding="utf-8").read()
+    m = re.search(r"add_library\(overlay_core STATIC(.*?)\n\)", text, re.S)
+    return set(re.findall(r"src/\S+\.cpp", m.group(1))) if m else set()
+
+
+def library_counts(root):
+    """The design's `overlay_base` (LIST) ... compiles N files, not M: as CMakeLists.txt says."""
+    text = open(os.path.join(root, "docs/design.md"), encoding="utf-8").read()
+    m = re.search(r"`overlay_base` \(([^)]*)\):.*?compiles (\d+) files, not (\d+)\.", text, re.S)
+    if not m:
+        return [
+            "docs/design.md has no sentence on overlay_base's files ('`overlay_base` (...) ... compiles N files, not M.')"
+        ]
+    base, core = base_library(root), core_library(root)
+    named = {"src/%s.cpp" % n.strip() for n in m.group(1).replace("\n", " ").split(",")}
+    problems = []
+    if named != base:
+        problems.append(
+            "docs/design.md lists overlay_base as %s; CMakeLists.txt builds %s"
+            % (", ".join(sorted(named)), ", ".join(sorted(base)))
+        )
+    if (int(m.group(2)), int(m.group(3))) != (len(base), len(base) + len(core)):
+        problems.append(
+            "docs/design.md counts %s files of overlay_base, not %s in the library; CMakeLists.txt builds %d, not %d"
+            % (m.group(2), m.group(3), len(base), len(base) + len(core))
+        )
+    return problems
+
+
 def check(root):
     rows, problems = read_map(root)
     files = files_under(root, "src", (".cpp", ".hpp")) + files_under(root, "include/overlay", (".hpp",))
@@ -108,6 +140,7 @@ def check(root):
                 if n in base_nodes and t not in base_nodes:
                     problems.append("%s is in overlay_base but includes %s, which is not" % (f, inc))
     problems += cycles(edges)
+    problems += library_counts(root)
     return problems
 
 
@@ -151,6 +184,7 @@ def planted(root):
             "src/new_room.cpp is not in the layer map",
         ),
         ("a cycle", "src/lock.cpp", '#include "overlay/in_flight.hpp"\n', "an include cycle: "),
+        ("a stale count", "docs/design.md", "", "docs/design.md counts 12 files of overlay_base"),
     ]
     failed = 0
     for what, path, line, expect in cases:
@@ -166,6 +200,10 @@ def planted(root):
             if what == "a cycle":  # on one floor, so only the cycle check can see it
                 p = os.path.join(scratch, "docs/design.md")
                 text = open(p).read().replace("\n2  src/lock.cpp ", "\n3  src/lock.cpp ")
+                open(p, "w").write(text)
+            if what == "a stale count":
+                p = os.path.join(scratch, "docs/design.md")
+                text = re.sub(r"compiles \d+ files, not", "compiles 12 files, not", open(p).read())
                 open(p, "w").write(text)
             got = check(scratch)
             hit = [g for g in got if expect in g]
