@@ -351,7 +351,7 @@ std::string str_at(const fs::path& dir, const json& j, const char* key, const st
 
 std::string encoded_at(const fs::path& dir, const json& v, const std::string& where) {
   if (!v.is_string() || !valid_encoded(v.get<std::string>()))
-    bad_bundle(dir, where + ": not a path inside the root or ~/");
+    bad_bundle(dir, where + ": " + v.dump() + " is not a path inside the root or ~/");
   return v.get<std::string>();
 }
 
@@ -376,7 +376,7 @@ BundleFile read_file_item(Disk& disk, const fs::path& dir, const json& j, const 
   if (f.change == SwapKind::remove) return f;
   f.file = str_at(dir, j, "file", where);
   if (!is_safe_relative(f.file) || f.file.rfind("files/", 0) != 0)
-    bad_bundle(dir, where + "file: not a path under files/");
+    bad_bundle(dir, where + "file: " + json(f.file).dump() + " is not a path under files/");
   if (disk.info(dir / f.file, Follow::no).type != FileType::regular)
     bad_bundle(dir, where + "file: missing: " + f.file);
   // A directory of the bundle that is a symlink would have the replay read a file from elsewhere.
