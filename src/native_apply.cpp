@@ -127,9 +127,7 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     c.parent = held.pin(plan.caches[k]);
     FileInfo ci = disk.info(held.at(plan.caches[k]), Follow::no);
     c.existed = ci.type == FileType::directory;
-    if (c.existed && plan.cache_ways[k] == CacheWay::move) {
-      c.backup_dir = store.moved_dir_name(id, "cache_" + std::to_string(k));  // moved after the record
-    } else if (c.existed && plan.cache_ways[k] == CacheWay::aside) {
+    if (c.existed && plan.cache_ways[k] == CacheWay::aside) {
       // Renamed after the record; the identity it has now is the one revert will accept back.
       c.aside = AsideDir{aside_path_of(plan.caches[k], id).string(), static_cast<std::uint64_t>(ci.dev),
                          static_cast<std::uint64_t>(ci.ino), static_cast<std::uint64_t>(ci.uid)};
@@ -141,9 +139,8 @@ NativeEntry back_up(Disk& disk, BackupStore& store, const NativePlan& plan, cons
     }
     e.caches.push_back(std::move(c));
   }
-  bool moved =
-      std::any_of(e.caches.begin(), e.caches.end(), [](const CacheItem& c) { return c.backup_dir || c.aside; });
-  if (moved || !e.created.empty()) e.python_guard = store.make_python_guard(id);
+  bool aside = std::any_of(e.caches.begin(), e.caches.end(), [](const CacheItem& c) { return c.aside.has_value(); });
+  if (aside || !e.created.empty()) e.python_guard = store.make_python_guard(id);
   e.build_cmds = plan.build_cmds;
   e.build_cwd = plan.build_cwd.string();
   e.build_cwd_defaulted = plan.build_cwd_defaulted && !plan.build_cmds.empty();
@@ -346,10 +343,7 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   }
   for (std::size_t k = 0; k < plan.caches.size(); ++k) {
     const CacheItem& c = e.caches[k];
-    if (c.backup_dir) {
-      store.move_dir_in(held.at(plan.caches[k]), *c.backup_dir);  // the move is the invalidation
-      spdlog::info("moved cache {} -> {}", c.dir, *c.backup_dir);
-    } else if (c.aside) {
+    if (c.aside) {
       store.put_aside(held.at(plan.caches[k]), *c.aside);  // so is the rename aside
       spdlog::info("renamed cache {} aside -> {}", c.dir, c.aside->path);
     } else {

@@ -201,41 +201,22 @@ std::vector<std::vector<std::string>> checked_build(Disk& disk, const AddNativeR
   return cmds;
 }
 
-// The filesystem an overlay will live on: its own, or that of its nearest existing ancestor.
-FileInfo overlay_device(Disk& disk, fs::path p) {
-  for (;;) {
-    FileInfo fi = disk.info(p, Follow::yes);
-    if (fi.exists() || p == p.root_path() || p.empty()) return fi;
-    p = p.parent_path();
-  }
-}
-
-std::vector<CacheWay> cache_decisions(Disk& disk, const std::vector<fs::path>& caches, const fs::path& overlay,
-                                      CacheSnapshot how) {
+std::vector<CacheWay> cache_decisions(Disk& disk, const std::vector<fs::path>& caches, CacheSnapshot how) {
   std::vector<CacheWay> out;
-  FileInfo ov = overlay_device(disk, overlay);
   for (const auto& c : caches) {
     FileInfo ci = disk.info(c, Follow::no);
     if (!ci.exists() || how == CacheSnapshot::tar) {
-      out.push_back(how == CacheSnapshot::tar ? CacheWay::tar : CacheWay::move);  // nothing to keep when absent
+      out.push_back(how == CacheSnapshot::tar ? CacheWay::tar : CacheWay::aside);  // nothing to keep when absent
       continue;
     }
-    bool same_fs = same_mount(ci, ov);  // a bind mount of the same filesystem is not: EXDEV
     std::string why = why_not_renamable(disk, c, ci);
-    if (how == CacheSnapshot::move && !same_fs)
-      throw Error("--cache-snapshot move: cache dir and overlay are on different filesystems or mounts: " + c.string());
+    // `move` renames the cache as `aside` does, beside itself: moved into the overlay it brought
+    // its symlinks and bytecode under a root that a source-proving launch refuses on PYTHONPATH
+    // (issue 62), and aside costs the same one rename, on the cache's own filesystem.
     if ((how == CacheSnapshot::move || how == CacheSnapshot::aside) && !why.empty())
       throw Error(std::string("--cache-snapshot ") + (how == CacheSnapshot::move ? "move" : "aside") +
                   ": cannot rename " + c.string() + ": " + why);
-    if (how == CacheSnapshot::move)
-      out.push_back(CacheWay::move);
-    else if (how == CacheSnapshot::aside)
-      out.push_back(CacheWay::aside);
-    else
-      // Aside, never moved in: a moved cache brings its symlinks and bytecode under the overlay
-      // root, which a source-proving launch refuses once the root is on PYTHONPATH (issue 62).
-      // Aside costs the same one rename on any filesystem.
-      out.push_back(why.empty() ? CacheWay::aside : CacheWay::tar);
+    out.push_back(why.empty() ? CacheWay::aside : CacheWay::tar);
   }
   return out;
 }
@@ -304,7 +285,7 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   if (req.over) plan.over = checked_lower(disk, absolute_normal(*req.over), plan.overlay);
   plan.artifacts = checked_artifacts(disk, req);
   plan.caches = checked_caches(disk, req, plan.overlay);
-  plan.cache_ways = cache_decisions(disk, plan.caches, plan.overlay, req.cache_snapshot);
+  plan.cache_ways = cache_decisions(disk, plan.caches, req.cache_snapshot);
   plan.build_cmds = checked_build(disk, req, plan.build_cwd);
   if (req.build_cwd) plan.watched_dirs.push_back(plan.build_cwd);
   plan.build_cwd_defaulted = !req.build_cwd;

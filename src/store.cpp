@@ -370,17 +370,6 @@ bool BackupStore::restore_bytes(const FileBackup& rec, const At& path, RestoredT
   return true;
 }
 
-std::string BackupStore::moved_dir_name(const std::string& id, const std::string& label) const {
-  return std::string(kBackupDirName) + "/" + id + "/" + label + ".dir";
-}
-
-void BackupStore::move_dir_in(const At& dir, const std::string& rel) {
-  fs::path dest = resolve(rel);
-  disk_.rename(dir, dest);
-  disk_.sync_dir(dir.parent());
-  disk_.sync_dir(dest.parent_path());
-}
-
 bool BackupStore::move_dir_back(const std::string& rel, const At& dir) {
   fs::path moved = resolve(rel);
   FileInfo mi = disk_.info(moved, Follow::no);

@@ -24,9 +24,12 @@ struct Manifest;
 // cache the overlay's filesystem cannot take), or a tar (what overlay_setup.py can read; also
 // where the cache's parent cannot be written). auto: move where the cache and the overlay share
 // a filesystem, aside where they do not and the cache's parent is writable, tar elsewhere.
+// `move` is kept for the callers that ask for it by name: it renames the cache beside itself, as
+// `aside` does (an overlay root holds sources only: issue 62), so its errors say `move`.
 enum class CacheSnapshot { automatic, move, aside, tar };
-// What the plan decided for one cache dir.
-enum class CacheWay { move, aside, tar };
+// What the plan decided for one cache dir. Records of earlier versions may still name a cache
+// moved into the overlay (CacheItem::backup_dir): revert, fold and status take those back.
+enum class CacheWay { aside, tar };
 
 // What an entry does to one installed file: replace its bytes, create it, or delete it.
 enum class SwapKind { modify, create, remove };

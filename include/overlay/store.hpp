@@ -79,12 +79,9 @@ class BackupStore {
   // Of `rec`, what it lacks (an item overlay_setup.py wrote has no mode, stamp, owner or
   // attributes) is left as the backup's or the current file's.
   bool restore_file(const FileBackup& rec, const At& path, RestoredTime when = RestoredTime::now);
-  // Moves directory `dir` into the entry as "<label>.dir" (same filesystem: one rename, every
-  // inode attribute kept). Returns the backup's relative path; nothing is moved yet.
-  std::string moved_dir_name(const std::string& id, const std::string& label) const;
-  void move_dir_in(const At& dir, const std::string& rel);
-  // Renames a moved-in directory back over `dir` (whatever stands there is parked). Returns
-  // false when there is nothing to move back (never moved, or moved back already).
+  // Renames a directory an earlier version moved into the entry (`--cache-snapshot move` before
+  // issue 62) back over `dir` (whatever stands there is parked). Returns false when there is
+  // nothing to move back (moved back already).
   bool move_dir_back(const std::string& rel, const At& dir);
   // Renames cache dir `dir` to its aside sibling `aside.path` (same parent, so the same
   // filesystem: O(1) at any file count), then fsyncs the parent. The rename is the invalidation.

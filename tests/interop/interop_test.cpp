@@ -315,13 +315,13 @@ std::vector<OvShape> overlay_shapes() {
              with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}), tar)};
        },
        true},
-      {"moved cache",
+      {"--cache-snapshot move (renamed aside since issue 62)",
        [=](Interop& f) {
          return V{with(f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"}),
                        move)};
        },
        false},
-      {"auto cache (same filesystem: moved)",
+      {"auto cache (renamed aside)",
        [=](Interop& f) {
          return V{f.entry("src/kernel.cpp", "kernel.cpp", {"lib/libk.so"}, {"cache"}, {"lib/libk.so", "cache/"})};
        },

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "overlay/hash.hpp"
 #include "overlay/process.hpp"
@@ -60,6 +61,22 @@ std::string read_file(const fs::path& p) {
 }
 
 std::string file_sha256(const fs::path& p) { return sha256_hex(read_file(p)); }
+
+void record_caches_as_moved_in(const fs::path& overlay) {
+  const fs::path manifest = overlay / "_overlay_manifest.json";
+  nlohmann::json m = nlohmann::json::parse(read_file(manifest));
+  for (auto& e : m["natives"]) {
+    auto& caches = e["caches"];
+    for (std::size_t k = 0; k < caches.size(); ++k) {
+      if (!caches[k].contains("aside")) continue;
+      std::string rel = "_native_backup/" + e["id"].get<std::string>() + "/cache_" + std::to_string(k) + ".dir";
+      fs::rename(caches[k]["aside"]["path"].get<std::string>(), overlay / rel);
+      caches[k].erase("aside");
+      caches[k]["backup_dir"] = rel;
+    }
+  }
+  write_file(manifest, m.dump(2));
+}
 
 bool can_clone_in(const fs::path& dir) {
   fs::path a = dir / ".clone-probe-a", b = dir / ".clone-probe-b";

@@ -60,6 +60,11 @@ std::string file_sha256(const fs::path& p);
 // once the trees a command left to its detached deleter are gone (settle_litter).
 std::string tree_digest(const fs::path& root);
 
+// Rewrites overlay's record as versions before issue 62 wrote `--cache-snapshot move`: each cache
+// kept aside is renamed into the overlay as _native_backup/<entry>/cache_<k>.dir and recorded as
+// that `backup_dir`. Revert, fold and status still take such records back; this keeps them tested.
+void record_caches_as_moved_in(const fs::path& overlay);
+
 // Whether files in `dir` can share blocks (ioctl FICLONE works there: XFS with reflink, btrfs).
 bool can_clone_in(const fs::path& dir);
 // Whether any extent of the file is shared with another file (FIEMAP_EXTENT_SHARED).

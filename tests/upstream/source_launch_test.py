@@ -380,6 +380,21 @@ class SourceLaunch(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assert_cache_back(inst)
 
+    def test_no_cache_snapshot_mode_puts_the_cache_under_the_root(self):
+        # `--cache-snapshot move` renamed the cache into the overlay until issue 62's sixth part:
+        # asked for by name, it brought the cache's symlink and bytecode under the root.
+        inst = self.install()
+        for mode in ("auto", "aside", "move", "tar"):
+            with self.subTest(mode=mode):
+                cand = os.path.join(self.t, "cand-" + mode)
+                self.add_native(cand, inst, "--cache-snapshot", mode)
+                self.overlay("cand-" + mode, {})
+                self.assertEqual(self.bytecode_or_links(cand), [])
+                self.assert_launched(self.launch([cand]), cand)
+                r = tool("revert", "--overlay", cand, env=self.env)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assert_cache_back(inst)
+
     def test_a_mixed_candidate_through_apply_passes(self):
         # One diff: the kernel (a native entry) and a Python wrapper (a module entry).
         inst = self.install()
