@@ -261,12 +261,39 @@ std::vector<std::string> backup_files(const NativeEntry& e) {
   return out;
 }
 
+// The directories of `rel` below `base`, made where missing; never `base` itself. ACCEPTED moved
+// away mid-fold (a harness's mv), `mkdir -p` made a new one at its path that the commit then wrote
+// a record into, naming backups the new one lacks: this fails instead (ENOENT), before the commit.
+void make_dirs_below(Disk& disk, const fs::path& base, const fs::path& rel, mode_t mode) {
+  fs::path p = base;
+  for (const auto& part : rel) {
+    p /= part;
+    if (disk.info(p, Follow::no).type != FileType::directory) disk.make_dir(p, mode);
+  }
+}
+
+// ACCEPTED's directory, as the fold found it under its lock: every write of the fold into it is
+// made only while that very directory (device and inode) still stands at its path.
+struct PinnedOverlay {
+  fs::path path;
+  FileInfo at_lock;
+
+  void still_there(Disk& disk, const char* before) const {
+    FileInfo now = disk.info(path, Follow::no);
+    if (now.type == FileType::directory && now.dev == at_lock.dev && now.ino == at_lock.ino) return;
+    throw Error(path.string() + " was moved or replaced while the fold ran (" +
+                (now.exists() ? "another directory stands there" : "nothing stands there") + "), before " + before +
+                ": nothing is folded; the candidate's next verb and the moved overlay's settle it");
+  }
+};
+
 // A backup of CAND's given the same name in ACCEPTED: a second name for the same inode where
 // both share a filesystem, else a durable copy.
-void link_or_copy(Disk& disk, const fs::path& src, const fs::path& dest) {
+void link_or_copy(Disk& disk, const fs::path& src, const fs::path& into, const std::string& rel) {
+  const fs::path dest = into / rel;
   FileInfo si = disk.info(src, Follow::no);
   if (si.type != FileType::regular) return;  // a build log never written, say: nothing to carry
-  make_dirs(disk, dest.parent_path(), 0700);
+  make_dirs_below(disk, into, fs::path(rel).parent_path(), 0700);
   if (disk.info(dest, Follow::no).exists()) disk.remove(dest);  // an interrupted stage's
   try {
     disk.make_hardlink(src, dest);
@@ -280,14 +307,16 @@ void link_or_copy(Disk& disk, const fs::path& src, const fs::path& dest) {
 // Stages the entries that move whole in ACCEPTED (CAND keeps every backup until the commit):
 // files linked, moved cache dirs renamed (across filesystems: kept as a tar instead), the guard
 // against overlay_setup.py made again; then every name made durable.
-void stage(Disk& disk, const fs::path& from, const fs::path& into, FoldPlan& p) {
+void stage(Disk& disk, const fs::path& from, const PinnedOverlay& pinned, FoldPlan& p) {
+  const fs::path& into = pinned.path;
+  pinned.still_there(disk, "staging");
   BackupStore src(disk, from), dst(disk, into);
-  make_dirs(disk, into / kBackupDirName);
-  for (const auto& rel : p.carried) link_or_copy(disk, src.resolve(rel), into / rel);
+  make_dirs_below(disk, into, kBackupDirName, 0755);
+  for (const auto& rel : p.carried) link_or_copy(disk, src.resolve(rel), into, rel);
   for (std::size_t i : p.moved) {
     NativeEntry& e = p.into.natives[i];
-    make_dirs(disk, into / kBackupDirName / e.id, 0700);
-    for (const auto& rel : backup_files(e)) link_or_copy(disk, src.resolve(rel), into / rel);
+    make_dirs_below(disk, into, fs::path(kBackupDirName) / e.id, 0700);
+    for (const auto& rel : backup_files(e)) link_or_copy(disk, src.resolve(rel), into, rel);
     for (std::size_t k = 0; k < e.caches.size(); ++k) {
       CacheItem& c = e.caches[k];
       if (!c.backup_dir) continue;
@@ -533,6 +562,7 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
     if (load_manifest(disk, into))
       throw Error(into.string() + " was made by another process meanwhile: run the fold again");
   }
+  const PinnedOverlay pinned{into, disk.info(into, Follow::no)};
   for (std::size_t i : p.moved) p.into.natives[i].folded_from = from.string();
   std::string fold = new_fold_id();
   // 1. CAND says where its entries are going; 2. ACCEPTED shields what will be staged in it.
@@ -541,11 +571,13 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   std::vector<std::string> staged;
   for (std::size_t i : p.moved) staged.push_back(p.into.natives[i].id);
   am.folds_in.push_back(FoldMark{from.string(), fold, staged, false});
+  pinned.still_there(disk, "its mark");
   save_manifest(disk, into, am);
   // 3. Stage; 4. commit: ACCEPTED's record holds the fold (the point of no return).
-  stage(disk, from, into, p);
+  stage(disk, from, pinned, p);
   p.into.folds_in = am.folds_in;
   p.into.folds_in.back().committed = true;
+  pinned.still_there(disk, "its commit");
   save_manifest(disk, into, p.into);
   // 5. The holds follow, while ACCEPTED's mark still names CAND (a copy is told from the fold's
   // receiver by it); 6. CAND lets go; 7. the mark goes.

@@ -1,5 +1,6 @@
 // Layers, fold, export and replay (issue 49) through the real binary: the optimisation loop as
 // the pipeline runs it, each claim checked against the disk.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -889,4 +890,78 @@ TEST_F(Layers, AChangeHeldByTwoOverlaysOfOneStackIsToldToFoldTheUpperOne) {
   ASSERT_EQ(run({"revert", "--overlay", ov("acc"), "--with-layers"}).rc, 0);
   ASSERT_TRUE(settle_litter(in.root));
   EXPECT_EQ(tree_digest(in.root), pristine);
+}
+
+namespace {
+
+// `overlay ARGS` run under strace, paused 2 s right after its first fsync of directory `dir` (the
+// directory sync that makes its first record there durable), with stderr into `err`. No strace:
+// -1.
+pid_t spawn_paused_at_first_sync_of(const fs::path& dir, const std::vector<std::string>& args,
+                                    const std::vector<std::string>& env, const fs::path& err) {
+  if (std::system("command -v strace >/dev/null 2>&1") != 0) return -1;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int devnull = ::open("/dev/null", O_WRONLY), e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(devnull, 1);
+    ::dup2(e, 2);
+    for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    std::vector<std::string> a{"strace",
+                               "-f",
+                               "-qq",
+                               "-o",
+                               "/dev/null",
+                               "-P",
+                               dir.string(),
+                               "-e",
+                               "trace=fsync",
+                               "-e",
+                               "inject=fsync:delay_exit=2000000:when=1",
+                               overlay_binary()};
+    a.insert(a.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    ::execvp("strace", argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+// A harness moves ACCEPTED (mv acc acc.moved) while a fold into it runs, right after the fold
+// marked it. The fold made a new ACCEPTED at the old path (mkdir -p) and committed a record there
+// naming backups only the moved one had: neither could be reverted (`backup missing`; the moved
+// one refused as a copy) and status stayed NOT clean. Now the fold writes into ACCEPTED only while
+// that very directory stands at its path: it stops before its commit, and each side settles.
+TEST_F(Layers, AnAcceptedOverlayMovedDuringAFoldIsNeverRecreatedAtItsPath) {
+  write_file(in.root / "src/util.h", "#define U 1\n");
+  pristine = tree_digest(in.root);
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  write_file(t / "u.diff", "--- a/src/util.h\n+++ b/src/util.h\n@@ -1 +1 @@\n-#define U 1\n+#define U 8\n");
+  ASSERT_EQ(run({"add-native", "--overlay", ov("cand"), "--over", ov("acc"), "--patch", (t / "u.diff").string(),
+                 "--patch-root", in.root.string()})
+                .rc,
+            0);
+  pid_t fold = spawn_paused_at_first_sync_of(t / "ev/acc", {"fold", "--from", ov("cand"), "--into", ov("acc")}, env,
+                                             t / "fold.err");
+  if (fold < 0) GTEST_SKIP() << "strace is not installed";
+  ASSERT_TRUE(until_ready_or_exited(fold, [&] {
+    return fs::exists(t / "ev/acc/_overlay_manifest.json") &&
+           read_file(t / "ev/acc/_overlay_manifest.json").find("folds_in") != std::string::npos;
+  })) << read_file(t / "fold.err");
+  fs::rename(t / "ev/acc", t / "ev/acc.moved");
+  EXPECT_NE(wait_rc(fold), 0);
+  std::string err = read_file(t / "fold.err");
+  EXPECT_NE(err.find("was moved or replaced while the fold ran"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(t / "ev/acc")) << "the fold made a new accepted overlay at the old path";
+  Cmd c = run({"revert", "--overlay", ov("cand")});
+  EXPECT_EQ(c.rc, 0) << c.err;
+  Cmd a = run({"revert", "--overlay", (t / "ev/acc.moved").string()});
+  EXPECT_EQ(a.rc, 0) << a.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+  Cmd s = run({"status", "--all", "--check-clean"});
+  EXPECT_EQ(s.rc, 0) << s.out << s.err;
 }
