@@ -287,4 +287,18 @@ void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reve
   m.untracked = still_as_built(disk, m.untracked);
 }
 
+nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& u : outputs) {
+    nlohmann::json item = {{"path", u.path}, {"change", u.change}};
+    if (!u.entry.empty()) {
+      item["entry"] = u.entry;
+      item["regenerated_by"] = u.build_cmds;
+    }
+    item["clear_reason"] = u.clear_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(u.clear_reason);
+    a.push_back(item);
+  }
+  return a;
+}
+
 }  // namespace overlay

@@ -36,6 +36,35 @@ bool rebuilt(const ArtifactItem& a, const FileInfo& now) {
 
 }  // namespace
 
+nlohmann::json python_processes_json(const EngagementReport& r) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& u : r.python)
+    a.push_back({{"pid", u.pid},
+                 {"start_ticks", u.start_ticks},
+                 {"cmdline", u.cmdline},
+                 {"applied", u.applied},
+                 {"failed", u.failed},
+                 {"pending", u.pending}});
+  return a;
+}
+
+ArtifactUse still_running_use(const RunningPatched& x) {
+  return {static_cast<pid_t>(x.pid), x.start_ticks, x.cmdline, x.path, x.entry, MapState::patched, true};
+}
+
+nlohmann::json processes_json(const EngagementReport& r) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& u : r.uses)
+    a.push_back({{"pid", u.pid},
+                 {"start_ticks", u.start_ticks},
+                 {"cmdline", u.cmdline},
+                 {"artifact", u.artifact},
+                 {"entry", u.entry},
+                 {"state", to_string(u.state)},
+                 {"reverted", u.reverted}});
+  return a;
+}
+
 const char* to_string(MapState s) {
   switch (s) {
     case MapState::patched:

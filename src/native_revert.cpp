@@ -663,6 +663,34 @@ void merge_report(RevertReport& into, RevertReport&& r) {
 
 }  // namespace
 
+nlohmann::json RevertReport::to_json() const {
+  nlohmann::json j = {{"had_manifest", had_manifest},
+                      {"entries", entries},
+                      {"entries_reverted", entries_reverted},
+                      {"modules_removed", modules_removed},
+                      {"actions", nlohmann::json::array()},
+                      {"problems", nlohmann::json::array()},
+                      {"untracked_outputs", untracked_json(untracked_left)},
+                      {"processes_examined", processes_examined},
+                      {"layers_reverted", layers_reverted},
+                      {"blocked_by", blocked_by},
+                      {"notes", notes},
+                      {"mtimes", nlohmann::json::array()}};
+  for (const auto& a : actions) j["actions"].push_back({{"action", a.action}, {"path", a.path}});
+  for (const auto& p : problems) j["problems"].push_back({{"path", p.path}, {"reason", p.reason}});
+  EngagementReport running;
+  for (const auto& x : still_running) running.uses.push_back(still_running_use(x));
+  j["still_running"] = processes_json(running);
+  auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
+  for (const auto& t : times)
+    j["mtimes"].push_back({{"entry", t.entry},
+                           {"original", t.original},
+                           {"why_fresh", t.original ? nlohmann::json(nullptr) : nlohmann::json(t.why_fresh)},
+                           {"rewritten", t.rewritten},
+                           {"changed_since", or_null(t.changed_since)}});
+  return j;
+}
+
 RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const RevertOptions& opts) {
   fs::path overlay = absolute_normal(overlay_in);
   if (opts.with_layers && !opts.dry_run) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "overlay/disk.hpp"
 #include "overlay/manifest.hpp"
 
@@ -88,5 +90,9 @@ bool is_shared_library_name(const fs::path& p);
 // build.ninja, CMake's install_manifest.txt, depfiles, bytecode):
 // never reported.
 bool is_build_bookkeeping(const fs::path& p);
+
+// The files a build created or changed that no entry tracks, as status, add-native and revert
+// write them in JSON: path, change, the entry and its build commands, why one is clear (or null).
+nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs);
 
 }  // namespace overlay

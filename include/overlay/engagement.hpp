@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "overlay/disk.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/process_scan.hpp"
@@ -44,6 +46,17 @@ struct EngagementReport {
   std::vector<PythonUse> python;  // live processes running the overlay's Python entries
   std::size_t unreadable = 0;     // processes whose maps could not be read (another user's)
 };
+
+// The processes of `r` that map an artifact, as status, revert and engaged write them in JSON:
+// one object each (pid, start_ticks, cmdline, artifact, entry, state, reverted).
+nlohmann::json processes_json(const EngagementReport& r);
+
+// The live processes of `r` running the overlay's Python entries, in JSON: one object each (pid,
+// start_ticks, cmdline, applied, failed, pending).
+nlohmann::json python_processes_json(const EngagementReport& r);
+
+// A process revert found still mapping an artifact it replaced, as status and engaged show one.
+ArtifactUse still_running_use(const RunningPatched& x);
 
 inline constexpr const char* kLiveStatsDirName = "_stats/live";
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "overlay/disk.hpp"
 #include "overlay/manifest.hpp"
 
@@ -84,6 +86,9 @@ struct RevertReport {
   };
   std::vector<Times> times;
   bool ok() const { return problems.empty(); }
+  // What `revert --json` says of it (docs/cli.md: had_manifest, entries, actions, problems,
+  // untracked_outputs, still_running, layers, notes, mtimes …); the caller adds what it asked.
+  nlohmann::json to_json() const;
 };
 
 // Restores every native entry, newest first (caches, then artifacts, then sources), checking

@@ -81,14 +81,10 @@ void check_trusted(Disk& disk, const std::string& overlay, bool trust_owner);
 // Prints verify-native's line for each artifact not rebuilt (FRESH_BUILD_FAIL STATE P (WHY)) and
 // returns the closing token, FRESH_BUILD_OK|FAIL (checked N), for the caller to print or record.
 std::string print_verify_items(const VerifyReport& r);
-// What status, revert and engaged print of one process's mapping, and the JSON of them all.
+// What status, revert and engaged print of one process's mapping (its JSON: processes_json).
 std::string process_line(const ArtifactUse& u);
-nlohmann::json processes_json(const EngagementReport& r);
 // What status and engaged print of a live process running the overlay's Python entries.
 std::vector<std::string> python_process_lines(const PythonUse& u);
-nlohmann::json python_processes_json(const EngagementReport& r);
-// The files a build created or changed that no entry tracks, as status and add-native's JSON list them.
-nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs);
 // status's line and JSON for the Python entries: applied in how many processes, calls counted.
 std::string python_entry_line(const PythonStatus& p);
 nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons);

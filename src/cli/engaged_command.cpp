@@ -37,31 +37,6 @@ std::vector<std::string> python_process_lines(const PythonUse& u) {
   return lines;
 }
 
-nlohmann::json python_processes_json(const EngagementReport& r) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& u : r.python)
-    a.push_back({{"pid", u.pid},
-                 {"start_ticks", u.start_ticks},
-                 {"cmdline", u.cmdline},
-                 {"applied", u.applied},
-                 {"failed", u.failed},
-                 {"pending", u.pending}});
-  return a;
-}
-
-nlohmann::json processes_json(const EngagementReport& r) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& u : r.uses)
-    a.push_back({{"pid", u.pid},
-                 {"start_ticks", u.start_ticks},
-                 {"cmdline", u.cmdline},
-                 {"artifact", u.artifact},
-                 {"entry", u.entry},
-                 {"state", to_string(u.state)},
-                 {"reverted", u.reverted}});
-  return a;
-}
-
 namespace {
 
 // A --pid that lives but whose maps we may not read is not "gone": say so, never guess.

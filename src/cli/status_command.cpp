@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 
+#include "overlay/build_watch.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
@@ -485,17 +486,6 @@ int run_status(Disk& disk, const std::string& overlay, bool check_clean, Absent 
 }
 
 }  // namespace
-
-nlohmann::json untracked_json(const std::vector<UntrackedOutput>& outputs) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& u : outputs) {
-    nlohmann::json item = {{"path", u.path}, {"change", u.change}};
-    if (!u.entry.empty()) item["entry"] = u.entry, item["regenerated_by"] = u.build_cmds;
-    item["clear_reason"] = u.clear_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(u.clear_reason);
-    a.push_back(item);
-  }
-  return a;
-}
 
 Handler status_command(CLI::App& sub, const Globals&) {
   auto overlay = std::make_shared<std::string>();

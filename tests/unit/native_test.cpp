@@ -272,3 +272,27 @@ TEST(Native, AnArtifactAnotherOverlayHoldsNowIsNotThisEntrysBuild) {
   EXPECT_EQ(v.items[0].state, ArtifactState::superseded);
   EXPECT_NE(v.items[0].why.find((f.t / "other").string()), std::string::npos) << v.items[0].why;
 }
+
+// A revert's report writes its own JSON (issue 64): what `revert --json` prints beyond the flags
+// the caller echoes, each list as long as the report's.
+TEST(Native, ARevertReportWritesItsOwnJson) {
+  Fixture f;
+  apply_and_build(real_disk(), f.request());
+  RevertReport r = revert_natives(real_disk(), f.t / "ov", {});
+  ASSERT_TRUE(r.ok());
+  nlohmann::json j = r.to_json();
+  EXPECT_EQ(j["had_manifest"], true);
+  EXPECT_EQ(j["entries"], 1u);
+  EXPECT_EQ(j["entries_reverted"], 1u);
+  ASSERT_EQ(j["actions"].size(), r.actions.size());
+  ASSERT_FALSE(r.actions.empty());
+  EXPECT_EQ(j["actions"][0]["path"], r.actions[0].path);
+  EXPECT_EQ(j["actions"][0]["action"], r.actions[0].action);
+  EXPECT_TRUE(j["problems"].empty());
+  EXPECT_TRUE(j["still_running"].empty());
+  ASSERT_EQ(j["mtimes"].size(), r.times.size());
+  for (std::size_t i = 0; i < r.times.size(); ++i) {
+    EXPECT_EQ(j["mtimes"][i]["entry"], r.times[i].entry);
+    EXPECT_EQ(j["mtimes"][i]["original"], r.times[i].original);
+  }
+}
