@@ -1,6 +1,7 @@
 #include "overlay/status.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -506,6 +507,141 @@ std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& ove
         hits.push_back({r.overlay, u.entry, std::nullopt, "untracked output", u.change + " (entry reverted)"});
   }
   return hits;
+}
+
+// ---- JSON (status, engaged and which print these)
+
+namespace {
+
+// The owner's JSON form (overlay/owner.hpp), with `alive` (true while the owner may still be at
+// work, unseen too) and `liveness`.
+nlohmann::json owner_json(const Owner& o, Liveness l) {
+  nlohmann::json j = o;
+  j["alive"] = l != Liveness::gone;
+  j["liveness"] = to_string(l);
+  return j;
+}
+
+nlohmann::json distribution_json(const PythonStatus& p) {
+  if (!p.made_against) return nullptr;
+  nlohmann::json j = *p.made_against;
+  j["changed"] = p.installed_now.has_value();
+  j["installed_now"] = !p.installed_now           ? nlohmann::json(p.made_against->version)
+                       : p.installed_now->empty() ? nlohmann::json(nullptr)
+                                                  : nlohmann::json(*p.installed_now);
+  return j;
+}
+
+}  // namespace
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+PatchGroups patch_groups(const StatusReport& r) {
+  PatchGroups groups;
+  auto group = [&](const std::string& id) -> auto& {
+    for (auto& g : groups)
+      if (g.first == id) return g.second;
+    groups.push_back({id, {}});
+    return groups.back().second;
+  };
+  for (const auto& e : r.natives)
+    if (e.patch_id) group(*e.patch_id).first.push_back(e.id);
+  for (const auto& p : r.pythons)
+    if (p.patch_id) group(*p.patch_id).second.push_back(p.name);
+  return groups;
+}
+
+const char* sitecustomize_word(SitecustomizeKind k) {
+  switch (k) {
+    case SitecustomizeKind::absent:
+      return "absent";
+    case SitecustomizeKind::current:
+      return "current";
+    case SitecustomizeKind::generated:
+      return "generated";
+    case SitecustomizeKind::foreign:
+      return "foreign";
+  }
+  return "?";
+}
+
+nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& p : pythons)
+    a.push_back({{"kind", p.kind},
+                 {"name", p.name},
+                 {"detail", p.detail},
+                 {"present", p.present},
+                 {"applied_processes", p.applied_processes},
+                 {"running_processes", p.running_processes},
+                 {"calls", p.calls ? nlohmann::json(*p.calls) : nlohmann::json(nullptr)},
+                 {"patch_id", p.patch_id ? nlohmann::json(*p.patch_id) : nlohmann::json(nullptr)},
+                 {"distribution", distribution_json(p)}});
+  return a;
+}
+
+// A file's stack, bottom first: [{overlay, entry, state}].
+nlohmann::json layers_json(const FileStack& stack) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& l : stack) a.push_back({{"overlay", l.overlay}, {"entry", l.entry}, {"state", to_string(l.state)}});
+  return a;
+}
+
+nlohmann::json StatusReport::to_json() const {
+  const StatusReport& r = *this;
+  nlohmann::json j = {{"overlay", r.overlay.string()},
+                      {"exists", r.exists},
+                      {"has_manifest", r.has_manifest},
+                      {"clean", r.clean()},
+                      {"not_original", r.not_original()},
+                      {"untracked_outputs", untracked_json(r.untracked_left)},
+                      {"litter", r.litter_left},
+                      {"processes", processes_json(r.engagement)},
+                      {"unreadable_processes", r.engagement.unreadable}};
+  j["natives"] = nlohmann::json::array();
+  for (const auto& e : r.natives) {
+    nlohmann::json n = {{"id", e.id}, {"snapshot_bytes", e.snapshot_bytes}};
+    n["owner"] = e.owner ? owner_json(*e.owner, e.owner_liveness) : nlohmann::json(nullptr);
+    n["created_at"] = e.created_at ? nlohmann::json(*e.created_at) : nlohmann::json(nullptr);
+    n["age_s"] = e.created_at ? nlohmann::json(seconds_now() - *e.created_at) : nlohmann::json(nullptr);
+    n["build_log"] = e.build_log ? nlohmann::json(*e.build_log) : nlohmann::json(nullptr);
+    n["patch_id"] = e.patch_id ? nlohmann::json(*e.patch_id) : nlohmann::json(nullptr);
+    n["served_from_store"] = e.served_from ? nlohmann::json(*e.served_from) : nlohmann::json(nullptr);
+    n["build_failed"] = e.build_failed ? nlohmann::json(*e.build_failed) : nlohmann::json(nullptr);
+    n["build"] = {{"traced", e.build_traced},
+                  {"changes", e.build_changes},
+                  {"unobserved", e.build_unobserved},
+                  {"untraced", e.build_untraced ? nlohmann::json(*e.build_untraced) : nlohmann::json(nullptr)}};
+    n["revert_mtimes"] = e.why_fresh_times.empty() ? nlohmann::json({{"rule", "original"}})
+                                                   : nlohmann::json({{"rule", "fresh"}, {"why", e.why_fresh_times}});
+    n["files"] = nlohmann::json::array();
+    for (const auto& f : e.files) {
+      nlohmann::json fj = {{"kind", to_string(f.kind)}, {"path", f.path}, {"state", to_string(f.state)}};
+      if (!f.aside.empty()) fj["aside"] = f.aside;
+      if (!f.note.empty()) fj["note"] = f.note;
+      if (!f.metadata.empty()) fj["metadata_drift"] = f.metadata;
+      if (!f.layers.empty()) fj["layers"] = layers_json(f.layers);
+      n["files"].push_back(std::move(fj));
+    }
+    n["untracked_outputs"] = untracked_json(e.untracked);
+    j["natives"].push_back(std::move(n));
+  }
+  j["fold_out"] =
+      r.fold_out
+          ? nlohmann::json{{"into", r.fold_out->overlay}, {"fold", r.fold_out->fold}, {"entries", r.fold_out->entries}}
+          : nlohmann::json(nullptr);
+  j["python"] = python_entries_json(r.pythons);
+  j["sitecustomize"] =
+      r.pythons.empty() ? nlohmann::json(nullptr) : nlohmann::json(sitecustomize_word(r.sitecustomize));
+  if (!r.sitecustomize_by.empty()) j["sitecustomize_by"] = r.sitecustomize_by;
+  j["unapplied_sections"] = r.unapplied_sections;
+  j["python_processes"] = python_processes_json(r.engagement);
+  j["patches"] = nlohmann::json::array();
+  for (const auto& [id, parts] : patch_groups(r))
+    j["patches"].push_back({{"id", id}, {"natives", parts.first}, {"python", parts.second}});
+  return j;
 }
 
 }  // namespace overlay

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "overlay/disk.hpp"
 #include "overlay/engagement.hpp"
 #include "overlay/layers.hpp"
@@ -115,7 +117,9 @@ struct StatusReport {
   std::size_t untracked_as_built() const;
   bool clean() const {
     return not_original() == 0 && untracked_as_built() == 0 && running_reverted() == 0 && litter_left.empty();
-  }
+  }  // What `status --json` prints of it: the overlay, its entries file by file with their layers,
+  // owners and builds, its Python entries, processes and patches (docs/cli.md).
+  nlohmann::json to_json() const;
 };
 
 // What an overlay that does not exist is: an error, or an overlay with nothing recorded (a
@@ -141,5 +145,16 @@ struct WhichHit {
   FileStack layers = {};  // the file's stack, bottom first, where more than one overlay changes it
 };
 std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& overlays, const fs::path& path);
+
+// Seconds since the epoch now, as status ages an entry.
+double seconds_now();
+// Per patch id, in order of first appearance: its native entry ids and its Python entry names.
+using PatchGroups = std::vector<std::pair<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>>>;
+PatchGroups patch_groups(const StatusReport& r);
+// What status calls the overlay's sitecustomize.py: absent, current, generated, foreign.
+const char* sitecustomize_word(SitecustomizeKind k);
+// The JSON of Python entries (status, engaged) and of a file's stack, bottom first (status, which).
+nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons);
+nlohmann::json layers_json(const FileStack& stack);
 
 }  // namespace overlay

@@ -81,12 +81,14 @@ void check_trusted(Disk& disk, const std::string& overlay, bool trust_owner);
 // Prints verify-native's line for each artifact not rebuilt (FRESH_BUILD_FAIL STATE P (WHY)) and
 // returns the closing token, FRESH_BUILD_OK|FAIL (checked N), for the caller to print or record.
 std::string print_verify_items(const VerifyReport& r);
+// `status --all` (registry_commands.cpp): one line per overlay the holds registry knows; exit 1
+// with check_clean when one is not clean.
+int run_status_all(Disk& disk, bool check_clean);
 // What status, revert and engaged print of one process's mapping (its JSON: processes_json).
 std::string process_line(const ArtifactUse& u);
 // What status and engaged print of a live process running the overlay's Python entries.
 std::vector<std::string> python_process_lines(const PythonUse& u);
 // status's line and JSON for the Python entries: applied in how many processes, calls counted.
 std::string python_entry_line(const PythonStatus& p);
-nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons);
 
 }  // namespace overlay::cli

@@ -1,5 +1,5 @@
-// status and which: what an overlay (or every overlay this machine knows) has done to its install
-// now, and which overlay changed an installed file; read-only, as text and as JSON.
+// status: what an overlay has done to its install now; read-only, as text and as JSON (its
+// report's). `status --all` and `which` are in registry_commands.cpp.
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -37,39 +37,9 @@ std::string human_age(double seconds) {
   return std::to_string(s / 86400) + "d";
 }
 
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 std::string owner_text(const NativeStatus& e) {
   if (!e.owner) return "owner -";
   return "owner " + describe_owner(*e.owner) + " (" + to_string(e.owner_liveness) + ")";
-}
-
-// The owner's JSON form (overlay/owner.hpp), with `alive` (true while the owner may still be at
-// work, unseen too) and `liveness`.
-nlohmann::json owner_json(const Owner& o, Liveness l) {
-  nlohmann::json j = o;
-  j["alive"] = l != Liveness::gone;
-  j["liveness"] = to_string(l);
-  return j;
-}
-
-// Per patch id (in order of first appearance): its native entry ids and its Python entry names.
-std::vector<std::pair<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>>> patch_groups(
-    const StatusReport& r) {
-  std::vector<std::pair<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>>> groups;
-  auto group = [&](const std::string& id) -> auto& {
-    for (auto& g : groups)
-      if (g.first == id) return g.second;
-    groups.push_back({id, {}});
-    return groups.back().second;
-  };
-  for (const auto& e : r.natives)
-    if (e.patch_id) group(*e.patch_id).first.push_back(e.id);
-  for (const auto& p : r.pythons)
-    if (p.patch_id) group(*p.patch_id).second.push_back(p.name);
-  return groups;
 }
 
 // What status says of the overlay's sitecustomize.py and of sections this version does not apply.
@@ -88,20 +58,6 @@ std::vector<std::string> python_notes(const StatusReport& r) {
   for (const auto& s : r.unapplied_sections)
     lines.push_back("section " + s + "  NOT APPLIED (this version of overlay does not know it)");
   return lines;
-}
-
-const char* sitecustomize_word(SitecustomizeKind k) {
-  switch (k) {
-    case SitecustomizeKind::absent:
-      return "absent";
-    case SitecustomizeKind::current:
-      return "current";
-    case SitecustomizeKind::generated:
-      return "generated";
-    case SitecustomizeKind::foreign:
-      return "foreign";
-  }
-  return "?";
 }
 
 void print_status_table(const StatusReport& r) {
@@ -203,16 +159,6 @@ std::string package_change_text(const PythonStatus& p) {
                                    : d.name + " " + *p.installed_now + " installed now");
 }
 
-nlohmann::json distribution_json(const PythonStatus& p) {
-  if (!p.made_against) return nullptr;
-  nlohmann::json j = *p.made_against;
-  j["changed"] = p.installed_now.has_value();
-  j["installed_now"] = !p.installed_now           ? nlohmann::json(p.made_against->version)
-                       : p.installed_now->empty() ? nlohmann::json(nullptr)
-                                                  : nlohmann::json(*p.installed_now);
-  return j;
-}
-
 }  // namespace
 
 std::string python_entry_line(const PythonStatus& p) {
@@ -225,99 +171,7 @@ std::string python_entry_line(const PythonStatus& p) {
          (p.patch_id ? "  patch " + *p.patch_id : "") + package_change_text(p) + use;
 }
 
-nlohmann::json python_entries_json(const std::vector<PythonStatus>& pythons) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& p : pythons)
-    a.push_back({{"kind", p.kind},
-                 {"name", p.name},
-                 {"detail", p.detail},
-                 {"present", p.present},
-                 {"applied_processes", p.applied_processes},
-                 {"running_processes", p.running_processes},
-                 {"calls", p.calls ? nlohmann::json(*p.calls) : nlohmann::json(nullptr)},
-                 {"patch_id", p.patch_id ? nlohmann::json(*p.patch_id) : nlohmann::json(nullptr)},
-                 {"distribution", distribution_json(p)}});
-  return a;
-}
-
 namespace {
-
-// A file's stack, bottom first: [{overlay, entry, state}].
-nlohmann::json layers_json(const FileStack& stack) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& l : stack) a.push_back({{"overlay", l.overlay}, {"entry", l.entry}, {"state", to_string(l.state)}});
-  return a;
-}
-
-// The files of `r` whose stack names a layer that vanished (deleted or moved) or whose layer
-// below no longer records its bytes: one line each for `status --all`.
-std::vector<std::string> broken_layers(const StatusReport& r) {
-  std::vector<std::string> lines;
-  for (const auto& e : r.natives)
-    for (const auto& f : e.files) {
-      bool broken = f.state == FileState::stranded ||
-                    std::any_of(f.layers.begin(), f.layers.end(),
-                                [](const StackLayer& l) { return l.state == RefState::vanished; });
-      if (broken)
-        lines.push_back("  " + f.path + ": " + to_string(f.state) + "; layers, bottom first: " +
-                        describe_stack(f.layers) + (f.note.empty() ? "" : " (" + f.note + ")"));
-    }
-  return lines;
-}
-
-nlohmann::json status_json(const StatusReport& r) {
-  nlohmann::json j = {{"overlay", r.overlay.string()},
-                      {"exists", r.exists},
-                      {"has_manifest", r.has_manifest},
-                      {"clean", r.clean()},
-                      {"not_original", r.not_original()},
-                      {"untracked_outputs", untracked_json(r.untracked_left)},
-                      {"litter", r.litter_left},
-                      {"processes", processes_json(r.engagement)},
-                      {"unreadable_processes", r.engagement.unreadable}};
-  j["natives"] = nlohmann::json::array();
-  for (const auto& e : r.natives) {
-    nlohmann::json n = {{"id", e.id}, {"snapshot_bytes", e.snapshot_bytes}};
-    n["owner"] = e.owner ? owner_json(*e.owner, e.owner_liveness) : nlohmann::json(nullptr);
-    n["created_at"] = e.created_at ? nlohmann::json(*e.created_at) : nlohmann::json(nullptr);
-    n["age_s"] = e.created_at ? nlohmann::json(seconds_now() - *e.created_at) : nlohmann::json(nullptr);
-    n["build_log"] = e.build_log ? nlohmann::json(*e.build_log) : nlohmann::json(nullptr);
-    n["patch_id"] = e.patch_id ? nlohmann::json(*e.patch_id) : nlohmann::json(nullptr);
-    n["served_from_store"] = e.served_from ? nlohmann::json(*e.served_from) : nlohmann::json(nullptr);
-    n["build_failed"] = e.build_failed ? nlohmann::json(*e.build_failed) : nlohmann::json(nullptr);
-    n["build"] = {{"traced", e.build_traced},
-                  {"changes", e.build_changes},
-                  {"unobserved", e.build_unobserved},
-                  {"untraced", e.build_untraced ? nlohmann::json(*e.build_untraced) : nlohmann::json(nullptr)}};
-    n["revert_mtimes"] = e.why_fresh_times.empty() ? nlohmann::json({{"rule", "original"}})
-                                                   : nlohmann::json({{"rule", "fresh"}, {"why", e.why_fresh_times}});
-    n["files"] = nlohmann::json::array();
-    for (const auto& f : e.files) {
-      nlohmann::json fj = {{"kind", to_string(f.kind)}, {"path", f.path}, {"state", to_string(f.state)}};
-      if (!f.aside.empty()) fj["aside"] = f.aside;
-      if (!f.note.empty()) fj["note"] = f.note;
-      if (!f.metadata.empty()) fj["metadata_drift"] = f.metadata;
-      if (!f.layers.empty()) fj["layers"] = layers_json(f.layers);
-      n["files"].push_back(std::move(fj));
-    }
-    n["untracked_outputs"] = untracked_json(e.untracked);
-    j["natives"].push_back(std::move(n));
-  }
-  j["fold_out"] =
-      r.fold_out
-          ? nlohmann::json{{"into", r.fold_out->overlay}, {"fold", r.fold_out->fold}, {"entries", r.fold_out->entries}}
-          : nlohmann::json(nullptr);
-  j["python"] = python_entries_json(r.pythons);
-  j["sitecustomize"] =
-      r.pythons.empty() ? nlohmann::json(nullptr) : nlohmann::json(sitecustomize_word(r.sitecustomize));
-  if (!r.sitecustomize_by.empty()) j["sitecustomize_by"] = r.sitecustomize_by;
-  j["unapplied_sections"] = r.unapplied_sections;
-  j["python_processes"] = python_processes_json(r.engagement);
-  j["patches"] = nlohmann::json::array();
-  for (const auto& [id, parts] : patch_groups(r))
-    j["patches"].push_back({{"id", id}, {"natives", parts.first}, {"python", parts.second}});
-  return j;
-}
 
 // "install clean on disk; process 4242 (python3 -m vllm…) still runs the patched /opt/x/_C.so: restart it"
 std::string still_running_error(const EngagementReport& r) {
@@ -329,150 +183,11 @@ std::string still_running_error(const EngagementReport& r) {
   return s + ": restart it";
 }
 
-nlohmann::json orphan_json(const OrphanHold& o) {
-  return {{"path", o.path.string()},
-          {"overlay", o.hold.overlay.string()},
-          {"vanished", o.vanished},
-          {"file", o.file_state},
-          {"why", o.describe()}};
-}
-
-// Whether `ov` is gone as an overlay: no manifest (deleted, or moved away).
-bool vanished(Disk& disk, const fs::path& ov) {
-  try {
-    return !load_manifest(disk, ov);
-  } catch (const std::exception&) {
-    return false;  // there, but unreadable: reported as such
-  }
-}
-
-// `status --all`: one line per overlay the holds registry knows, and one per hold whose holder
-// vanished or no longer lists its file; read-only.
-int run_status_all(Disk& disk, bool check_clean) {
-  auto& j = result();
-  j["overlays"] = nlohmann::json::array();
-  HoldRegistry holds(disk, HoldRegistry::default_state_dir());
-  std::vector<OrphanHold> orphans = holds.orphans();
-  std::vector<OrphanCache> caches = holds.orphan_caches();
-  std::vector<fs::path> known = holds.overlays();
-  for (const auto& c : caches)  // a vanished overlay whose holds went, its caches still noted
-    if (std::find(known.begin(), known.end(), c.overlay) == known.end()) known.push_back(c.overlay);
-  std::size_t dirty = 0, gone = 0;
-  for (const auto& ov : known) {
-    if (vanished(disk, ov)) {
-      // Known only by its holds and its noted caches: not clean while a file it held is not at
-      // the original it recorded, or a cache it invalidated may hold its build.
-      nlohmann::json held = nlohmann::json::array();
-      nlohmann::json kept = nlohmann::json::array();
-      bool clean = true;
-      for (const auto& o : orphans)
-        if (o.hold.overlay == ov) {
-          held.push_back(orphan_json(o));
-          clean = clean && o.file_state == "original";
-        }
-      for (const auto& c : caches)
-        if (c.overlay == ov && c.dirty()) {
-          kept.push_back({{"dir", c.dir.string()},
-                          {"entry", c.entry},
-                          {"aside", c.aside ? nlohmann::json(c.aside->string()) : nlohmann::json()},
-                          {"why", c.describe()}});
-          clean = false;
-        }
-      ++gone;
-      dirty += clean ? 0 : 1;
-      out_line(ov.string() + "  VANISHED (no manifest: deleted or moved)  holds " + std::to_string(held.size()) +
-               " file(s)" + (kept.empty() ? "" : ", " + std::to_string(kept.size()) + " cache dir(s)") +
-               (clean ? "  clean" : "  NOT clean"));
-      for (const auto& c : caches)
-        if (c.overlay == ov && c.dirty()) out_line("  " + c.describe());
-      j["overlays"].push_back(
-          {{"overlay", ov.string()}, {"vanished", true}, {"clean", clean}, {"held", held}, {"caches", kept}});
-      continue;
-    }
-    StatusReport r;
-    try {
-      r = overlay_status(disk, ov);
-    } catch (const std::exception& e) {
-      out_line(ov.string() + "  (unreadable: " + e.what() + ")");
-      j["overlays"].push_back({{"overlay", ov.string()}, {"unreadable", e.what()}, {"clean", false}});
-      ++dirty;
-      continue;
-    }
-    std::size_t alive = static_cast<std::size_t>(
-        std::count_if(r.natives.begin(), r.natives.end(), [](const NativeStatus& e) { return e.owner_alive; }));
-    // A file it held and no longer lists that is not at the original its hold recorded is its too.
-    bool orphan_dirty = std::any_of(orphans.begin(), orphans.end(), [&](const OrphanHold& o) {
-      return o.hold.overlay == ov && o.file_state != "original" && o.file_state != "unknown";
-    });
-    bool clean = r.clean() && !orphan_dirty;
-    dirty += clean ? 0 : 1;
-    out_line(
-        r.overlay.string() + "  native " + std::to_string(r.natives.size()) + "  python " +
-        std::to_string(r.pythons.size()) + "  owners alive " + std::to_string(alive) + "  not original " +
-        std::to_string(r.not_original()) + "  untracked " + std::to_string(r.untracked_as_built()) +
-        (r.litter_left.empty() ? "" : "  litter " + std::to_string(r.litter_left.size())) +
-        "  processes on patched code " +
-        std::to_string(std::count_if(r.engagement.uses.begin(), r.engagement.uses.end(),
-                                     [](const ArtifactUse& u) { return u.reverted || u.state == MapState::patched; })) +
-        (clean ? "  clean" : "  NOT clean"));
-    for (const auto& line : broken_layers(r)) out_line(line);
-    j["overlays"].push_back(status_json(r));
-    j["overlays"].back()["owners_alive"] = alive;
-    if (orphan_dirty) j["overlays"].back()["clean"] = false;
-  }
-  j["orphan_holds"] = nlohmann::json::array();
-  for (const auto& o : orphans) {
-    j["orphan_holds"].push_back(orphan_json(o));
-    if (o.file_state != "original") out_line("  " + o.path.string() + ": held by " + o.describe());
-  }
-  out_line("status: " + std::to_string(j["overlays"].size()) + " overlay(s) known to the holds registry" +
-           (gone ? " (" + std::to_string(gone) + " vanished)" : std::string()) + ", " + std::to_string(dirty) +
-           " not clean");
-  if (!check_clean || dirty == 0) return kOk;
-  j["error"] = std::to_string(dirty) + " overlay(s) not clean";
-  err_line("status", j["error"]);
-  return kFailed;
-}
-
-// `which PATH`: the overlay, entry and patch that changed an installed file; exit 1 when none.
-// A holder that vanished (deleted or moved) is named too, with what the file holds now.
-int run_which(Disk& disk, const std::string& path) {
-  HoldRegistry holds(disk, HoldRegistry::default_state_dir());
-  auto hits = which_changed(disk, holds.overlays(), path);
-  auto& j = result();
-  j["path"] = absolute_normal(path).string();
-  j["changed_by"] = nlohmann::json::array();
-  const FileStack* stack = nullptr;
-  for (const auto& h : hits) {
-    out_line(j["path"].get<std::string>() + ": overlay " + h.overlay.string() + "  entry " + h.entry +
-             (h.patch_id ? "  patch " + *h.patch_id : "") + "  (" + h.kind + ", " + h.state + ")");
-    if (!h.layers.empty() && (stack == nullptr || h.layers.size() > stack->size())) stack = &h.layers;
-    j["changed_by"].push_back({{"overlay", h.overlay.string()},
-                               {"entry", h.entry},
-                               {"patch_id", h.patch_id ? nlohmann::json(*h.patch_id) : nlohmann::json(nullptr)},
-                               {"kind", h.kind},
-                               {"state", h.state}});
-  }
-  j["layers"] = stack != nullptr ? layers_json(*stack) : nlohmann::json::array();
-  if (stack != nullptr) out_line(j["path"].get<std::string>() + ": layers, bottom first: " + describe_stack(*stack));
-  std::optional<OrphanHold> orphan = holds.orphan_of(j["path"].get<std::string>());
-  if (!orphan) {
-    best_effort("a holder that vanished is not named for a path that cannot be resolved",
-                [&] { orphan = holds.orphan_of(disk.real_path(j["path"].get<std::string>())); });
-  }
-  j["orphan_hold"] = orphan ? orphan_json(*orphan) : nlohmann::json(nullptr);
-  if (orphan) out_line(j["path"].get<std::string>() + ": held by " + orphan->describe());
-  if (!hits.empty() || (orphan && orphan->file_state != "original")) return kOk;
-  j["error"] = "no overlay known to the holds registry changed " + j["path"].get<std::string>();
-  err_line("which", j["error"]);
-  return kFailed;
-}
-
 int run_status(Disk& disk, const std::string& overlay, bool check_clean, Absent absent) {
   StatusReport r = overlay_status(disk, overlay, absent);
   print_status_table(r);
   auto& j = result();
-  j = status_json(r);
+  j = r.to_json();
   if (!check_clean || r.clean()) return kOk;
   j["error"] = r.not_original() > 0 ? std::to_string(r.not_original()) + " tracked path(s) not at their original bytes"
                : r.untracked_as_built() > 0
@@ -508,12 +223,6 @@ Handler status_command(CLI::App& sub, const Globals&) {
       check_trusted(cli_disk(), *overlay, *trust);
     return run_status(cli_disk(), *overlay, *clean, absent);
   };
-}
-
-Handler which_command(CLI::App& sub, const Globals&) {
-  auto path = std::make_shared<std::string>();
-  sub.add_option("PATH", *path, "Installed file")->required();
-  return [path] { return run_which(cli_disk(), *path); };
 }
 
 }  // namespace overlay::cli

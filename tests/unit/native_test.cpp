@@ -5,6 +5,7 @@
 #include "overlay/error.hpp"
 #include "overlay/holds.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/status.hpp"
 
 #include "faulty_disk.hpp"
 #include "test_util.hpp"
@@ -295,4 +296,22 @@ TEST(Native, ARevertReportWritesItsOwnJson) {
     EXPECT_EQ(j["mtimes"][i]["entry"], r.times[i].entry);
     EXPECT_EQ(j["mtimes"][i]["original"], r.times[i].original);
   }
+}
+
+// So does a status report (issue 64): every file of every entry with the state the report gives it.
+TEST(Native, AStatusReportWritesItsOwnJson) {
+  Fixture f;
+  apply_and_build(real_disk(), f.request());
+  StatusReport r = overlay_status(real_disk(), f.t / "ov");
+  nlohmann::json j = r.to_json();
+  EXPECT_EQ(j["overlay"], (f.t / "ov").string());
+  EXPECT_EQ(j["clean"], r.clean());
+  EXPECT_EQ(j["not_original"], r.not_original());
+  ASSERT_EQ(j["natives"].size(), 1u);
+  ASSERT_EQ(j["natives"][0]["files"].size(), r.natives[0].files.size());
+  for (std::size_t i = 0; i < r.natives[0].files.size(); ++i) {
+    EXPECT_EQ(j["natives"][0]["files"][i]["path"], r.natives[0].files[i].path);
+    EXPECT_EQ(j["natives"][0]["files"][i]["state"], to_string(r.natives[0].files[i].state));
+  }
+  EXPECT_TRUE(revert_natives(real_disk(), f.t / "ov", {}).ok());
 }
