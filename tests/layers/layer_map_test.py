@@ -14,7 +14,9 @@ The map is the fenced block after the "layer map" comment in docs/design.md: one
   * a source of the overlay_base library (its add_library list in CMakeLists.txt) includes only
     files of that library;
   * the design's sentence on that library names its files and counts them, and the library's
-    whole (overlay_base and overlay_core), as CMakeLists.txt builds them.
+    whole (overlay_base and overlay_core), as CMakeLists.txt builds them;
+  * the front end stays thin (issue 64): no file of src/cli over 300 lines (its reports write
+    their own JSON in the library).
 """
 import os
 import re
@@ -113,6 +115,18 @@ def library_counts(root):
     return problems
 
 
+CLI_MAX_LINES = 300
+
+
+def thin_front_end(root):
+    problems = []
+    for f in files_under(root, "src/cli", (".cpp", ".hpp")):
+        n = sum(1 for _ in open(os.path.join(root, f), encoding="utf-8", errors="replace"))
+        if n > CLI_MAX_LINES:
+            problems.append("%s has %d lines, more than the front end's %d" % (f, n, CLI_MAX_LINES))
+    return problems
+
+
 def check(root):
     rows, problems = read_map(root)
     files = files_under(root, "src", (".cpp", ".hpp")) + files_under(root, "include/overlay", (".hpp",))
@@ -141,6 +155,7 @@ def check(root):
                     problems.append("%s is in overlay_base but includes %s, which is not" % (f, inc))
     problems += cycles(edges)
     problems += library_counts(root)
+    problems += thin_front_end(root)
     return problems
 
 
@@ -185,6 +200,7 @@ def planted(root):
         ),
         ("a cycle", "src/lock.cpp", '#include "overlay/in_flight.hpp"\n', "an include cycle: "),
         ("a stale count", "docs/design.md", "", "docs/design.md counts 12 files of overlay_base"),
+        ("a thick front end", "src/cli/main.cpp", "// padding\n" * 400, "src/cli/main.cpp has "),
     ]
     failed = 0
     for what, path, line, expect in cases:
