@@ -173,8 +173,10 @@ nlohmann::json AbStep::run_cmd(const std::string& which, bool judge) {
   std::unique_ptr<WriteHandle> out = open_log(stem + ".out"), err = open_log(stem + ".err");
   RunOptions o;
   o.output = Output::files;
-  o.out_log = out.get(), o.err_log = err.get();
-  o.out_echo_fd = out_.echo_out, o.err_echo_fd = out_.echo_err;
+  o.out_log = out.get();
+  o.err_log = err.get();
+  o.out_echo_fd = out_.echo_out;
+  o.err_echo_fd = out_.echo_err;
   if (req_.timeout_s > 0) o.timeout_s = req_.timeout_s;
   if (disk_.info(overlay_ / "sitecustomize.py", Follow::no).type == FileType::regular) {
     const char* old = std::getenv("PYTHONPATH");
@@ -212,7 +214,10 @@ nlohmann::json AbStep::run_cmd(const std::string& which, bool judge) {
   if (!r.exec_error.empty()) j["exec_error"] = r.exec_error;
   out_.line("exec: " + which + " " + describe(r) + " in " + std::to_string(r.wall_s).substr(0, 6) + " s  (stdout " +
             stem + ".out, stderr " + stem + ".err)");
-  if (which == "cand") cand_status_ = shell_status(r), cand_timed_out_ = r.timed_out;
+  if (which == "cand") {
+    cand_status_ = shell_status(r);
+    cand_timed_out_ = r.timed_out;
+  }
   return j;
 }
 
@@ -266,11 +271,7 @@ bool AbStep::build(const NativePlan& plan, const AppliedEntry& entry) {
   if (plan.build_cmds.empty()) return true;
   auto& j = out_.doc["apply"];
   BuildOutcome b = run_native_build(disk_, plan, entry);
-  j["build"] = {{"ok", b.ok},
-                {"log", entry.log_path.string()},
-                {"rc", b.result.rc()},
-                {"served_from_store", b.served_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.served_from)}};
-  put_trace_json(j["build"], b);
+  j["build"] = b.to_json(entry.log_path);
   note("candidate " + store_line(b));
   for (const auto& u : b.unobserved) note("warning: the build's trace is incomplete: " + u);
   if (!b.store_note.empty()) note(b.store_note);

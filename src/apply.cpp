@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "overlay/error.hpp"
@@ -133,6 +134,21 @@ AppliedPatch apply_patch(Disk& disk, const ApplyPlan& plan) {
   }
   spdlog::info("applied patch {}", plan.patch_id);
   return out;
+}
+
+nlohmann::json AppliedPatch::to_json(const ApplyPlan& plan) const {
+  const fs::path& ov = plan.native.overlay;
+  nlohmann::json python = nlohmann::json::array();
+  for (const auto& m : plan.modules)
+    python.push_back({{"module", m.module},
+                      {"file", (ov / kPatchedDir / (m.module + ".py")).string()},
+                      {"installed", m.installed.string()},
+                      {"created", m.created}});
+  return {{"overlay", ov.string()},
+          {"patch_id", patch_id},
+          {"python", python},
+          {"pythonpath", ov.string()},
+          {"native", nullptr}};
 }
 
 }  // namespace overlay

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "overlay/build_store.hpp"
@@ -370,6 +371,17 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   for (const auto& a : e.artifacts) pin(a.path, a.parent);
   for (const auto& c : e.caches) pin(c.dir, c.parent);
   return applied;
+}
+
+nlohmann::json AppliedEntry::to_json(const NativePlan& plan) const {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& s : plan.swaps)
+    files.push_back({{"path", s.target.string()}, {"change", overlay::to_string(s.kind)}});
+  nlohmann::json j = {{"entry", id},
+                      {"files", files},
+                      {"counts", {{"sources", sources}, {"artifacts", artifacts}, {"caches", caches}}}};
+  if (plan.over) j["over"] = {{"overlay", plan.over->string()}, {"layered", layered}};
+  return j;
 }
 
 }  // namespace overlay

@@ -61,7 +61,8 @@ void record_build(Disk& disk, const NativePlan& plan, const std::string& id, con
   if (!m) return;
   for (auto& e : m->natives)
     if (e.id == id) {
-      e.untracked = r.untracked, e.build_picture = r.picture;
+      e.untracked = r.untracked;
+      e.build_picture = r.picture;
       e.build_changes = r.changes;
       e.build_traced = r.traced;
       e.build_unobserved = r.unobserved;
@@ -213,8 +214,13 @@ bool TracedBuild::serve(WriteHandle& log) {
   // install's next build has anything to redo.
   for (const auto& i : found.hit->inputs) {
     TracedInput t;
-    t.path = i.path, t.follow = i.follow, t.looked = i.looked;
-    t.before.type = i.type, t.before.size = i.size, t.before.mtime_ns = i.mtime_ns, t.before.mode = i.mode;
+    t.path = i.path;
+    t.follow = i.follow;
+    t.looked = i.looked;
+    t.before.type = i.type;
+    t.before.size = i.size;
+    t.before.mtime_ns = i.mtime_ns;
+    t.before.mode = i.mode;
     t.tracked = i.looked == 0;  // a swapped source: the entry's own
     trace_.inputs.push_back(std::move(t));
   }
@@ -420,14 +426,29 @@ std::string store_line(const BuildOutcome& b) {
   return "store: " + b.store + " (" + b.store_why + ")";
 }
 
-void put_trace_json(nlohmann::json& j, const BuildOutcome& b) {
-  j["traced"] = b.untraced.empty();
-  j["untraced"] = b.untraced.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.untraced);
-  j["unobserved"] = b.unobserved;
-  j["changes"] = b.changes;
-  j["store"] = {{"state", b.store},
-                {"why", b.store_why.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.store_why)},
-                {"record", b.served_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.served_from)}};
+nlohmann::json BuildOutcome::to_json(const fs::path& log) const {
+  auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
+  nlohmann::json j = {{"ran", served_from.empty()},
+                      {"ok", ok},
+                      {"log", log.string()},
+                      {"rc", result.rc()},
+                      {"served_from_store", or_null(served_from)},
+                      {"traced", untraced.empty()},
+                      {"untraced", or_null(untraced)},
+                      {"unobserved", unobserved},
+                      {"changes", changes},
+                      {"store", {{"state", store}, {"why", or_null(store_why)}, {"record", or_null(served_from)}}},
+                      {"untracked_outputs", untracked_json(untracked)}};
+  if (!store_note.empty()) j["store_note"] = store_note;
+  if (!watch_off.empty()) j["watch_off"] = watch_off;
+  if (!log_error.empty()) j["log_error"] = log_error;
+  if (!ok) {
+    j["failed_cmd"] = failed_cmd;
+    j["timed_out"] = result.timed_out;
+    j["interrupted"] = result.forwarded_signal != 0;
+    if (!result.exec_error.empty()) j["exec_error"] = result.exec_error;
+  }
+  return j;
 }
 
 }  // namespace overlay

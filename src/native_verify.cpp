@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
@@ -74,6 +76,16 @@ VerifyReport verify_native(Disk& disk, const fs::path& overlay_in) {
   }
   return r;
 }
+nlohmann::json VerifyReport::to_json() const {
+  nlohmann::json j = {{"result", ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL"}, {"artifacts", nlohmann::json::array()}};
+  for (const auto& i : items) {
+    j["artifacts"].push_back({{"path", i.path}, {"state", to_string(i.state)}});
+    if (!i.why.empty()) j["artifacts"].back()["why"] = i.why;
+  }
+  if (!ok()) j["error"] = "FRESH_BUILD_FAIL: an artifact was not rebuilt";
+  return j;
+}
+
 std::vector<std::string> verify_lines(const VerifyReport& r) {
   std::vector<std::string> lines;
   for (const auto& i : r.items)

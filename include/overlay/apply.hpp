@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "overlay/native.hpp"
 
 namespace overlay {
@@ -43,6 +45,10 @@ struct AppliedPatch {
   std::string patch_id;
   std::optional<AppliedEntry> native;  // set when the diff touches compiled files
   std::vector<std::string> modules;
+  // What `apply --json` says of the patch `plan` made: {overlay, patch_id, python: [{module, file,
+  // installed, created}], pythonpath, native: null}; the caller puts the native entry's report
+  // (AppliedEntry::to_json and its build's) in `native`.
+  nlohmann::json to_json(const ApplyPlan& plan) const;
 };
 
 // Records every entry of the patch in one manifest write (native backups made first, module

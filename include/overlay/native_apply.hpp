@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "overlay/in_flight.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/native_plan.hpp"
@@ -25,6 +27,9 @@ struct AppliedEntry {
   std::vector<std::string> layered;
   // The directory pinned for each tracked path (manifest.hpp's PinnedDir), by path.
   std::map<std::string, PinnedDir> pins;
+  // What add-native and apply --json say of the entry `plan` made: {entry, files: [{path,
+  // change}], counts: {sources, artifacts, caches}, over?: {overlay, layered}}.
+  nlohmann::json to_json(const NativePlan& plan) const;
 };
 
 // Backs up every source, artifact and cache durably, records the entry in the manifest

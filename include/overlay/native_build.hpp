@@ -31,6 +31,11 @@ struct BuildOutcome {
   std::string untraced;                 // why the build ran untraced ("" when traced)
   std::vector<std::string> unobserved;  // what the trace could not account for
   std::size_t changes = 0;              // paths the build changed beyond the entry's items
+  // What a build report says of it (add-native, apply and exec's --json "build"): {ran, ok, log,
+  // rc, served_from_store, store_note?, traced, untraced, unobserved, changes, store: {state, why,
+  // record}, untracked_outputs, watch_off?, log_error?} and, when it failed, {failed_cmd,
+  // timed_out, interrupted, exec_error?}. `log`: the entry's build log.
+  nlohmann::json to_json(const fs::path& log) const;
 };
 
 // Runs the plan's build commands in order (stopping at the first failure), streaming output
@@ -44,8 +49,5 @@ BuildOutcome run_native_build(Disk& disk, const NativePlan& plan, const AppliedE
 // What every apply says of the store: "store: hit (record R)", "store: miss (the first input that
 // differed)", "store: off (why)".
 std::string store_line(const BuildOutcome& b);
-// The trace and the store as JSON, for a build report: {traced, untraced, unobserved, changes,
-// store: {state, why, record}}.
-void put_trace_json(nlohmann::json& j, const BuildOutcome& b);
 
 }  // namespace overlay

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "overlay/disk.hpp"
 
 namespace overlay {
@@ -20,6 +22,9 @@ struct VerifyItem {
 struct VerifyReport {
   std::vector<VerifyItem> items;
   bool ok() const;
+  // What `verify-native --json` says of it: {result, artifacts: [{path, state, why?}], error?};
+  // the caller adds the overlay.
+  nlohmann::json to_json() const;
 };
 // Compares each tracked artifact with its state before the entry was applied.
 // Throws Error when the overlay has no manifest.

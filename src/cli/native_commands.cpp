@@ -54,24 +54,6 @@ void warn_about_build(const std::string& cmd, const BuildOutcome& b, const Appli
                  names(holding));
 }
 
-nlohmann::json build_json(const BuildOutcome& b, const AppliedEntry& entry) {
-  nlohmann::json j = {{"ran", b.served_from.empty()}, {"ok", b.ok}, {"log", entry.log_path.string()}};
-  j["served_from_store"] = b.served_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.served_from);
-  if (!b.store_note.empty()) j["store_note"] = b.store_note;
-  put_trace_json(j, b);
-  j["untracked_outputs"] = untracked_json(b.untracked);
-  if (!b.watch_off.empty()) j["watch_off"] = b.watch_off;
-  if (!b.log_error.empty()) j["log_error"] = b.log_error;
-  if (!b.ok) {
-    j["failed_cmd"] = b.failed_cmd;
-    j["rc"] = b.result.rc();
-    j["timed_out"] = b.result.timed_out;
-    j["interrupted"] = b.result.forwarded_signal != 0;
-    if (!b.result.exec_error.empty()) j["exec_error"] = b.result.exec_error;
-  }
-  return j;
-}
-
 // --revert-on-failure: the entry that was just added goes back at once.
 bool revert_entry_now(Disk& disk, const NativePlan& plan, const AppliedEntry& entry, const Globals& g) {
   RevertOptions o;
@@ -90,21 +72,14 @@ bool revert_entry_now(Disk& disk, const NativePlan& plan, const AppliedEntry& en
 
 namespace {
 
-// --over: which files were taken as layers on the lower overlay (stderr, and "over" in --json).
-void report_layers(const std::string& cmd, const NativePlan& plan, const AppliedEntry& entry, nlohmann::json& j) {
+// --over: which files were taken as layers on the lower overlay.
+void report_layers(const std::string& cmd, const NativePlan& plan, const AppliedEntry& entry) {
   if (!plan.over) return;
-  j["over"] = {{"overlay", plan.over->string()}, {"layered", entry.layered}};
   if (entry.layered.empty())
     err_line(cmd, "--over " + plan.over->string() + ": it holds none of these files; a plain add");
   else
     err_line(cmd, "stacked on " + plan.over->string() + ": " + std::to_string(entry.layered.size()) +
                       " file(s) taken as layers on its changes (revert puts its bytes back)");
-}
-
-nlohmann::json files_json(const NativePlan& plan) {
-  nlohmann::json files = nlohmann::json::array();
-  for (const auto& s : plan.swaps) files.push_back({{"path", s.target.string()}, {"change", to_string(s.kind)}});
-  return files;
 }
 
 // Runs the entry's build; on failure says why and, with --revert-on-failure, calls `undo`.
@@ -114,7 +89,7 @@ int build_and_report(Disk& disk, const std::string& cmd, const NativePlan& plan,
   j["build"] = {{"ran", false}};
   if (plan.build_cmds.empty()) return kOk;
   BuildOutcome b = run_native_build(disk, plan, entry);
-  j["build"] = build_json(b, entry);
+  j["build"] = b.to_json(entry.log_path);
   j["untracked_outputs"] = j["build"]["untracked_outputs"];
   warn_about_build(cmd, b, entry);
   if (b.ok) {
@@ -140,10 +115,8 @@ int run_add_native(Disk& disk, AddNativeFlags& f, const Globals& g) {
   AppliedEntry entry = apply_native(disk, plan);
   auto& j = result();
   j["overlay"] = plan.overlay.string();
-  j["entry"] = entry.id;
-  j["files"] = files_json(plan);
-  j["counts"] = {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}};
-  report_layers("add-native", plan, entry, j);
+  j.update(entry.to_json(plan));
+  report_layers("add-native", plan, entry);
   int rc = build_and_report(
       disk, "add-native", plan, entry, f.revert_on_failure, [&] { return revert_entry_now(disk, plan, entry, g); }, j);
   if (rc != kOk) return rc;  // stdout carries the summary only on success, as overlay_setup.py's does
@@ -191,26 +164,14 @@ int run_apply(Disk& disk, ApplyFlags& f, const Globals& g) {
     if (!plan.modules.empty()) out_line("launch with: PYTHONPATH=" + ov.string() + ":$PYTHONPATH");
   };
   auto& j = result();
-  j["overlay"] = ov.string();
-  j["patch_id"] = applied.patch_id;
-  j["python"] = nlohmann::json::array();
-  for (const auto& m : plan.modules)
-    j["python"].push_back({{"module", m.module},
-                           {"file", (ov / kPatchedDir / (m.module + ".py")).string()},
-                           {"installed", m.installed.string()},
-                           {"created", m.created}});
-  j["pythonpath"] = ov.string();
-  j["native"] = nullptr;
+  j.update(applied.to_json(plan));
   if (!applied.native) {
     summary();
     return kOk;
   }
   const AppliedEntry& entry = *applied.native;
-  nlohmann::json n = {
-      {"entry", entry.id},
-      {"files", files_json(plan.native)},
-      {"counts", {{"sources", entry.sources}, {"artifacts", entry.artifacts}, {"caches", entry.caches}}}};
-  report_layers("apply", plan.native, entry, n);
+  nlohmann::json n = entry.to_json(plan.native);
+  report_layers("apply", plan.native, entry);
   int rc = build_and_report(
       disk, "apply", plan.native, entry, f.revert_on_failure,
       [&] { return revert_patch_now(disk, ov, applied.patch_id, g); }, n);

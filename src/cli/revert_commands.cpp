@@ -31,13 +31,7 @@ int run_verify(Disk& disk, const std::string& overlay) {
   out_line(print_verify_items(r));
   auto& j = result();
   j["overlay"] = absolute_normal(overlay).string();
-  j["result"] = r.ok() ? "FRESH_BUILD_OK" : "FRESH_BUILD_FAIL";
-  j["artifacts"] = nlohmann::json::array();
-  for (const auto& i : r.items) {
-    j["artifacts"].push_back({{"path", i.path}, {"state", to_string(i.state)}});
-    if (!i.why.empty()) j["artifacts"].back()["why"] = i.why;
-  }
-  if (!r.ok()) j["error"] = "FRESH_BUILD_FAIL: an artifact was not rebuilt";
+  j.update(r.to_json());
   return r.ok() ? kOk : kUsage;
 }
 

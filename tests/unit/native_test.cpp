@@ -1,5 +1,7 @@
 #include "overlay/native.hpp"
 
+#include <cstdlib>
+
 #include <gtest/gtest.h>
 
 #include "overlay/error.hpp"
@@ -194,7 +196,10 @@ TEST(Native, DryRunChangesNothing) {
   apply_and_build(real_disk(), f.request());
   std::string applied = tree_digest(f.in.root);
   std::string ov = tree_digest(f.t / "ov");
-  RevertReport r = revert_natives(real_disk(), f.t / "ov", {true, 5, {}, std::nullopt, std::nullopt, {}});
+  RevertOptions dry;
+  dry.dry_run = true;
+  dry.lock_timeout = 5;
+  RevertReport r = revert_natives(real_disk(), f.t / "ov", dry);
   EXPECT_TRUE(r.ok());
   EXPECT_EQ(r.actions.size(), 4u);
   EXPECT_EQ(tree_digest(f.in.root), applied);
@@ -244,6 +249,7 @@ TEST(Native, ALowerDeletedWhileItsFilesAreClaimedAsLayersRefusesWithNothingChang
 // FRESH_BUILD_OK over that build.
 TEST(Native, AnArtifactAnotherOverlayHoldsNowIsNotThisEntrysBuild) {
   Fixture f;
+  const std::string own_state = std::getenv("OVERLAY_STATE_DIR") ? std::getenv("OVERLAY_STATE_DIR") : "";
   ::setenv("OVERLAY_STATE_DIR", (f.t / "state").c_str(), 1);
   AddNativeRequest r = f.request();
   r.caches.clear();
@@ -267,7 +273,10 @@ TEST(Native, AnArtifactAnotherOverlayHoldsNowIsNotThisEntrysBuild) {
   fs::create_directories(f.t / "other");
   save_manifest(real_disk(), f.t / "other", other);
   VerifyReport v = verify_native(real_disk(), r.overlay);
-  ::unsetenv("OVERLAY_STATE_DIR");
+  if (own_state.empty())
+    ::unsetenv("OVERLAY_STATE_DIR");
+  else
+    ::setenv("OVERLAY_STATE_DIR", own_state.c_str(), 1);
   EXPECT_FALSE(v.ok());
   ASSERT_FALSE(v.items.empty());
   EXPECT_EQ(v.items[0].state, ArtifactState::superseded);
@@ -296,6 +305,53 @@ TEST(Native, ARevertReportWritesItsOwnJson) {
     EXPECT_EQ(j["mtimes"][i]["entry"], r.times[i].entry);
     EXPECT_EQ(j["mtimes"][i]["original"], r.times[i].original);
   }
+}
+
+// And verify's, the entry's and its build's (issue 64): add-native, apply and exec print these.
+TEST(Native, VerifyApplyAndBuildReportsWriteTheirOwnJson) {
+  Fixture f;
+  AddNativeRequest req = f.request();
+  NativePlan plan = plan_add_native(real_disk(), req);
+  AppliedEntry e = apply_native(real_disk(), plan);
+  nlohmann::json applied = e.to_json(plan);
+  EXPECT_EQ(applied["entry"], e.id);
+  ASSERT_EQ(applied["files"].size(), 1u);
+  EXPECT_EQ(applied["files"][0]["path"], f.in.source.string());
+  EXPECT_EQ(applied["files"][0]["change"], "modify");
+  EXPECT_EQ(applied["counts"]["sources"], e.sources);
+  EXPECT_EQ(applied["counts"]["artifacts"], e.artifacts);
+  EXPECT_EQ(applied["counts"]["caches"], e.caches);
+  EXPECT_FALSE(applied.contains("over"));
+
+  BuildOutcome b = run_native_build(real_disk(), plan, e);
+  ASSERT_TRUE(b.ok);
+  nlohmann::json built = b.to_json(e.log_path);
+  EXPECT_EQ(built["ran"], b.served_from.empty());
+  EXPECT_EQ(built["ok"], true);
+  EXPECT_EQ(built["rc"], 0);
+  EXPECT_EQ(built["log"], e.log_path.string());
+  EXPECT_EQ(built["store"]["state"], b.store);
+  EXPECT_EQ(built["changes"], b.changes);
+  EXPECT_FALSE(built.contains("failed_cmd"));
+  b.ok = false;
+  b.failed_cmd = {"sh", "-c", "exit 3"};
+  nlohmann::json failed = b.to_json(e.log_path);
+  EXPECT_EQ(failed["failed_cmd"], nlohmann::json(b.failed_cmd));
+  EXPECT_EQ(failed["interrupted"], false);
+
+  VerifyReport v = verify_native(real_disk(), f.t / "ov");
+  nlohmann::json verified = v.to_json();
+  EXPECT_EQ(verified["result"], "FRESH_BUILD_OK");
+  ASSERT_EQ(verified["artifacts"].size(), v.items.size());
+  for (std::size_t i = 0; i < v.items.size(); ++i) {
+    EXPECT_EQ(verified["artifacts"][i]["path"], v.items[i].path);
+    EXPECT_EQ(verified["artifacts"][i]["state"], to_string(v.items[i].state));
+  }
+  EXPECT_FALSE(verified.contains("error"));
+  v.items[0].state = ArtifactState::unchanged;
+  EXPECT_EQ(v.to_json()["result"], "FRESH_BUILD_FAIL");
+  EXPECT_TRUE(v.to_json().contains("error"));
+  EXPECT_TRUE(revert_natives(real_disk(), f.t / "ov", {}).ok());
 }
 
 // So does a status report (issue 64): every file of every entry with the state the report gives it.
