@@ -328,6 +328,8 @@ ExportReport export_bundle(Disk& disk, const fs::path& overlay_in, const fs::pat
     write_file_atomically(disk, tmp / kBundleFile, text, 0644);
     for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) disk.sync_dir(*it);
     disk.rename(tmp, out);
+    // Renamed in but not durable (the directory's fsync failed): taken out again, as the Error says.
+    tmp = out;
     disk.sync_dir(out.parent_path());
   } catch (...) {
     if (disk.info(tmp, Follow::no).exists()) remove_tree(disk, tmp);
