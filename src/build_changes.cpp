@@ -58,7 +58,11 @@ std::string put_back_file(Disk& disk, BackupStore& store, const BuildChange& c, 
   Place pl = place_of(disk, c.path);
   if (now.exists() && now.type != FileType::regular) disk.remove(pl.at());  // a directory only where empty
   FileBackup rec;
-  rec.backup = c.backup, rec.sha256 = c.sha256, rec.mode = c.mode, rec.stamp = c.before, rec.owner = c.owner;
+  rec.backup = c.backup;
+  rec.sha256 = c.sha256;
+  rec.mode = c.mode;
+  rec.stamp = c.before;
+  rec.owner = c.owner;
   if (store.restore_file(rec, pl.at(), RestoredTime::original)) return "restore";
   FileInfo fi = disk.info(pl.at(), Follow::no);
   if (as_before(c, fi)) return "unchanged";
@@ -87,7 +91,9 @@ std::vector<BuildChange> build_changes_of(Disk& disk, const std::vector<TracedCh
     FileInfo now = look(disk, t.path);
     if (t.before.type == FileType::none && !now.exists()) continue;  // a temporary: made and removed
     BuildChange c;
-    c.path = t.path, c.was = t.before.type, c.left = now.type;
+    c.path = t.path;
+    c.was = t.before.type;
+    c.left = now.type;
     if (c.was == FileType::other) continue;  // a fifo or socket the build replaced: nothing to keep
     if (c.was == FileType::regular) {
       if (t.backup.empty()) continue;  // not kept (the trace says why, and revert then dates now)
@@ -95,7 +101,8 @@ std::vector<BuildChange> build_changes_of(Disk& disk, const std::vector<TracedCh
       c.sha256 = t.sha256.empty() ? hash_file(disk, backups / t.backup) : t.sha256;  // a linked one: hashed now
     }
     c.target = t.target;
-    c.mode = t.before.mode, c.owner = FileOwner{t.before.uid, t.before.gid};
+    c.mode = t.before.mode;
+    c.owner = FileOwner{t.before.uid, t.before.gid};
     c.before = FileStamp{t.before.size, t.before.ino, t.before.mtime_ns};
     if (now.type == FileType::regular) c.stamp = stamp_of(now);
     out.push_back(std::move(c));

@@ -41,10 +41,13 @@ NinjaNode parse_ninja_query(const std::string& text) {
         n.outputs.push_back(item);
       } else if (section == "input") {
         InputKind k = InputKind::explicit_;
-        if (item.rfind("|| ", 0) == 0)
-          k = InputKind::order_only, item = item.substr(3);
-        else if (item.rfind("| ", 0) == 0)
-          k = InputKind::implicit, item = item.substr(2);
+        if (item.rfind("|| ", 0) == 0) {
+          k = InputKind::order_only;
+          item = item.substr(3);
+        } else if (item.rfind("| ", 0) == 0) {
+          k = InputKind::implicit;
+          item = item.substr(2);
+        }
         n.inputs.emplace_back(item, k);
       }
     } else if (l.rfind("  ", 0) == 0) {

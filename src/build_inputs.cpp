@@ -102,10 +102,18 @@ std::string elf_interpreter(Disk& disk, const fs::path& program) {
 
 BuildInput as_input(const TracedInput& t) {
   BuildInput i;
-  i.path = t.path, i.follow = t.follow, i.looked = t.looked, i.type = t.before.type;
-  if (t.before.type == FileType::regular) i.size = t.before.size, i.mtime_ns = t.before.mtime_ns;
+  i.path = t.path;
+  i.follow = t.follow;
+  i.looked = t.looked;
+  i.type = t.before.type;
+  if (t.before.type == FileType::regular) {
+    i.size = t.before.size;
+    i.mtime_ns = t.before.mtime_ns;
+  }
   i.mode = t.before.mode;
-  i.listing = t.listing, i.target = t.target, i.sha256 = t.sha256;
+  i.listing = t.listing;
+  i.target = t.target;
+  i.sha256 = t.sha256;
   return i;
 }
 
@@ -212,7 +220,11 @@ std::string key_inputs(Disk& disk, const BuildTrace& trace, const fs::path& back
     BuildInput i = as_input(t);
     seen.insert(i.path);
     if (sources.count(i.path) > 0) {  // the recipe holds its bytes; its mtime is new at every apply
-      i.looked = 0, i.size = 0, i.mtime_ns = 0, i.mode = 0, i.sha256.clear();
+      i.looked = 0;
+      i.size = 0;
+      i.mtime_ns = 0;
+      i.mode = 0;
+      i.sha256.clear();
       out.push_back(std::move(i));
       continue;
     }
@@ -238,9 +250,13 @@ std::string key_inputs(Disk& disk, const BuildTrace& trace, const fs::path& back
     if (interp.empty() || !seen.insert(interp).second) continue;
     FileInfo fi = disk.info(interp, Follow::yes);
     BuildInput i;
-    i.path = interp, i.looked = kLookedContent, i.type = fi.type;
+    i.path = interp;
+    i.looked = kLookedContent;
+    i.type = fi.type;
     if (fi.type == FileType::regular) {
-      i.size = fi.size, i.mtime_ns = ns_of(fi.mtime), i.mode = fi.mode;
+      i.size = fi.size;
+      i.mtime_ns = ns_of(fi.mtime);
+      i.mode = fi.mode;
       i.sha256 = digests.sha256(interp, fi);
     }
     out.push_back(std::move(i));

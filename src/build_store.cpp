@@ -39,7 +39,9 @@ void from_json(const json& j, StoredChange& c) {
   if (type < 0 || type > static_cast<int>(FileType::other)) throw Error("build record: bad type");
   c.type = static_cast<FileType>(type);
   j.at("mode").get_to(c.mode), j.at("mtime_ns").get_to(c.mtime_ns);
-  c.blob = j.value("blob", ""), c.sha256 = j.value("sha256", ""), c.target = j.value("target", "");
+  c.blob = j.value("blob", "");
+  c.sha256 = j.value("sha256", "");
+  c.target = j.value("target", "");
 }
 void to_json(json& j, const StoredDir& d) { j = {{"path", d.path}, {"tar", d.tar}, {"sha256", d.sha256}}; }
 void from_json(const json& j, StoredDir& d) {
@@ -239,7 +241,10 @@ StoreLookup BuildStore::find(const NativePlan& plan, const std::vector<fs::path>
     b.where = dir / e.name;
     std::string differs = first_difference(disk_, b.inputs, digests_, skipped);
     if (differs.empty() && (!out.hit || b.built_at > out.hit->built_at)) out.hit = std::move(b);
-    if (!differs.empty() && b.built_at > newest) newest = b.built_at, out.miss = differs;
+    if (!differs.empty() && b.built_at > newest) {
+      newest = b.built_at;
+      out.miss = differs;
+    }
   }
   if (out.hit) out.miss.clear();
   if (!out.hit && out.miss.empty()) out.miss = "no whole record of this build is kept";
@@ -417,9 +422,11 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildTrace& trace, st
       }
       Taken k{{}, place_for(disk_, t.path, pins), {}};
       k.info = disk_.info(k.place.at(), Follow::no);
-      k.change.path = t.path, k.change.type = k.info.type;
+      k.change.path = t.path;
+      k.change.type = k.info.type;
       if (k.info.type == FileType::other) return "the build left a special file at " + t.path;
-      k.change.mode = k.info.mode, k.change.mtime_ns = ns_of(k.info.mtime);
+      k.change.mode = k.info.mode;
+      k.change.mtime_ns = ns_of(k.info.mtime);
       if (k.info.type == FileType::symlink) k.change.target = disk_.read_link(k.place.at());
       if (k.info.type == FileType::regular) size += k.info.size;
       taken.push_back(std::move(k));

@@ -42,7 +42,8 @@ nlohmann::json run_cmd(const FleetExecRequest& req, const char* which, bool cand
                        int& status) {
   RunOptions o;
   o.output = Output::files;
-  o.out_fd = ::dup(out.echo_out), o.err_fd = ::dup(out.echo_err);
+  o.out_fd = ::dup(out.echo_out);
+  o.err_fd = ::dup(out.echo_err);
   if (req.timeout_s > 0) o.timeout_s = req.timeout_s;
   if (candidate && !req.pythonpath.empty()) {  // srun passes our environment to its tasks: the patched .py files engage
     const char* old = std::getenv("PYTHONPATH");

@@ -77,7 +77,8 @@ bool fold_build_change(FoldPlan& p, const BuildChange& c) {
   for (auto& e : p.into.natives)
     for (auto& mine : e.build_changes)
       if (mine.path == c.path) {
-        mine.left = c.left, mine.stamp = c.stamp;
+        mine.left = c.left;
+        mine.stamp = c.stamp;
         p.report.outputs_merged.push_back(c.path);
         p.report.backups_dropped += c.backup.empty() ? 0 : 1;
         return false;

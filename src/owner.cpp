@@ -152,7 +152,9 @@ std::optional<Owner> local_owner(pid_t pid) {
   auto ticks = process_start_ticks(pid);
   if (!ticks) return std::nullopt;
   Owner o;
-  o.pid = pid, o.start_ticks = *ticks, o.pid_ns = this_pid_ns();
+  o.pid = pid;
+  o.start_ticks = *ticks;
+  o.pid_ns = this_pid_ns();
   return o;
 }
 

@@ -297,7 +297,10 @@ void Runner::handle_wake() {
         continue;
       }
       kill_group(sig);
-      if (!term_sent_) term_sent_ = true, term_at_ = std::chrono::steady_clock::now();  // SIGKILL after the grace
+      if (!term_sent_) {
+        term_sent_ = true;
+        term_at_ = std::chrono::steady_clock::now();  // SIGKILL after the grace
+      }
     }
   }
   int status = 0;

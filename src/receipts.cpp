@@ -99,7 +99,8 @@ ReceiptCollector::ReceiptCollector(Disk& disk, fs::path dir, const std::vector<s
 
 ProcessReceipt& ReceiptCollector::process(pid_t pid, std::uint64_t ticks) {
   ProcessReceipt& p = seen_[{pid, ticks}];
-  p.pid = pid, p.start_ticks = ticks;
+  p.pid = pid;
+  p.start_ticks = ticks;
   return p;
 }
 
@@ -109,7 +110,9 @@ void ReceiptCollector::add_mapping(ProcessReceipt& p, const std::string& mapped,
   for (const auto& a : p.artifacts)
     if (a.path == w->second && a.dev == dev && a.ino == ino) return;
   ReceiptArtifact a;
-  a.path = w->second, a.dev = dev, a.ino = ino;
+  a.path = w->second;
+  a.dev = dev;
+  a.ino = ino;
   p.artifacts.push_back(a);
 }
 

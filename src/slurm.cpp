@@ -203,7 +203,8 @@ SallocRun run_under_salloc(Disk& disk, const std::string& salloc_args,
   for (auto& w : command(record)) argv.push_back(w);
   RunOptions o;
   o.output = Output::files;
-  o.out_fd = ::dup(1), o.err_fd = ::dup(2);
+  o.out_fd = ::dup(1);
+  o.err_fd = ::dup(2);
   o.on_signal = [&](pid_t salloc, int sig) {
     nlohmann::json rec = CoordinatorRecord::read(disk, record);
     pid_t coordinator = rec.is_object() ? rec.value("pid", 0) : 0;

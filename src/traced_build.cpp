@@ -45,9 +45,13 @@ PathState state_of(const FileInfo& fi) {
   if (!fi.exists()) return s;
   s.mode = fi.mode;
   s.size = fi.type == FileType::regular || fi.type == FileType::symlink ? fi.size : 0;
-  s.dev = static_cast<std::uint64_t>(fi.dev), s.ino = static_cast<std::uint64_t>(fi.ino), s.nlink = fi.nlink;
-  s.mtime_ns = ns_of(fi.mtime), s.ctime_ns = ns_of(fi.ctime);
-  s.uid = fi.uid, s.gid = fi.gid;
+  s.dev = static_cast<std::uint64_t>(fi.dev);
+  s.ino = static_cast<std::uint64_t>(fi.ino);
+  s.nlink = fi.nlink;
+  s.mtime_ns = ns_of(fi.mtime);
+  s.ctime_ns = ns_of(fi.ctime);
+  s.uid = fi.uid;
+  s.gid = fi.gid;
   return s;
 }
 
@@ -84,7 +88,9 @@ void from_json(const json& j, TracedInput& i) {
   i.path = j.at("path").get<std::string>();
   i.follow = j.at("follow").get<bool>() ? Follow::yes : Follow::no;
   j.at("looked").get_to(i.looked), j.at("before").get_to(i.before);
-  i.listing = j.value("listing", ""), i.target = j.value("target", ""), i.sha256 = j.value("sha256", "");
+  i.listing = j.value("listing", "");
+  i.target = j.value("target", "");
+  i.sha256 = j.value("sha256", "");
   i.tracked = j.value("tracked", false);
 }
 
@@ -99,7 +105,9 @@ void to_json(json& j, const TracedChange& c) {
 void from_json(const json& j, TracedChange& c) {
   c.path = j.at("path").get<std::string>();
   j.at("before").get_to(c.before);
-  c.backup = j.value("backup", ""), c.sha256 = j.value("sha256", ""), c.target = j.value("target", "");
+  c.backup = j.value("backup", "");
+  c.sha256 = j.value("sha256", "");
+  c.target = j.value("target", "");
   c.tracked = j.value("tracked", false);
   c.appended = j.value("appended", false);
 }
@@ -246,11 +254,14 @@ void TraceRecorder::looked(const std::string& path, Follow follow, unsigned how)
     auto [it, fresh] = input_at_.try_emplace({k, follow}, trace_.inputs.size());
     if (fresh) {
       TracedInput in;
-      in.path = k, in.follow = follow, in.tracked = tracked_.count(k) > 0;
+      in.path = k;
+      in.follow = follow;
+      in.tracked = tracked_.count(k) > 0;
       PathState now = state(k, Follow::no);
       if (ch != change_at_.end() && (follow == Follow::no || now.type != FileType::symlink)) {
         // Changed in place before this look: what it was before the change is what the build read.
-        in.before = trace_.changes[ch->second].before, in.sha256 = trace_.changes[ch->second].sha256;
+        in.before = trace_.changes[ch->second].before;
+        in.sha256 = trace_.changes[ch->second].sha256;
       } else if (follow == Follow::yes && now.type == FileType::symlink) {
         auto made = change_at_.find(real_or_normal(k));
         if (made != change_at_.end() && trace_.changes[made->second].defined) {  // an output, through a link
@@ -296,7 +307,9 @@ void TraceRecorder::changing(const std::string& path, Change how, Follow follow)
       return;
     }
     TracedChange c;
-    c.path = k, c.before = state(k, Follow::no), c.tracked = tracked_.count(k) > 0;
+    c.path = k;
+    c.before = state(k, Follow::no);
+    c.tracked = tracked_.count(k) > 0;
     c.appended = how == Change::append && c.before.type != FileType::directory;  // a log, made by `>>` or kept
     c.defined = defines(how, c.before.type);
     // Even a chmod or a touch is undone by putting the file back whole: its bytes are kept too.
@@ -425,8 +438,11 @@ int build_tracer_main(int argc, char** argv) {
     return 125;
   }
   BuildTrace t = rec.take();
-  t.untraced = o.untraced, t.exit_code = o.exit_code, t.term_signal = o.term_signal;
-  t.exec_error = o.exec_error, t.left_running = o.left_running;
+  t.untraced = o.untraced;
+  t.exit_code = o.exit_code;
+  t.term_signal = o.term_signal;
+  t.exec_error = o.exec_error;
+  t.left_running = o.left_running;
   try {
     if (journal) journal->close();
     write_file_atomically(disk, req.out, dump_json_bytes(json(t)), 0600, NameDurable::no);

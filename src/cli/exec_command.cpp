@@ -24,7 +24,9 @@ int run_exec(ExecFlags& f, const Globals& g) {
   req.as_apply = !f.patch_root.empty() && f.targets.empty();
   if (!f.python_root.empty()) req.python_root = f.python_root;
   req.cmd = f.cmd;
-  req.ref = f.ref, req.engaged = f.engaged, req.keep_on_success = f.keep_on_success;
+  req.ref = f.ref;
+  req.engaged = f.engaged;
+  req.keep_on_success = f.keep_on_success;
   req.timeout_s = f.timeout;
   req.receipts = f.receipts || (json_mode() && !f.no_receipts);
   // Under --json, stdout is the one document: the command's stdout goes to stderr.

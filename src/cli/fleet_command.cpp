@@ -40,7 +40,8 @@ std::unique_ptr<FleetRunner> start(ApplyStep& s, const Globals& g) {
   if (!r.as_apply && !s.f.python_root.empty()) throw Error("--python-root applies only with --patch-root (apply)");
   r.change_args = given_flags(*s.sub, {"--ref", "--timeout"});
   if (!r.as_apply) std::erase(r.change_args, std::string("--python-root"));
-  s.cmds = fleet_step_commands(r, s.id = new_fleet_id(), coordinator_owner());
+  s.id = new_fleet_id();
+  s.cmds = fleet_step_commands(r, s.id, coordinator_owner());
   record_fleet_id(s.id);
   return runner;
 }
@@ -105,7 +106,8 @@ void add_pass_on(CLI::App& fleet, const Globals& g, const std::shared_ptr<Handle
                  const char* counterpart, const char* help, Setup setup) {
   auto p = std::make_shared<PassOn>();
   CLI::App* sub = fleet.add_subcommand(name, help);
-  p->sub = sub, p->counterpart = counterpart;
+  p->sub = sub;
+  p->counterpart = counterpart;
   p->counterpart_flags = setup(*sub, g);  // the counterpart's flags, as it has them; it runs on the nodes
   if (std::string(name) == "revert")
     sub->add_option(

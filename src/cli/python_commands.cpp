@@ -120,10 +120,15 @@ Handler add_module_command(CLI::App& sub, const Globals& g) {
 Handler add_rebind_command(CLI::App& sub, const Globals& g) {
   auto r = std::make_shared<RebindFlags>();
   Handler h = python_verb(sub, g, "add-rebind", r, [](const RebindFlags& f, const Globals& gl) {
-    AddRebindRequest q{f.common(gl), f.target, f.impl_module, f.impl_attr, std::nullopt, std::nullopt};
+    AddRebindRequest q{.common = f.common(gl),
+                       .target = f.target,
+                       .impl_module = f.impl_module,
+                       .impl_attr = f.impl_attr,
+                       .impl_file = std::nullopt,
+                       .impl_dir = std::nullopt,
+                       .count_calls = f.count_calls};
     if (!f.impl_file.empty()) q.impl_file = fs::path(f.impl_file);
     if (!f.impl_dir.empty()) q.impl_dir = fs::path(f.impl_dir);
-    q.count_calls = f.count_calls;
     return add_rebind(cli_disk(), q);
   });
   sub.add_option("--target", r->target, "module:attr to replace")->required();
@@ -206,7 +211,12 @@ Handler add_triton_launch_probe_command(CLI::App& sub, const Globals& g) {
 Handler add_installer_command(CLI::App& sub, const Globals& g) {
   auto f = std::make_shared<InstallerFlags>();
   Handler h = python_verb(sub, g, "add-installer", f, [](const InstallerFlags& i, const Globals& gl) {
-    AddInstallerRequest q{i.common(gl), i.id, i.module, i.callable, i.targets, i.kernels};
+    AddInstallerRequest q{.common = i.common(gl),
+                          .id = i.id,
+                          .module = i.module,
+                          .callable = i.callable,
+                          .targets = i.targets,
+                          .kernels = i.kernels};
     return add_installer(cli_disk(), q);
   });
   sub.add_option("--id", f->id, "Installer name (one definition per id)")->required();

@@ -16,7 +16,9 @@ The map is the fenced block after the "layer map" comment in docs/design.md: one
   * the design's sentence on that library names its files and counts them, and the library's
     whole (overlay_base and overlay_core), as CMakeLists.txt builds them;
   * the front end stays thin (issue 64): no file of src/cli over 300 lines (its reports write
-    their own JSON in the library).
+    their own JSON in the library);
+  * no statement of src/ strings assignments together with the comma operator (`a = x, b = y;`,
+    alone or as an if's body): one assignment a statement (issue 64).
 """
 import os
 import re
@@ -127,6 +129,41 @@ def thin_front_end(root):
     return problems
 
 
+# An expression statement, alone on its line or an if/else body on the if's line, whose top level
+# holds a comma and an assignment after it: `a = x, b = y;`. Declarations (`int a = 1, b = 2;`)
+# and for-headers are not statements of this kind.
+COMMA_STATEMENT = re.compile(r"^\s*(?:(?:if|else if) \(.*\) |else )?[A-Za-z_][\w.\->\[\]]* = [^;]*;\s*(?://.*)?$")
+
+
+def top_level_commas(text):
+    depth, quote, out = 0, None, []
+    for i, c in enumerate(text):
+        if quote:
+            quote = None if c == quote and text[i - 1] != "\\" else quote
+        elif c in "\"'":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(i)
+    return out
+
+
+def comma_statements(root):
+    problems = []
+    for f in files_under(root, "src", (".cpp", ".hpp")):
+        for n, line in enumerate(open(os.path.join(root, f), encoding="utf-8", errors="replace"), 1):
+            code = line.split("//", 1)[0] if '"' not in line else line
+            if not COMMA_STATEMENT.match(code) or code.lstrip().startswith(("for ", "return ")):
+                continue
+            body = re.sub(r"^\s*(?:(?:if|else if) \(.*\) |else )", "", code).rstrip().rstrip(";")
+            if any("=" in body[c:].split(",", 2)[1] for c in top_level_commas(body) if "," in body[c:]):
+                problems.append("%s:%d holds assignments strung by the comma operator: %s" % (f, n, line.strip()))
+    return problems
+
+
 def check(root):
     rows, problems = read_map(root)
     files = files_under(root, "src", (".cpp", ".hpp")) + files_under(root, "include/overlay", (".hpp",))
@@ -156,6 +193,7 @@ def check(root):
     problems += cycles(edges)
     problems += library_counts(root)
     problems += thin_front_end(root)
+    problems += comma_statements(root)
     return problems
 
 
@@ -201,6 +239,12 @@ def planted(root):
         ("a cycle", "src/lock.cpp", '#include "overlay/in_flight.hpp"\n', "an include cycle: "),
         ("a stale count", "docs/design.md", "", "docs/design.md counts 12 files of overlay_base"),
         ("a thick front end", "src/cli/main.cpp", "// padding\n" * 400, "src/cli/main.cpp has "),
+        (
+            "a comma statement",
+            "src/words.cpp",
+            "void planted(int& a, int& b) {\n  if (a) a = 1, b = 2;\n}\n",
+            "src/words.cpp:2 holds assignments strung by the comma operator",
+        ),
     ]
     failed = 0
     for what, path, line, expect in cases:

@@ -35,11 +35,11 @@ TEST(GcStale, RevertsStaleSparesLiveAndUntrusted) {
   ::chmod((t / "runs/4/ov/_overlay_manifest.json").c_str(), 0666);  // untrusted
   write_file(t / "runs/5/ov/_overlay_manifest.json", R"({"modules": [], "natives": []})");
 
-  GcReport dry = gc_stale(real_disk(), t / "runs", {true, std::nullopt, 5});
+  GcReport dry = gc_stale(real_disk(), t / "runs", {.dry_run = true, .min_age_s = std::nullopt, .lock_timeout = 5});
   EXPECT_EQ(dry.count(GcOutcome::would_revert), 2u);
   EXPECT_NE(tree_digest(t / "inst"), before);
 
-  GcReport r = gc_stale(real_disk(), t / "runs", {false, std::nullopt, 5});
+  GcReport r = gc_stale(real_disk(), t / "runs", {.dry_run = false, .min_age_s = std::nullopt, .lock_timeout = 5});
   EXPECT_EQ(r.count(GcOutcome::reverted), 2u);
   EXPECT_EQ(r.count(GcOutcome::skipped), 2u);
   EXPECT_EQ(read_file(t / "inst/a"), "orig a\n");
@@ -56,7 +56,7 @@ TEST(GcStale, MinAgeSkipsRecent) {
   TempDir t;
   write_file(t / "inst/a", "orig\n");
   apply(t / "runs/ov", t / "inst/a");
-  GcReport r = gc_stale(real_disk(), t / "runs", {false, 3600.0, 5});
+  GcReport r = gc_stale(real_disk(), t / "runs", {.dry_run = false, .min_age_s = 3600.0, .lock_timeout = 5});
   EXPECT_EQ(r.count(GcOutcome::skipped), 1u);
   EXPECT_EQ(read_file(t / "inst/a"), "patched\n");
 }
@@ -68,14 +68,14 @@ TEST(GcStale, AnOverlayBelowADirectoryOthersCanWriteIsSkipped) {
   write_file(t / "inst/a", "orig\n");
   apply(t / "runs/open/ov", t / "inst/a");
   fs::permissions(t / "runs/open", fs::perms(0775));
-  GcReport r = gc_stale(real_disk(), t / "runs", {false, std::nullopt, 5});
+  GcReport r = gc_stale(real_disk(), t / "runs", {.dry_run = false, .min_age_s = std::nullopt, .lock_timeout = 5});
   ASSERT_EQ(r.items.size(), 1u);
   EXPECT_EQ(r.items[0].outcome, GcOutcome::skipped);
   EXPECT_EQ(r.items[0].reason, "directory " + (t / "runs/open").string() +
                                    " above it is group- or world-writable (another user could swap it)");
   EXPECT_EQ(read_file(t / "inst/a"), "patched\n");
   fs::permissions(t / "runs/open", fs::perms(01777));
-  r = gc_stale(real_disk(), t / "runs", {false, std::nullopt, 5});
+  r = gc_stale(real_disk(), t / "runs", {.dry_run = false, .min_age_s = std::nullopt, .lock_timeout = 5});
   EXPECT_EQ(r.count(GcOutcome::reverted), 1u);
   EXPECT_EQ(read_file(t / "inst/a"), "orig\n");
 }
