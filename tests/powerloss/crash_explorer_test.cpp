@@ -86,53 +86,27 @@ struct Explorer {
     env = {"OVERLAY_STATE_DIR=" + (w / "state").string()};
   }
 
+  // The artifacts, the cache and the build every add-native of the explorer names.
+  AddNativeArgs& built(AddNativeArgs& a, const std::string& snapshot) const {
+    return a.artifact(w / "inst/lib/libk.so")
+        .artifact(w / "inst/lib/new.so")
+        .cache(w / "inst/cache")
+        .snapshot(snapshot)
+        .build_cwd(w / "inst")
+        .build(kBuild);
+  }
   std::vector<std::string> add_tar() const {
-    return {"add-native",
-            "--overlay",
-            (w / "ov").string(),
-            "--target",
-            (w / "inst/src/k.c").string(),
-            "--patched-file",
-            (t / "in/patched.c").string(),
-            "--artifact",
-            (w / "inst/lib/libk.so").string(),
-            "--artifact",
-            (w / "inst/lib/new.so").string(),
-            "--invalidate-cache",
-            (w / "inst/cache").string(),
-            "--cache-snapshot",
-            "tar",
-            "--build-cwd",
-            (w / "inst").string(),
-            "--build-cmd",
-            kBuild};
+    AddNativeArgs a(w / "ov");
+    return built(a.target(w / "inst/src/k.c", t / "in/patched.c"), "tar");
   }
   std::vector<std::string> add_moved_diff() const {
-    return {"add-native",
-            "--overlay",
-            (w / "ov").string(),
-            "--patch",
-            (t / "in/multi.diff").string(),
-            "--patch-root",
-            (w / "inst").string(),
-            "--artifact",
-            (w / "inst/lib/libk.so").string(),
-            "--artifact",
-            (w / "inst/lib/new.so").string(),
-            "--invalidate-cache",
-            (w / "inst/cache").string(),
-            "--cache-snapshot",
-            "move",
-            "--build-cwd",
-            (w / "inst").string(),
-            "--build-cmd",
-            kBuild};
+    AddNativeArgs a(w / "ov");
+    return built(a.patch(t / "in/multi.diff", w / "inst"), "move");
   }
   // The cache renamed aside beside itself (what auto picks wherever the cache can be renamed).
   std::vector<std::string> add_aside() const {
-    std::vector<std::string> a = add_tar();
-    *std::find(a.begin(), a.end(), "tar") = "aside";
-    return a;
+    AddNativeArgs a(w / "ov");
+    return built(a.target(w / "inst/src/k.c", t / "in/patched.c"), "aside");
   }
   std::vector<std::string> revert() const { return {"revert", "--overlay", (w / "ov").string()}; }
   std::vector<std::string> gc() const { return {"gc-stale", "--root", w.string()}; }
@@ -439,13 +413,7 @@ TEST(PowerLoss, AddNativeMovedCacheMultiFileDiff) { explore_both("add-native (mo
 // lose the first entry, whose changes are all in the install.
 TEST(PowerLoss, AddNativeSecondEntryKeepsTheFirst) {
   explore_both("add-native (2nd entry)", {kAddTar}, [](const Explorer& e) {
-    return std::vector<std::string>{"add-native",
-                                    "--overlay",
-                                    (e.w / "ov").string(),
-                                    "--target",
-                                    (e.w / "inst/src/util.h").string(),
-                                    "--patched-file",
-                                    (e.t / "in/patched.c").string()};
+    return std::vector<std::string>(AddNativeArgs(e.w / "ov").target(e.w / "inst/src/util.h", e.t / "in/patched.c"));
   });
 }
 
@@ -481,31 +449,9 @@ TEST(PowerLoss, GcStale) {
 // ACCEPTED reverted. No state may lose a file's original or leave the fold half done.
 struct FoldExplorer {
   static std::vector<std::string> add_candidate(const Explorer& e) {
-    return {"add-native",
-            "--overlay",
-            (e.w / "ov2").string(),
-            "--over",
-            (e.w / "ov").string(),
-            "--target",
-            (e.w / "inst/src/k.c").string(),
-            "--patched-file",
-            (e.t / "in/patched2.c").string(),
-            "--target",
-            (e.w / "inst/src/util.h").string(),
-            "--patched-file",
-            (e.t / "in/util2.h").string(),
-            "--artifact",
-            (e.w / "inst/lib/libk.so").string(),
-            "--artifact",
-            (e.w / "inst/lib/new.so").string(),
-            "--invalidate-cache",
-            (e.w / "inst/cache").string(),
-            "--cache-snapshot",
-            "tar",
-            "--build-cwd",
-            (e.w / "inst").string(),
-            "--build-cmd",
-            kBuild};
+    AddNativeArgs a(e.w / "ov2");
+    a.over(e.w / "ov").target(e.w / "inst/src/k.c", e.t / "in/patched2.c");
+    return e.built(a.target(e.w / "inst/src/util.h", e.t / "in/util2.h"), "tar");
   }
   static std::vector<std::string> fold(const Explorer& e) {
     return {"fold", "--from", (e.w / "ov2").string(), "--into", (e.w / "ov").string()};

@@ -24,9 +24,11 @@ TEST(Signals, InterruptDuringBuildForwardedAndRevertable) {
                        "; "
                        "echo x > " +
                        in.artifact.string() + "; touch " + (t / "started").string() + "; wait";
-  pid_t pid = spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(),
-                             "--patched-file", (t / "patched.cpp").string(), "--artifact", in.artifact.string(),
-                             "--invalidate-cache", in.cache.string(), "--build-cmd", "sh -c \"" + script + "\""},
+  pid_t pid = spawn_overlay(AddNativeArgs(t / "ov")
+                                .target(in.source, t / "patched.cpp")
+                                .artifact(in.artifact)
+                                .cache(in.cache)
+                                .build("sh -c \"" + script + "\""),
                             {"OVERLAY_STATE_DIR=" + (t / "state").string()});
   ASSERT_TRUE(until_ready_or_exited(pid, [&] { return fs::exists(t / "started"); }));
   ::kill(pid, SIGINT);
@@ -48,10 +50,11 @@ TEST(Signals, BuildTimeoutKillsGroupAndStaysRevertable) {
   std::string script = "(trap '' TERM; sleep 3; touch " + (t / "survivor").string() + ") & echo $! > " +
                        (t / "child.pid").string() + "; sleep 30";
   auto start = std::chrono::steady_clock::now();
-  Cmd a =
-      run_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-                   (t / "patched.cpp").string(), "--build-timeout", "0.5", "--build-cmd", "sh -c \"" + script + "\""},
-                  {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
+  Cmd a = run_overlay(AddNativeArgs(t / "ov")
+                          .target(in.source, t / "patched.cpp")
+                          .flag("--build-timeout", "0.5")
+                          .build("sh -c \"" + script + "\""),
+                      {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(25)) << "it waited for the build's 30 s";
   EXPECT_EQ(a.rc, 1);
   EXPECT_NE(a.err.find("(timed out)"), std::string::npos) << a.err;
@@ -70,11 +73,14 @@ TEST(Signals, TimedOutBuildWithRevertOnFailureLeavesOriginalAndNoSurvivor) {
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   std::string script = "echo half > " + in.artifact.string() + "; (trap '' TERM; sleep 3; touch " +
                        (t / "survivor").string() + ") & echo $! > " + (t / "child.pid").string() + "; sleep 30";
-  Cmd a = run_overlay(
-      {"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(), "--patched-file",
-       (t / "patched.cpp").string(), "--artifact", in.artifact.string(), "--invalidate-cache", in.cache.string(),
-       "--build-timeout", "0.5", "--revert-on-failure", "--build-cmd", "sh -c \"" + script + "\""},
-      {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
+  Cmd a = run_overlay(AddNativeArgs(t / "ov")
+                          .target(in.source, t / "patched.cpp")
+                          .artifact(in.artifact)
+                          .cache(in.cache)
+                          .flag("--build-timeout", "0.5")
+                          .flag("--revert-on-failure")
+                          .build("sh -c \"" + script + "\""),
+                      {}, {"OVERLAY_STATE_DIR=" + (t / "state").string()});
   EXPECT_EQ(a.rc, 1);
   EXPECT_NE(a.err.find("(timed out)"), std::string::npos) << a.err;
   EXPECT_NE(a.err.find("--revert-on-failure: entry"), std::string::npos) << a.err;
@@ -91,9 +97,8 @@ TEST(Signals, BuildDiesWithAKilledOverlay) {
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
   std::string script = "echo $$ > " + (t / "build.pid").string() + "; sleep 2; touch " + (t / "finished").string();
   std::vector<std::string> env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
-  pid_t pid = spawn_overlay({"add-native", "--overlay", (t / "ov").string(), "--target", in.source.string(),
-                             "--patched-file", (t / "patched.cpp").string(), "--build-cmd", "sh -c \"" + script + "\""},
-                            env);
+  pid_t pid = spawn_overlay(
+      AddNativeArgs(t / "ov").target(in.source, t / "patched.cpp").build("sh -c \"" + script + "\""), env);
   // Until the pid is written, not merely the file created (the shell opens it, then writes).
   auto written = [&] {
     return fs::exists(t / "build.pid") && read_file(t / "build.pid").find('\n') != std::string::npos;

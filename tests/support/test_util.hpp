@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -153,5 +154,34 @@ struct Install {
   fs::path root, source, artifact, cache;
 };
 Install make_install(const fs::path& root);
+
+// The argv of an `overlay add-native` call, flag by flag, in the order given:
+//   run_overlay(AddNativeArgs(ov).target(in.source, patched).artifact(in.artifact).build("make"))
+class AddNativeArgs {
+ public:
+  explicit AddNativeArgs(const fs::path& overlay) : argv_{"add-native", "--overlay", overlay.string()} {}
+  AddNativeArgs& target(const fs::path& target, const fs::path& patched) {
+    return flag("--target", target.string()).flag("--patched-file", patched.string());
+  }
+  AddNativeArgs& patch(const fs::path& diff, const fs::path& root) {
+    return flag("--patch", diff.string()).flag("--patch-root", root.string());
+  }
+  AddNativeArgs& over(const fs::path& lower) { return flag("--over", lower.string()); }
+  AddNativeArgs& artifact(const fs::path& p) { return flag("--artifact", p.string()); }
+  AddNativeArgs& cache(const fs::path& p) { return flag("--invalidate-cache", p.string()); }
+  AddNativeArgs& snapshot(const std::string& how) { return flag("--cache-snapshot", how); }
+  AddNativeArgs& build(const std::string& cmd) { return flag("--build-cmd", cmd); }
+  AddNativeArgs& build_cwd(const fs::path& p) { return flag("--build-cwd", p.string()); }
+  // Any other flag (its value, when it takes one).
+  AddNativeArgs& flag(const std::string& name, const std::optional<std::string>& value = std::nullopt) {
+    argv_.push_back(name);
+    if (value) argv_.push_back(*value);
+    return *this;
+  }
+  operator std::vector<std::string>() const { return argv_; }  // NOLINT: passed where an argv goes
+
+ private:
+  std::vector<std::string> argv_;
+};
 
 }  // namespace overlay::test
