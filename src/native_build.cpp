@@ -431,7 +431,7 @@ nlohmann::json BuildOutcome::to_json(const fs::path& log) const {
   nlohmann::json j = {{"ran", served_from.empty()},
                       {"ok", ok},
                       {"log", log.string()},
-                      {"rc", result.rc()},
+                      {"rc", served_from.empty() ? nlohmann::json(result.rc()) : nlohmann::json(nullptr)},
                       {"served_from_store", or_null(served_from)},
                       {"traced", untraced.empty()},
                       {"untraced", or_null(untraced)},

@@ -32,8 +32,8 @@ struct BuildOutcome {
   std::vector<std::string> unobserved;  // what the trace could not account for
   std::size_t changes = 0;              // paths the build changed beyond the entry's items
   // What a build report says of it (add-native, apply and exec's --json "build"): {ran, ok, log,
-  // rc, served_from_store, store_note?, traced, untraced, unobserved, changes, store: {state, why,
-  // record}, untracked_outputs, watch_off?, log_error?} and, when it failed, {failed_cmd,
+  // rc (null when served: no command ran), served_from_store, store_note?, traced, untraced, unobserved, changes,
+  // store: {state, why, record}, untracked_outputs, watch_off?, log_error?} and, when it failed, {failed_cmd,
   // timed_out, interrupted, exec_error?}. `log`: the entry's build log.
   nlohmann::json to_json(const fs::path& log) const;
 };

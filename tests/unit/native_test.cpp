@@ -333,6 +333,10 @@ TEST(Native, VerifyApplyAndBuildReportsWriteTheirOwnJson) {
   EXPECT_EQ(built["store"]["state"], b.store);
   EXPECT_EQ(built["changes"], b.changes);
   EXPECT_FALSE(built.contains("failed_cmd"));
+  BuildOutcome served = b;
+  served.served_from = "a-record";
+  EXPECT_TRUE(served.to_json(e.log_path)["rc"].is_null()) << "a served build ran no command";
+  EXPECT_EQ(served.to_json(e.log_path)["ran"], false);
   b.ok = false;
   b.failed_cmd = {"sh", "-c", "exit 3"};
   nlohmann::json failed = b.to_json(e.log_path);
