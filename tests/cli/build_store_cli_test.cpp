@@ -99,6 +99,8 @@ struct BuildStoreCli : ::testing::Test {
     json b = json::parse(a.out)["build"];
     EXPECT_EQ(b["served_from_store"].is_string(), served) << a.err;
     EXPECT_EQ(b["ran"], !served);
+    // A served build ran no command: no exit status to give.
+    EXPECT_EQ(b["rc"].is_null(), served) << b.dump();
     EXPECT_EQ(compiles() == before, served) << "compiles " << before << " -> " << compiles() << "\n" << a.err;
     EXPECT_EQ(value(), prints);
     revert();
