@@ -25,6 +25,7 @@
 #include "overlay/process_scan.hpp"
 #include "overlay/python/sitecustomize.hpp"
 #include "overlay/receipts.hpp"
+#include "overlay/stack.hpp"
 #include "overlay/status.hpp"
 #include "overlay/words.hpp"
 
@@ -147,10 +148,11 @@ void AbStep::refuse_held_targets() {
     fs::path p = absolute_normal(t);
     real.push_back(disk_.info(p, Follow::yes).exists() ? disk_.real_path(p) : p);
   }
-  if (auto why = holds.held_by_two(real, overlay_))
+  ManifestCache records(disk_);
+  if (auto why = held_by_two(holds, records, real, overlay_))
     throw Error(*why + "; the reference would not run on the original install");
   for (const auto& p : real) {
-    if (auto why = holds.why_taken(p, overlay_, over))
+    if (auto why = why_taken(holds, records, p, overlay_, over))
       throw Error(*why + "; the reference would not run on the original install");
   }
 }

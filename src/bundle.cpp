@@ -14,9 +14,9 @@
 #include "overlay/hash.hpp"
 #include "overlay/holds.hpp"
 #include "overlay/json_bytes.hpp"
-#include "overlay/layers.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/native_revert.hpp"
+#include "overlay/stack.hpp"
 #include "overlay/words.hpp"
 
 namespace overlay {

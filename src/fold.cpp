@@ -11,10 +11,10 @@
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
 #include "overlay/in_flight.hpp"
-#include "overlay/layers.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/native_verify.hpp"
 #include "overlay/snapshot.hpp"
+#include "overlay/stack.hpp"
 #include "overlay/store.hpp"
 
 namespace overlay {
@@ -541,25 +541,24 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
     throw Error("--from and --into name the same overlay: " + into.string() + " is " + from.string());
   if (!load_manifest(disk, from)) throw Error("nothing to fold: no manifest in " + from.string());
   if (ii.exists()) load_manifest(disk, into);  // a malformed record is refused before any lock
-  // CAND first, then ACCEPTED: the order every verb takes an upper layer's lock and its lower's.
-  OverlayLock from_lock(from, req.lock_timeout);
+  // CAND first, then ACCEPTED: an upper layer's lock, then its lower's (StackLocks).
+  StackLocks locks(from, req.lock_timeout);
   auto cm = load_manifest(disk, from);
   if (!cm) throw Error("nothing to fold: no manifest in " + from.string());
   std::optional<FoldMark> interrupted = cm->fold_out;
   bool finished = interrupted && !req.dry_run && settle_fold_out(disk, from, *cm, req.lock_timeout, req.state_dir) &&
                   absolute_normal(interrupted->overlay) == into;
-  std::optional<OverlayLock> into_lock;
-  if (disk.info(into, Follow::yes).exists()) into_lock.emplace(into, req.lock_timeout);
+  if (disk.info(into, Follow::yes).exists()) locks.take_lower(into);
   Manifest am = load_manifest(disk, into).value_or(Manifest{});
   std::optional<FoldReport> done = fold_done(from, *cm, am, finished ? interrupted : std::nullopt);
-  if (!req.dry_run && into_lock && settle_folds_in(disk, into, am)) save_manifest(disk, into, am);
+  if (!req.dry_run && locks.holds_lower() && settle_folds_in(disk, into, am)) save_manifest(disk, into, am);
   if (done) return *done;
   check_foldable(disk, from, into, *cm);
   FoldPlan p = plan_fold(into, *cm, am);
   if (req.dry_run) return p.report;
-  if (!into_lock) {  // made only once every check passed: a refused fold leaves no ACCEPTED behind
+  if (!locks.holds_lower()) {  // made only once every check passed: a refused fold leaves no ACCEPTED behind
     make_dirs(disk, into);
-    into_lock.emplace(into, req.lock_timeout);
+    locks.take_lower(into);
     if (load_manifest(disk, into))
       throw Error(into.string() + " was made by another process meanwhile: run the fold again");
   }

@@ -11,10 +11,10 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/in_flight.hpp"
-#include "overlay/layers.hpp"
 #include "overlay/liveness.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/native.hpp"
+#include "overlay/stack.hpp"
 #include "overlay/store.hpp"
 #include "overlay/trust.hpp"
 

@@ -146,7 +146,7 @@ std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, con
 
 bool HoldRegistry::records_entry(const fs::path& overlay, const std::string& entry) {
   try {
-    auto m = load_manifest(disk_, overlay);
+    const auto& m = record_of(overlay);
     return m && std::any_of(m->natives.begin(), m->natives.end(), [&](const NativeEntry& e) { return e.id == entry; });
   } catch (const Error& e) {
     (void)e;  // a record that cannot be read records no entry (its revert refuses anyway)
@@ -156,7 +156,7 @@ bool HoldRegistry::records_entry(const fs::path& overlay, const std::string& ent
 
 bool HoldRegistry::received_by_fold(const fs::path& overlay, const fs::path& from, const std::string& entry) {
   try {
-    auto m = load_manifest(disk_, overlay);
+    const auto& m = record_of(overlay);
     if (!m) return false;
     auto from_there = [&](const std::string& o) { return fs::path(o) == from; };
     return std::any_of(m->folds_in.begin(), m->folds_in.end(),
@@ -191,9 +191,6 @@ std::vector<fs::path> HoldRegistry::overlays() {
   return out;
 }
 
-namespace {
-// Whether an entry of m changes `path`: a source it swapped, a file it created, an artifact its
-// build writes.
 bool records_change_to(const Manifest& m, const fs::path& path) {
   const std::string p = path.string();
   return std::any_of(m.natives.begin(), m.natives.end(), [&](const NativeEntry& e) {
@@ -202,11 +199,21 @@ bool records_change_to(const Manifest& m, const fs::path& path) {
            std::any_of(e.artifacts.begin(), e.artifacts.end(), [&](const ArtifactItem& a) { return a.path == p; });
   });
 }
-}  // namespace
+
+const std::optional<Manifest>& HoldRegistry::record_of(const fs::path& overlay) {
+  if (!records_) return scratch_ = load_manifest(disk_, overlay);
+  if (records_->unreadable(overlay)) throw ManifestError(records_->why_unreadable(overlay));
+  return records_->get(overlay);
+}
+
+OverlayLock HoldRegistry::lock_registry(double lock_timeout) {
+  make_dirs(disk_, dir_, 0700);
+  return OverlayLock(dir_, lock_timeout, {}, LockOn::directory);
+}
 
 bool HoldRegistry::still_holds(const fs::path& ov, const fs::path& path) {
   try {
-    auto m = load_manifest(disk_, ov);
+    const auto& m = record_of(ov);
     return m && records_change_to(*m, path);
   } catch (const Error&) {
     return true;  // cannot tell: refusing is the safe side
@@ -220,7 +227,10 @@ void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   auto id = hold.overlay_id;
   if (FileInfo d = disk_.info(hold.overlay, Follow::yes); d.type == FileType::directory)
     id = std::pair{std::uint64_t(d.dev), std::uint64_t(d.ino)};
-  if (id) j["overlay_dev"] = id->first, j["overlay_ino"] = id->second;
+  if (id) {
+    j["overlay_dev"] = id->first;
+    j["overlay_ino"] = id->second;
+  }
   if (!hold.entry.empty()) j["entry"] = hold.entry;
   if (hold.original_sha256) j["original_sha256"] = *hold.original_sha256;
   if (hold.patched_sha256) j["patched_sha256"] = *hold.patched_sha256;
@@ -263,10 +273,6 @@ std::vector<std::unique_ptr<OverlayLock>> HoldRegistry::lock_paths(const std::ve
   return lock_names(disk_, dir_.parent_path() / "hold-locks", names, lock_timeout, "another add-native taking it");
 }
 
-namespace {
-
-// The SHA-256 of what stands at p now: "" when nothing does (the checksum a hold gives a file
-// that did not exist), nullopt when it is not a readable regular file.
 std::optional<std::string> sha_now(Disk& disk, const fs::path& p) {
   FileInfo fi = disk.info(p, Follow::no);
   if (!fi.exists()) return std::string();
@@ -277,8 +283,6 @@ std::optional<std::string> sha_now(Disk& disk, const fs::path& p) {
     return std::nullopt;
   }
 }
-
-}  // namespace
 
 std::string OrphanHold::describe() const {
   std::string who = "overlay " + hold.overlay.string() +
@@ -298,7 +302,7 @@ std::optional<OrphanHold> HoldRegistry::judge_orphan(const fs::path& path, const
   if (still_holds(hold.overlay, path)) return std::nullopt;
   OrphanHold o{path, hold, false, hold.artifact && !hold.original_sha256 ? "original" : "unknown"};
   try {
-    o.vanished = !load_manifest(disk_, hold.overlay);
+    o.vanished = !record_of(hold.overlay);
   } catch (const Error&) {
     o.vanished = false;  // unreadable: still_holds said it holds, so not reached
   }
@@ -367,144 +371,10 @@ std::optional<OrphanHold> HoldRegistry::lost_original(const fs::path& p, const H
   return std::nullopt;
 }
 
-std::optional<std::string> HoldRegistry::why_taken(const fs::path& p, const fs::path& overlay,
-                                                   const std::optional<fs::path>& over) {
-  auto h = hold_of(p);
-  if (!h) return std::nullopt;
-  if (over && h->overlay == *over && still_holds(*over, p)) return std::nullopt;
-  if (still_holds(h->overlay, p))
-    return h->overlay == overlay ? std::nullopt
-                                 : std::optional<std::string>(
-                                       p.string() + " is held by overlay " + h->overlay.string() +
-                                       " (revert it first, or stack on it with --over " + h->overlay.string() + ")");
-  if (auto o = lost_original(p, *h)) return p.string() + " was changed by " + o->describe();
-  // The holder on top no longer records the file, but a layer under it does: its change is in
-  // place (found by the claims checker: exec --ref ran over the accepted overlay's bytes).
-  if (auto below = live_under(p, *h, overlay); below && (!over || *below != *over))
-    return p.string() + " is held by overlay " + below->string() + " (under " + h->overlay.string() +
-           ", which no longer records it): revert it first, or stack on it with --over " + below->string();
-  return std::nullopt;
-}
-
-// Whether `p` is taken as a layer on `lower`: lower records a change to it, `overlay` does not
-// (a second entry of its own stacks on its own change), and no overlay above lower holds it;
-// refused (Error naming the one above) where one does. A vanished holder above lower whose bytes
-// are in place is refused too, unless forced (then taken over as a plain --force does).
-bool HoldRegistry::layered_on(const fs::path& p, const std::optional<Hold>& h, const fs::path& overlay,
-                              const fs::path& lower, bool force) {
-  if (!still_holds(lower, p) || still_holds(overlay, p)) return false;
-  if (!h || h->overlay == lower || h->overlay == overlay) return true;
-  if (still_holds(h->overlay, p))
-    throw Error(p.string() + " is held by overlay " + h->overlay.string() + ", above " + lower.string() +
-                " (revert it first, or stack on it with --over " + h->overlay.string() + ")");
-  auto o = lost_original(p, *h);
-  if (!o) return true;
-  if (force) return false;
-  throw Error(p.string() + " was changed by " + o->describe() + ", on top of " + lower.string() +
-              ": revert that overlay where it is now, or revert " + lower.string() + " (which restores the original)");
-}
-
 std::optional<fs::path> HoldRegistry::live_under(const fs::path& p, const Hold& h, const fs::path& overlay) {
   for (const auto& u : h.under)
     if (u.overlay != overlay && still_holds(u.overlay, p)) return u.overlay;
   return std::nullopt;
-}
-
-// A layer stands on one overlay: a change whose files two live overlays hold (one stacked on the
-// other) is refused by each --over for the file the other holds. Said once, with the way out.
-std::optional<std::string> HoldRegistry::held_by_two(const std::vector<fs::path>& paths, const fs::path& overlay) {
-  std::vector<std::pair<fs::path, fs::path>> holders;  // (holder, the first path it holds), in path order
-  std::map<fs::path, std::set<fs::path>> stands_on;
-  for (const auto& p : paths) {
-    auto h = hold_of(p);
-    if (!h || h->overlay == overlay || !still_holds(h->overlay, p)) continue;
-    for (const auto& u : h->under) stands_on[h->overlay].insert(u.overlay);
-    if (std::none_of(holders.begin(), holders.end(), [&](const auto& x) { return x.first == h->overlay; }))
-      holders.emplace_back(h->overlay, p);
-  }
-  if (holders.size() < 2) return std::nullopt;
-  auto [upper, up] = holders[0];
-  auto [lower, low] = holders[1];
-  if (stands_on[lower].count(upper) != 0) {
-    std::swap(upper, lower);
-    std::swap(up, low);
-  }
-  std::string held =
-      up.string() + " is held by overlay " + upper.string() + " and " + low.string() + " by overlay " + lower.string();
-  if (stands_on[upper].count(lower) == 0)
-    return held + ": a change stacks on one overlay; revert one of them first, or pass --force";
-  return held + ", which " + upper.string() + " stands on: a layer stacks on one overlay, so fold " + upper.string() +
-         " into it first (overlay fold --from " + upper.string() + " --into " + lower.string() + ") or revert " +
-         upper.string() + ", then stack on it with --over " + lower.string();
-}
-
-HoldClaim HoldRegistry::acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force,
-                                double lock_timeout, const std::optional<fs::path>& over) {
-  make_dirs(disk_, dir_, 0700);
-  HoldClaim claim;
-  std::vector<fs::path> paths;
-  for (const auto& f : files) paths.push_back(f.path);
-  claim.locks = lock_paths(paths, lock_timeout);
-  OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
-  if (!force)
-    if (auto why = held_by_two(paths, overlay)) throw Error(*why);
-  std::vector<bool> layer(paths.size(), false);
-  for (std::size_t i = 0; i < paths.size(); ++i) {
-    const fs::path& p = paths[i];
-    auto h = hold_of(p);
-    if (over && (layer[i] = layered_on(p, h, overlay, *over, force))) {
-      claim.previous.emplace_back(p, h);
-      claim.layered.push_back(p);
-      continue;
-    }
-    // Our own path counts as another holder once its record no longer lists the file: a harness
-    // that deletes the candidate folder and makes it again at the same path.
-    if (h && (h->overlay != overlay || !still_holds(overlay, p))) {
-      if (!force && h->overlay != overlay && still_holds(h->overlay, p))
-        throw Error(p.string() + " is held by overlay " + h->overlay.string() +
-                    " (revert it first, stack on it with --over " + h->overlay.string() + ", or pass --force)");
-      if (auto o = lost_original(p, *h)) {
-        if (!force)
-          throw Error(p.string() + " was changed by " + o->describe() +
-                      ": revert that overlay where it is now, restore the file, or pass --force to take its current "
-                      "bytes as the original");
-        claim.warnings.push_back("taking over " + p.string() + " from " + o->describe() +
-                                 ": the original bytes are lost; what it holds now is backed up as the original");
-      } else if (auto below = live_under(p, *h, overlay); below && !force) {
-        // The top vanished after putting back the bytes below it: the layer under it still holds.
-        throw Error(p.string() + " is held by overlay " + below->string() + " (under " + h->overlay.string() +
-                    ", which has vanished): revert it first, stack on it with --over " + below->string() +
-                    ", or pass --force");
-      }
-    }
-    claim.previous.emplace_back(p, h);
-  }
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    const auto& [p, before] = claim.previous[i];
-    // Stacked on another overlay (--over, or taken over with --force): the overlays whose changes
-    // this one stacks on stay named under it, each with its checksums. An artifact's original is
-    // noted from its backup (note_entry): never read twice.
-    Hold now{overlay,
-             {},
-             files[i].artifact ? std::nullopt : sha_now(disk_, p),
-             files[i].patched_sha256.value_or(""),
-             files[i].artifact,
-             {},
-             {}};
-    if (layer[i] && (!before || before->overlay != *over)) {
-      // The registry lost the lower's hold (or names a vanished one above it): the lower is named
-      // from its record, its checksums unknown here.
-      now.under.push_back({*over, std::nullopt, std::nullopt});
-    } else if (before && before->overlay != overlay) {
-      now.under.push_back({before->overlay, before->original_sha256, before->patched_sha256});
-      now.under.insert(now.under.end(), before->under.begin(), before->under.end());
-    } else if (before && still_holds(overlay, p)) {
-      now.under = before->under;
-      now.original_sha256 = before->original_sha256;  // stacked on itself: the original stays the first one
-    }
-    write_hold(p, now);
-  }
-  return claim;
 }
 
 void HoldRegistry::note_entry(const std::vector<fs::path>& paths, const std::map<fs::path, std::string>& originals,
@@ -617,7 +487,7 @@ bool HoldRegistry::being_claimed(const fs::path& p) {
 
 bool HoldRegistry::vanished(const fs::path& ov) {
   try {
-    return !load_manifest(disk_, ov);
+    return !record_of(ov);
   } catch (const Error&) {
     return false;  // there, but unreadable
   }
@@ -677,7 +547,7 @@ std::vector<OrphanCache> HoldRegistry::orphan_caches() {
   for (const auto& o : overlays()) {
     std::optional<Manifest> m;
     try {
-      m = load_manifest(disk_, o);
+      m = record_of(o);
     } catch (const Error& e) {
       spdlog::debug("the record of {} is unreadable ({}): it records no cache", o.string(), e.what());
     }

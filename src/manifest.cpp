@@ -935,6 +935,56 @@ std::optional<Manifest> load_manifest(Disk& disk, const fs::path& overlay) {
   return parse_manifest(read_small_file(disk, p, kMaxManifestBytes));
 }
 
+ManifestCache::Record& ManifestCache::load(const std::string& overlay, Record& r) {
+  fs::path p = fs::path(overlay) / kManifestName;
+  try {
+    FileInfo fi = disk_.info(p, Follow::no);
+    if (!fi.exists()) return r = Record{std::nullopt, std::nullopt, "", r.parses};
+    if (fi.type != FileType::regular) throw ManifestError("manifest: " + p.string() + " is not a regular file");
+    std::string bytes = read_small_file(disk_, p, kMaxManifestBytes);
+    if (r.bytes && *r.bytes == bytes && r.error.empty()) return r;  // the record parsed before
+    r = Record{std::nullopt, std::move(bytes), "", r.parses + 1};
+    r.manifest = parse_manifest(*r.bytes);
+  } catch (const Error& e) {
+    r = Record{std::nullopt, std::nullopt, e.what(), r.parses};  // there, but not a record anyone can read
+  }
+  return r;
+}
+
+const std::optional<Manifest>& ManifestCache::get(const std::string& overlay) {
+  auto it = cache_.find(overlay);
+  if (it != cache_.end()) return it->second.manifest;
+  Record& r = cache_[overlay];
+  return load(overlay, r).manifest;
+}
+
+bool ManifestCache::unreadable(const std::string& overlay) { return !why_unreadable(overlay).empty(); }
+
+const std::string& ManifestCache::why_unreadable(const std::string& overlay) {
+  get(overlay);
+  return cache_[overlay].error;
+}
+
+const std::optional<Manifest>& ManifestCache::reread(const std::string& overlay) {
+  Record& r = load(overlay, cache_[overlay]);
+  if (!r.error.empty()) throw ManifestError(r.error);
+  return r.manifest;
+}
+
+void ManifestCache::reread_all() {
+  for (auto& [overlay, r] : cache_) load(overlay, r);
+}
+
+void ManifestCache::put(const std::string& overlay, const Manifest& m) {
+  Record& r = cache_[overlay];
+  r = Record{m, std::nullopt, "", r.parses};
+}
+
+std::size_t ManifestCache::parses(const std::string& overlay) const {
+  auto it = cache_.find(overlay);
+  return it == cache_.end() ? 0 : it->second.parses;
+}
+
 void save_manifest(Disk& disk, const fs::path& overlay, const Manifest& m, NameDurable name) {
   write_file_atomically(disk, overlay / kManifestName, serialize_manifest(m), 0644, name);
 }

@@ -16,10 +16,10 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/holds.hpp"
-#include "overlay/layers.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"
+#include "overlay/stack.hpp"
 #include "overlay/store.hpp"
 
 namespace overlay {
@@ -207,52 +207,6 @@ void note_artifact_originals(HoldRegistry& holds, const NativePlan& plan, const 
   holds.note_entry(paths, originals, plan.overlay, e.id, plan.lock_timeout);
 }
 
-// The items of the new entry `e` that stack on the lower overlay's changes become layers
-// (add-native --over): each names the lower's entry and the file's pristine digest, and its
-// backup must be the very bytes the lower's change left there. The lower records the entry
-// ("layers_above") before our record names it, under the lower's lock, which the caller holds
-// from before the backups until that record: no revert of the lower can come in between.
-// A file our own record already changes stacks on our change instead. Throws, nothing touched in
-// the install, where a file holds other bytes than the lower's change left.
-std::vector<std::string> stack_on(Disk& disk, const NativePlan& plan, Manifest& lower, const Manifest& ours,
-                                  NativeEntry& e) {
-  std::vector<std::string> paths;
-  auto stack = [&](const std::string& path, std::optional<LayerRef>& layer, const std::string& found) {
-    if (recorded_change(ours, path)) return;
-    auto c = recorded_change(lower, path);
-    if (!c) return;
-    if (c->after && *c->after != found)
-      throw Error(path + " holds other bytes than the change of overlay " + plan.over->string() + " (entry " +
-                  c->entry + ") left there (sha256 " +
-                  (found.empty() ? std::string("none: missing") : found.substr(0, 16)) + ", not " +
-                  (c->after->empty() ? std::string("missing") : c->after->substr(0, 16)) +
-                  "): changed since; revert that overlay or restore its bytes first");
-    layer = LayerRef{plan.over->string(), c->entry, c->pristine};
-    paths.push_back(path);
-  };
-  for (auto& s : e.sources) stack(s.install_path, s.layer, s.sha256);
-  for (auto& c : e.created) stack(c.path, c.layer, "");
-  for (auto& a : e.artifacts) stack(a.path, a.layer, a.existed ? a.sha256 : "");
-  for (auto& c : e.caches) stack(c.dir, c.layer, "");
-  if (paths.empty()) return paths;
-  lower.layers_above.push_back(UpperRef{plan.overlay.string(), e.id, paths});
-  save_manifest(disk, *plan.over, lower);
-  return paths;
-}
-
-// A file the claim took as a layer is still the lower's change now that its lock is held. The
-// claim judged the lower's record before: deleted, moved or reverted in between (found by the
-// claims checker: the accepted overlay rm -rf'd there), its bytes may be in place with their
-// backup gone, and backing them up as this entry's original would lose the original unsaid.
-void require_lower_records(const HoldClaim& claim, const std::optional<Manifest>& lower, const NativePlan& plan) {
-  for (const auto& p : claim.layered)
-    if (!lower || !recorded_change(*lower, p.string()))
-      throw Error(
-          p.string() + ": overlay " + plan.over->string() +
-          " no longer records a change to it (deleted, moved or reverted while this add-native claimed the file); "
-          "nothing changed: look at `overlay status --all`, then run it again");
-}
-
 }  // namespace
 
 AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
@@ -265,9 +219,11 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   // Refused here (nothing touched yet) when another overlay still holds a target; from here to
   // the end of the swap no other add-native can take one of them (the claim's locks).
   HoldRegistry holds(disk, plan.state_dir);
-  HoldClaim claim = holds.acquire(targets, plan.overlay, plan.force, plan.lock_timeout, plan.over);
+  ManifestCache own_records(disk);
+  ManifestCache& records = plan.records ? *plan.records : own_records;
+  HoldClaim claim = claim_files(holds, targets, plan.overlay, plan.force, plan.lock_timeout, plan.over, &records);
   for (const auto& w : claim.warnings) spdlog::warn("{}", w);
-  std::optional<OverlayLock> lock;
+  std::optional<StackLocks> locks;
   BackupStore store(disk, plan.overlay);
   HeldDirs held(disk, plan);
   std::vector<ClonedArtifact> cloned;
@@ -277,25 +233,24 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
   std::vector<std::string> layered;
   try {
     make_dirs(disk, plan.overlay);
-    lock.emplace(plan.overlay, plan.lock_timeout);
+    locks.emplace(plan.overlay, plan.lock_timeout);
     // Marked under the lock gc-stale judges under, before the record: no entry of ours is ever
     // on record without its operation marked live.
     in_flight = std::make_shared<InFlight>(disk, plan.overlay, plan.op);
-    m = load_manifest(disk, plan.overlay).value_or(Manifest{});
-    // --over: the lower's lock (ours first, then the lower's: the one order every verb takes
-    // them in), held from before the backups read its change until our record names the entry.
-    std::optional<OverlayLock> lower_lock;
+    m = records.reread(plan.overlay).value_or(Manifest{});
+    // --over: the lower's lock (StackLocks: ours first, then the lower's), held from before the
+    // backups read its change until our record names the entry.
     std::optional<Manifest> lower;
     if (plan.over && disk.info(*plan.over / kManifestName, Follow::no).exists()) {
-      lower_lock.emplace(*plan.over, plan.lock_timeout);
-      lower = load_manifest(disk, *plan.over);
+      locks->take_lower(*plan.over);
+      lower = records.reread(*plan.over);
     }
-    require_lower_records(claim, lower, plan);
+    if (plan.over) require_lower_records(claim, lower, *plan.over);
     bool taken = plan.entry_id && std::any_of(m.natives.begin(), m.natives.end(),
                                               [&](const NativeEntry& n) { return n.id == *plan.entry_id; });
     id = store.new_entry(plan.entry_id && !taken ? *plan.entry_id : std::string());
     NativeEntry e = back_up(disk, store, plan, id, cloned, held);
-    if (lower) layered = stack_on(disk, plan, *lower, m, e);
+    if (lower) layered = record_layers(disk, *plan.over, *lower, plan.overlay, m, e);
     // overlay_setup.py knows no layers: reverted in the wrong order (the lower first), a layer's
     // revert would put the lower's bytes back over the pristine install. It stops at the guard.
     if (!layered.empty() && !e.python_guard) {
@@ -310,6 +265,9 @@ AppliedEntry apply_native(Disk& disk, const NativePlan& plan) {
     std::erase_if(m.litter, [&](const std::string& l) { return !disk.info(l, Follow::no).exists(); });
     make_dirs(disk, plan.overlay / kLogDirName);
     save_manifest(disk, plan.overlay, m);  // from here on, revert can undo everything below
+    records.put(plan.overlay, m);
+    if (lower) records.put(*plan.over, *lower);
+    locks->release_lower();
   } catch (...) {
     // The install is untouched. Leave no half-made backups and no hold behind, unless the
     // manifest rename went through (only the directory fsync after it failed): then the record

@@ -43,13 +43,13 @@ void check_overlay_dir(Disk& disk, const fs::path& overlay, bool trust_owner) {
 }
 
 // --over LOWER: another overlay than this one; one that does not exist yet is a plain add.
-fs::path checked_lower(Disk& disk, const fs::path& lower, const fs::path& overlay) {
+fs::path checked_lower(Disk& disk, ManifestCache& records, const fs::path& lower, const fs::path& overlay) {
   if (lower == overlay) throw Error("--over names this overlay itself: " + lower.string());
   FileInfo fi = disk.info(lower, Follow::yes), oi = disk.info(overlay, Follow::yes);
   if (fi.exists() && fi.type != FileType::directory) throw Error("--over: not an overlay directory: " + lower.string());
   if (fi.exists() && oi.exists() && fi.dev == oi.dev && fi.ino == oi.ino)
     throw Error("--over names this overlay itself: " + lower.string() + " is " + overlay.string());
-  if (fi.exists()) load_manifest(disk, lower);  // a malformed record is refused up front
+  if (fi.exists() && records.unreadable(lower)) throw ManifestError(records.why_unreadable(lower));  // up front
   return lower;
 }
 
@@ -282,7 +282,8 @@ NativePlan plan_add_native(Disk& disk, const AddNativeRequest& req) {
   plan.rebuild = req.rebuild;
   plan.state_dir = req.state_dir.empty() ? HoldRegistry::default_state_dir() : req.state_dir;
   check_overlay_dir(disk, plan.overlay, req.trust_owner);
-  if (req.over) plan.over = checked_lower(disk, absolute_normal(*req.over), plan.overlay);
+  plan.records = std::make_shared<ManifestCache>(disk);
+  if (req.over) plan.over = checked_lower(disk, *plan.records, absolute_normal(*req.over), plan.overlay);
   plan.artifacts = checked_artifacts(disk, req);
   plan.caches = checked_caches(disk, req, plan.overlay);
   plan.cache_ways = cache_decisions(disk, plan.caches, req.cache_snapshot);

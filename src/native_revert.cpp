@@ -14,10 +14,10 @@
 #include "overlay/fold.hpp"
 #include "overlay/holds.hpp"
 #include "overlay/in_flight.hpp"
-#include "overlay/layers.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"
+#include "overlay/stack.hpp"
 #include "overlay/store.hpp"
 #include "overlay/traced_build.hpp"
 
@@ -528,10 +528,6 @@ std::set<std::string> selected_paths(const Manifest& m, const RevertOptions& opt
   return out;
 }
 
-bool stacks_on(const UpperRef& u, const std::set<std::string>& paths) {
-  return std::any_of(u.paths.begin(), u.paths.end(), [&](const std::string& p) { return paths.count(p) != 0; });
-}
-
 std::string layer_name(const UpperRef& u) { return u.overlay + " [" + u.entry + "]"; }
 
 // --with-layers: each live layer stacked on the entries asked for goes first, newest first (its
@@ -593,40 +589,6 @@ bool refused_under_layers(const std::vector<Upper>& ups, const Manifest& m, cons
     }
   }
   return !report.blocked_by.empty();
-}
-
-// The layers above that still stand on a file this overlay records (stale ones, and those on
-// files it no longer records, go); true when any went.
-bool prune_uppers(const std::vector<Upper>& ups, Manifest& m) {
-  std::set<std::string> paths;
-  for (const auto& e : m.natives)
-    for (auto& p : tracked_paths(e)) paths.insert(std::move(p));
-  std::size_t before = m.layers_above.size();
-  std::erase_if(m.layers_above, [&](const UpperRef& r) {
-    auto u = std::find_if(ups.begin(), ups.end(), [&](const Upper& x) { return x.ref == r; });
-    return !stacks_on(r, paths) || (u != ups.end() && u->state == RefState::stale);
-  });
-  return m.layers_above.size() != before;
-}
-
-// A reverted layer is no longer stacked on its lower overlays: each forgets it (matched by its
-// entry id, unique, so an upper moved since is found too). A failure leaves a reference the lower
-// judges stale, never a refusal: it is only a warning here.
-void leave_lowers(Disk& disk, const RevertOptions& opts, const NativeEntry& e) {
-  std::set<std::string> lowers;
-  for (const auto& p : tracked_paths(e))
-    if (const LayerRef* l = layer_of(e, p)) lowers.insert(l->overlay);
-  for (const auto& lower : lowers) {
-    try {
-      if (!disk.info(fs::path(lower) / kManifestName, Follow::no).exists()) continue;
-      OverlayLock lock(lower, opts.lock_timeout);
-      auto lm = load_manifest(disk, lower);
-      if (!lm || std::erase_if(lm->layers_above, [&](const UpperRef& r) { return r.entry == e.id; }) == 0) continue;
-      save_manifest(disk, lower, *lm);
-    } catch (const Error& err) {
-      spdlog::warn("cannot drop layer {} from {}: {}", e.id, lower, err.what());
-    }
-  }
 }
 
 // The entries of `overlay` a live layer stands on (as revert_natives would find them now).
@@ -696,17 +658,18 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
   if (opts.with_layers && !opts.dry_run) {
     // Top-down: the layers above go first. Where one cannot, because an entry of ours was
     // stacked on top of it with --force (a criss-cross), our entries that no layer stands on go
-    // first, newest first, and the layers are tried again.
+    // first, newest first, and the layers are tried again. Each round reverts an entry of ours or
+    // is the last: no cap is needed, the record's entries are finite.
     RevertOptions plain = opts;
     plain.with_layers = false;
     RevertReport report;
-    for (int round = 0; round < 8; ++round) {
+    for (;;) {
       report.problems.clear();
       unwind_layers(disk, overlay, opts, report);
       std::vector<RevertProblem> above = report.problems;  // why a layer above could not go
       merge_report(report, revert_natives(disk, overlay, plain));
       report.problems.insert(report.problems.begin(), above.begin(), above.end());
-      if (report.blocked_by.empty() || round == 7) return report;
+      if (report.blocked_by.empty()) return report;
       std::set<std::string> under = entries_under_layers(disk, overlay);
       auto m = load_manifest(disk, overlay);
       bool progress = false;
@@ -723,7 +686,6 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
       }
       if (!progress) return report;
     }
-    return report;
   }
   RevertReport report;
   FileInfo fi = disk.info(overlay / kManifestName, Follow::no);
@@ -794,7 +756,7 @@ RevertReport revert_natives(Disk& disk, const fs::path& overlay_in, const Revert
     rev.forget_backups(done);
     remove_module_files(disk, overlay, files, report);
     release_holds(disk, opts, overlay, done, *m);
-    leave_lowers(disk, opts, done);
+    leave_lowers(disk, done, opts.lock_timeout);
     ++report.entries_reverted;
   }
   // A patch of Python files only (or whose native entry went earlier): its entries go now.

@@ -12,13 +12,13 @@
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
 #include "overlay/json_bytes.hpp"
-#include "overlay/layers.hpp"
 #include "overlay/liveness.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/pinned.hpp"
 #include "overlay/python/entries.hpp"
 #include "overlay/python/sitecustomize.hpp"
 #include "overlay/python/verbs.hpp"
+#include "overlay/stack.hpp"
 #include "overlay/store.hpp"
 
 namespace overlay {
@@ -171,7 +171,7 @@ TrackedFile judge_cache(Disk& disk, BackupStore& store, const CacheItem& c) {
   return t;
 }
 
-// The stack around this overlay's files (layers.hpp): read once per status.
+// The stack around this overlay's files (stack.hpp): read once per status.
 struct LayerView {
   LayerView(Disk& disk, const Manifest& manifest, const fs::path& ov) : cache(disk), m(manifest), overlay(ov.string()) {
     uppers = uppers_of(cache, m);

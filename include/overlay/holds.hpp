@@ -11,12 +11,9 @@
 
 #include "overlay/disk.hpp"
 #include "overlay/lock.hpp"
+#include "overlay/manifest.hpp"
 
 namespace overlay {
-
-struct CacheItem;
-struct Manifest;
-struct NativeEntry;
 
 // One overlay of a file's stack of changes and the bytes it protects: its original (what it puts
 // back) and patched SHA-256 of the file ("" where it had no such bytes: a file it created, or
@@ -85,7 +82,7 @@ struct OrphanCache {
   std::string describe() const;  // "cache D: invalidated by overlay O (entry E), which has vanished; …"
 };
 
-// What HoldRegistry::acquire took: a lock per path, held until this is destroyed (across the
+// What a claim (claim_files, stack.hpp) took: a lock per path, held until this is destroyed (across the
 // caller's record and swap, so no other add-native can judge the path free meanwhile), and the
 // holder each path had before, to put back if the caller fails before recording anything.
 struct HoldClaim {
@@ -114,26 +111,13 @@ class HoldRegistry {
   // `base` itself, or base/host-NAME when `fs_magic` (statfs's f_type) is a network filesystem's.
   static fs::path per_host_state_dir(const fs::path& base, long fs_magic, const std::string& host);
 
-  // Takes the per-path locks of `paths` (waiting for another add-native's claim to end), then,
-  // under the registry's lock, refuses (Error naming the holder) when another overlay whose
-  // manifest still records a native change to one of `paths` holds it; then records `overlay`
-  // as the holder of each. With force, takes the holds over without checking. The check and
-  // the hold are one step for every other caller of acquire while the claim lives.
-  // A hold whose holder vanished or no longer lists the file is taken over silently only where
-  // the file still holds the original the hold recorded; elsewhere refused (Error naming the
-  // vanished overlay and what the file holds), or with force taken with a warning that the
-  // original bytes are lost (claim.warnings).
-  // With `over` (add-native --over LOWER): a path LOWER's manifest records a change to, and that
-  // no overlay above LOWER holds, is taken as a layer on LOWER: held by `overlay` with LOWER (and
-  // what was under it) under it, with their checksums; no --force needed.
-  [[nodiscard]] HoldClaim acquire(const std::vector<HeldFile>& files, const fs::path& overlay, bool force,
-                                  double lock_timeout, const std::optional<fs::path>& over = std::nullopt);
-
-  // Why acquire would refuse `overlay` the path now (another overlay's change on record, or a
-  // vanished holder's bytes in place), or nothing; read-only, without --force.
-  // With `over`, a path that overlay holds on top is not taken: `overlay` would stack on it.
-  std::optional<std::string> why_taken(const fs::path& path, const fs::path& overlay,
-                                       const std::optional<fs::path>& over = std::nullopt);
+  // The same registry, reading the overlays' records through `records` (one operation's view:
+  // each record read once, e.g. the lower's for every file of a claim) instead of afresh.
+  [[nodiscard]] HoldRegistry reading_through(ManifestCache& records) const {
+    HoldRegistry r(disk_, dir_.parent_path());
+    r.records_ = &records;
+    return r;
+  }
 
   // Names entry `id` of `overlay` in the holds `overlay` has on `paths` (written before the record
   // names the entry, once the overlay's directory exists, so its device and inode go in too), and
@@ -187,9 +171,6 @@ class HoldRegistry {
   // changed the file after the holder let go: not a copy.)
   std::optional<fs::path> copy_of_vanished(const fs::path& path, const fs::path& overlay, const std::string& entry);
 
-  // Why no --over can take `paths` (nothing when one might): two overlays other than `overlay`
-  // hold some of them live, e.g. a layer above the lower holds one file, the lower alone another.
-  std::optional<std::string> held_by_two(const std::vector<fs::path>& paths, const fs::path& overlay);
   // The overlay recorded as holding `path`, whether or not that hold is still live.
   std::optional<fs::path> holder(const fs::path& path);
   std::optional<Hold> hold_of(const fs::path& path);
@@ -204,15 +185,29 @@ class HoldRegistry {
   // The orphan hold on `path`, if its hold is one.
   std::optional<OrphanHold> orphan_of(const fs::path& path);
 
- private:
-  fs::path hold_file(const fs::path& path) const;
+  Disk& disk() const { return disk_; }
+  // The primitives the stack (stack.hpp) claims files with.
   void write_hold(const fs::path& path, const Hold& hold);
   // A lock per path (a directory under <state>/hold-locks named by the path's SHA-256), taken
   // in sorted order. Before the registry's lock, which is only ever held for a moment: a second
   // claim on a path waits here until the first add-native has recorded and swapped (or failed
   // and given back).
   std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
+  // The registry's own lock, held for a moment by every writer of holds.
+  [[nodiscard]] OverlayLock lock_registry(double lock_timeout);
+  // Whether `holder`'s record changes `path` now (a record that cannot be read: yes, the safe side).
   bool still_holds(const fs::path& holder, const fs::path& path);
+  // The nearest overlay under the holder (other than `overlay`) whose record still holds `p`.
+  std::optional<fs::path> live_under(const fs::path& p, const Hold& h, const fs::path& overlay);
+  // A hold whose holder is gone (or no longer lists the file) while the file is not the original
+  // it recorded, judged down the layers under it: the original bytes are lost.
+  std::optional<OrphanHold> lost_original(const fs::path& path, const Hold& hold);
+
+ private:
+  fs::path hold_file(const fs::path& path) const;
+  // The record of `overlay`, through `records_` where set, else read now (a reference valid
+  // until the next call); throws where it cannot be read.
+  const std::optional<Manifest>& record_of(const fs::path& overlay);
   // Whether `overlay`'s record names entry `entry`.
   bool records_entry(const fs::path& overlay, const std::string& entry);
   // Whether `overlay` took entry `entry` from `from` by a fold (settled or not): a hold that
@@ -220,15 +215,19 @@ class HoldRegistry {
   bool received_by_fold(const fs::path& overlay, const fs::path& from, const std::string& entry);
   bool vanished(const fs::path& overlay);    // no manifest there (an unreadable one is not vanished)
   bool being_claimed(const fs::path& path);  // an add-native holds its path lock (claimed, not yet swapped)
-  // The nearest overlay under the holder (other than `overlay`) whose record still holds `p`.
-  std::optional<fs::path> live_under(const fs::path& p, const Hold& h, const fs::path& overlay);
-  bool layered_on(const fs::path& p, const std::optional<Hold>& h, const fs::path& overlay, const fs::path& lower,
-                  bool force);
   std::optional<OrphanHold> judge_orphan(const fs::path& path, const Hold& hold);
-  std::optional<OrphanHold> lost_original(const fs::path& path, const Hold& hold);
 
   Disk& disk_;
   fs::path dir_;
+  ManifestCache* records_ = nullptr;
+  std::optional<Manifest> scratch_;  // record_of's answer where no cache is set
 };
+
+// Whether an entry of m changes `path`: a source it swapped, a file it created, an artifact its
+// build writes.
+bool records_change_to(const Manifest& m, const fs::path& path);
+// The SHA-256 of what stands at p now: "" when nothing does (the checksum a hold gives a file
+// that did not exist), nullopt when it is not a readable regular file.
+std::optional<std::string> sha_now(Disk& disk, const fs::path& p);
 
 }  // namespace overlay

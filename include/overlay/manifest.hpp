@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -242,7 +243,7 @@ struct NativeEntry {
 // "layers_above"): written here, under this overlay's lock, by that overlay's add-native before
 // its own record names the entry, and dropped by its revert. A reference whose upper no longer
 // records the entry (a crash between the two writes, a revert between its two) is stale and
-// ignored; one whose upper still does refuses this overlay's revert (layers.hpp).
+// ignored; one whose upper still does refuses this overlay's revert (stack.hpp).
 struct UpperRef {
   std::string overlay;             // the upper overlay, absolute
   std::string entry;               // its entry's id
@@ -335,6 +336,38 @@ bool is_safe_relative(const std::string& rel);
 
 // Loads <overlay>/_overlay_manifest.json; nothing when the file does not exist.
 std::optional<Manifest> load_manifest(Disk& disk, const fs::path& overlay);
+
+// Manifests read once per operation: a stack is walked from several sides, and a claim asks of
+// one record for every file. A missing manifest is nullopt; an unreadable one is remembered with
+// its reason (`unreadable`, `why_unreadable`) and is nullopt too. `reread` reads the bytes again
+// (under a lock taken since) and parses them only where they differ from those parsed before.
+class ManifestCache {
+ public:
+  explicit ManifestCache(Disk& disk) : disk_(disk) {}
+  const std::optional<Manifest>& get(const std::string& overlay);
+  bool unreadable(const std::string& overlay);
+  const std::string& why_unreadable(const std::string& overlay);
+  // As load_manifest (throws ManifestError for an unreadable record), reading the file again.
+  const std::optional<Manifest>& reread(const std::string& overlay);
+  // Reads every record cached so far again (now under a lock taken since), as reread, keeping
+  // an unreadable one's reason rather than throwing.
+  void reread_all();
+  // Replaces what is cached for `overlay` (after the caller saved it).
+  void put(const std::string& overlay, const Manifest& m);
+  // How often `overlay`'s bytes were parsed through this cache (what a test counts).
+  std::size_t parses(const std::string& overlay) const;
+
+ private:
+  struct Record {
+    std::optional<Manifest> manifest;
+    std::optional<std::string> bytes;  // what was parsed; none: missing, not a file, or put
+    std::string error;                 // why it cannot be read ("" where it can)
+    std::size_t parses = 0;
+  };
+  Record& load(const std::string& overlay, Record& r);
+  Disk& disk_;
+  std::map<std::string, Record> cache_;
+};
 
 // Saves atomically: <manifest>.lock, fsync, rename over, fsync the overlay directory (not with
 // NameDurable::no: a power cut may then leave the manifest before this write, whole).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "overlay/disk.hpp"
+#include "overlay/manifest.hpp"
 #include "overlay/owner.hpp"
 
 namespace overlay {
@@ -68,7 +69,7 @@ struct AddNativeRequest {
   bool force = false;        // take over installed files another overlay still holds
   bool rebuild = false;      // run the build even where the build store holds its outputs
   bool trust_owner = false;  // record in an overlay others could write (revert must be told too)
-  // --over LOWER: stacked on LOWER's changes (layers.hpp); a file LOWER holds is taken as a layer.
+  // --over LOWER: stacked on LOWER's changes (stack.hpp); a file LOWER holds is taken as a layer.
   std::optional<fs::path> over;
   fs::path state_dir;  // the hold registry; empty: HoldRegistry::default_state_dir()
   CacheSnapshot cache_snapshot = CacheSnapshot::automatic;
@@ -102,6 +103,9 @@ struct NativePlan {
   bool force = false;
   bool rebuild = false;
   std::optional<fs::path> over;  // the lower overlay (absolute), where --over named one
+  // The records this add-native reads (the lower's, read here to refuse a malformed one up
+  // front), each parsed once; the claim and the lower's lock read the bytes again (stack.hpp).
+  std::shared_ptr<ManifestCache> records;
   fs::path state_dir;
   std::vector<std::shared_ptr<PatchedCopy>> patched;  // keeps --patch results alive
   std::shared_ptr<PatchedTree> patched_tree;          // keeps a --patch-root result alive

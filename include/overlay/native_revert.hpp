@@ -27,7 +27,7 @@ struct RevertOptions {
   // With only_patch: a patch with no entry here is nothing to do, not an error (a fleet's
   // rollback, on a node that failed before it recorded one).
   bool missing_patch_ok = false;
-  // --with-layers: the layers stacked on this overlay's changes (layers.hpp) are reverted first,
+  // --with-layers: the layers stacked on this overlay's changes (stack.hpp) are reverted first,
   // top-down; without it, a live layer above refuses the revert before anything changes.
   bool with_layers = false;
   std::vector<std::string> unwinding = {};  // the overlays whose unwind led here (a cycle stops)

@@ -10,11 +10,11 @@
 
 #include "overlay/disk.hpp"
 #include "overlay/engagement.hpp"
-#include "overlay/layers.hpp"
 #include "overlay/manifest.hpp"
 #include "overlay/owner.hpp"
 #include "overlay/python/interpreter.hpp"
 #include "overlay/python/sitecustomize.hpp"
+#include "overlay/stack.hpp"
 
 namespace overlay {
 
@@ -23,7 +23,7 @@ enum class TrackedKind { source, created, deleted, artifact, cache };
 // removed); rebuilt: a build output that changed, as intended; invalidated: a cache the tool
 // cleared, not yet rebuilt; drifted: neither original nor what the tool wrote; missing: gone;
 // redirected: a directory on its path was swapped since add-native (pinned.hpp), so it is not
-// judged, and revert will not act on it. Layers (layers.hpp): covered: a layer stacked above
+// judged, and revert will not act on it. Layers (stack.hpp): covered: a layer stacked above
 // this entry changed the file again (its bytes are on top; this entry's are under them);
 // stranded: a layer's item holds the bytes of the layer below, which no longer records them
 // (vanished): the pristine original went with it.

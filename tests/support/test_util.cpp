@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "overlay/hash.hpp"
+#include "overlay/manifest.hpp"
 #include "overlay/process.hpp"
 
 namespace overlay::test {
@@ -101,6 +102,19 @@ std::string read_file(const fs::path& p) {
 }
 
 std::string file_sha256(const fs::path& p) { return sha256_hex(read_file(p)); }
+
+void record_native_change(const fs::path& ov, const fs::path& path) {
+  Manifest m;
+  NativeEntry e;
+  SourceItem s;
+  s.install_path = path.string();
+  s.backup = "_native_backup/x";
+  s.sha256 = std::string(64, 'a');
+  e.sources.push_back(s);
+  m.natives.push_back(e);
+  fs::create_directories(ov);
+  save_manifest(real_disk(), ov, m);
+}
 
 void record_caches_as_moved_in(const fs::path& overlay) {
   const fs::path manifest = overlay / "_overlay_manifest.json";

@@ -65,6 +65,8 @@ std::string tree_digest(const fs::path& root);
 // kept aside is renamed into the overlay as _native_backup/<entry>/cache_<k>.dir and recorded as
 // that `backup_dir`. Revert, fold and status still take such records back; this keeps them tested.
 void record_caches_as_moved_in(const fs::path& overlay);
+// Saves a record in `ov` (made if missing) whose one entry changes `path` (what makes a hold live).
+void record_native_change(const fs::path& ov, const fs::path& path);
 
 // Whether files in `dir` can share blocks (ioctl FICLONE works there: XFS with reflink, btrfs).
 bool can_clone_in(const fs::path& dir);

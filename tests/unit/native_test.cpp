@@ -7,6 +7,7 @@
 #include "overlay/error.hpp"
 #include "overlay/holds.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/stack.hpp"
 #include "overlay/status.hpp"
 
 #include "faulty_disk.hpp"
@@ -244,6 +245,47 @@ TEST(Native, ALowerDeletedWhileItsFilesAreClaimedAsLayersRefusesWithNothingChang
       << "the claim was not given back";
 }
 
+// The stack reads the lower's record once per add-native --over (issue 64): the plan parses it
+// (a malformed one refused up front), the claim and the lower's lock read the bytes again and
+// parse them only where they changed. Before, the claim parsed it again for every file it judged.
+TEST(Native, AStackedAddNativeParsesTheLowersRecordOnce) {
+  Fixture f;
+  AddNativeRequest acc = f.request(Change::multi_file_diff);
+  acc.overlay = f.t / "acc";
+  acc.caches.clear();
+  acc.state_dir = f.t / "state";
+  apply_and_build(real_disk(), acc);
+  write_file(f.t / "cand.cpp", "int kernel() { return 9; }\n");
+  AddNativeRequest cand = f.request();
+  cand.overlay = f.t / "cand";
+  cand.patched_files = {f.t / "cand.cpp"};
+  cand.caches.clear();
+  cand.state_dir = acc.state_dir;
+  cand.over = acc.overlay;
+  struct ReadCounting : FaultyDisk {
+    using FaultyDisk::FaultyDisk;
+    fs::path watched;
+    int reads = 0;
+    std::unique_ptr<ReadHandle> open_read(const At& p) override {
+      if (p.full() == watched) ++reads;
+      return FaultyDisk::open_read(p);
+    }
+  } disk(real_disk());
+  disk.watched = acc.overlay / kManifestName;
+  NativePlan plan = plan_add_native(disk, cand);
+  AppliedEntry e = apply_native(disk, plan);
+  auto m = load_manifest(real_disk(), cand.overlay);
+  ASSERT_TRUE(m);
+  std::size_t layered = 0;
+  for (const auto& path : tracked_paths(m->natives.at(0)))
+    layered += layer_of(m->natives.at(0), path) != nullptr ? 1 : 0;
+  EXPECT_EQ(layered, 3u) << "the source and both artifacts stack on the accepted overlay";
+  EXPECT_EQ(plan.records->parses(acc.overlay.string()), 1u);
+  EXPECT_EQ(disk.reads, 3) << "the plan, the claim after its path locks, the lower's lock";
+  EXPECT_TRUE(revert_natives(real_disk(), cand.overlay, {}).ok());
+  (void)e;
+}
+
 // Found by the claims checker (seed 2072967200): the artifact taken by another overlay since (this
 // one moved, the package reinstalled, another candidate built it): verify says whose it is, never
 // FRESH_BUILD_OK over that build.
@@ -260,7 +302,7 @@ TEST(Native, AnArtifactAnotherOverlayHoldsNowIsNotThisEntrysBuild) {
   // path (moved since), so this one is no layer under it.
   HoldRegistry holds(real_disk(), f.t / "state");
   fs::remove_all(f.t / "state/holds");
-  (void)holds.acquire({HeldFile(f.in.artifact, std::nullopt, true)}, f.t / "other", false, 1);
+  (void)claim_files(holds, {HeldFile(f.in.artifact, std::nullopt, true)}, f.t / "other", false, 1);
   Manifest other;
   NativeEntry e;
   ArtifactItem a;
