@@ -32,7 +32,7 @@ bool as_before(const BuildChange& c, const FileInfo& now) {
   return (c.was == FileType::symlink || meta) && ns_of(now.mtime) == c.before.mtime_ns;
 }
 
-FileInfo look(Disk& disk, const std::string& path) { return disk.info(path, Follow::no); }
+FileInfo look(DiskReader& disk, const std::string& path) { return disk.info(path, Follow::no); }
 
 // Where a change is made: by its name inside its parent, opened with no symlink followed.
 struct Place {
@@ -110,7 +110,7 @@ std::vector<BuildChange> build_changes_of(Disk& disk, const std::vector<TracedCh
   return out;
 }
 
-std::string why_not_restorable(Disk& disk, const BackupStore& store, const std::vector<BuildChange>& changes) {
+std::string why_not_restorable(DiskReader& disk, const BackupPaths& store, const std::vector<BuildChange>& changes) {
   for (const auto& c : changes) {
     FileInfo now;
     try {

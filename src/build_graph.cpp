@@ -84,7 +84,7 @@ std::map<std::string, std::vector<std::string>> ninja_deps(const fs::path& dir) 
   return r.ok() ? parse_ninja_deps(r.out) : std::map<std::string, std::vector<std::string>>{};
 }
 
-std::vector<CompileCommand> compile_database(Disk& disk, const fs::path& path) {
+std::vector<CompileCommand> compile_database(DiskReader& disk, const fs::path& path) {
   std::vector<CompileCommand> out;
   nlohmann::json j;
   try {

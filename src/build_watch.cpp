@@ -172,7 +172,7 @@ BuildWatch BuildWatch::start(Disk& disk, std::vector<fs::path> dirs, std::vector
   return w;
 }
 
-std::map<fs::path, FileStamp> BuildWatch::picture(Disk& disk, std::string& why_off) const {
+std::map<fs::path, FileStamp> BuildWatch::picture(DiskReader& disk, std::string& why_off) const {
   std::map<fs::path, FileStamp> files;
   for (const auto& dir : dirs_) {
     if (!why_off.empty()) break;
@@ -222,7 +222,7 @@ BuildPicture BuildWatch::recorded() const {
   return b;
 }
 
-std::string BuildWatch::digest_now(Disk& disk, const BuildPicture& r) {
+std::string BuildWatch::digest_now(DiskReader& disk, const BuildPicture& r) {
   BuildWatch w;
   for (const auto& d : r.dirs) w.dirs_.emplace_back(d);
   for (const auto& t : r.tracked) w.tracked_.emplace_back(t);
@@ -247,7 +247,7 @@ std::vector<UntrackedOutput> BuildWatch::finish(Disk& disk) {
   return out;
 }
 
-std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<UntrackedOutput>& outputs) {
+std::vector<UntrackedOutput> still_as_built(DiskReader& disk, const std::vector<UntrackedOutput>& outputs) {
   std::vector<UntrackedOutput> out;
   for (const auto& u : outputs) {
     FileInfo fi = disk.info(u.path, Follow::no);
@@ -256,13 +256,13 @@ std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<Untrac
   return out;
 }
 
-std::string why_fresh_times(Disk& disk, const NativeEntry& e, const fs::path& overlay) {
+std::string why_fresh_times(DiskReader& disk, const NativeEntry& e, const fs::path& overlay) {
   if (e.build_traced) {
     if (!e.build_unobserved.empty()) return "its build was not fully observed (" + e.build_unobserved.front() + ")";
     for (const auto& u : e.untracked)
       if (u.clear_reason.empty())
         return "its build changed " + u.path + " outside the install, which may hold patched code";
-    return why_not_restorable(disk, BackupStore(disk, overlay), e.build_changes);
+    return why_not_restorable(disk, BackupPaths(disk, overlay), e.build_changes);
   }
   if (!e.build_picture) return e.build_cmds.empty() ? "no build ran under the tool" : "the build was not watched";
   for (const auto& u : e.untracked)

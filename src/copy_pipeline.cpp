@@ -279,7 +279,7 @@ Copied copy_file_hashing(Disk& disk, const At& src, const At& dest, mode_t mode,
   return finish(*out, durable, std::move(sha), way);
 }
 
-std::string hash_file(Disk& disk, const At& p) {
+std::string hash_file(DiskReader& disk, const At& p) {
   auto in = disk.open_read(p);
   Sha256 h;
   FileInfo fi = disk.info(p, p.dir() != nullptr ? Follow::no : Follow::yes);

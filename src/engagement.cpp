@@ -14,7 +14,7 @@ namespace overlay {
 namespace {
 
 // The spellings maps may use for an artifact: its path as recorded and as it really is.
-std::vector<std::string> spellings(Disk& disk, const std::string& path) {
+std::vector<std::string> spellings(DiskReader& disk, const std::string& path) {
   std::vector<std::string> s = {path};
   try {
     std::string real = disk.real_path(path).string();
@@ -77,7 +77,7 @@ const char* to_string(MapState s) {
   return "?";
 }
 
-std::vector<std::string> tracked_artifact_paths(Disk& disk, const Manifest& m) {
+std::vector<std::string> tracked_artifact_paths(DiskReader& disk, const Manifest& m) {
   std::vector<std::string> out;
   for (const auto& e : m.natives)
     for (const auto& a : e.artifacts)
@@ -86,7 +86,7 @@ std::vector<std::string> tracked_artifact_paths(Disk& disk, const Manifest& m) {
   return out;
 }
 
-ProcessScan scan_for_artifacts(Disk& disk, const Manifest& m) {
+ProcessScan scan_for_artifacts(DiskReader& disk, const Manifest& m) {
   std::vector<std::string> paths = tracked_artifact_paths(disk, m);
   if (paths.empty()) return {};
   try {
@@ -96,7 +96,7 @@ ProcessScan scan_for_artifacts(Disk& disk, const Manifest& m) {
   }
 }
 
-ProcessScan scan_for_revert(Disk& disk, const Manifest& m) {
+ProcessScan scan_for_revert(DiskReader& disk, const Manifest& m) {
   bool mapped_maybe = !m.running.empty();
   for (const auto& e : m.natives)
     for (const auto& a : e.artifacts)
@@ -104,7 +104,7 @@ ProcessScan scan_for_revert(Disk& disk, const Manifest& m) {
   return mapped_maybe ? scan_for_artifacts(disk, m) : ProcessScan{};
 }
 
-EngagementReport judge_engagement(Disk& disk, const Manifest& m, const ProcessScan& scan) {
+EngagementReport judge_engagement(DiskReader& disk, const Manifest& m, const ProcessScan& scan) {
   EngagementReport r;
   r.unreadable = scan.unreadable;
   for (const auto& e : m.natives) {
@@ -125,7 +125,7 @@ EngagementReport judge_engagement(Disk& disk, const Manifest& m, const ProcessSc
   return r;
 }
 
-std::vector<RunningPatched> running_patched_of(Disk& disk, const NativeEntry& e, const ProcessScan& scan) {
+std::vector<RunningPatched> running_patched_of(DiskReader& disk, const NativeEntry& e, const ProcessScan& scan) {
   std::vector<RunningPatched> out;
   for (const auto& a : e.artifacts) {
     FileInfo now = disk.info(a.path, Follow::yes);
@@ -202,7 +202,7 @@ std::optional<PythonUse> parse_live_record(const std::string& text) {
   return u;
 }
 
-std::vector<PythonUse> live_python_uses(Disk& disk, const fs::path& overlay, std::vector<std::string>* dead) {
+std::vector<PythonUse> live_python_uses(DiskReader& disk, const fs::path& overlay, std::vector<std::string>* dead) {
   std::vector<PythonUse> out;
   fs::path dir = overlay / kLiveStatsDirName;
   if (disk.info(dir, Follow::no).type != FileType::directory) return out;

@@ -47,7 +47,7 @@ void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& 
   if (name == NameDurable::yes) disk.sync_dir(dest.parent_path());
 }
 
-std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes) {
+std::string read_small_file(DiskReader& disk, const fs::path& p, std::size_t max_bytes) {
   auto in = disk.open_read(p);
   std::string data;
   // Read in steps that grow with what came: a manifest of 2 KiB costs one small buffer, not a
@@ -137,7 +137,8 @@ namespace {
 using Visit = std::function<WalkStep(const fs::path&, FileType)>;
 using OnError = std::function<void(const fs::path&, const std::string&)>;
 
-void walk_rec(Disk& disk, const fs::path& root, const fs::path& rel, const Visit& visit, const OnError& on_error) {
+void walk_rec(DiskReader& disk, const fs::path& root, const fs::path& rel, const Visit& visit,
+              const OnError& on_error) {
   fs::path dir = rel.empty() ? root : root / rel;
   std::vector<DirEntry> entries;
   try {
@@ -158,7 +159,7 @@ void walk_rec(Disk& disk, const fs::path& root, const fs::path& rel, const Visit
 }
 }  // namespace
 
-void walk_tree(Disk& disk, const fs::path& root, const Visit& visit, const OnError& on_error) {
+void walk_tree(DiskReader& disk, const fs::path& root, const Visit& visit, const OnError& on_error) {
   walk_rec(disk, root, fs::path(), visit, on_error);
 }
 
@@ -182,7 +183,7 @@ std::string random_hex(std::size_t bytes) {
   return out;
 }
 
-std::string why_not_renamable(Disk& disk, const fs::path& dir, const FileInfo& di) {
+std::string why_not_renamable(DiskReader& disk, const fs::path& dir, const FileInfo& di) {
   fs::path parent = dir.parent_path();
   if (!disk.can_write(parent)) return "its parent " + parent.string() + " is not writable";
   if (!same_mount(disk.info(parent, Follow::no), di)) return "it is a mount point";

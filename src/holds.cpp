@@ -20,7 +20,7 @@
 
 namespace overlay {
 
-fs::path HoldRegistry::per_host_state_dir(const fs::path& base, long fs_magic, const std::string& host) {
+fs::path HoldIndex::per_host_state_dir(const fs::path& base, long fs_magic, const std::string& host) {
   // statfs(2) f_type values: NFS, SMB, CIFS, SMB2, Lustre, GPFS, BeeGFS, CephFS, 9p, AFS.
   static constexpr long kShared[] = {0x6969,     0x517B,     0xFF534D42L, 0xFE534D42L, 0x0BD00BD0,
                                      0x47504653, 0x19830326, 0x00C36400,  0x01021997,  0x5346414F};
@@ -28,7 +28,7 @@ fs::path HoldRegistry::per_host_state_dir(const fs::path& base, long fs_magic, c
   return shared && !host.empty() ? base / ("host-" + host) : base;
 }
 
-fs::path HoldRegistry::default_state_dir() {
+fs::path HoldIndex::default_state_dir() {
   if (const char* s = std::getenv("OVERLAY_STATE_DIR"); s && *s) return s;
   fs::path base;
   if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x)
@@ -46,7 +46,7 @@ fs::path HoldRegistry::default_state_dir() {
   return per_host_state_dir(base, magic, this_host());
 }
 
-fs::path HoldRegistry::hold_file(const fs::path& path) const { return dir_ / (sha256_hex(path.string()) + ".json"); }
+fs::path HoldIndex::hold_file(const fs::path& path) const { return dir_ / (sha256_hex(path.string()) + ".json"); }
 
 namespace {
 
@@ -79,7 +79,7 @@ std::vector<fs::path> named_overlays(const json& j) {
 
 }  // namespace
 
-std::optional<Hold> HoldRegistry::hold_of(const fs::path& path) {
+std::optional<Hold> HoldIndex::hold_of(const fs::path& path) {
   fs::path f = hold_file(path);
   if (disk_.info(f, Follow::no).type != FileType::regular) return std::nullopt;
   try {
@@ -104,7 +104,7 @@ std::optional<Hold> HoldRegistry::hold_of(const fs::path& path) {
   }
 }
 
-std::optional<fs::path> HoldRegistry::held_instead(const fs::path& path, const fs::path& overlay) {
+std::optional<fs::path> HoldIndex::held_instead(const fs::path& path, const fs::path& overlay) {
   auto h = hold_of(path);
   if (!h || h->overlay == overlay) return std::nullopt;
   for (const auto& u : h->under)
@@ -119,8 +119,8 @@ std::optional<fs::path> HoldRegistry::held_instead(const fs::path& path, const f
   return live_under(path, *h, overlay);
 }
 
-std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, const fs::path& overlay,
-                                                       const std::string& entry) {
+std::optional<fs::path> HoldIndex::copy_of_vanished(const fs::path& path, const fs::path& overlay,
+                                                    const std::string& entry) {
   auto h = hold_of(path);
   if (!h || h->overlay == overlay || !h->overlay_id || entry.empty()) return std::nullopt;
   // The hold names the newest entry on the path; an older one of the same record is the holder's
@@ -144,7 +144,7 @@ std::optional<fs::path> HoldRegistry::copy_of_vanished(const fs::path& path, con
                                        : std::optional<fs::path>(h->overlay);  // a live holder: held_instead's
 }
 
-bool HoldRegistry::records_entry(const fs::path& overlay, const std::string& entry) {
+bool HoldIndex::records_entry(const fs::path& overlay, const std::string& entry) {
   try {
     const auto& m = record_of(overlay);
     return m && std::any_of(m->natives.begin(), m->natives.end(), [&](const NativeEntry& e) { return e.id == entry; });
@@ -154,7 +154,7 @@ bool HoldRegistry::records_entry(const fs::path& overlay, const std::string& ent
   }
 }
 
-bool HoldRegistry::received_by_fold(const fs::path& overlay, const fs::path& from, const std::string& entry) {
+bool HoldIndex::received_by_fold(const fs::path& overlay, const fs::path& from, const std::string& entry) {
   try {
     const auto& m = record_of(overlay);
     if (!m) return false;
@@ -169,12 +169,12 @@ bool HoldRegistry::received_by_fold(const fs::path& overlay, const fs::path& fro
   }
 }
 
-std::optional<fs::path> HoldRegistry::holder(const fs::path& path) {
+std::optional<fs::path> HoldIndex::holder(const fs::path& path) {
   auto h = hold_of(path);
   return h ? std::optional<fs::path>(h->overlay) : std::nullopt;
 }
 
-std::vector<fs::path> HoldRegistry::overlays() {
+std::vector<fs::path> HoldIndex::overlays() {
   std::vector<fs::path> out;
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return out;
   for (const auto& e : disk_.list_dir(dir_)) {
@@ -200,18 +200,18 @@ bool records_change_to(const Manifest& m, const fs::path& path) {
   });
 }
 
-const std::optional<Manifest>& HoldRegistry::record_of(const fs::path& overlay) {
+const std::optional<Manifest>& HoldIndex::record_of(const fs::path& overlay) {
   if (!records_) return scratch_ = load_manifest(disk_, overlay);
   if (records_->unreadable(overlay)) throw ManifestError(records_->why_unreadable(overlay));
   return records_->get(overlay);
 }
 
 OverlayLock HoldRegistry::lock_registry(double lock_timeout) {
-  make_dirs(disk_, dir_, 0700);
+  make_dirs(writer_, dir_, 0700);
   return OverlayLock(dir_, lock_timeout, {}, LockOn::directory);
 }
 
-bool HoldRegistry::still_holds(const fs::path& ov, const fs::path& path) {
+bool HoldIndex::still_holds(const fs::path& ov, const fs::path& path) {
   try {
     const auto& m = record_of(ov);
     return m && records_change_to(*m, path);
@@ -225,7 +225,7 @@ void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   // check, and two fsyncs per add-native are a measurable share of a small A/B cycle.
   json j = {{"path", p.string()}, {"overlay", hold.overlay.string()}};
   auto id = hold.overlay_id;
-  if (FileInfo d = disk_.info(hold.overlay, Follow::yes); d.type == FileType::directory)
+  if (FileInfo d = writer_.info(hold.overlay, Follow::yes); d.type == FileType::directory)
     id = std::pair{std::uint64_t(d.dev), std::uint64_t(d.ino)};
   if (id) {
     j["overlay_dev"] = id->first;
@@ -246,11 +246,11 @@ void HoldRegistry::write_hold(const fs::path& p, const Hold& hold) {
   }
   fs::path tmp = hold_file(p);
   tmp += ".tmp";
-  auto out = disk_.create(tmp, 0644, CreateMode::truncate);
+  auto out = writer_.create(tmp, 0644, CreateMode::truncate);
   std::string text = dump_json_bytes(j) + "\n";
   out->write(text.data(), text.size());
   out->close();
-  disk_.rename(tmp, hold_file(p));
+  writer_.rename(tmp, hold_file(p));
 }
 
 std::vector<std::unique_ptr<OverlayLock>> lock_names(Disk& disk, const fs::path& dir, std::vector<std::string> names,
@@ -270,10 +270,10 @@ std::vector<std::unique_ptr<OverlayLock>> lock_names(Disk& disk, const fs::path&
 std::vector<std::unique_ptr<OverlayLock>> HoldRegistry::lock_paths(const std::vector<fs::path>& paths,
                                                                    double lock_timeout) {
   std::vector<std::string> names(paths.begin(), paths.end());
-  return lock_names(disk_, dir_.parent_path() / "hold-locks", names, lock_timeout, "another add-native taking it");
+  return lock_names(writer_, dir_.parent_path() / "hold-locks", names, lock_timeout, "another add-native taking it");
 }
 
-std::optional<std::string> sha_now(Disk& disk, const fs::path& p) {
+std::optional<std::string> sha_now(DiskReader& disk, const fs::path& p) {
   FileInfo fi = disk.info(p, Follow::no);
   if (!fi.exists()) return std::string();
   if (fi.type != FileType::regular) return std::nullopt;
@@ -298,7 +298,7 @@ std::string OrphanHold::describe() const {
   return who + "; whether the file holds the original cannot be told (the hold records no checksums)";
 }
 
-std::optional<OrphanHold> HoldRegistry::judge_orphan(const fs::path& path, const Hold& hold) {
+std::optional<OrphanHold> HoldIndex::judge_orphan(const fs::path& path, const Hold& hold) {
   if (still_holds(hold.overlay, path)) return std::nullopt;
   OrphanHold o{path, hold, false, hold.artifact && !hold.original_sha256 ? "original" : "unknown"};
   try {
@@ -317,12 +317,12 @@ std::optional<OrphanHold> HoldRegistry::judge_orphan(const fs::path& path, const
   return o;
 }
 
-std::optional<OrphanHold> HoldRegistry::orphan_of(const fs::path& path) {
+std::optional<OrphanHold> HoldIndex::orphan_of(const fs::path& path) {
   auto h = hold_of(path);
   return h ? judge_orphan(path, *h) : std::nullopt;
 }
 
-std::vector<OrphanHold> HoldRegistry::orphans() {
+std::vector<OrphanHold> HoldIndex::orphans() {
   std::vector<OrphanHold> out;
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return out;
   for (const auto& e : disk_.list_dir(dir_)) {
@@ -356,7 +356,7 @@ std::vector<OrphanHold> HoldRegistry::orphans() {
 // accepted overlay then deleted with its backups; the next exec judged only the candidate's hold,
 // found its "original" — the accepted overlay's patched bytes — and backed them up as the
 // original).
-std::optional<OrphanHold> HoldRegistry::lost_original(const fs::path& p, const Hold& h) {
+std::optional<OrphanHold> HoldIndex::lost_original(const fs::path& p, const Hold& h) {
   auto lost = [&](const Hold& one) -> std::optional<OrphanHold> {
     auto o = judge_orphan(p, one);
     if (!o || o->file_state == "original" || (!o->vanished && o->file_state == "unknown")) return std::nullopt;
@@ -371,7 +371,7 @@ std::optional<OrphanHold> HoldRegistry::lost_original(const fs::path& p, const H
   return std::nullopt;
 }
 
-std::optional<fs::path> HoldRegistry::live_under(const fs::path& p, const Hold& h, const fs::path& overlay) {
+std::optional<fs::path> HoldIndex::live_under(const fs::path& p, const Hold& h, const fs::path& overlay) {
   for (const auto& u : h.under)
     if (u.overlay != overlay && still_holds(u.overlay, p)) return u.overlay;
   return std::nullopt;
@@ -397,13 +397,13 @@ void HoldRegistry::give_back(const HoldClaim& claim, const fs::path& overlay, do
     if (before)
       write_hold(p, *before);
     else
-      disk_.remove(hold_file(p));
+      writer_.remove(hold_file(p));
   }
 }
 
 void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded,
                            double lock_timeout, const NativeEntry* reverted) {
-  if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
+  if (writer_.info(dir_, Follow::no).type != FileType::directory) return;
   OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
   // Whether the hold on p is the reverted entry's own, recorded under the overlay's old path.
   auto moved_here = [&](const fs::path& p, const Hold& h) {
@@ -455,14 +455,14 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
     const std::optional<std::string>& bottom = chain.back().original_sha256;
     std::optional<bool> pristine;
     auto is_pristine = [&] {
-      if (!pristine) pristine = bottom && sha_now(disk_, p) == *bottom;
+      if (!pristine) pristine = bottom && sha_now(writer_, p) == *bottom;
       return *pristine;
     };
     auto next = std::find_if(chain.begin() + static_cast<std::ptrdiff_t>(at) + 1, chain.end(), [&](const HoldLayer& u) {
       return u.overlay != overlay && (still_holds(u.overlay, p) || !is_pristine());
     });
     if (next == chain.end())
-      disk_.remove(hold_file(p));
+      writer_.remove(hold_file(p));
     else
       write_hold(p, Hold{next->overlay,
                          std::vector<HoldLayer>(next + 1, chain.end()),
@@ -474,7 +474,7 @@ void HoldRegistry::release(const std::vector<fs::path>& paths, const fs::path& o
   }
 }
 
-bool HoldRegistry::being_claimed(const fs::path& p) {
+bool HoldIndex::being_claimed(const fs::path& p) {
   fs::path lock = dir_.parent_path() / "hold-locks" / sha256_hex(p.string());
   if (disk_.info(lock, Follow::no).type != FileType::directory) return false;
   try {
@@ -485,7 +485,7 @@ bool HoldRegistry::being_claimed(const fs::path& p) {
   }
 }
 
-bool HoldRegistry::vanished(const fs::path& ov) {
+bool HoldIndex::vanished(const fs::path& ov) {
   try {
     return !record_of(ov);
   } catch (const Error&) {
@@ -495,7 +495,7 @@ bool HoldRegistry::vanished(const fs::path& ov) {
 
 void HoldRegistry::transfer(const std::vector<std::pair<fs::path, std::string>>& moved, const fs::path& from,
                             const fs::path& into, double lock_timeout) {
-  if (disk_.info(dir_, Follow::no).type != FileType::directory) return;
+  if (writer_.info(dir_, Follow::no).type != FileType::directory) return;
   OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
   for (const auto& [p, entry] : moved) {
     auto h = hold_of(p);
@@ -525,19 +525,19 @@ void HoldRegistry::note_caches(const fs::path& overlay, const std::string& id, c
       list.push_back({{"dir", c.dir}, {"existed", c.existed}, {"aside", c.aside ? json(*c.aside) : json()}});
   if (list.empty()) return;
   fs::path note = cache_note(dir_, id);
-  make_dirs(disk_, note.parent_path(), 0700);
+  make_dirs(writer_, note.parent_path(), 0700);
   // Not fsynced, as a hold: lost to a power cut, it loses a check, never a byte of the install.
-  write_file_atomically(disk_, note,
+  write_file_atomically(writer_, note,
                         dump_json_bytes({{"overlay", overlay.string()}, {"entry", id}, {"caches", list}}) + "\n", 0644,
                         NameDurable::no);
 }
 
 void HoldRegistry::forget_caches(const std::string& id) {
   fs::path note = cache_note(dir_, id);
-  if (disk_.info(note, Follow::no).exists()) disk_.remove(note);
+  if (writer_.info(note, Follow::no).exists()) writer_.remove(note);
 }
 
-std::vector<OrphanCache> HoldRegistry::orphan_caches() {
+std::vector<OrphanCache> HoldIndex::orphan_caches() {
   std::vector<OrphanCache> out;
   fs::path dir = dir_.parent_path() / "caches";
   if (disk_.info(dir, Follow::no).type != FileType::directory) return out;

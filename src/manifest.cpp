@@ -927,7 +927,7 @@ std::string serialize_manifest(const Manifest& m) {
   return dump_json_bytes(doc, 2) + "\n";
 }
 
-std::optional<Manifest> load_manifest(Disk& disk, const fs::path& overlay) {
+std::optional<Manifest> load_manifest(DiskReader& disk, const fs::path& overlay) {
   fs::path p = overlay / kManifestName;
   FileInfo fi = disk.info(p, Follow::no);
   if (!fi.exists()) return std::nullopt;

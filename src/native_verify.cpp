@@ -38,12 +38,12 @@ const char* to_string(ArtifactState s) {
   return "?";
 }
 
-VerifyReport verify_native(Disk& disk, const fs::path& overlay_in) {
+VerifyReport verify_native(DiskReader& disk, const fs::path& overlay_in) {
   fs::path overlay = absolute_normal(overlay_in);
   auto m = load_manifest(disk, overlay);
   if (!m) throw Error("no manifest in " + overlay.string());
   VerifyReport r;
-  HoldRegistry holds(disk, HoldRegistry::default_state_dir());
+  HoldIndex holds(disk, HoldIndex::default_state_dir());
   for (const auto& e : m->natives) {
     for (const auto& a : e.artifacts) {
       // Found by the claims checker (seed 2072967200): this overlay moved, the package reinstalled,

@@ -20,7 +20,7 @@ std::optional<T> at(const std::string& bytes, std::uint64_t off) {
 
 }  // namespace
 
-std::optional<std::vector<std::string>> object_source_files(Disk& disk, const fs::path& p) {
+std::optional<std::vector<std::string>> object_source_files(DiskReader& disk, const fs::path& p) {
   FileInfo fi = disk.info(p, Follow::no);
   if (fi.type != FileType::regular || fi.size > kMaxObjectBytes) return std::nullopt;
   std::string b;
@@ -53,7 +53,7 @@ std::optional<std::vector<std::string>> object_source_files(Disk& disk, const fs
   return std::nullopt;
 }
 
-bool is_thin_archive(Disk& disk, const fs::path& p) {
+bool is_thin_archive(DiskReader& disk, const fs::path& p) {
   char head[8] = {};
   try {
     auto in = disk.open_read(p);

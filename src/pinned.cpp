@@ -29,7 +29,7 @@ std::optional<PinnedDir> pin_below(Disk& disk, const fs::path& dir, const fs::pa
 namespace {
 
 // Where symlink `p` leads; it may be swapped back already (a directory flipped in a loop).
-std::string link_target(Disk& disk, const fs::path& p) {
+std::string link_target(DiskReader& disk, const fs::path& p) {
   try {
     return disk.read_link(p);
   } catch (const DiskError&) {
@@ -43,7 +43,7 @@ fs::path place_of(const std::string& path, const PinnedDir& pin) {
 
 }  // namespace
 
-std::string why_redirected(Disk& disk, const PinnedDir& pin) {
+std::string why_redirected(DiskReader& disk, const PinnedDir& pin) {
   const std::string changed = "its directory changed since add-native (";
   fs::path at;
   FileInfo fi;
@@ -72,7 +72,7 @@ std::string why_redirected(Disk& disk, const PinnedDir& pin) {
   return "";
 }
 
-fs::path pinned_path(Disk& disk, const std::string& path, const std::optional<PinnedDir>& parent) {
+fs::path pinned_path(DiskReader& disk, const std::string& path, const std::optional<PinnedDir>& parent) {
   if (!parent) return path;
   std::string why = why_redirected(disk, *parent);
   if (!why.empty()) throw Error(why);

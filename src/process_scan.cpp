@@ -99,7 +99,7 @@ Openness probe_open_elsewhere(const fs::path& path) {
   return r;
 }
 
-std::optional<ProcessInfo> read_process(Disk& disk, pid_t pid, const fs::path& proc) {
+std::optional<ProcessInfo> read_process(DiskReader& disk, pid_t pid, const fs::path& proc) {
   if (pid <= 0) return std::nullopt;
   fs::path dir = proc / std::to_string(pid);
   ProcessInfo p;
@@ -117,7 +117,7 @@ std::optional<ProcessInfo> read_process(Disk& disk, pid_t pid, const fs::path& p
   return p;
 }
 
-ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapping, const fs::path& proc) {
+ProcessScan scan_processes(DiskReader& disk, const std::vector<std::string>& only_mapping, const fs::path& proc) {
   ProcessScan scan;
   for (const auto& e : disk.list_dir(proc)) {
     if (e.name.empty() || e.name.find_first_not_of("0123456789") != std::string::npos) continue;

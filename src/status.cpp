@@ -25,7 +25,7 @@ namespace overlay {
 namespace {
 
 // The state of a file that should hold `original` bytes before the entry and `written` after.
-FileState file_state(Disk& disk, const std::string& path, const std::string& original,
+FileState file_state(DiskReader& disk, const std::string& path, const std::string& original,
                      const std::optional<std::string>& written) {
   FileInfo fi = disk.info(path, Follow::no);
   if (fi.type != FileType::regular) return FileState::missing;
@@ -35,7 +35,7 @@ FileState file_state(Disk& disk, const std::string& path, const std::string& ori
   return FileState::drifted;
 }
 
-FileState source_state(Disk& disk, const SourceItem& s) {
+FileState source_state(DiskReader& disk, const SourceItem& s) {
   if (!s.deleted) return file_state(disk, s.install_path, s.sha256, s.patched_sha256);
   FileInfo fi = disk.info(s.install_path, Follow::no);
   if (!fi.exists()) return FileState::patched;  // deleted, as the diff says
@@ -50,7 +50,7 @@ std::string octal(mode_t m) {
 }
 
 // How source `s`, at `path` now, differs in metadata from the original as recorded; "" when not.
-std::string metadata_drift(Disk& disk, const fs::path& path, const SourceItem& s) {
+std::string metadata_drift(DiskReader& disk, const fs::path& path, const SourceItem& s) {
   FileInfo fi = disk.info(path, Follow::no);
   if (fi.type != FileType::regular) return "";
   std::vector<std::string> what;
@@ -77,13 +77,13 @@ std::string metadata_drift(Disk& disk, const fs::path& path, const SourceItem& s
   return out;
 }
 
-FileState created_state(Disk& disk, const CreatedItem& c) {
+FileState created_state(DiskReader& disk, const CreatedItem& c) {
   FileInfo fi = disk.info(c.path, Follow::no);
   if (!fi.exists()) return FileState::original;  // absent, as before the entry
   return fi.type == FileType::regular && hash_file(disk, c.path) == c.sha256 ? FileState::patched : FileState::drifted;
 }
 
-FileState artifact_state(Disk& disk, const ArtifactItem& a) {
+FileState artifact_state(DiskReader& disk, const ArtifactItem& a) {
   FileInfo fi = disk.info(a.path, Follow::no);
   if (!a.existed) return fi.exists() ? FileState::rebuilt : FileState::original;
   if (fi.type != FileType::regular) return FileState::missing;
@@ -94,7 +94,7 @@ FileState artifact_state(Disk& disk, const ArtifactItem& a) {
 
 // A cache renamed aside: original when the recorded directory stands at its path again; its
 // aside copy is judged by the identity revert will demand.
-TrackedFile aside_cache_state(Disk& disk, const CacheItem& c) {
+TrackedFile aside_cache_state(DiskReader& disk, const CacheItem& c) {
   const AsideDir& a = *c.aside;
   TrackedFile t{TrackedKind::cache, c.dir, FileState::original, a.path, ""};
   auto recorded = [&](const FileInfo& fi) {
@@ -114,7 +114,7 @@ TrackedFile aside_cache_state(Disk& disk, const CacheItem& c) {
   return t;
 }
 
-FileState cache_state(Disk& disk, BackupStore& store, const CacheItem& c) {
+FileState cache_state(DiskReader& disk, const BackupPaths& store, const CacheItem& c) {
   bool present = disk.info(c.dir, Follow::no).exists();
   if (!c.existed) return present ? FileState::rebuilt : FileState::original;
   // A moved cache whose move never happened (or was undone) is still the original dir.
@@ -123,7 +123,7 @@ FileState cache_state(Disk& disk, BackupStore& store, const CacheItem& c) {
   return present ? FileState::rebuilt : FileState::invalidated;
 }
 
-std::uint64_t tree_bytes(Disk& disk, const fs::path& root) {
+std::uint64_t tree_bytes(DiskReader& disk, const fs::path& root) {
   std::uint64_t total = 0;
   walk_tree(
       disk, root,
@@ -135,7 +135,7 @@ std::uint64_t tree_bytes(Disk& disk, const fs::path& root) {
   return total;
 }
 
-std::uint64_t backup_bytes(Disk& disk, BackupStore& store, const std::optional<std::string>& rel) {
+std::uint64_t backup_bytes(DiskReader& disk, const BackupPaths& store, const std::optional<std::string>& rel) {
   if (!rel) return 0;
   FileInfo fi = disk.info(store.resolve(*rel), Follow::no);
   if (fi.type == FileType::directory) return tree_bytes(disk, store.resolve(*rel));
@@ -145,7 +145,7 @@ std::uint64_t backup_bytes(Disk& disk, BackupStore& store, const std::optional<s
 // A tracked path judged where it lives now (under the directory add-native pinned for it), or
 // `redirected`, with what changed, when that directory no longer stands there.
 template <typename Item, typename State>
-TrackedFile judge(Disk& disk, TrackedKind kind, const Item& item, std::string Item::*path, State state) {
+TrackedFile judge(DiskReader& disk, TrackedKind kind, const Item& item, std::string Item::*path, State state) {
   TrackedFile t{kind, item.*path, FileState::original};
   std::string why = item.parent ? why_redirected(disk, *item.parent) : "";
   if (!why.empty()) {
@@ -159,7 +159,7 @@ TrackedFile judge(Disk& disk, TrackedKind kind, const Item& item, std::string It
   return t;
 }
 
-TrackedFile judge_cache(Disk& disk, BackupStore& store, const CacheItem& c) {
+TrackedFile judge_cache(DiskReader& disk, const BackupPaths& store, const CacheItem& c) {
   std::string why = c.parent ? why_redirected(disk, *c.parent) : "";
   if (!why.empty()) return TrackedFile{TrackedKind::cache, c.dir, FileState::redirected, "", why};
   CacheItem here = c;
@@ -173,7 +173,8 @@ TrackedFile judge_cache(Disk& disk, BackupStore& store, const CacheItem& c) {
 
 // The stack around this overlay's files (stack.hpp): read once per status.
 struct LayerView {
-  LayerView(Disk& disk, const Manifest& manifest, const fs::path& ov) : cache(disk), m(manifest), overlay(ov.string()) {
+  LayerView(DiskReader& disk, const Manifest& manifest, const fs::path& ov)
+      : cache(disk), m(manifest), overlay(ov.string()) {
     uppers = uppers_of(cache, m);
   }
   ManifestCache cache;
@@ -182,7 +183,7 @@ struct LayerView {
   std::vector<Upper> uppers;
 };
 
-bool holds_pristine(Disk& disk, const std::string& path, const std::string& pristine) {
+bool holds_pristine(DiskReader& disk, const std::string& path, const std::string& pristine) {
   FileInfo fi = disk.info(path, Follow::no);
   if (pristine.empty()) return !fi.exists();
   return fi.type == FileType::regular && hash_file(disk, path) == pristine;
@@ -192,7 +193,7 @@ bool holds_pristine(Disk& disk, const std::string& path, const std::string& pris
 // original (the layer below was reverted under it); one holding the bytes of a lower layer that
 // no longer records them is stranded (that layer's original went with it). A file a layer above
 // changed again is covered, never drifted: its bytes are that layer's, on top of this entry's.
-void judge_layers(Disk& disk, LayerView& v, const std::optional<LayerRef>& layer, TrackedFile& t) {
+void judge_layers(DiskReader& disk, LayerView& v, const std::optional<LayerRef>& layer, TrackedFile& t) {
   if (t.state == FileState::redirected) return;
   if (FileStack st = stack_of(v.cache, v.overlay, v.m, t.path); st.size() > 1) t.layers = std::move(st);
   if (layer && t.state != FileState::patched) {
@@ -242,7 +243,7 @@ const NativeEntry* patched_again(const Manifest& m, const NativeEntry& e, const 
   return nullptr;
 }
 
-NativeStatus native_status(Disk& disk, BackupStore& store, const fs::path& overlay, const NativeEntry& e,
+NativeStatus native_status(DiskReader& disk, const BackupPaths& store, const fs::path& overlay, const NativeEntry& e,
                            LayerView& view) {
   NativeStatus st;
   st.id = e.id;
@@ -294,7 +295,7 @@ bool is_record_name(const std::string& name) {
 
 // Counts the live records (_stats/live/) that have no final record of the same name yet: processes
 // still running, and processes killed before they could write one (they applied all the same).
-void count_live_records(Disk& disk, const fs::path& dir, const std::set<std::string>& finals,
+void count_live_records(DiskReader& disk, const fs::path& dir, const std::set<std::string>& finals,
                         std::map<std::string, Usage>& usage) {
   if (disk.info(dir, Follow::no).type != FileType::directory) return;
   for (const auto& e : disk.list_dir(dir)) {
@@ -316,7 +317,7 @@ void count_live_records(Disk& disk, const fs::path& dir, const std::set<std::str
 }
 
 // Sums the records of _stats/ (one per process; unreadable or foreign ones are skipped).
-std::map<std::string, Usage> python_usage(Disk& disk, const fs::path& overlay) {
+std::map<std::string, Usage> python_usage(DiskReader& disk, const fs::path& overlay) {
   std::map<std::string, Usage> usage;
   fs::path dir = overlay / kStatsDirName;
   if (disk.info(dir, Follow::no).type != FileType::directory) return usage;
@@ -347,7 +348,7 @@ std::map<std::string, Usage> python_usage(Disk& disk, const fs::path& overlay) {
 
 }  // namespace
 
-std::vector<PythonStatus> python_entries_status(Disk& disk, const fs::path& overlay, const Manifest& manifest) {
+std::vector<PythonStatus> python_entries_status(DiskReader& disk, const fs::path& overlay, const Manifest& manifest) {
   std::vector<PythonStatus> out;
   auto usage = python_usage(disk, overlay);
   for (const PyEntry& e : python_entries(manifest.doc)) {
@@ -440,7 +441,7 @@ std::size_t StatusReport::running_reverted() const {
       std::count_if(engagement.uses.begin(), engagement.uses.end(), [](const ArtifactUse& u) { return u.reverted; }));
 }
 
-StatusReport overlay_status(Disk& disk, const fs::path& overlay_in, Absent absent) {
+StatusReport overlay_status(DiskReader& disk, const fs::path& overlay_in, Absent absent) {
   StatusReport r;
   r.overlay = absolute_normal(overlay_in);
   FileInfo fi = disk.info(r.overlay, Follow::yes);
@@ -453,7 +454,7 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in, Absent absen
   auto m = load_manifest(disk, r.overlay);
   if (!m) return r;
   r.has_manifest = true;
-  BackupStore store(disk, r.overlay);
+  BackupPaths store(disk, r.overlay);
   LayerView view(disk, *m, r.overlay);
   for (const auto& e : m->natives) {
     r.natives.push_back(native_status(disk, store, r.overlay, e, view));
@@ -482,7 +483,7 @@ StatusReport overlay_status(Disk& disk, const fs::path& overlay_in, Absent absen
   return r;
 }
 
-std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& overlays, const fs::path& path_in) {
+std::vector<WhichHit> which_changed(DiskReader& disk, const std::vector<fs::path>& overlays, const fs::path& path_in) {
   std::vector<std::string> names = {absolute_normal(path_in).string()};
   best_effort("the path is matched by its spelling alone",
               [&] { names.push_back(disk.real_path(names.front()).string()); });

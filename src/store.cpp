@@ -157,7 +157,7 @@ void BackupStore::sync_entry(const std::string& id) {
   if (backup_dir_created_) disk_.sync_dir(overlay_);  // _native_backup's own name, when new
 }
 
-fs::path BackupStore::resolve(const std::string& rel) const {
+fs::path BackupPaths::resolve(const std::string& rel) const {
   if (!is_safe_relative(rel)) throw Error("backup path escapes the overlay: " + rel);
   fs::path p = overlay_ / rel;
   // A symlink inside the overlay could still lead out: resolve the parent and compare.

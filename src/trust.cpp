@@ -25,7 +25,7 @@ std::string foreign(const FileInfo& fi, const std::string& what) {
 
 }  // namespace
 
-std::string why_untrusted(Disk& disk, const fs::path& overlay) {
+std::string why_untrusted(DiskReader& disk, const fs::path& overlay) {
   FileInfo dir = disk.info(overlay, Follow::yes);
   if (dir.type != FileType::directory) return "";
   if (auto why = foreign(dir, "overlay directory " + overlay.string()); !why.empty()) return why;
@@ -43,7 +43,7 @@ std::string why_untrusted(Disk& disk, const fs::path& overlay) {
   return "";
 }
 
-std::string swappable_ancestor(Disk& disk, const fs::path& overlay) {
+std::string swappable_ancestor(DiskReader& disk, const fs::path& overlay) {
   uid_t me = ::geteuid();
   fs::path dir;
   for (const auto& part : overlay.parent_path()) {

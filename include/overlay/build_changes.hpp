@@ -12,6 +12,7 @@
 
 namespace overlay {
 
+class BackupPaths;
 class BackupStore;
 
 // The changes of a finished trace, as the manifest records them: each with how the build left it,
@@ -24,7 +25,7 @@ std::vector<BuildChange> build_changes_of(Disk& disk, const std::vector<TracedCh
 // Why the changes cannot all go back ("" when they can): the first path that holds neither what
 // the build left there nor what was there before (another build or a hand changed it since), or
 // whose kept bytes are missing.
-std::string why_not_restorable(Disk& disk, const BackupStore& store, const std::vector<BuildChange>& changes);
+std::string why_not_restorable(DiskReader& disk, const BackupPaths& store, const std::vector<BuildChange>& changes);
 
 // One path put back, or why it could not be.
 struct ChangeRestored {

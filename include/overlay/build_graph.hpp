@@ -43,6 +43,6 @@ struct CompileCommand {
   std::string file, directory;
 };
 // The database at `path`; empty where it is missing or not one (it is only evidence).
-std::vector<CompileCommand> compile_database(Disk& disk, const fs::path& path);
+std::vector<CompileCommand> compile_database(DiskReader& disk, const fs::path& path);
 
 }  // namespace overlay

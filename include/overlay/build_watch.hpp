@@ -32,7 +32,7 @@ class BuildWatch {
   // watch is off: what the build left, so a later look can tell nothing was built since.
   const std::string& after_digest() const { return after_; }
   // The digest a picture taken now would have (as after_digest), "" when it cannot be taken.
-  static std::string digest_now(Disk& disk, const BuildPicture& recorded);
+  static std::string digest_now(DiskReader& disk, const BuildPicture& recorded);
   // What to record so digest_now can look again: the dirs, tracked files and skipped dirs, and
   // after_digest().
   BuildPicture recorded() const;
@@ -45,13 +45,13 @@ class BuildWatch {
   std::vector<fs::path> dirs_, tracked_, skipped_;
   std::size_t max_files_ = kMaxWatchedFiles;
   std::string off_, after_;
-  std::map<fs::path, FileStamp> picture(Disk& disk, std::string& why_off) const;
+  std::map<fs::path, FileStamp> picture(DiskReader& disk, std::string& why_off) const;
   static std::string digest(const std::map<fs::path, FileStamp>& files);
 };
 
 // The outputs whose file still has the stamp the build left it with: they may hold patched code
 // until a build regenerates them.
-std::vector<UntrackedOutput> still_as_built(Disk& disk, const std::vector<UntrackedOutput>& outputs);
+std::vector<UntrackedOutput> still_as_built(DiskReader& disk, const std::vector<UntrackedOutput>& outputs);
 
 // Moves a reverted entry's untracked outputs to the manifest's top level (with the entry and its
 // build), keeping there only those still as built.
@@ -64,7 +64,7 @@ void keep_untracked_of_reverted(Disk& disk, Manifest& m, const NativeEntry& reve
 // there, and nothing it did unobserved. A watched one: the tracked artifacts and caches by the
 // revert, no untracked output that may hold patched code, and nothing built in the build's dirs
 // since (the watch's picture, taken again, is the same).
-std::string why_fresh_times(Disk& disk, const NativeEntry& e, const fs::path& overlay);
+std::string why_fresh_times(DiskReader& disk, const NativeEntry& e, const fs::path& overlay);
 
 // Gives `clear_reason` to each output that holds none of the patched code, judged by what the
 // build says or the output's own bytes show (anything else "may hold patched code"):

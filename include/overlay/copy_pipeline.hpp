@@ -26,6 +26,6 @@ struct Copied {
 Copied copy_file_hashing(Disk& disk, const At& src, const At& dest, mode_t mode, Durable durable);
 
 // SHA-256 (hex) of a file's contents, streamed.
-std::string hash_file(Disk& disk, const At& p);
+std::string hash_file(DiskReader& disk, const At& p);
 
 }  // namespace overlay

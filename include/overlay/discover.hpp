@@ -42,6 +42,6 @@ struct DiscoverReport {
 };
 
 // Throws Error when the target is missing or not a regular file.
-DiscoverReport discover(Disk& disk, const DiscoverRequest& req);
+DiscoverReport discover(DiskReader& disk, const DiscoverRequest& req);
 
 }  // namespace overlay

@@ -164,12 +164,39 @@ struct DirEntry {
 enum class CreateMode { exclusive, truncate };
 enum class Follow { no, yes };
 
-class Disk {
+// The reading half of the disk (ninja's FileReader beside its DiskInterface): what a verb that
+// only reads is given (discover, status, verify-native), so that it cannot change the disk by
+// mistake. Disk adds every call that changes it.
+class DiskReader {
  public:
-  virtual ~Disk() = default;
+  virtual ~DiskReader() = default;
   // lstat (Follow::no) or stat (Follow::yes); a missing path gives type none, not an error.
   virtual FileInfo info(const At& p, Follow follow) = 0;
   virtual std::unique_ptr<ReadHandle> open_read(const At& p) = 0;
+  // The entries of a directory ("." and ".." left out), typed from readdir's d_type: walking a
+  // tree needs no stat per entry, as find does not.
+  virtual std::vector<DirEntry> list_dir(const At& dir) = 0;
+  virtual std::string read_link(const At& p) = 0;
+  virtual fs::path real_path(const fs::path& p) = 0;
+  // Opens directory `dir` following no symlink anywhere on its path (openat2 RESOLVE_NO_SYMLINKS,
+  // or an O_NOFOLLOW walk from "/" where the kernel lacks it): a symlink on the way fails with
+  // ELOOP or ENOTDIR. An At inside a DirHandle opens that one name, never a symlink.
+  virtual std::unique_ptr<DirHandle> open_dir(const At& dir) = 0;
+  // Whether this process may create and rename entries in directory `dir` (faccessat W_OK with
+  // the effective ids): false for a read-only mount, or a directory the user cannot write.
+  virtual bool can_write(const fs::path& dir) = 0;
+  // Whether the file carries extended attributes (SELinux label, ACL, capabilities...), which a
+  // copy or clone of its bytes would not; false where the filesystem has none.
+  virtual bool has_xattrs(const fs::path& p) = 0;
+  // The extended attributes of p, never following a final symlink; empty where the filesystem
+  // keeps none (ENOTSUP).
+  virtual Xattrs xattrs(const At& p) = 0;
+  // The filesystem type of the one holding p (statfs f_type: kOverlayfsMagic, ...).
+  virtual std::uint64_t fs_type(const fs::path& p) = 0;
+};
+
+class Disk : public DiskReader {
+ public:
   // Creates a regular file with exactly `mode` (umask ignored); never follows a final symlink.
   virtual std::unique_ptr<WriteHandle> create(const At& p, mode_t mode, CreateMode how) = 0;
   virtual void rename(const At& from, const At& to) = 0;
@@ -187,37 +214,17 @@ class Disk {
   virtual bool make_dir(const At& p, mode_t mode) = 0;
   // Removes a file, a symlink or an empty directory.
   virtual void remove(const At& p) = 0;
-  // The entries of a directory ("." and ".." left out), typed from readdir's d_type: walking a
-  // tree needs no stat per entry, as find does not.
-  virtual std::vector<DirEntry> list_dir(const At& dir) = 0;
   virtual void make_symlink(const std::string& target, const At& link) = 0;
-  virtual std::string read_link(const At& p) = 0;
   virtual void make_hardlink(const At& existing, const At& link) = 0;
   virtual void set_mode(const At& p, mode_t mode) = 0;
   // Sets modification (and access) time without following a final symlink.
   virtual void set_mtime(const At& p, timespec mtime) = 0;
   // Best effort chown (lchown); fails only when permitted and it still fails.
   virtual void set_owner(const At& p, uid_t uid, gid_t gid) = 0;
-  virtual fs::path real_path(const fs::path& p) = 0;
-  // Opens directory `dir` following no symlink anywhere on its path (openat2 RESOLVE_NO_SYMLINKS,
-  // or an O_NOFOLLOW walk from "/" where the kernel lacks it): a symlink on the way fails with
-  // ELOOP or ENOTDIR. An At inside a DirHandle opens that one name, never a symlink.
-  virtual std::unique_ptr<DirHandle> open_dir(const At& dir) = 0;
-  // Whether this process may create and rename entries in directory `dir` (faccessat W_OK with
-  // the effective ids): false for a read-only mount, or a directory the user cannot write.
-  virtual bool can_write(const fs::path& dir) = 0;
-  // Whether the file carries extended attributes (SELinux label, ACL, capabilities...), which a
-  // copy or clone of its bytes would not; false where the filesystem has none.
-  virtual bool has_xattrs(const fs::path& p) = 0;
-  // The extended attributes of p, never following a final symlink; empty where the filesystem
-  // keeps none (ENOTSUP).
-  virtual Xattrs xattrs(const At& p) = 0;
   // Makes p's extended attributes exactly `want` (each set, every other one removed), never
   // following a final symlink. What this process may not set (security.capability without
   // CAP_SETFCAP, any where the filesystem keeps none) throws.
   virtual void set_xattrs(const At& p, const Xattrs& want) = 0;
-  // The filesystem type of the one holding p (statfs f_type: kOverlayfsMagic, ...).
-  virtual std::uint64_t fs_type(const fs::path& p) = 0;
 };
 
 // statfs's f_type of overlayfs (a container's root): rename(2) of a directory that comes from a

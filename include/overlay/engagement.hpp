@@ -66,30 +66,31 @@ std::optional<PythonUse> parse_live_record(const std::string& text);
 
 // The live records of `overlay` whose process still runs (pid and start time), by pid; those of
 // processes that are gone are left out (`dead`, when given, gets their file names).
-std::vector<PythonUse> live_python_uses(Disk& disk, const fs::path& overlay, std::vector<std::string>* dead = nullptr);
+std::vector<PythonUse> live_python_uses(DiskReader& disk, const fs::path& overlay,
+                                        std::vector<std::string>* dead = nullptr);
 
 // The keys sitecustomize.py gives the manifest's Python entries, in manifest order.
 std::vector<std::string> python_entry_keys(const Manifest& m);
 
 // Every tracked artifact path of the manifest's native entries (and of running_patched).
-std::vector<std::string> tracked_artifact_paths(Disk& disk, const Manifest& m);
+std::vector<std::string> tracked_artifact_paths(DiskReader& disk, const Manifest& m);
 
 // The processes that map a tracked artifact of `m` (none scanned when it tracks none; an
 // unreadable /proc gives an empty scan: engagement is reported, never a reason to fail a revert).
-ProcessScan scan_for_artifacts(Disk& disk, const Manifest& m);
+ProcessScan scan_for_artifacts(DiskReader& disk, const Manifest& m);
 
 // For revert: as scan_for_artifacts, but no scan at all (an empty one) when the kernel says no other
 // process has any tracked artifact open or mapped and none is recorded as still running replaced
 // code — revert then replaces nothing anyone runs. O(1) instead of O(processes).
-ProcessScan scan_for_revert(Disk& disk, const Manifest& m);
+ProcessScan scan_for_revert(DiskReader& disk, const Manifest& m);
 
 // Every process of `scan` mapping a tracked artifact of an applied entry, judged; and the
 // recorded running_patched still alive and mapping what revert replaced.
-EngagementReport judge_engagement(Disk& disk, const Manifest& m, const ProcessScan& scan);
+EngagementReport judge_engagement(DiskReader& disk, const Manifest& m, const ProcessScan& scan);
 
 // The processes that map the rebuilt file now at one of `e`'s artifact paths: to record when
 // revert replaces them.
-std::vector<RunningPatched> running_patched_of(Disk& disk, const NativeEntry& e, const ProcessScan& scan);
+std::vector<RunningPatched> running_patched_of(DiskReader& disk, const NativeEntry& e, const ProcessScan& scan);
 
 // The recorded ones whose process (pid and start time) still lives and still maps that inode.
 std::vector<RunningPatched> still_running(const std::vector<RunningPatched>& recorded, const ProcessScan& scan);

@@ -28,7 +28,7 @@ void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& 
                            NameDurable name = NameDurable::yes);
 
 // Reads a whole (small) file; refuses files larger than max_bytes.
-std::string read_small_file(Disk& disk, const fs::path& p, std::size_t max_bytes);
+std::string read_small_file(DiskReader& disk, const fs::path& p, std::size_t max_bytes);
 
 // Removes a file (or symlink) and fsyncs its directory: once this returns, the removal
 // survives a crash.
@@ -60,13 +60,13 @@ enum class WalkStep { descend, skip };
 // the filesystem does not report it). Returning skip on a directory prunes it.
 // A directory that cannot be listed throws, unless on_error is given: then it is reported
 // there and skipped.
-void walk_tree(Disk& disk, const fs::path& root,
+void walk_tree(DiskReader& disk, const fs::path& root,
                const std::function<WalkStep(const fs::path& rel, FileType type)>& visit,
                const std::function<void(const fs::path& dir, const std::string& why)>& on_error = {});
 
 // Why directory `dir` (as `di`) cannot be renamed within its parent, or "" when it can: that
 // needs a writable parent on the dir's own filesystem (a mount point cannot be renamed).
-std::string why_not_renamable(Disk& disk, const fs::path& dir, const FileInfo& di);
+std::string why_not_renamable(DiskReader& disk, const fs::path& dir, const FileInfo& di);
 
 // `name` when it is at most `room` bytes, else its first bytes, "~" and 16 hex digits of its
 // SHA-256, `room` bytes in all: distinct names stay distinct, and a name derived from a legal

@@ -100,9 +100,11 @@ struct HoldClaim {
 std::vector<std::unique_ptr<OverlayLock>> lock_names(Disk& disk, const fs::path& dir, std::vector<std::string> names,
                                                      double lock_timeout, const std::string& what);
 
-class HoldRegistry {
+// The registry read, never written: what a verb that only reads (status, verify-native) is given,
+// over a DiskReader.
+class HoldIndex {
  public:
-  HoldRegistry(Disk& disk, fs::path state_dir) : disk_(disk), dir_(std::move(state_dir) / "holds") {}
+  HoldIndex(DiskReader& disk, fs::path state_dir) : disk_(disk), dir_(std::move(state_dir) / "holds") {}
 
   // The registry of this user (see above). Where the home-derived directory is on a network
   // filesystem (a cluster's shared home: NFS, Lustre, GPFS, CephFS, BeeGFS, SMB, 9p), it gets a
@@ -110,48 +112,6 @@ class HoldRegistry {
   static fs::path default_state_dir();
   // `base` itself, or base/host-NAME when `fs_magic` (statfs's f_type) is a network filesystem's.
   static fs::path per_host_state_dir(const fs::path& base, long fs_magic, const std::string& host);
-
-  // The same registry, reading the overlays' records through `records` (one operation's view:
-  // each record read once, e.g. the lower's for every file of a claim) instead of afresh.
-  [[nodiscard]] HoldRegistry reading_through(ManifestCache& records) const {
-    HoldRegistry r(disk_, dir_.parent_path());
-    r.records_ = &records;
-    return r;
-  }
-
-  // Names entry `id` of `overlay` in the holds `overlay` has on `paths` (written before the record
-  // names the entry, once the overlay's directory exists, so its device and inode go in too), and
-  // gives each path in `originals` that has none yet its original SHA-256 (artifacts, whose bytes
-  // are hashed once, by their backup). One write per hold.
-  void note_entry(const std::vector<fs::path>& paths, const std::map<fs::path, std::string>& originals,
-                  const fs::path& overlay, const std::string& id, double lock_timeout);
-
-  // Notes the cache dirs entry `id` of `overlay` invalidates (its record names the entry now),
-  // with where each original is kept aside; dropped by forget_caches when the entry is reverted.
-  void note_caches(const fs::path& overlay, const std::string& id, const std::vector<CacheItem>& caches);
-  void forget_caches(const std::string& id);
-  // The noted caches of vanished overlays (see OrphanCache), by overlay then dir.
-  std::vector<OrphanCache> orphan_caches();
-
-  // Undoes a claim whose add-native failed before its manifest named the entry: each path
-  // `overlay` still holds goes back to its previous holder, or is free again.
-  void give_back(const HoldClaim& claim, const fs::path& overlay, double lock_timeout);
-
-  // Drops the holds `overlay` has on `paths` that `recorded` — its manifest as just saved — no
-  // longer records a change to (holds of other overlays stay). A path held under it (an overlay
-  // it was stacked on with --force, whose change is in place again) is held by that one again.
-  // A hold that names another overlay is dropped too when that one vanished and `reverted` (the
-  // entry just reverted) holds the very original and patched bytes the hold recorded: the same
-  // overlay, moved since its add-native.
-  void release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded,
-               double lock_timeout, const NativeEntry* reverted = nullptr);
-
-  // A fold (fold.hpp) moved `from`'s changes to each path into `into`'s entry named beside it: each
-  // hold whose top is `from` is that entry's now (a merged item's entry is `into`'s own, not the
-  // one folded in); where `into` was under it, `into` keeps its own original and takes `from`'s
-  // patched bytes (one layer fewer).
-  void transfer(const std::vector<std::pair<fs::path, std::string>>& moved, const fs::path& from, const fs::path& into,
-                double lock_timeout);
 
   // The overlay that holds `path` in place of `overlay`: the holder on top, when it is another
   // overlay whose record names a change to the path now and `overlay` is not a layer under it;
@@ -185,16 +145,9 @@ class HoldRegistry {
   // The orphan hold on `path`, if its hold is one.
   std::optional<OrphanHold> orphan_of(const fs::path& path);
 
-  Disk& disk() const { return disk_; }
-  // The primitives the stack (stack.hpp) claims files with.
-  void write_hold(const fs::path& path, const Hold& hold);
-  // A lock per path (a directory under <state>/hold-locks named by the path's SHA-256), taken
-  // in sorted order. Before the registry's lock, which is only ever held for a moment: a second
-  // claim on a path waits here until the first add-native has recorded and swapped (or failed
-  // and given back).
-  std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
-  // The registry's own lock, held for a moment by every writer of holds.
-  [[nodiscard]] OverlayLock lock_registry(double lock_timeout);
+  // The noted caches of vanished overlays (see OrphanCache), by overlay then dir.
+  std::vector<OrphanCache> orphan_caches();
+
   // Whether `holder`'s record changes `path` now (a record that cannot be read: yes, the safe side).
   bool still_holds(const fs::path& holder, const fs::path& path);
   // The nearest overlay under the holder (other than `overlay`) whose record still holds `p`.
@@ -203,7 +156,7 @@ class HoldRegistry {
   // it recorded, judged down the layers under it: the original bytes are lost.
   std::optional<OrphanHold> lost_original(const fs::path& path, const Hold& hold);
 
- private:
+ protected:
   fs::path hold_file(const fs::path& path) const;
   // The record of `overlay`, through `records_` where set, else read now (a reference valid
   // until the next call); throws where it cannot be read.
@@ -217,10 +170,70 @@ class HoldRegistry {
   bool being_claimed(const fs::path& path);  // an add-native holds its path lock (claimed, not yet swapped)
   std::optional<OrphanHold> judge_orphan(const fs::path& path, const Hold& hold);
 
-  Disk& disk_;
+  DiskReader& disk_;
   fs::path dir_;
   ManifestCache* records_ = nullptr;
   std::optional<Manifest> scratch_;  // record_of's answer where no cache is set
+};
+
+// The registry, written: claims (stack.hpp), entries noted, holds given back, released and
+// transferred, over a Disk.
+class HoldRegistry : public HoldIndex {
+ public:
+  HoldRegistry(Disk& disk, fs::path state_dir) : HoldIndex(disk, std::move(state_dir)), writer_(disk) {}
+
+  // The same registry, reading the overlays' records through `records` (one operation's view:
+  // each record read once, e.g. the lower's for every file of a claim) instead of afresh.
+  [[nodiscard]] HoldRegistry reading_through(ManifestCache& records) const {
+    HoldRegistry r(writer_, dir_.parent_path());
+    r.records_ = &records;
+    return r;
+  }
+
+  // Names entry `id` of `overlay` in the holds `overlay` has on `paths` (written before the record
+  // names the entry, once the overlay's directory exists, so its device and inode go in too), and
+  // gives each path in `originals` that has none yet its original SHA-256 (artifacts, whose bytes
+  // are hashed once, by their backup). One write per hold.
+  void note_entry(const std::vector<fs::path>& paths, const std::map<fs::path, std::string>& originals,
+                  const fs::path& overlay, const std::string& id, double lock_timeout);
+
+  // Notes the cache dirs entry `id` of `overlay` invalidates (its record names the entry now),
+  // with where each original is kept aside; dropped by forget_caches when the entry is reverted.
+  void note_caches(const fs::path& overlay, const std::string& id, const std::vector<CacheItem>& caches);
+  void forget_caches(const std::string& id);
+  // Undoes a claim whose add-native failed before its manifest named the entry: each path
+  // `overlay` still holds goes back to its previous holder, or is free again.
+  void give_back(const HoldClaim& claim, const fs::path& overlay, double lock_timeout);
+
+  // Drops the holds `overlay` has on `paths` that `recorded` — its manifest as just saved — no
+  // longer records a change to (holds of other overlays stay). A path held under it (an overlay
+  // it was stacked on with --force, whose change is in place again) is held by that one again.
+  // A hold that names another overlay is dropped too when that one vanished and `reverted` (the
+  // entry just reverted) holds the very original and patched bytes the hold recorded: the same
+  // overlay, moved since its add-native.
+  void release(const std::vector<fs::path>& paths, const fs::path& overlay, const Manifest& recorded,
+               double lock_timeout, const NativeEntry* reverted = nullptr);
+
+  // A fold (fold.hpp) moved `from`'s changes to each path into `into`'s entry named beside it: each
+  // hold whose top is `from` is that entry's now (a merged item's entry is `into`'s own, not the
+  // one folded in); where `into` was under it, `into` keeps its own original and takes `from`'s
+  // patched bytes (one layer fewer).
+  void transfer(const std::vector<std::pair<fs::path, std::string>>& moved, const fs::path& from, const fs::path& into,
+                double lock_timeout);
+
+  Disk& disk() const { return writer_; }
+  // The primitives the stack (stack.hpp) claims files with.
+  void write_hold(const fs::path& path, const Hold& hold);
+  // A lock per path (a directory under <state>/hold-locks named by the path's SHA-256), taken
+  // in sorted order. Before the registry's lock, which is only ever held for a moment: a second
+  // claim on a path waits here until the first add-native has recorded and swapped (or failed
+  // and given back).
+  std::vector<std::unique_ptr<OverlayLock>> lock_paths(const std::vector<fs::path>& paths, double lock_timeout);
+  // The registry's own lock, held for a moment by every writer of holds.
+  [[nodiscard]] OverlayLock lock_registry(double lock_timeout);
+
+ private:
+  Disk& writer_;
 };
 
 // Whether an entry of m changes `path`: a source it swapped, a file it created, an artifact its
@@ -228,6 +241,6 @@ class HoldRegistry {
 bool records_change_to(const Manifest& m, const fs::path& path);
 // The SHA-256 of what stands at p now: "" when nothing does (the checksum a hold gives a file
 // that did not exist), nullopt when it is not a readable regular file.
-std::optional<std::string> sha_now(Disk& disk, const fs::path& p);
+std::optional<std::string> sha_now(DiskReader& disk, const fs::path& p);
 
 }  // namespace overlay

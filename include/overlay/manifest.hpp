@@ -335,7 +335,7 @@ bool has_patch(const Manifest& m, const std::string& patch_id);
 bool is_safe_relative(const std::string& rel);
 
 // Loads <overlay>/_overlay_manifest.json; nothing when the file does not exist.
-std::optional<Manifest> load_manifest(Disk& disk, const fs::path& overlay);
+std::optional<Manifest> load_manifest(DiskReader& disk, const fs::path& overlay);
 
 // Manifests read once per operation: a stack is walked from several sides, and a claim asks of
 // one record for every file. A missing manifest is nullopt; an unreadable one is remembered with
@@ -343,7 +343,7 @@ std::optional<Manifest> load_manifest(Disk& disk, const fs::path& overlay);
 // (under a lock taken since) and parses them only where they differ from those parsed before.
 class ManifestCache {
  public:
-  explicit ManifestCache(Disk& disk) : disk_(disk) {}
+  explicit ManifestCache(DiskReader& disk) : disk_(disk) {}
   const std::optional<Manifest>& get(const std::string& overlay);
   bool unreadable(const std::string& overlay);
   const std::string& why_unreadable(const std::string& overlay);
@@ -365,7 +365,7 @@ class ManifestCache {
     std::size_t parses = 0;
   };
   Record& load(const std::string& overlay, Record& r);
-  Disk& disk_;
+  DiskReader& disk_;
   std::map<std::string, Record> cache_;
 };
 

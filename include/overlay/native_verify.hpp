@@ -28,7 +28,7 @@ struct VerifyReport {
 };
 // Compares each tracked artifact with its state before the entry was applied.
 // Throws Error when the overlay has no manifest.
-VerifyReport verify_native(Disk& disk, const fs::path& overlay);
+VerifyReport verify_native(DiskReader& disk, const fs::path& overlay);
 const char* to_string(ArtifactState s);
 // What verify-native prints: a FRESH_BUILD_FAIL line per artifact not rebuilt, then the verdict
 // token, FRESH_BUILD_OK or FRESH_BUILD_FAIL, with the count checked (always the last line).

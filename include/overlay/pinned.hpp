@@ -21,13 +21,13 @@ std::optional<PinnedDir> pin_below(Disk& disk, const fs::path& dir, const fs::pa
 // add-native (now a symlink to /x)", "(… is gone)", "(another directory stands at …)" — or ""
 // when every component of its path is still a real directory and the last one the same inode,
 // and no directory of `below` on the way to the item has become a symlink.
-std::string why_redirected(Disk& disk, const PinnedDir& pin);
+std::string why_redirected(DiskReader& disk, const PinnedDir& pin);
 
 // Where the item at `path` lives now: under its pinned directory (a path that went through a
 // symlink at add-native is followed as it was resolved then, never again), or `path` itself when
 // nothing was pinned (manifests of overlay_setup.py and of earlier versions). Throws Error with
 // why_redirected's reason when the pinned directory no longer stands.
-fs::path pinned_path(Disk& disk, const std::string& path, const std::optional<PinnedDir>& parent);
+fs::path pinned_path(DiskReader& disk, const std::string& path, const std::optional<PinnedDir>& parent);
 
 // A tracked item's place for a write that nothing can redirect: its pinned directory opened
 // without following any symlink (Disk::open_dir) and proven to be the inode add-native saw, so

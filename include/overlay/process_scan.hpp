@@ -41,7 +41,7 @@ struct ProcessScan {
 // Reads every process of /proc (through `disk`), skipping those that exit meanwhile. With
 // `only_mapping` non-empty, keeps (and reads the stat and command line of) only the processes
 // that map one of those paths: one read per process.
-ProcessScan scan_processes(Disk& disk, const std::vector<std::string>& only_mapping = {},
+ProcessScan scan_processes(DiskReader& disk, const std::vector<std::string>& only_mapping = {},
                            const fs::path& proc = "/proc");
 
 // Whether a process other than us has a file open or mapped, asked of the kernel in O(1): a write
@@ -53,7 +53,7 @@ Openness probe_open_elsewhere(const fs::path& path);
 
 // One process's parent, start time and command line (not its maps: readable for any user's
 // process); nothing when it does not exist or is a zombie (exited, not yet reaped).
-std::optional<ProcessInfo> read_process(Disk& disk, pid_t pid, const fs::path& proc = "/proc");
+std::optional<ProcessInfo> read_process(DiskReader& disk, pid_t pid, const fs::path& proc = "/proc");
 
 // One maps line's file mapping; false for anonymous, special or malformed lines.
 bool parse_maps_line(const std::string& line, MappedFile& out);

@@ -128,11 +128,11 @@ enum class Absent { error, nothing_recorded };
 
 // Inspects every entry of the overlay's manifest. Throws Error on a malformed manifest, and on a
 // missing overlay unless `absent` says it has nothing recorded.
-StatusReport overlay_status(Disk& disk, const fs::path& overlay, Absent absent = Absent::error);
+StatusReport overlay_status(DiskReader& disk, const fs::path& overlay, Absent absent = Absent::error);
 
 // The manifest's Python entries (modules, rebinds, captures), each with the processes it applied
 // in (from _stats/ and _stats/live/) and the calls counted.
-std::vector<PythonStatus> python_entries_status(Disk& disk, const fs::path& overlay, const Manifest& m);
+std::vector<PythonStatus> python_entries_status(DiskReader& disk, const fs::path& overlay, const Manifest& m);
 
 // Which overlay's entry changed an installed file (like `dpkg -S`): every tracked file or
 // untracked build output of `overlays` that is `path` (as given or as it really is).
@@ -144,7 +144,7 @@ struct WhichHit {
   std::string state;      // as status says it
   FileStack layers = {};  // the file's stack, bottom first, where more than one overlay changes it
 };
-std::vector<WhichHit> which_changed(Disk& disk, const std::vector<fs::path>& overlays, const fs::path& path);
+std::vector<WhichHit> which_changed(DiskReader& disk, const std::vector<fs::path>& overlays, const fs::path& path);
 
 // Seconds since the epoch now, as status ages an entry.
 double seconds_now();

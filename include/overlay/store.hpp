@@ -35,9 +35,24 @@ struct RestoredMeta {
 // Where purge() leaves litter trees in the install until its detached deleter gets to them.
 enum class Litter { deleted_later, out_of_install };
 
+// The overlay's backup area, read: where a recorded backup is, never outside the overlay. What
+// a verb that only reads (status) is given, over a DiskReader.
+class BackupPaths {
+ public:
+  BackupPaths(DiskReader& disk, fs::path overlay) : disk_(disk), overlay_(std::move(overlay)) {}
+  // The absolute path of a manifest's backup reference; throws Error when it leaves the overlay
+  // lexically or through a symlink.
+  fs::path resolve(const std::string& rel) const;
+
+ private:
+  DiskReader& disk_;
+  fs::path overlay_;
+  mutable fs::path real_overlay_;  // the overlay's real path, resolved on first use
+};
+
 class BackupStore {
  public:
-  BackupStore(Disk& disk, fs::path overlay) : disk_(disk), overlay_(std::move(overlay)) {}
+  BackupStore(Disk& disk, fs::path overlay) : disk_(disk), overlay_(std::move(overlay)), paths_(disk_, overlay_) {}
 
   // Creates _native_backup/<id>/ with a new id (exclusive mkdir) and returns the id: `wanted`
   // where it is one of our ids and its directory does not exist yet (replay keeps a bundle's ids).
@@ -59,9 +74,9 @@ class BackupStore {
   // fsync the entry directory and its parents, so every backup name in it is durable.
   void sync_entry(const std::string& id);
 
-  // The absolute path of a manifest's backup reference; throws Error when it leaves the overlay
-  // lexically or through a symlink.
-  fs::path resolve(const std::string& rel) const;
+  // As BackupPaths::resolve.
+  fs::path resolve(const std::string& rel) const { return paths_.resolve(rel); }
+  const BackupPaths& paths() const { return paths_; }
 
   // Puts the original bytes back at `path` from backup `rel`. The backup is proven against
   // `sha256` by one read; then, on the same filesystem, it is renamed into place (O(1), the
@@ -142,7 +157,7 @@ class BackupStore {
   fs::path entry_dir(const std::string& id) const { return overlay_ / kBackupDirName / id; }
   Disk& disk_;
   fs::path overlay_;
-  mutable fs::path real_overlay_;  // the overlay's real path, resolved on first use
+  BackupPaths paths_;
   bool backup_dir_created_ = false;
   std::vector<std::string> litter_;
   // Moves `p` (whose filesystem is the overlay's) into _trash/, or returns false.

@@ -11,7 +11,7 @@ namespace overlay {
 // Why `overlay` must not be acted on without being told to trust it, or "" when it may be: its
 // directory, its manifest, its backup directory and every entry directory in it must each be
 // owned by this process's user or root and writable by no one else. A missing overlay is "".
-std::string why_untrusted(Disk& disk, const fs::path& overlay);
+std::string why_untrusted(DiskReader& disk, const fs::path& overlay);
 
 // Why gc-stale leaves `overlay` alone whoever owns it, or "" when it may act on it: another user
 // could swap a directory on the way to it, so that the manifest and backups judged are not the
@@ -20,7 +20,7 @@ std::string why_untrusted(Disk& disk, const fs::path& overlay);
 // sticky, where others cannot rename what is not theirs (the next directory down must then be ours
 // or root's, which its own check asks). Then each path below stays the one checked for as long as
 // we act on it (ssh's StrictModes rule).
-std::string swappable_ancestor(Disk& disk, const fs::path& overlay);
+std::string swappable_ancestor(DiskReader& disk, const fs::path& overlay);
 
 // Whether `overlay` is, or lies under, one of the roots in $OVERLAY_TRUSTED_ROOTS (absolute paths,
 // separated by ':'), which the caller trusts whoever owns what is below them.

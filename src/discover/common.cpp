@@ -9,7 +9,7 @@
 
 namespace overlay::discover_parts {
 
-bool Target::is(Disk& disk, const fs::path& p) const {
+bool Target::is(DiskReader& disk, const fs::path& p) const {
   if (p == given || p == real) return true;
   if (p.filename() != given.filename() && p.filename() != real.filename()) return false;  // cheap: most never match
   FileInfo fi = disk.info(p, Follow::yes);
@@ -89,15 +89,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool is_regular(Disk& disk, const fs::path& p) { return disk.info(p, Follow::yes).type == FileType::regular; }
-bool is_directory(Disk& disk, const fs::path& p) { return disk.info(p, Follow::yes).type == FileType::directory; }
+bool is_regular(DiskReader& disk, const fs::path& p) { return disk.info(p, Follow::yes).type == FileType::regular; }
+bool is_directory(DiskReader& disk, const fs::path& p) { return disk.info(p, Follow::yes).type == FileType::directory; }
 
-bool is_file_or_absent(Disk& disk, const fs::path& p) {
+bool is_file_or_absent(DiskReader& disk, const fs::path& p) {
   FileInfo fi = disk.info(p, Follow::no);
   return !fi.exists() || fi.type == FileType::regular;
 }
 
-std::vector<DirEntry> sorted_entries(Disk& disk, const fs::path& dir) {
+std::vector<DirEntry> sorted_entries(DiskReader& disk, const fs::path& dir) {
   std::vector<DirEntry> entries;
   try {
     entries = disk.list_dir(dir);
@@ -112,7 +112,7 @@ void add_unique(std::vector<fs::path>& v, const fs::path& p) {
   if (std::find(v.begin(), v.end(), p) == v.end()) v.push_back(p);
 }
 
-std::int64_t newest_mtime_ns(Disk& disk, const std::vector<fs::path>& files) {
+std::int64_t newest_mtime_ns(DiskReader& disk, const std::vector<fs::path>& files) {
   std::int64_t newest = 0;
   for (const auto& f : files) {
     FileInfo fi = disk.info(f, Follow::no);

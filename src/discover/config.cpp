@@ -44,7 +44,7 @@ std::optional<std::pair<std::string, int>> yaml_compile_command(const std::strin
 
 }  // namespace
 
-std::optional<BuildCandidate> config_candidate(Disk& disk, const fs::path& dir) {
+std::optional<BuildCandidate> config_candidate(DiskReader& disk, const fs::path& dir) {
   fs::path cfg = dir / "config.yaml";
   if (disk.info(cfg, Follow::yes).type != FileType::regular) return std::nullopt;
   auto cmd = yaml_compile_command(read_small_file(disk, cfg, kMaxTextBytes));

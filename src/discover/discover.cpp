@@ -19,7 +19,7 @@ using namespace discover_parts;
 
 // Ancestors of the file as given and as it really is, nearest first, up to `root`; each once,
 // by its real path (which is what is reported).
-std::vector<fs::path> ancestors(Disk& disk, const Target& t, const fs::path& root) {
+std::vector<fs::path> ancestors(DiskReader& disk, const Target& t, const fs::path& root) {
   std::vector<fs::path> dirs;
   for (const auto& start : {t.given.parent_path(), t.real.parent_path()}) {
     for (fs::path d = start;; d = d.parent_path()) {
@@ -30,7 +30,7 @@ std::vector<fs::path> ancestors(Disk& disk, const Target& t, const fs::path& roo
   return dirs;
 }
 
-void candidates_at(Disk& disk, const fs::path& d, const Target& t, std::set<fs::path>& ninja_seen,
+void candidates_at(DiskReader& disk, const fs::path& d, const Target& t, std::set<fs::path>& ninja_seen,
                    DiscoverReport& rep) {
   rep.searched.push_back(d.string());
   for (const auto& found : ninja_dirs_at(disk, d, t)) {
@@ -47,7 +47,7 @@ void candidates_at(Disk& disk, const fs::path& d, const Target& t, std::set<fs::
 
 // Editable installs whose loader lies in the sys.path dir `d`: their build dir's candidate (made
 // here, or already found on the walk up) becomes theirs.
-void editable_candidates(Disk& disk, const fs::path& d, const Target& t, std::set<fs::path>& ninja_seen,
+void editable_candidates(DiskReader& disk, const fs::path& d, const Target& t, std::set<fs::path>& ninja_seen,
                          DiscoverReport& rep) {
   for (const auto& b : editable_builds(disk, d)) {
     rep.searched.push_back(b.loader.string() + " (editable install)");
@@ -66,7 +66,7 @@ void editable_candidates(Disk& disk, const fs::path& d, const Target& t, std::se
 }
 
 // (device, inode) of every one of `files` some process we can read has mapped.
-std::set<std::pair<dev_t, ino_t>> mapped_files(Disk& disk, const std::vector<std::string>& files) {
+std::set<std::pair<dev_t, ino_t>> mapped_files(DiskReader& disk, const std::vector<std::string>& files) {
   std::set<std::pair<dev_t, ino_t>> out;
   ProcessScan scan;
   try {
@@ -81,7 +81,7 @@ std::set<std::pair<dev_t, ino_t>> mapped_files(Disk& disk, const std::vector<std
 
 // Live first (a running process maps one of its artifacts), then the most recently built, then
 // the fewest artifacts; a config's command (no graph) last.
-void rank(Disk& disk, std::vector<BuildCandidate>& cands) {
+void rank(DiskReader& disk, std::vector<BuildCandidate>& cands) {
   std::set<std::pair<dev_t, ino_t>> mapped;
   bool any_library = std::any_of(cands.begin(), cands.end(), [](const BuildCandidate& c) {
     return std::any_of(c.artifacts.begin(), c.artifacts.end(),
@@ -132,7 +132,7 @@ std::vector<std::string> BuildCandidate::add_native_args(const fs::path& target)
   return a;
 }
 
-DiscoverReport discover(Disk& disk, const DiscoverRequest& req) {
+DiscoverReport discover(DiskReader& disk, const DiscoverRequest& req) {
   DiscoverReport rep;
   rep.target = absolute_normal(req.target);
   FileInfo fi = disk.info(rep.target, Follow::yes);

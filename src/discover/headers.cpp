@@ -32,7 +32,7 @@ std::vector<std::string> includes_of(const std::string& text) {
 }
 
 struct IncludeSearch {
-  Disk& disk;
+  DiskReader& disk;
   const Target& t;
   std::vector<fs::path> dirs;  // -I dirs of the build file
   std::set<fs::path> seen;
@@ -86,7 +86,7 @@ std::vector<fs::path> include_dirs(const std::vector<std::string>& lines, const 
 
 }  // namespace
 
-std::vector<std::string> objects_including(Disk& disk, const fs::path& build_ninja, const Target& t,
+std::vector<std::string> objects_including(DiskReader& disk, const fs::path& build_ninja, const Target& t,
                                            std::string& evidence) {
   std::vector<std::string> objs;
   if (!is_regular(disk, build_ninja)) return objs;

@@ -23,7 +23,7 @@ namespace overlay::discover_parts {
 namespace {
 
 // The line of a build file that names the target (absolute, or relative to `dir`), 1-based.
-std::optional<std::pair<int, std::string>> naming_line(Disk& disk, const fs::path& file, const fs::path& dir,
+std::optional<std::pair<int, std::string>> naming_line(DiskReader& disk, const fs::path& file, const fs::path& dir,
                                                        const Target& t, bool make_syntax) {
   auto lines = lines_of(read_small_file(disk, file, kMaxTextBytes));
   for (std::size_t i = 0; i < lines.size(); ++i) {
@@ -37,7 +37,7 @@ std::optional<std::pair<int, std::string>> naming_line(Disk& disk, const fs::pat
   return std::nullopt;
 }
 
-void torch_dir(Disk& disk, const fs::path& dir, const Target& t, std::vector<BuildCandidate>& out) {
+void torch_dir(DiskReader& disk, const fs::path& dir, const Target& t, std::vector<BuildCandidate>& out) {
   auto named = naming_line(disk, dir / "build.ninja", dir, t, false);
   std::string why;
   if (!named && (!t.is_header() || objects_including(disk, dir / "build.ninja", t, why).empty())) return;
@@ -61,7 +61,7 @@ void torch_dir(Disk& disk, const fs::path& dir, const Target& t, std::vector<Bui
 // aiter imports (aiter/jit/core.py: `build_module` runs ninja there, then copies the module up).
 // The build: ninja in the build dir, then the copy; for a header (aiter's rules record no
 // depfiles, so ninja cannot see it) first the removal of the objects whose sources include it.
-void aiter_module(Disk& disk, const fs::path& jit, const std::string& md, const Target& t,
+void aiter_module(DiskReader& disk, const fs::path& jit, const std::string& md, const Target& t,
                   std::vector<BuildCandidate>& out) {
   fs::path bdir = jit / "build" / md / "build";
   if (!is_regular(disk, bdir / "build.ninja")) return;
@@ -101,7 +101,7 @@ void aiter_module(Disk& disk, const fs::path& jit, const std::string& md, const 
 
 // <build>/<MD_NAME>_<md5>/: its Makefile names the target, or the folder holds a copy of it
 // (cpp_itfs copies the template's sources and headers in before compiling).
-void aiter_cpp_itfs(Disk& disk, const fs::path& folder, const Target& t, std::vector<BuildCandidate>& out) {
+void aiter_cpp_itfs(DiskReader& disk, const fs::path& folder, const Target& t, std::vector<BuildCandidate>& out) {
   fs::path mk = folder / "Makefile";
   std::string how;
   if (auto named = naming_line(disk, mk, folder, t, true)) {
@@ -134,7 +134,7 @@ void env_root(std::vector<fs::path>& roots, const char* var, const char* sub = n
 
 }  // namespace
 
-std::vector<fs::path> jit_roots(Disk& disk, const DiscoverRequest& req, const Target& t) {
+std::vector<fs::path> jit_roots(DiskReader& disk, const DiscoverRequest& req, const Target& t) {
   std::vector<fs::path> roots;
   if (req.default_cache_roots) {
     const char* home = std::getenv("HOME");
@@ -156,7 +156,7 @@ std::vector<fs::path> jit_roots(Disk& disk, const DiscoverRequest& req, const Ta
   return roots;
 }
 
-void jit_candidates(Disk& disk, const fs::path& root, const Target& t, std::vector<BuildCandidate>& out) {
+void jit_candidates(DiskReader& disk, const fs::path& root, const Target& t, std::vector<BuildCandidate>& out) {
   if (!is_directory(disk, root)) return;
   for (const auto& e : sorted_entries(disk, root)) {
     fs::path d = root / e.name;

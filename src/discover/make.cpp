@@ -51,7 +51,7 @@ std::vector<Recipe> recipes_of(const fs::path& dir, const std::string& line) {
 }
 
 // The word of a command that names the target (end when none does).
-std::vector<std::string>::const_iterator target_word(Disk& disk, const Recipe& r, const Target& t) {
+std::vector<std::string>::const_iterator target_word(DiskReader& disk, const Recipe& r, const Target& t) {
   return std::find_if(r.words.begin(), r.words.end(), [&](const std::string& w) {
     return !w.empty() && w[0] != '-' && t.is(disk, resolve_in(r.cwd, w));
   });
@@ -69,13 +69,13 @@ std::optional<fs::path> object_of(const Recipe& r, std::vector<std::string>::con
 
 }  // namespace
 
-bool has_makefile(Disk& disk, const fs::path& dir) {
+bool has_makefile(DiskReader& disk, const fs::path& dir) {
   for (const char* n : {"GNUmakefile", "makefile", "Makefile"})
     if (is_regular(disk, dir / n)) return true;
   return false;
 }
 
-std::optional<BuildCandidate> make_candidate(Disk& disk, const fs::path& dir, const Target& t) {
+std::optional<BuildCandidate> make_candidate(DiskReader& disk, const fs::path& dir, const Target& t) {
   for (const auto& s : t.spellings(dir)) {
     RunResult r = query({"make", "-C", dir.string(), "--no-print-directory", "-n", "--debug=b", "-W", s});
     if (!r.ok()) continue;

@@ -30,7 +30,8 @@ bool rebuilt_from(const NinjaNode& node, const std::string& input) {
 }
 
 // `ninja -t deps`: the outputs whose recorded header dependencies include the target.
-std::vector<std::string> ninja_dependents_by_deps(Disk& disk, const fs::path& dir, const Target& t, std::string& via) {
+std::vector<std::string> ninja_dependents_by_deps(DiskReader& disk, const fs::path& dir, const Target& t,
+                                                  std::string& via) {
   std::vector<std::string> outs;
   for (const auto& [out, deps] : ninja_deps(dir))
     for (const auto& dep : deps)
@@ -42,7 +43,7 @@ std::vector<std::string> ninja_dependents_by_deps(Disk& disk, const fs::path& di
 }
 
 // The first outputs built from the target: by the graph, or by the headers the compiler recorded.
-std::vector<std::string> first_outputs(Disk& disk, const fs::path& dir, const Target& t, BuildCandidate& c) {
+std::vector<std::string> first_outputs(DiskReader& disk, const fs::path& dir, const Target& t, BuildCandidate& c) {
   for (const auto& s : t.spellings(dir)) {
     NinjaNode n = ninja_query(dir, s);
     if (!n.known || n.outputs.empty()) continue;
@@ -65,7 +66,7 @@ std::vector<std::string> first_outputs(Disk& disk, const fs::path& dir, const Ta
 // Everything rebuilt from `first`, transitively through explicit and implicit inputs: objects,
 // static archives, what links those; a shared library ends the walk (its dependents are relinked
 // to the same bytes); phony aliases pass through without being artifacts.
-void follow_outputs(Disk& disk, const fs::path& dir, const std::vector<std::string>& first, BuildCandidate& c) {
+void follow_outputs(DiskReader& disk, const fs::path& dir, const std::vector<std::string>& first, BuildCandidate& c) {
   std::set<std::string> seen;
   std::deque<std::string> todo(first.begin(), first.end());
   std::vector<std::string> order_only;
@@ -98,7 +99,7 @@ void follow_outputs(Disk& disk, const fs::path& dir, const std::vector<std::stri
 
 // Installed copies of the artifacts that `cmake --install` made (install_manifest.txt): same file
 // name, a regular file (an installed symlink follows its target).
-void add_installed_copies(Disk& disk, const fs::path& dir, BuildCandidate& c) {
+void add_installed_copies(DiskReader& disk, const fs::path& dir, BuildCandidate& c) {
   fs::path manifest = dir / "install_manifest.txt";
   if (!is_regular(disk, manifest)) return;
   std::vector<fs::path> copies;
@@ -121,7 +122,7 @@ void add_installed_copies(Disk& disk, const fs::path& dir, BuildCandidate& c) {
 }
 
 // Build dirs the CMake compile database beside `dir` names for the target (CMAKE_BINARY_DIR).
-std::vector<fs::path> compile_db_build_dirs(Disk& disk, const fs::path& dir, const Target& t) {
+std::vector<fs::path> compile_db_build_dirs(DiskReader& disk, const fs::path& dir, const Target& t) {
   std::vector<fs::path> out;
   for (const auto& e : compile_database(disk, dir / "compile_commands.json")) {
     fs::path d = e.directory;
@@ -144,7 +145,7 @@ bool is_setuptools_temp(const fs::path& d) { return d.filename().string().rfind(
 
 }  // namespace
 
-std::vector<fs::path> ninja_dirs_at(Disk& disk, const fs::path& dir, const Target& t) {
+std::vector<fs::path> ninja_dirs_at(DiskReader& disk, const fs::path& dir, const Target& t) {
   std::vector<fs::path> dirs;
   auto add = [&](const fs::path& d) {
     if (!is_setuptools_temp(d) && disk.info(d / "build.ninja", Follow::no).type == FileType::regular)
@@ -162,7 +163,7 @@ std::vector<fs::path> ninja_dirs_at(Disk& disk, const fs::path& dir, const Targe
   return dirs;
 }
 
-std::optional<BuildCandidate> ninja_candidate(Disk& disk, const fs::path& dir, const Target& t) {
+std::optional<BuildCandidate> ninja_candidate(DiskReader& disk, const fs::path& dir, const Target& t) {
   BuildCandidate c;
   std::vector<std::string> first = first_outputs(disk, dir, t, c);
   if (first.empty()) return std::nullopt;

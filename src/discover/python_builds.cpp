@@ -20,7 +20,7 @@ namespace {
 // The object a temp dir holds for the target: named by its build.ninja (BuildExtension), else
 // where setuptools puts it (the source's path below the project, or its absolute path with the
 // leading '/' dropped, as distutils' object_filenames does).
-std::optional<fs::path> temp_object(Disk& disk, const fs::path& temp, const fs::path& proj, const Target& t,
+std::optional<fs::path> temp_object(DiskReader& disk, const fs::path& temp, const fs::path& proj, const Target& t,
                                     std::string& why) {
   fs::path ninja = temp / "build.ninja";
   if (is_regular(disk, ninja)) {
@@ -48,7 +48,7 @@ std::optional<fs::path> temp_object(Disk& disk, const fs::path& temp, const fs::
 bool is_extension_module(const std::string& name) { return ends_with(name, ".so") || ends_with(name, ".pyd"); }
 
 // Extension modules below `root` (relative paths), skipping build/ and hidden dirs, 6 levels deep.
-std::vector<fs::path> modules_below(Disk& disk, const fs::path& root, bool skip_build) {
+std::vector<fs::path> modules_below(DiskReader& disk, const fs::path& root, bool skip_build) {
   std::vector<fs::path> out;
   if (!is_directory(disk, root)) return out;
   walk_tree(
@@ -68,7 +68,7 @@ std::vector<fs::path> modules_below(Disk& disk, const fs::path& root, bool skip_
 
 // Whether `file` holds any of `needles` (its debug info or an assert names the source): a
 // streaming scan, 1 MiB at a time.
-bool file_mentions(Disk& disk, const fs::path& file, const std::vector<std::string>& needles) {
+bool file_mentions(DiskReader& disk, const fs::path& file, const std::vector<std::string>& needles) {
   std::unique_ptr<ReadHandle> in;
   try {
     in = disk.open_read(file);
@@ -90,7 +90,7 @@ bool file_mentions(Disk& disk, const fs::path& file, const std::vector<std::stri
 
 // The modules (relative to build/lib.*) that link the target's object: the only one, or those
 // whose bytes name the source. Empty `certain` says it could not tell and kept them all.
-std::vector<fs::path> linking_modules(Disk& disk, const fs::path& lib, const std::vector<fs::path>& mods,
+std::vector<fs::path> linking_modules(DiskReader& disk, const fs::path& lib, const std::vector<fs::path>& mods,
                                       const Target& t, const fs::path& proj, std::string& why) {
   if (mods.size() <= 1) return mods;
   std::vector<std::string> needles = {t.given.string(), t.real.string()};
@@ -210,7 +210,7 @@ std::string pick_interpreter(const std::vector<fs::path>& built, const std::vect
 
 }  // namespace
 
-std::optional<BuildCandidate> setuptools_candidate(Disk& disk, const fs::path& dir, const Target& t) {
+std::optional<BuildCandidate> setuptools_candidate(DiskReader& disk, const fs::path& dir, const Target& t) {
   bool setup_py = is_regular(disk, dir / "setup.py");
   if (!setup_py && !is_regular(disk, dir / "pyproject.toml")) return std::nullopt;
   if (t.relative_to(dir).empty()) return std::nullopt;

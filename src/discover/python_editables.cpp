@@ -48,7 +48,7 @@ bool is_loader_name(const std::string& n, std::string& kind) {
 
 }  // namespace
 
-std::vector<fs::path> python_path_dirs(Disk& disk) {
+std::vector<fs::path> python_path_dirs(DiskReader& disk) {
   std::vector<fs::path> dirs;
   for (const char* py : {"python3", "/usr/bin/python3"}) {
     RunResult r = query({py, "-c", "import sys\nfor p in sys.path: print(p)"});
@@ -59,7 +59,7 @@ std::vector<fs::path> python_path_dirs(Disk& disk) {
   return dirs;
 }
 
-std::vector<EditableBuild> editable_builds(Disk& disk, const fs::path& dir) {
+std::vector<EditableBuild> editable_builds(DiskReader& disk, const fs::path& dir) {
   std::vector<EditableBuild> out;
   for (const auto& e : sorted_entries(disk, dir)) {
     EditableBuild b;
@@ -84,7 +84,7 @@ std::vector<EditableBuild> editable_builds(Disk& disk, const fs::path& dir) {
   return out;
 }
 
-void adopt_editable(Disk& disk, const EditableBuild& b, BuildCandidate& c) {
+void adopt_editable(DiskReader& disk, const EditableBuild& b, BuildCandidate& c) {
   c.kind = b.kind;
   c.evidence.push_back(b.loader.string() + ": an editable install (" + b.kind + ") that builds in " +
                        b.build_dir.string() + (b.kind == "meson-python" ? " (again on every import)" : ""));

@@ -134,7 +134,7 @@ std::string normalized(std::string s) {
 }
 
 // The Version field of a .dist-info's METADATA; "" where it has none or cannot be read.
-std::string metadata_version(Disk& disk, const fs::path& info) {
+std::string metadata_version(DiskReader& disk, const fs::path& info) {
   std::string text;
   try {
     text = read_small_file(disk, info / "METADATA", 1 << 20);
@@ -186,7 +186,7 @@ std::optional<Distribution> distribution_of(const std::string& module, const std
   }
 }
 
-std::optional<std::string> installed_instead(Disk& disk, const Distribution& d) {
+std::optional<std::string> installed_instead(DiskReader& disk, const Distribution& d) {
   fs::path info(d.dist_info);
   if (disk.info(info, Follow::yes).type == FileType::directory) return std::nullopt;
   std::vector<DirEntry> entries;

@@ -93,7 +93,7 @@ std::string sitecustomize_generator(const std::string& text) {
   return "";
 }
 
-SitecustomizeKind classify_sitecustomize(Disk& disk, const fs::path& overlay) {
+SitecustomizeKind classify_sitecustomize(DiskReader& disk, const fs::path& overlay) {
   fs::path p = overlay / "sitecustomize.py";
   FileInfo fi = disk.info(p, Follow::no);
   if (!fi.exists()) return SitecustomizeKind::absent;

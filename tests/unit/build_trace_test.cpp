@@ -248,9 +248,9 @@ TEST(BuildChanges, PutEveryPathBackAsItWasAndLeaveWhatOthersChanged) {
   BuildTrace tr = rec.take();
   auto changes = build_changes_of(disk, tr.changes, req.backups, "_native_backup/e/build");
   BackupStore store(disk, ov);
-  EXPECT_EQ(why_not_restorable(disk, store, changes), "");
+  EXPECT_EQ(why_not_restorable(disk, store.paths(), changes), "");
   write_file(b / "other.o", "someone else's");  // changed since the build: left, named
-  EXPECT_EQ(why_not_restorable(disk, store, changes),
+  EXPECT_EQ(why_not_restorable(disk, store.paths(), changes),
             (b / "other.o").string() + " changed since the build, by another build or by hand");
   std::vector<std::string> left;
   for (const auto& r : restore_build_changes(disk, store, changes, false)) {

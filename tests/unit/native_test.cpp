@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "overlay/discover.hpp"
 #include "overlay/error.hpp"
 #include "overlay/holds.hpp"
 #include "overlay/manifest.hpp"
@@ -398,6 +399,45 @@ TEST(Native, VerifyApplyAndBuildReportsWriteTheirOwnJson) {
   EXPECT_EQ(v.to_json()["result"], "FRESH_BUILD_FAIL");
   EXPECT_TRUE(v.to_json().contains("error"));
   EXPECT_TRUE(revert_natives(real_disk(), f.t / "ov", {}).ok());
+}
+
+// The verbs that only read are given the reading half of the disk (issue 64): status, verify and
+// discover run over a DiskReader that has no call to change anything, and answer as they do over
+// the real Disk. One of them taking a Disk again does not compile here.
+TEST(Native, StatusVerifyAndDiscoverReadThroughTheReadingHalfOnly) {
+  Fixture f;
+  apply_and_build(real_disk(), f.request());
+  struct ReaderOnly final : DiskReader {
+    DiskReader& d = real_disk();
+    FileInfo info(const At& p, Follow f) override { return d.info(p, f); }
+    std::unique_ptr<ReadHandle> open_read(const At& p) override { return d.open_read(p); }
+    std::vector<DirEntry> list_dir(const At& p) override { return d.list_dir(p); }
+    std::string read_link(const At& p) override { return d.read_link(p); }
+    fs::path real_path(const fs::path& p) override { return d.real_path(p); }
+    std::unique_ptr<DirHandle> open_dir(const At& p) override { return d.open_dir(p); }
+    bool can_write(const fs::path& p) override { return d.can_write(p); }
+    bool has_xattrs(const fs::path& p) override { return d.has_xattrs(p); }
+    Xattrs xattrs(const At& p) override { return d.xattrs(p); }
+    std::uint64_t fs_type(const fs::path& p) override { return d.fs_type(p); }
+  } reader;
+  const fs::path ov = f.t / "ov";
+  const std::string before = tree_digest(f.t.path());
+  StatusReport mine = overlay_status(reader, ov), real = overlay_status(real_disk(), ov);
+  ASSERT_EQ(mine.natives.size(), 1u);
+  EXPECT_EQ(mine.to_json()["natives"][0]["files"], real.to_json()["natives"][0]["files"]);
+  EXPECT_EQ(mine.clean(), real.clean());
+  EXPECT_EQ(verify_native(reader, ov).to_json(), verify_native(real_disk(), ov).to_json());
+  DiscoverRequest d;
+  d.target = f.in.source;
+  d.root = f.t.path();
+  d.default_cache_roots = false;
+  DiscoverReport found = discover(reader, d), found_real = discover(real_disk(), d);
+  EXPECT_EQ(found.searched, found_real.searched);
+  ASSERT_EQ(found.candidates.size(), found_real.candidates.size());
+  for (std::size_t i = 0; i < found.candidates.size(); ++i)
+    EXPECT_EQ(found.candidates[i].kind, found_real.candidates[i].kind);
+  EXPECT_EQ(tree_digest(f.t.path()), before) << "a verb that only reads changed the tree";
+  EXPECT_TRUE(revert_natives(real_disk(), ov, {}).ok());
 }
 
 // So does a status report (issue 64): every file of every entry with the state the report gives it.

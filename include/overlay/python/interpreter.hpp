@@ -40,6 +40,6 @@ std::optional<Distribution> distribution_of(const std::string& module, const std
 
 // What is installed now in `d`'s place: nullopt while its .dist-info is still there (that version);
 // else the version of the .dist-info of the same name beside where it was, or "" where none is.
-std::optional<std::string> installed_instead(Disk& disk, const Distribution& d);
+std::optional<std::string> installed_instead(DiskReader& disk, const Distribution& d);
 
 }  // namespace overlay

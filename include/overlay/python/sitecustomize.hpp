@@ -42,7 +42,7 @@ enum class SitecustomizeKind {
   generated,  // a text an earlier version of overlay or a known overlay_setup.py version wrote
   foreign,    // anything else: hand-written or edited; never replaced without --force
 };
-SitecustomizeKind classify_sitecustomize(Disk& disk, const fs::path& overlay);
+SitecustomizeKind classify_sitecustomize(DiskReader& disk, const fs::path& overlay);
 // Which generator wrote `text` ("overlay", "overlay_setup.py v3", ...), or "" when none did.
 std::string sitecustomize_generator(const std::string& text);
 
