@@ -179,12 +179,10 @@ std::vector<fs::path> HoldIndex::overlays() {
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return out;
   for (const auto& e : disk_.list_dir(dir_)) {
     if (e.name.size() < 5 || e.name.compare(e.name.size() - 5, 5, ".json") != 0) continue;
-    try {
+    best_effort("an unreadable hold names no overlay", [&] {
       json j = parse_json_bytes(read_small_file(disk_, dir_ / e.name, 1 << 16));
       for (auto& o : named_overlays(j)) out.push_back(std::move(o));
-    } catch (const std::exception&) {
-      // an unreadable hold names nothing
-    }
+    });
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -327,9 +325,9 @@ std::vector<OrphanHold> HoldIndex::orphans() {
   if (disk_.info(dir_, Follow::no).type != FileType::directory) return out;
   for (const auto& e : disk_.list_dir(dir_)) {
     if (e.name.size() < 5 || e.name.compare(e.name.size() - 5, 5, ".json") != 0) continue;
-    try {
+    best_effort("an unreadable hold names no orphan", [&] {
       json j = parse_json_bytes(read_small_file(disk_, dir_ / e.name, 1 << 16));
-      if (!j.contains("path") || !j["path"].is_string()) continue;
+      if (!j.contains("path") || !j["path"].is_string()) return;
       std::string path = j["path"].get<std::string>();
       if (auto o = orphan_of(path)) out.push_back(std::move(*o));
       // A layer under the holder that vanished: its original went with it, whatever is on top.
@@ -339,9 +337,7 @@ std::vector<OrphanHold> HoldIndex::orphans() {
           if (auto o =
                   judge_orphan(path, Hold{u.overlay, {}, u.original_sha256, u.patched_sha256, h->artifact, {}, {}}))
             out.push_back(std::move(*o));
-    } catch (const std::exception&) {
-      // an unreadable hold names nothing
-    }
+    });
   }
   std::sort(out.begin(), out.end(), [](const OrphanHold& a, const OrphanHold& b) { return a.path < b.path; });
   return out;

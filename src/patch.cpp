@@ -52,11 +52,8 @@ void sweep_dead_runs(Disk& disk, const fs::path& base) {
     if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
     FileInfo fi = disk.info(base / e.name, Follow::no);
     if (fi.type != FileType::directory || fi.uid != ::geteuid() || now - fi.mtime.tv_sec < kSweepAgeS) continue;
-    try {
-      remove_tree(disk, base / e.name);
-    } catch (const Error&) {
-      // Litter, not state: left for the next run rather than failing this one.
-    }
+    // Litter, not state: left for the next run rather than failing this one.
+    best_effort("a stale private dir left for the next run", [&] { remove_tree(disk, base / e.name); });
   }
 }
 
@@ -187,11 +184,8 @@ std::vector<fs::path> diff_file_names(const std::string& text, int strip) {
 PrivateDir::PrivateDir(Disk& disk) : disk_(disk), path_(make_private_dir(disk)) {}
 
 PrivateDir::~PrivateDir() {
-  try {
-    remove_tree(disk_, path_);
-  } catch (const std::exception&) {
-    // A leftover private temp dir is harmless; never throw from a destructor.
-  }
+  // best_effort never throws, as a destructor must not.
+  best_effort("a private temp dir left behind, which is harmless", [&] { remove_tree(disk_, path_); });
 }
 
 // On any failure below, dir_ (a member, already constructed) removes the private copies.

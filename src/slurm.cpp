@@ -47,13 +47,12 @@ nlohmann::json document_of(const std::vector<std::string>& pieces) {
     std::string text;
     for (std::size_t k = i; k < pieces.size(); ++k) {
       text += pieces[k];
-      try {
-        nlohmann::json doc = parse_json_bytes(text);
-        if (doc.is_object() && doc.contains("exit") && doc["exit"].is_number_integer()) return doc;
-        break;
-      } catch (const std::exception&) {
-        // not whole yet, or a line of human text: the next piece is joined and tried again
-      }
+      std::optional<nlohmann::json> doc;
+      best_effort("a piece that is not whole JSON yet, or human text: joined with the next and tried again",
+                  [&] { doc = parse_json_bytes(text); });
+      if (!doc) continue;
+      if (doc->is_object() && doc->contains("exit") && (*doc)["exit"].is_number_integer()) return *doc;
+      break;
     }
   }
   return nullptr;

@@ -164,6 +164,24 @@ def comma_statements(root):
     return problems
 
 
+SILENT_CATCH = re.compile(r"catch\s*\([^)]*\)\s*\{((?:\s*//[^\n]*\n)*\s*)\}")
+# Where nothing may be said (docs/contributing.md, "Errors"): the logger itself failed, and a
+# forked child before _exit.
+SILENT_CATCH_ALLOWED = {"src/error.cpp": 1, "src/store.cpp": 1}
+
+
+def silent_catches(root):
+    problems = []
+    for f in files_under(root, "src", (".cpp", ".hpp")):
+        text = open(os.path.join(root, f), encoding="utf-8", errors="replace").read()
+        hits = [text.count("\n", 0, m.start()) + 1 for m in SILENT_CATCH.finditer(text)]
+        if len(hits) > SILENT_CATCH_ALLOWED.get(f, 0):
+            problems.append(
+                "%s:%s drops an error in a catch that says nothing (use best_effort)" % (f, ",".join(map(str, hits)))
+            )
+    return problems
+
+
 def check(root):
     rows, problems = read_map(root)
     files = files_under(root, "src", (".cpp", ".hpp")) + files_under(root, "include/overlay", (".hpp",))
@@ -194,6 +212,7 @@ def check(root):
     problems += library_counts(root)
     problems += thin_front_end(root)
     problems += comma_statements(root)
+    problems += silent_catches(root)
     return problems
 
 
@@ -244,6 +263,12 @@ def planted(root):
             "src/words.cpp",
             "void planted(int& a, int& b) {\n  if (a) a = 1, b = 2;\n}\n",
             "src/words.cpp:2 holds assignments strung by the comma operator",
+        ),
+        (
+            "a catch that says nothing",
+            "src/words.cpp",
+            "void planted() {\n  try {\n    throw 1;\n  } catch (...) {\n    // nothing to see\n  }\n}\n",
+            "src/words.cpp:4 drops an error in a catch that says nothing",
         ),
     ]
     failed = 0
