@@ -42,7 +42,7 @@ std::optional<std::string> taken(HoldRegistry& reg, const fs::path& file, const 
 
 }  // namespace
 
-TEST(Layers, RecordedChangeIsTheNewestEntrysOverThePristineOfTheFirst) {
+TEST(Stack, RecordedChangeIsTheNewestEntrysOverThePristineOfTheFirst) {
   Manifest m = parse_manifest(
       json{{"natives", {entry("e1", {source("/i/k.cpp", 'a', 'b')}), entry("e2", {source("/i/k.cpp", 'b', 'c')})}}}
           .dump());
@@ -69,7 +69,7 @@ TEST(Layers, RecordedChangeIsTheNewestEntrysOverThePristineOfTheFirst) {
   EXPECT_EQ(ac->pristine, "");
 }
 
-TEST(Layers, AnUpperIsLiveStaleVanishedOrUnreadable) {
+TEST(Stack, AnUpperIsLiveStaleVanishedOrUnreadable) {
   TempDir t;
   std::string low = (t / "low").string();
   LayerRef on_low{low, "e1", hex('a')};
@@ -97,7 +97,7 @@ TEST(Layers, AnUpperIsLiveStaleVanishedOrUnreadable) {
   EXPECT_EQ(lower_state(cache, LayerRef{(t / "gone").string(), "x", ""}, "/i/k.cpp"), RefState::vanished);
 }
 
-TEST(Layers, TheStackOfAFileReadsTheSameFromEveryLayer) {
+TEST(Stack, TheStackOfAFileReadsTheSameFromEveryLayer) {
   TempDir t;
   std::string a = (t / "a").string(), b = (t / "b").string(), c = (t / "c").string();
   write_manifest(t / "a", {{"natives", {entry("ea", {source("/i/k.cpp", '0', '1')})}},
@@ -123,7 +123,7 @@ TEST(Layers, TheStackOfAFileReadsTheSameFromEveryLayer) {
   EXPECT_NE(describe_stack(s).find("[ea] (vanished)"), std::string::npos);
 }
 
-TEST(Layers, TheRecordsKeysRoundTripAndAreValidated) {
+TEST(Stack, TheRecordsKeysRoundTripAndAreValidated) {
   json doc = {{"natives", {entry("e1", {source("/i/k.cpp", 'a', 'b', LayerRef{"/ov/low", "n1-ab", ""})})}},
               {"layers_above", {UpperRef{"/ov/up", "n2", {"/i/k.cpp"}}}},
               {"fold_out", {{"into", "/ov/acc"}, {"fold", "f1-ab"}, {"entries", {"e1"}}}},
