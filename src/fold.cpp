@@ -286,6 +286,19 @@ struct PinnedOverlay {
                 (now.exists() ? "another directory stands there" : "nothing stands there") + "), before " + before +
                 ": nothing is folded; the candidate's next verb and the moved overlay's settle it");
   }
+
+  // Writes the fold's mark into ACCEPTED's record. Moved between the record's rename and the sync
+  // of its directory, the sync fails (ENOENT): that is told as the move it is. The mark then sits,
+  // pending, in the moved overlay's record, which its next verb settles like any pending mark.
+  void save_mark(Disk& disk, const Manifest& m) const {
+    still_there(disk, "its mark");
+    try {
+      save_manifest(disk, path, m);
+    } catch (const DiskError&) {
+      still_there(disk, "its mark was durable");
+      throw;
+    }
+  }
 };
 
 // A backup of CAND's given the same name in ACCEPTED: a second name for the same inode where
@@ -571,8 +584,7 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   std::vector<std::string> staged;
   for (std::size_t i : p.moved) staged.push_back(p.into.natives[i].id);
   am.folds_in.push_back(FoldMark{from.string(), fold, staged, false});
-  pinned.still_there(disk, "its mark");
-  save_manifest(disk, into, am);
+  pinned.save_mark(disk, am);
   // 3. Stage; 4. commit: ACCEPTED's record holds the fold (the point of no return).
   stage(disk, from, pinned, p);
   p.into.folds_in = am.folds_in;

@@ -894,11 +894,16 @@ TEST_F(Layers, AChangeHeldByTwoOverlaysOfOneStackIsToldToFoldTheUpperOne) {
 
 namespace {
 
-// `overlay ARGS` run under strace, paused 2 s right after its first fsync of directory `dir` (the
-// directory sync that makes its first record there durable), with stderr into `err`. No strace:
-// -1.
-pid_t spawn_paused_at_first_sync_of(const fs::path& dir, const std::vector<std::string>& args,
-                                    const std::vector<std::string>& env, const fs::path& err) {
+// Where a traced run pauses: after the first `calls` (an strace syscall set) that name `path`.
+struct PausePoint {
+  fs::path path;
+  std::string calls;
+};
+
+// `overlay ARGS` run under strace, paused 2 s right after its first syscall of `at`, with stderr
+// into `err`. No strace: -1.
+pid_t spawn_paused_at(const PausePoint& at, const std::vector<std::string>& args, const std::vector<std::string>& env,
+                      const fs::path& err) {
   if (std::system("command -v strace >/dev/null 2>&1") != 0) return -1;
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -912,11 +917,11 @@ pid_t spawn_paused_at_first_sync_of(const fs::path& dir, const std::vector<std::
                                "-o",
                                "/dev/null",
                                "-P",
-                               dir.string(),
+                               at.path.string(),
                                "-e",
-                               "trace=fsync",
+                               "trace=" + at.calls,
                                "-e",
-                               "inject=fsync:delay_exit=2000000:when=1",
+                               "inject=" + at.calls + ":delay_exit=2000000:when=1",
                                overlay_binary()};
     a.insert(a.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -928,24 +933,19 @@ pid_t spawn_paused_at_first_sync_of(const fs::path& dir, const std::vector<std::
   return pid;
 }
 
-}  // namespace
-
-// A harness moves ACCEPTED (mv acc acc.moved) while a fold into it runs, right after the fold
-// marked it. The fold made a new ACCEPTED at the old path (mkdir -p) and committed a record there
-// naming backups only the moved one had: neither could be reverted (`backup missing`; the moved
-// one refused as a copy) and status stayed NOT clean. Now the fold writes into ACCEPTED only while
-// that very directory stands at its path: it stops before its commit, and each side settles.
-TEST_F(Layers, AnAcceptedOverlayMovedDuringAFoldIsNeverRecreatedAtItsPath) {
-  write_file(in.root / "src/util.h", "#define U 1\n");
-  pristine = tree_digest(in.root);
-  ASSERT_EQ(add("acc", 5).rc, 0);
+// Folds CAND into ACCEPTED, moves ACCEPTED away once the fold has written its mark and paused at
+// `at`, and checks that the fold names the move, made nothing at the old path, and both settle.
+void fold_while_accepted_moves(Layers& l, const PausePoint& at) {
+  const fs::path& t = l.t.path();
+  write_file(l.in.root / "src/util.h", "#define U 1\n");
+  l.pristine = tree_digest(l.in.root);
+  ASSERT_EQ(l.add("acc", 5).rc, 0);
   write_file(t / "u.diff", "--- a/src/util.h\n+++ b/src/util.h\n@@ -1 +1 @@\n-#define U 1\n+#define U 8\n");
-  ASSERT_EQ(run({"add-native", "--overlay", ov("cand"), "--over", ov("acc"), "--patch", (t / "u.diff").string(),
-                 "--patch-root", in.root.string()})
+  ASSERT_EQ(l.run({"add-native", "--overlay", l.ov("cand"), "--over", l.ov("acc"), "--patch", (t / "u.diff").string(),
+                   "--patch-root", l.in.root.string()})
                 .rc,
             0);
-  pid_t fold = spawn_paused_at_first_sync_of(t / "ev/acc", {"fold", "--from", ov("cand"), "--into", ov("acc")}, env,
-                                             t / "fold.err");
+  pid_t fold = spawn_paused_at(at, {"fold", "--from", l.ov("cand"), "--into", l.ov("acc")}, l.env, t / "fold.err");
   if (fold < 0) GTEST_SKIP() << "strace is not installed";
   ASSERT_TRUE(until_ready_or_exited(fold, [&] {
     return fs::exists(t / "ev/acc/_overlay_manifest.json") &&
@@ -956,12 +956,29 @@ TEST_F(Layers, AnAcceptedOverlayMovedDuringAFoldIsNeverRecreatedAtItsPath) {
   std::string err = read_file(t / "fold.err");
   EXPECT_NE(err.find("was moved or replaced while the fold ran"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(t / "ev/acc")) << "the fold made a new accepted overlay at the old path";
-  Cmd c = run({"revert", "--overlay", ov("cand")});
+  Cmd c = l.run({"revert", "--overlay", l.ov("cand")});
   EXPECT_EQ(c.rc, 0) << c.err;
-  Cmd a = run({"revert", "--overlay", (t / "ev/acc.moved").string()});
+  Cmd a = l.run({"revert", "--overlay", (t / "ev/acc.moved").string()});
   EXPECT_EQ(a.rc, 0) << a.err;
-  ASSERT_TRUE(settle_litter(in.root));
-  EXPECT_EQ(tree_digest(in.root), pristine);
-  Cmd s = run({"status", "--all", "--check-clean"});
+  ASSERT_TRUE(settle_litter(l.in.root));
+  EXPECT_EQ(tree_digest(l.in.root), l.pristine);
+  Cmd s = l.run({"status", "--all", "--check-clean"});
   EXPECT_EQ(s.rc, 0) << s.out << s.err;
+}
+
+}  // namespace
+
+// A harness moves ACCEPTED (mv acc acc.moved) while a fold into it runs, right after the fold
+// marked it. The fold made a new ACCEPTED at the old path (mkdir -p) and committed a record there
+// naming backups only the moved one had: neither could be reverted (`backup missing`; the moved
+// one refused as a copy) and status stayed NOT clean. Now the fold writes into ACCEPTED only while
+// that very directory stands at its path: it stops before its commit, and each side settles.
+TEST_F(Layers, AnAcceptedOverlayMovedDuringAFoldIsNeverRecreatedAtItsPath) {
+  fold_while_accepted_moves(*this, {t / "ev/acc", "fsync"});
+}
+
+// The move lands between the mark's rename and the sync of ACCEPTED's directory: the sync's ENOENT
+// ("open directory …") was printed instead of the move, on a loaded CI machine.
+TEST_F(Layers, AnAcceptedOverlayMovedBeforeItsMarkIsDurableIsToldAsAMove) {
+  fold_while_accepted_moves(*this, {t / "ev/acc/_overlay_manifest.json", "rename,renameat,renameat2"});
 }
