@@ -1,6 +1,9 @@
 #include "overlay/build_changes.hpp"
 
 #include <algorithm>
+#include <optional>
+#include <set>
+#include <string_view>
 
 #include "overlay/copy_pipeline.hpp"
 #include "overlay/error.hpp"
@@ -9,6 +12,8 @@
 
 namespace overlay {
 namespace {
+
+constexpr std::size_t kMaxNinjaLog = std::size_t{1} << 30;  // Ninja recompacts far below this
 
 timespec to_timespec(std::int64_t ns) {
   return {static_cast<time_t>(ns / 1000000000LL), static_cast<long>(ns % 1000000000LL)};
@@ -79,6 +84,86 @@ std::string put_back_symlink(Disk& disk, const BuildChange& c, const FileInfo& n
   disk.set_owner(pl.at(), static_cast<uid_t>(c.owner.uid), static_cast<gid_t>(c.owner.gid));
   disk.set_mtime(pl.at(), to_timespec(c.before.mtime_ns));
   return "restore";
+}
+
+// Now as it was before the build: put back, or found so.
+bool now_as_before(const ChangeRestored& r) {
+  return r.problem.empty() && !r.left && (r.action == "restore" || r.action == "remove" || r.action == "unchanged");
+}
+
+// Where Ninja's log names `field` (its paths are relative to the directory Ninja ran in, which
+// holds build.ninja and the log, or absolute).
+fs::path named_in_log(const fs::path& log, const std::string& field) {
+  fs::path p(field);
+  return (p.is_absolute() ? p : log.parent_path() / p).lexically_normal();
+}
+
+// The fourth tab-separated field of a line of Ninja's log (from v3 on, a record's output path).
+std::optional<std::string_view> fourth_field(std::string_view line) {
+  std::size_t from = 0;
+  for (int i = 0; i < 3; ++i) {
+    std::size_t tab = line.find('\t', from);
+    if (tab == std::string_view::npos) return std::nullopt;
+    from = tab + 1;
+  }
+  std::size_t end = line.find('\t', from);
+  if (end == std::string_view::npos) return std::nullopt;
+  return line.substr(from, end - from);
+}
+
+// Ninja's log without the records of `outputs` (`dropped` counts them); nullopt where it is not a
+// log this reads line by line (its header is not `# ninja log vN`).
+std::optional<std::string> log_without(const fs::path& log, const std::string& text, const std::set<fs::path>& outputs,
+                                       std::size_t& dropped) {
+  if (text.rfind("# ninja log v", 0) != 0) return std::nullopt;
+  std::string kept;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = std::min(text.find('\n', at), text.size() - 1) + 1;
+    std::string_view line(text.data() + at, end - at);
+    at = end;
+    auto path = line[0] == '#' ? std::nullopt : fourth_field(line);
+    if (path && outputs.count(named_in_log(log, std::string(*path)))) {
+      ++dropped;
+      continue;
+    }
+    kept.append(line);
+  }
+  return kept;
+}
+
+// Ninja judges a restat rule's output (a generated header, CMake's custom commands) by the mtime
+// its log recorded, not the file's: an output put back to its bytes from before the build, while
+// the log keeps a later build's record of it, is never rebuilt though its input changed since
+// (seed 502486540 of the claims checker: a stale gen.h in every build after). Where the revert
+// could not put the log back with the outputs (another build wrote it since), their records go
+// from it as it is now: Ninja finds no command line for them and rebuilds them. A log this cannot
+// read line by line, or kept apart from build.ninja (`builddir`), goes whole: Ninja starts over.
+void forget_in_ninja_logs(Disk& disk, std::vector<ChangeRestored>& out, bool dry_run) {
+  std::set<fs::path> back;
+  std::vector<fs::path> logs;
+  for (const auto& r : out) {
+    fs::path p = fs::path(r.path).lexically_normal();
+    if (p.filename() == ".ninja_log") {
+      if (!now_as_before(r) && look(disk, r.path).type == FileType::regular) logs.push_back(p);
+    } else if (now_as_before(r)) {
+      back.insert(p);
+    }
+  }
+  if (back.empty()) return;
+  for (const auto& log : logs) try {
+      std::size_t dropped = 0;
+      std::optional<std::string> kept;
+      if (look(disk, (log.parent_path() / "build.ninja").string()).type == FileType::regular)
+        kept = log_without(log, read_small_file(disk, log, kMaxNinjaLog), back, dropped);
+      if (kept && dropped == 0) continue;
+      FileInfo was = look(disk, log.string());
+      if (!dry_run && kept) write_file_atomically(disk, log, *kept, was.mode & 07777);
+      if (!dry_run && kept) disk.set_owner(At(log), was.uid, was.gid);
+      if (!dry_run && !kept) disk.remove(At(log));
+      out.push_back({log.string(), kept ? "forget" : "remove", "", false});
+    } catch (const std::exception& e) {
+      out.push_back({log.string(), "", std::string("still vouches for outputs put back: ") + e.what(), false});
+    }
 }
 
 }  // namespace
@@ -205,6 +290,8 @@ std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store
         } catch (const std::exception& e) {
           out.push_back({(*it)->path, "", std::string("its mode and mtime could not be put back: ") + e.what(), false});
         }
+  // 5. Ninja's log, where it could not go back with the outputs.
+  forget_in_ninja_logs(disk, out, dry_run);
   return out;
 }
 

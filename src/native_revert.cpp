@@ -54,8 +54,11 @@ HoldRegistry holds_of(Disk& disk, const RevertOptions& opts) {
 
 // A path the entry's build changed that someone else changed since (revert left it): it may hold
 // what the candidate's build made, so it stays on record, as an untracked output, until rebuilt.
+// Ninja's own logs hold records of builds, never code: nothing patched to warn of.
 void keep_left_changes(Disk& disk, Manifest& m, const NativeEntry& e, const std::vector<std::string>& left) {
   for (const auto& p : left) {
+    std::string name = fs::path(p).filename().string();
+    if (name == ".ninja_log" || name == ".ninja_deps") continue;
     FileInfo fi = disk.info(p, Follow::no);
     if (fi.type != FileType::regular) continue;
     std::erase_if(m.untracked, [&](const UntrackedOutput& u) { return u.path == p; });
@@ -214,6 +217,11 @@ class Reverter {
       } else {
         report_.actions.push_back({r.action, r.path});
         spdlog::info("{}{} {}", opts_.dry_run ? "would " : "", r.action, r.path);
+        if (fs::path(r.path).filename() == ".ninja_log" && (r.action == "forget" || r.action == "remove"))
+          report_.notes.push_back(r.path +
+                                  (r.action == "forget" ? ": its records of the outputs put back dropped"
+                                                        : ": removed, as it could not be read record by record") +
+                                  ", so that the install's build remakes them");
       }
     }
     return ok;

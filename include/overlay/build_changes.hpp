@@ -30,7 +30,7 @@ std::string why_not_restorable(DiskReader& disk, const BackupPaths& store, const
 // One path put back, or why it could not be.
 struct ChangeRestored {
   std::string path;
-  std::string action;  // "restore", "remove", "unchanged"; "" when it was not put back
+  std::string action;  // "restore", "remove", "unchanged", "forget"; "" when it was not put back
   std::string problem;
   bool left = false;  // not a failure: changed since the build by someone else, so left as it is
 };
@@ -38,7 +38,8 @@ struct ChangeRestored {
 // Puts every change back (or says what it would do: `dry_run`): directories the build removed
 // first, then files and symlinks (each with its original bytes, mode, owner and mtime), then the
 // directories it made (deepest first, only where empty), then the mode and mtime of directories
-// that were there. A path changed since the build is left as it is and named.
+// that were there. A path changed since the build is left as it is and named; where that is
+// Ninja's log, the records of the outputs put back go from it ("forget"), so Ninja remakes them.
 std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store,
                                                   const std::vector<BuildChange>& changes, bool dry_run);
 

@@ -263,6 +263,56 @@ TEST_F(Traced, NinjasDepsLogComesBackSoTheNextHeaderChangeRebuildsEverything) {
   expect_clean();
 }
 
+// Two agents on one CMake + Ninja install whose gen.h a custom command (a restat rule) makes from
+// gen.txt, which changed since the last build. A's candidate does not compile, but its build
+// regenerated gen.h first; B's build of the other library wrote Ninja's log after. Reverted A then
+// B (not newest first), gen.h went back to the old header while the log kept A's build's record
+// of it: Ninja judged gen.h by that record and never made it again, so every later build compiled
+// the stale header (the claims checker's seed 502486540). Now the records of what a revert puts
+// back go from a log it cannot put back with them, and the next build remakes gen.h.
+TEST_F(Traced, AGeneratedHeaderPutBackIsRemadeThoughAnotherBuildWroteNinjasLog) {
+  require_cmake();
+  fs::path src = t / "src", b = t / "build";
+  write_file(src / "gen.txt", "1\n");
+  write_file(src / "gen.sh", "printf '#define G %s\\n' \"$(cat \"$1\")\" > \"$2\"\n");
+  cmake_install(src, b,
+                "add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/gen.h COMMAND sh ${CMAKE_SOURCE_DIR}/gen.sh "
+                "${CMAKE_SOURCE_DIR}/gen.txt ${CMAKE_BINARY_DIR}/gen.h DEPENDS ${CMAKE_SOURCE_DIR}/gen.txt)\n"
+                "include_directories(${CMAKE_BINARY_DIR})\n"
+                "add_library(ka SHARED ka.c ${CMAKE_BINARY_DIR}/gen.h)\n"
+                "add_library(kb SHARED kb.c ${CMAKE_BINARY_DIR}/gen.h)\n"
+                "add_executable(run main.c)\ntarget_link_libraries(run ka kb)\n",
+                {{"ka.c", "#include \"gen.h\"\nint ka(void) { return G; }\n"},
+                 {"kb.c", "#include \"gen.h\"\nint kb(void) { return 10 * G; }\n"},
+                 {"main.c",
+                  "#include <stdio.h>\nint ka(void);\nint kb(void);\n"
+                  "int main(void) { printf(\"%d %d\\n\", ka(), kb()); }\n"}});
+  ASSERT_EQ(out_of(b / "run"), "1 10");
+  ::sleep(1);  // gen.txt newer than gen.h by the filesystem's clock
+  write_file(src / "gen.txt", "2\n");
+  write_file(t / "ka-broken.c", "int ka(void) { return NOT_DECLARED; }\n");
+  write_file(t / "kb-new.c", "#include \"gen.h\"\nint kb(void) { return 100 * G; }\n");
+  std::string a = (t / "a").string(), bo = (t / "b").string();
+  Cmd fails = overlay({"add-native", "--overlay", a, "--target", (src / "ka.c").string(), "--patched-file",
+                       (t / "ka-broken.c").string(), "--artifact", (b / "libka.so").string(), "--build-cmd",
+                       "ninja -C " + b.string() + " libka.so"});
+  ASSERT_NE(fails.rc, 0) << fails.err;
+  ASSERT_EQ(read_file(b / "gen.h"), "#define G 2\n") << "the failed build did not regenerate gen.h first";
+  Cmd builds = overlay({"add-native", "--overlay", bo, "--target", (src / "kb.c").string(), "--patched-file",
+                        (t / "kb-new.c").string(), "--artifact", (b / "libkb.so").string(), "--build-cmd",
+                        "ninja -C " + b.string() + " libkb.so"});
+  ASSERT_EQ(builds.rc, 0) << builds.err;
+  for (const std::string& o : {a, bo}) {
+    Cmd r = overlay({"revert", "--overlay", o});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.err.find("may hold patched code"), std::string::npos) << "Ninja's log holds no code\n" << r.err;
+  }
+  EXPECT_EQ(read_file(b / "gen.h"), "#define G 1\n") << "gen.h is not the one from before A's build";
+  ASSERT_EQ(run({"ninja", "-C", b.string()}).rc, 0);
+  EXPECT_EQ(read_file(b / "gen.h"), "#define G 2\n") << "Ninja did not remake gen.h after gen.txt changed";
+  EXPECT_EQ(out_of(b / "run"), "2 20");
+}
+
 // The same with Make's -MMD depfiles, and a candidate diff that creates a header its source
 // includes: after revert the depfile no longer names the header the revert removed, so the
 // install's own build still runs and has nothing to do.

@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -377,4 +379,65 @@ TEST(BuildChanges, AFileMadeADirectoryAModeAndASameStampRewriteGoBack) {
   for (const auto& r : restore_build_changes(disk, store, changes, false))
     EXPECT_TRUE(r.problem.empty()) << r.path << ": " << r.problem;
   EXPECT_EQ(tree_digest(b), before);
+}
+
+namespace {
+
+// Ninja's log after a traced build wrote gen.h and its records (one relative, one absolute, as
+// CMake names a custom command's output) and another build then appended one of its own, once the
+// revert put gen.h back; `header` opens the log, `with_build_ninja` says whether build.ninja
+// stands beside it (else the log was kept apart from it: `builddir`). nullopt: the log is gone.
+std::optional<std::string> ninja_log_after_revert(const std::string& header, bool with_build_ninja) {
+  TempDir t;
+  Disk& disk = real_disk();
+  fs::path ov = t / "ov", b = t / "b";
+  if (with_build_ninja) write_file(b / "build.ninja", "# a graph\n");
+  write_file(b / "gen.h", "#define G 1\n");
+  write_file(b / ".ninja_log", header + "1\t2\t100\tother.o\tbeef\n");
+  TraceRequest req;
+  req.backups = ov / "_native_backup/e/build";
+  make_dirs(disk, req.backups);
+  TraceRecorder rec(disk, req, nullptr);
+  const std::string records = "3\t4\t200\tgen.h\tcafe\n3\t4\t200\t" + (b / "gen.h").string() + "\tcafe\n";
+  EXPECT_EQ(
+      trace_program(
+          {"sh", "-c", "cd " + b.string() + " && echo '#define G 2' > gen.h && printf '" + records + "' >> .ninja_log"},
+          rec)
+          .exit_code,
+      0);
+  BuildTrace tr = rec.take();
+  auto changes = build_changes_of(disk, tr.changes, req.backups, "_native_backup/e/build");
+  std::ofstream(b / ".ninja_log", std::ios::app) << "5\t6\t300\tkb.o\tf00d\n";  // another build's, since
+  BackupStore store(disk, ov);
+  std::set<std::string> actions;
+  for (const auto& r : restore_build_changes(disk, store, changes, false)) {
+    EXPECT_TRUE(r.problem.empty() || r.left) << r.path << ": " << r.problem;
+    if (fs::path(r.path).filename() == ".ninja_log") actions.insert(r.left ? "left" : r.action);
+  }
+  EXPECT_EQ(read_file(b / "gen.h"), "#define G 1\n");
+  if (!fs::exists(b / ".ninja_log")) {
+    EXPECT_EQ(actions, (std::set<std::string>{"left", "remove"}));
+    return std::nullopt;
+  }
+  EXPECT_EQ(actions, (std::set<std::string>{"left", "forget"}));
+  return read_file(b / ".ninja_log");
+}
+
+}  // namespace
+
+// A restat rule's output is judged by the mtime Ninja's log recorded: gen.h put back while the log
+// (another build wrote it since: left) kept the record of the build that made it would never be
+// remade. Its records go, both spellings; every other line stays.
+TEST(BuildChanges, AnOutputPutBackLosesItsRecordsInANinjaLogLeftAsItIs) {
+  SKIP_UNLESS_TRACEABLE();
+  EXPECT_EQ(ninja_log_after_revert("# ninja log v5\n", true),
+            "# ninja log v5\n1\t2\t100\tother.o\tbeef\n5\t6\t300\tkb.o\tf00d\n");
+}
+
+// A log this cannot read record by record (an unknown header), or one apart from build.ninja (its
+// relative names are not relative to it), goes whole: Ninja starts over rather than trust it.
+TEST(BuildChanges, ANinjaLogNotReadRecordByRecordGoesWhole) {
+  SKIP_UNLESS_TRACEABLE();
+  EXPECT_EQ(ninja_log_after_revert("# some other log v1\n", true), std::nullopt);
+  EXPECT_EQ(ninja_log_after_revert("# ninja log v5\n", false), std::nullopt);
 }
