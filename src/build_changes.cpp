@@ -1,13 +1,14 @@
 #include "overlay/build_changes.hpp"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
-#include <string_view>
 
 #include "overlay/copy_pipeline.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
+#include "overlay/ninja_logs.hpp"
 #include "overlay/store.hpp"
 
 namespace overlay {
@@ -91,76 +92,46 @@ bool now_as_before(const ChangeRestored& r) {
   return r.problem.empty() && !r.left && (r.action == "restore" || r.action == "remove" || r.action == "unchanged");
 }
 
-// Where Ninja's log names `field` (its paths are relative to the directory Ninja ran in, which
-// holds build.ninja and the log, or absolute).
-fs::path named_in_log(const fs::path& log, const std::string& field) {
-  fs::path p(field);
-  return (p.is_absolute() ? p : log.parent_path() / p).lexically_normal();
-}
-
-// The fourth tab-separated field of a line of Ninja's log (from v3 on, a record's output path).
-std::optional<std::string_view> fourth_field(std::string_view line) {
-  std::size_t from = 0;
-  for (int i = 0; i < 3; ++i) {
-    std::size_t tab = line.find('\t', from);
-    if (tab == std::string_view::npos) return std::nullopt;
-    from = tab + 1;
-  }
-  std::size_t end = line.find('\t', from);
-  if (end == std::string_view::npos) return std::nullopt;
-  return line.substr(from, end - from);
-}
-
-// Ninja's log without the records of `outputs` (`dropped` counts them); nullopt where it is not a
-// log this reads line by line (its header is not `# ninja log vN`).
-std::optional<std::string> log_without(const fs::path& log, const std::string& text, const std::set<fs::path>& outputs,
-                                       std::size_t& dropped) {
-  if (text.rfind("# ninja log v", 0) != 0) return std::nullopt;
-  std::string kept;
-  for (std::size_t at = 0; at < text.size();) {
-    std::size_t end = std::min(text.find('\n', at), text.size() - 1) + 1;
-    std::string_view line(text.data() + at, end - at);
-    at = end;
-    auto path = line[0] == '#' ? std::nullopt : fourth_field(line);
-    if (path && outputs.count(named_in_log(log, std::string(*path)))) {
-      ++dropped;
-      continue;
-    }
-    kept.append(line);
-  }
-  return kept;
-}
-
-// Ninja judges a restat rule's output (a generated header, CMake's custom commands) by the mtime
-// its log recorded, not the file's: an output put back to its bytes from before the build, while
-// the log keeps a later build's record of it, is never rebuilt though its input changed since
-// (seed 502486540 of the claims checker: a stale gen.h in every build after). Where the revert
-// could not put the log back with the outputs (another build wrote it since), their records go
-// from it as it is now: Ninja finds no command line for them and rebuilds them. A log this cannot
-// read line by line, or kept apart from build.ninja (`builddir`), goes whole: Ninja starts over.
+// Ninja trusts its logs over the files (ninja_logs.hpp): an output put back to its bytes from
+// before the build, while a log keeps a later build's record of it, is never remade though its
+// input changed since — a restat rule's generated header stayed stale in every build after (seed
+// 502486540 of the claims checker). Where the revert could not put a log back with the outputs
+// (another build wrote it since), their records go from it as it is now, so that Ninja remakes
+// them. A log this cannot read record by record, or kept apart from build.ninja (`builddir`: its
+// names are then not relative to its directory), goes whole: Ninja starts over.
 void forget_in_ninja_logs(Disk& disk, std::vector<ChangeRestored>& out, bool dry_run) {
+  // Names as the kernel resolves their directories (a build dir reached through a symlink names
+  // its outputs both ways), each directory resolved once; one it cannot resolve stays as named.
+  std::map<fs::path, fs::path> real_dirs;
+  Spelling real = [&](const fs::path& p) {
+    auto [it, fresh] = real_dirs.try_emplace(p.parent_path(), p.parent_path());
+    if (fresh)
+      best_effort("a directory named as it was, not as the kernel resolves it", [&] {
+        if (look(disk, it->first.string()).type != FileType::none) it->second = disk.real_path(it->first);
+      });
+    return it->second / p.filename();
+  };
   std::set<fs::path> back;
   std::vector<fs::path> logs;
   for (const auto& r : out) {
     fs::path p = fs::path(r.path).lexically_normal();
-    if (p.filename() == ".ninja_log") {
+    if (is_ninja_log(p)) {
       if (!now_as_before(r) && look(disk, r.path).type == FileType::regular) logs.push_back(p);
     } else if (now_as_before(r)) {
-      back.insert(p);
+      back.insert(real(p));
     }
   }
   if (back.empty()) return;
   for (const auto& log : logs) try {
-      std::size_t dropped = 0;
-      std::optional<std::string> kept;
+      std::optional<NinjaLogEdit> edit;
       if (look(disk, (log.parent_path() / "build.ninja").string()).type == FileType::regular)
-        kept = log_without(log, read_small_file(disk, log, kMaxNinjaLog), back, dropped);
-      if (kept && dropped == 0) continue;
+        edit = without_records(log, read_small_file(disk, log, kMaxNinjaLog), back, real);
+      if (edit && edit->dropped == 0) continue;
       FileInfo was = look(disk, log.string());
-      if (!dry_run && kept) write_file_atomically(disk, log, *kept, was.mode & 07777);
-      if (!dry_run && kept) disk.set_owner(At(log), was.uid, was.gid);
-      if (!dry_run && !kept) disk.remove(At(log));
-      out.push_back({log.string(), kept ? "forget" : "remove", "", false});
+      if (!dry_run && edit) write_file_atomically(disk, log, edit->bytes, was.mode & 07777);
+      if (!dry_run && edit) disk.set_owner(At(log), was.uid, was.gid);
+      if (!dry_run && !edit) disk.remove(At(log));
+      out.push_back({log.string(), edit ? "forget" : "remove", "", false});
     } catch (const std::exception& e) {
       out.push_back({log.string(), "", std::string("still vouches for outputs put back: ") + e.what(), false});
     }

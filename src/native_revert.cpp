@@ -16,6 +16,7 @@
 #include "overlay/in_flight.hpp"
 #include "overlay/lock.hpp"
 #include "overlay/manifest.hpp"
+#include "overlay/ninja_logs.hpp"
 #include "overlay/pinned.hpp"
 #include "overlay/stack.hpp"
 #include "overlay/store.hpp"
@@ -57,8 +58,7 @@ HoldRegistry holds_of(Disk& disk, const RevertOptions& opts) {
 // Ninja's own logs hold records of builds, never code: nothing patched to warn of.
 void keep_left_changes(Disk& disk, Manifest& m, const NativeEntry& e, const std::vector<std::string>& left) {
   for (const auto& p : left) {
-    std::string name = fs::path(p).filename().string();
-    if (name == ".ninja_log" || name == ".ninja_deps") continue;
+    if (is_ninja_log(p)) continue;
     FileInfo fi = disk.info(p, Follow::no);
     if (fi.type != FileType::regular) continue;
     std::erase_if(m.untracked, [&](const UntrackedOutput& u) { return u.path == p; });
@@ -217,7 +217,7 @@ class Reverter {
       } else {
         report_.actions.push_back({r.action, r.path});
         spdlog::info("{}{} {}", opts_.dry_run ? "would " : "", r.action, r.path);
-        if (fs::path(r.path).filename() == ".ninja_log" && (r.action == "forget" || r.action == "remove"))
+        if (is_ninja_log(r.path) && (r.action == "forget" || r.action == "remove"))
           report_.notes.push_back(r.path +
                                   (r.action == "forget" ? ": its records of the outputs put back dropped"
                                                         : ": removed, as it could not be read record by record") +

@@ -38,8 +38,8 @@ struct ChangeRestored {
 // Puts every change back (or says what it would do: `dry_run`): directories the build removed
 // first, then files and symlinks (each with its original bytes, mode, owner and mtime), then the
 // directories it made (deepest first, only where empty), then the mode and mtime of directories
-// that were there. A path changed since the build is left as it is and named; where that is
-// Ninja's log, the records of the outputs put back go from it ("forget"), so Ninja remakes them.
+// that were there. A path changed since the build is left as it is and named; where that is one
+// of Ninja's logs, the records of the outputs put back go from it ("forget"), so Ninja remakes them.
 std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store,
                                                   const std::vector<BuildChange>& changes, bool dry_run);
 

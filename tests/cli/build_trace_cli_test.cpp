@@ -313,6 +313,43 @@ TEST_F(Traced, AGeneratedHeaderPutBackIsRemadeThoughAnotherBuildWroteNinjasLog) 
   EXPECT_EQ(out_of(b / "run"), "2 20");
 }
 
+// The same with Ninja's deps log: A's candidate of ka.c does without k.h, B's build of kb.c wrote
+// the deps log after, and the two were reverted oldest first. ka.o went back, but the deps log
+// would have kept A's record of it (no k.h) with a newer mtime than the restored object, so a
+// later change of k.h would not recompile ka.o. Its records go instead, and Ninja remakes it.
+TEST_F(Traced, AnObjectPutBackIsRemadeThoughAnotherBuildWroteNinjasDepsLog) {
+  require_cmake();
+  fs::path src = t / "src", b = t / "build";
+  cmake_install(src, b,
+                "add_library(ka SHARED ka.c)\nadd_library(kb SHARED kb.c)\n"
+                "add_executable(run main.c)\ntarget_link_libraries(run ka kb)\n",
+                {{"k.h", "#define K 1\n"},
+                 {"ka.c", "#include \"k.h\"\nint ka(void) { return K; }\n"},
+                 {"kb.c", "#include \"k.h\"\nint kb(void) { return 10 * K; }\n"},
+                 {"main.c",
+                  "#include <stdio.h>\nint ka(void);\nint kb(void);\n"
+                  "int main(void) { printf(\"%d %d\\n\", ka(), kb()); }\n"}});
+  write_file(t / "ka-alone.c", "int ka(void) { return 7; }\n");
+  write_file(t / "kb-new.c", "#include \"k.h\"\nint kb(void) { return 100 * K; }\n");
+  std::string a = (t / "a").string(), bo = (t / "b").string();
+  for (const auto& [o, lib, file, patched] :
+       {std::tuple{a, "libka.so", "ka.c", "ka-alone.c"}, std::tuple{bo, "libkb.so", "kb.c", "kb-new.c"}}) {
+    Cmd c = overlay({"add-native", "--overlay", o, "--target", (src / file).string(), "--patched-file",
+                     (t / patched).string(), "--artifact", (b / lib).string(), "--build-cmd",
+                     "ninja -C " + b.string() + " " + lib});
+    ASSERT_EQ(c.rc, 0) << c.err;
+  }
+  ASSERT_EQ(out_of(b / "run"), "7 100");
+  for (const std::string& o : {a, bo}) ASSERT_EQ(overlay({"revert", "--overlay", o}).rc, 0);
+  ASSERT_EQ(run({"ninja", "-C", b.string()}).rc, 0);
+  ASSERT_EQ(out_of(b / "run"), "1 10");
+  Cmd deps = run({"ninja", "-C", b.string(), "-t", "deps", "CMakeFiles/ka.dir/ka.c.o"});
+  EXPECT_NE(deps.out.find("k.h"), std::string::npos) << "ka.o's deps still A's\n" << deps.out;
+  write_file(src / "k.h", "#define K 2\n");
+  ASSERT_EQ(run({"ninja", "-C", b.string()}).rc, 0);
+  EXPECT_EQ(out_of(b / "run"), "2 20") << "ka.o was not recompiled after k.h changed";
+}
+
 // The same with Make's -MMD depfiles, and a candidate diff that creates a header its source
 // includes: after revert the depfile no longer names the header the revert removed, so the
 // install's own build still runs and has nothing to do.
