@@ -34,9 +34,8 @@ std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& d
   return sha;
 }
 
-void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& data, mode_t mode, NameDurable name) {
-  fs::path lock = dest;
-  lock += ".lock";
+void write_file_atomically(Disk& disk, const At& dest, const std::string& data, mode_t mode, NameDurable name) {
+  const At lock = dest.sibling(dest.filename() + ".lock");
   {
     auto out = disk.create(lock, mode, CreateMode::truncate);
     out->write(data.data(), data.size());
@@ -44,7 +43,7 @@ void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& 
     out->close();
   }
   disk.rename(lock, dest);
-  if (name == NameDurable::yes) disk.sync_dir(dest.parent_path());
+  if (name == NameDurable::yes) disk.sync_dir(dest.parent());
 }
 
 std::string read_small_file(DiskReader& disk, const fs::path& p, std::size_t max_bytes) {

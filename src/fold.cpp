@@ -273,32 +273,50 @@ void make_dirs_below(Disk& disk, const fs::path& base, const fs::path& rel, mode
   }
 }
 
-// ACCEPTED's directory, as the fold found it under its lock: every write of the fold into it is
-// made only while that very directory (device and inode) still stands at its path.
-struct PinnedOverlay {
-  fs::path path;
-  FileInfo at_lock;
+// ACCEPTED's directory, as the fold found it under its lock, and held open. Every write of the fold
+// into it is made only while that very directory (device and inode) still stands at its path; its
+// record is written through the held directory, so a move between that check and the write (or
+// the write's directory sync) cannot split the fold: the record lands, whole and durable, in the
+// overlay that was checked, wherever it went.
+class PinnedOverlay {
+ public:
+  const fs::path path;
 
-  void still_there(Disk& disk, const char* before) const {
+  PinnedOverlay(Disk& disk, const fs::path& into)
+      : path(into), at_lock_(disk.info(into, Follow::no)), dir_(disk.open_dir(disk.real_path(into))) {
+    if (dir_->dev() != at_lock_.dev || dir_->ino() != at_lock_.ino) moved(disk, "its mark");
+  }
+
+  std::pair<std::uint64_t, std::uint64_t> id() const { return {at_lock_.dev, at_lock_.ino}; }
+  bool stands(Disk& disk) const {
     FileInfo now = disk.info(path, Follow::no);
-    if (now.type == FileType::directory && now.dev == at_lock.dev && now.ino == at_lock.ino) return;
+    return now.type == FileType::directory && now.dev == at_lock_.dev && now.ino == at_lock_.ino;
+  }
+  void still_there(Disk& disk, const char* before) const {
+    if (!stands(disk)) moved(disk, before);
+  }
+  // The fold's mark, then its commit, into ACCEPTED's record. The commit returns false where
+  // ACCEPTED left its path after the check: the fold then stands in the moved overlay.
+  void save_mark(Disk& disk, const Manifest& m) const {
+    still_there(disk, "its mark");
+    save_manifest(disk, *dir_, m);
+  }
+  bool save_commit(Disk& disk, const Manifest& m) const {
+    still_there(disk, "its commit");
+    save_manifest(disk, *dir_, m);
+    return stands(disk);
+  }
+
+ private:
+  [[noreturn]] void moved(Disk& disk, const char* before) const {
     throw Error(path.string() + " was moved or replaced while the fold ran (" +
-                (now.exists() ? "another directory stands there" : "nothing stands there") + "), before " + before +
+                (disk.info(path, Follow::no).exists() ? "another directory stands there" : "nothing stands there") +
+                "), before " + before +
                 ": nothing is folded; the candidate's next verb and the moved overlay's settle it");
   }
 
-  // Writes the fold's mark into ACCEPTED's record. Moved between the record's rename and the sync
-  // of its directory, the sync fails (ENOENT): that is told as the move it is. The mark then sits,
-  // pending, in the moved overlay's record, which its next verb settles like any pending mark.
-  void save_mark(Disk& disk, const Manifest& m) const {
-    still_there(disk, "its mark");
-    try {
-      save_manifest(disk, path, m);
-    } catch (const DiskError&) {
-      still_there(disk, "its mark was durable");
-      throw;
-    }
-  }
+  FileInfo at_lock_;
+  std::unique_ptr<DirHandle> dir_;
 };
 
 // A backup of CAND's given the same name in ACCEPTED: a second name for the same inode where
@@ -425,7 +443,7 @@ void unstage(Disk& disk, const fs::path& from, const fs::path& into, const Manif
 // that tracks its path (a merged item is ACCEPTED's own entry's: a copy is told by it).
 void move_holds(Disk& disk, const fs::path& state_dir, const std::vector<fs::path>& paths, const fs::path& from,
                 const fs::path& into, const Manifest& into_record, const std::vector<std::string>& folded,
-                double lock_timeout) {
+                double lock_timeout, std::optional<std::pair<std::uint64_t, std::uint64_t>> into_id = std::nullopt) {
   std::map<std::string, std::string> entry_of;
   for (const auto& e : into_record.natives)
     for (const auto& p : tracked_paths(e)) entry_of[p] = e.id;
@@ -433,7 +451,7 @@ void move_holds(Disk& disk, const fs::path& state_dir, const std::vector<fs::pat
   for (const auto& p : paths) moved.emplace_back(p, entry_of[p.string()]);
   try {
     HoldRegistry reg(disk, state_of(state_dir));
-    reg.transfer(moved, from, into, lock_timeout);
+    reg.transfer(moved, from, into, into_id, lock_timeout);
     // An entry merged into ACCEPTED's is no more: its note of the caches it invalidated goes (one
     // moved whole keeps its id and its note, which ACCEPTED's revert of it drops).
     for (const auto& id : folded)
@@ -575,7 +593,7 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
     if (load_manifest(disk, into))
       throw Error(into.string() + " was made by another process meanwhile: run the fold again");
   }
-  const PinnedOverlay pinned{into, disk.info(into, Follow::no)};
+  const PinnedOverlay pinned(disk, into);
   for (std::size_t i : p.moved) p.into.natives[i].folded_from = from.string();
   std::string fold = new_fold_id();
   // 1. CAND says where its entries are going; 2. ACCEPTED shields what will be staged in it.
@@ -589,14 +607,18 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   stage(disk, from, pinned, p);
   p.into.folds_in = am.folds_in;
   p.into.folds_in.back().committed = true;
-  pinned.still_there(disk, "its commit");
-  save_manifest(disk, into, p.into);
+  const bool in_place = pinned.save_commit(disk, p.into);
   // 5. The holds follow, while ACCEPTED's mark still names CAND (a copy is told from the fold's
   // receiver by it); 6. CAND lets go; 7. the mark goes.
-  move_holds(disk, req.state_dir, p.paths, from, into, p.into, p.ids, req.lock_timeout);
+  move_holds(disk, req.state_dir, p.paths, from, into, p.into, p.ids, req.lock_timeout, pinned.id());
   FoldMark out = *cm->fold_out;
   let_go(disk, from, *cm, out, p.into);
   clear_mark(disk, into, fold);
+  if (!in_place)
+    spdlog::warn(
+        "{} was moved while the fold committed: the fold is done in that overlay where it went (its next "
+        "verb drops the fold's mark there); revert or status it at its new path",
+        into.string());
   p.report.fold_id = fold;
   return p.report;
 }

@@ -490,7 +490,8 @@ bool HoldIndex::vanished(const fs::path& ov) {
 }
 
 void HoldRegistry::transfer(const std::vector<std::pair<fs::path, std::string>>& moved, const fs::path& from,
-                            const fs::path& into, double lock_timeout) {
+                            const fs::path& into, std::optional<std::pair<std::uint64_t, std::uint64_t>> into_id,
+                            double lock_timeout) {
   if (writer_.info(dir_, Follow::no).type != FileType::directory) return;
   OverlayLock lock(dir_, lock_timeout, {}, LockOn::directory);
   for (const auto& [p, entry] : moved) {
@@ -498,6 +499,7 @@ void HoldRegistry::transfer(const std::vector<std::pair<fs::path, std::string>>&
     if (!h || h->overlay != from) continue;
     Hold now = *h;
     now.overlay = into;
+    now.overlay_id = into_id;  // not `from`'s
     if (!entry.empty()) now.entry = entry;
     if (!h->under.empty() && h->under.front().overlay == into) {
       now.original_sha256 = h->under.front().original_sha256;  // the lower's original: one layer fewer

@@ -989,4 +989,8 @@ void save_manifest(Disk& disk, const fs::path& overlay, const Manifest& m, NameD
   write_file_atomically(disk, overlay / kManifestName, serialize_manifest(m), 0644, name);
 }
 
+void save_manifest(Disk& disk, const DirHandle& overlay, const Manifest& m) {
+  write_file_atomically(disk, At(overlay, kManifestName), serialize_manifest(m), 0644);
+}
+
 }  // namespace overlay

@@ -19,12 +19,13 @@ std::string replace_file_atomically(Disk& disk, const fs::path& src, const At& d
 
 // Writes `data` to dest with git's lockfile shape: dest.lock, fsync, rename over dest, fsync dir.
 // dest.lock is truncated, not created exclusively (a crash may leave one): two writers of one
-// dest must be serialised by the caller (an overlay's files: its OverlayLock).
+// dest must be serialised by the caller (an overlay's files: its OverlayLock). A name inside a
+// held directory (At) is written there, wherever that directory has been moved meanwhile.
 // NameDurable::no leaves out the directory fsync: after a power cut dest holds the old bytes or
 // the new, whole (the data is fsynced before the rename either way), for a write whose loss
 // loses nothing but what it adds (a record a later reader can do without).
 enum class NameDurable { yes, no };
-void write_file_atomically(Disk& disk, const fs::path& dest, const std::string& data, mode_t mode,
+void write_file_atomically(Disk& disk, const At& dest, const std::string& data, mode_t mode,
                            NameDurable name = NameDurable::yes);
 
 // Reads a whole (small) file; refuses files larger than max_bytes.

@@ -217,9 +217,10 @@ class HoldRegistry : public HoldIndex {
   // A fold (fold.hpp) moved `from`'s changes to each path into `into`'s entry named beside it: each
   // hold whose top is `from` is that entry's now (a merged item's entry is `into`'s own, not the
   // one folded in); where `into` was under it, `into` keeps its own original and takes `from`'s
-  // patched bytes (one layer fewer).
+  // patched bytes (one layer fewer). `into_id` is `into`'s directory (device, inode) as the fold
+  // locked it: the holds keep it where that directory has been moved from its path meanwhile.
   void transfer(const std::vector<std::pair<fs::path, std::string>>& moved, const fs::path& from, const fs::path& into,
-                double lock_timeout);
+                std::optional<std::pair<std::uint64_t, std::uint64_t>> into_id, double lock_timeout);
 
   Disk& disk() const { return writer_; }
   // The primitives the stack (stack.hpp) claims files with.

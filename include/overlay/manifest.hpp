@@ -372,5 +372,8 @@ class ManifestCache {
 // Saves atomically: <manifest>.lock, fsync, rename over, fsync the overlay directory (not with
 // NameDurable::no: a power cut may then leave the manifest before this write, whole).
 void save_manifest(Disk& disk, const fs::path& overlay, const Manifest& m, NameDurable name = NameDurable::yes);
+// The same into an overlay held open (disk.hpp's DirHandle): its record is written there, and made
+// durable, wherever the overlay has been moved meanwhile.
+void save_manifest(Disk& disk, const DirHandle& overlay, const Manifest& m);
 
 }  // namespace overlay

@@ -894,10 +894,12 @@ TEST_F(Layers, AChangeHeldByTwoOverlaysOfOneStackIsToldToFoldTheUpperOne) {
 
 namespace {
 
-// Where a traced run pauses: after the first `calls` (an strace syscall set) that name `path`.
+// Where a traced run pauses: after the `nth` of `calls` (an strace syscall set) that name `path`
+// (a directory named by a descriptor counts: `renameat` inside a held directory).
 struct PausePoint {
   fs::path path;
   std::string calls;
+  int nth = 1;
 };
 
 // `overlay ARGS` run under strace, paused 2 s right after its first syscall of `at`, with stderr
@@ -921,7 +923,7 @@ pid_t spawn_paused_at(const PausePoint& at, const std::vector<std::string>& args
                                "-e",
                                "trace=" + at.calls,
                                "-e",
-                               "inject=" + at.calls + ":delay_exit=2000000:when=1",
+                               "inject=" + at.calls + ":delay_exit=2000000:when=" + std::to_string(at.nth),
                                overlay_binary()};
     a.insert(a.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -978,7 +980,41 @@ TEST_F(Layers, AnAcceptedOverlayMovedDuringAFoldIsNeverRecreatedAtItsPath) {
 }
 
 // The move lands between the mark's rename and the sync of ACCEPTED's directory: the sync's ENOENT
-// ("open directory …") was printed instead of the move, on a loaded CI machine.
+// ("open directory …") was printed instead of the move, on a loaded CI machine. The record is now
+// written through the held directory: the mark lands in the moved overlay and staging stops.
 TEST_F(Layers, AnAcceptedOverlayMovedBeforeItsMarkIsDurableIsToldAsAMove) {
-  fold_while_accepted_moves(*this, {t / "ev/acc/_overlay_manifest.json", "rename,renameat,renameat2"});
+  fold_while_accepted_moves(*this, {t / "ev/acc", "rename,renameat,renameat2"});
+}
+
+// The move lands right after the commit's rename (the second rename in ACCEPTED's directory). The
+// directory sync by path failed, the fold exited 1 with CAND still marked as folding, and CAND's
+// next verb, finding no ACCEPTED at the path, undid its side as if nothing had committed: both
+// overlays then held the entries. Now the commit is made durable through the held directory, the
+// fold finishes in the moved overlay and says where it stands; reverted there, all is pristine.
+TEST_F(Layers, AnAcceptedOverlayMovedRightAfterTheCommitHoldsTheWholeFold) {
+  const fs::path& acc = t / "ev/acc";
+  write_file(in.root / "src/util.h", "#define U 1\n");
+  pristine = tree_digest(in.root);
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  ASSERT_EQ(add("cand", 6, {"--over", ov("acc")}).rc, 0);
+  pid_t fold = spawn_paused_at({acc, "rename,renameat,renameat2", 2},
+                               {"fold", "--from", ov("cand"), "--into", ov("acc")}, env, t / "fold.err");
+  if (fold < 0) GTEST_SKIP() << "strace is not installed";
+  ASSERT_TRUE(until_ready_or_exited(fold, [&] {
+    return read_file(acc / "_overlay_manifest.json").find("\"committed\"") != std::string::npos;
+  })) << read_file(t / "fold.err");
+  fs::rename(acc, t / "ev/acc.moved");
+  EXPECT_EQ(wait_rc(fold), 0) << read_file(t / "fold.err");
+  EXPECT_NE(read_file(t / "fold.err").find("was moved while the fold committed"), std::string::npos)
+      << read_file(t / "fold.err");
+  EXPECT_TRUE(manifest("cand")["natives"].empty()) << "the candidate still holds the entries it folded";
+  EXPECT_EQ(read_file(in.source), kernel(6));
+  Cmd a = run({"revert", "--overlay", (t / "ev/acc.moved").string()});
+  EXPECT_EQ(a.rc, 0) << a.err;
+  Cmd c = run({"revert", "--overlay", ov("cand")});
+  EXPECT_EQ(c.rc, 0) << c.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+  Cmd s = run({"status", "--all", "--check-clean"});
+  EXPECT_EQ(s.rc, 0) << s.out << s.err;
 }
