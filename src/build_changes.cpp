@@ -92,6 +92,15 @@ bool now_as_before(const ChangeRestored& r) {
   return r.problem.empty() && !r.left && (r.action == "restore" || r.action == "remove" || r.action == "unchanged");
 }
 
+// Ninja's log rewritten in its own inode (its owner and mode kept: another account's Ninja appends
+// to it). Cut short by a crash, it holds fewer records: Ninja then only does more work.
+void rewrite_in_place(Disk& disk, const fs::path& log, const std::string& bytes) {
+  auto out = disk.create(At(log), look(disk, log.string()).mode & 07777, CreateMode::truncate);
+  out->write(bytes.data(), bytes.size());
+  out->sync();
+  out->close();
+}
+
 // Ninja trusts its logs over the files (ninja_logs.hpp): an output put back to its bytes from
 // before the build, while a log keeps a later build's record of it, is never remade though its
 // input changed since — a restat rule's generated header stayed stale in every build after (seed
@@ -99,7 +108,8 @@ bool now_as_before(const ChangeRestored& r) {
 // (another build wrote it since), their records go from it as it is now, so that Ninja remakes
 // them. A log this cannot read record by record, or kept apart from build.ninja (`builddir`: its
 // names are then not relative to its directory), goes whole: Ninja starts over.
-void forget_in_ninja_logs(Disk& disk, std::vector<ChangeRestored>& out, bool dry_run) {
+void forget_in_ninja_logs(Disk& disk, std::vector<ChangeRestored>& out, bool dry_run,
+                          const std::vector<fs::path>& items) {
   // Names as the kernel resolves their directories (a build dir reached through a symlink names
   // its outputs both ways), each directory resolved once; one it cannot resolve stays as named.
   std::map<fs::path, fs::path> real_dirs;
@@ -121,19 +131,18 @@ void forget_in_ninja_logs(Disk& disk, std::vector<ChangeRestored>& out, bool dry
       back.insert(real(p));
     }
   }
+  for (const auto& p : items) back.insert(real(p.lexically_normal()));
   if (back.empty()) return;
   for (const auto& log : logs) try {
       std::optional<NinjaLogEdit> edit;
       if (look(disk, (log.parent_path() / "build.ninja").string()).type == FileType::regular)
         edit = without_records(log, read_small_file(disk, log, kMaxNinjaLog), back, real);
       if (edit && edit->dropped == 0) continue;
-      FileInfo was = look(disk, log.string());
-      if (!dry_run && edit) write_file_atomically(disk, log, edit->bytes, was.mode & 07777);
-      if (!dry_run && edit) disk.set_owner(At(log), was.uid, was.gid);
+      if (!dry_run && edit) rewrite_in_place(disk, log, edit->bytes);
       if (!dry_run && !edit) disk.remove(At(log));
-      out.push_back({log.string(), edit ? "forget" : "remove", "", false});
+      out.push_back({log.string(), edit ? "forget" : "discard", "", false});
     } catch (const std::exception& e) {
-      out.push_back({log.string(), "", std::string("still vouches for outputs put back: ") + e.what(), false});
+      out.push_back({log.string(), "", std::string("may still vouch for outputs put back: ") + e.what(), false});
     }
 }
 
@@ -189,7 +198,8 @@ std::string why_not_restorable(DiskReader& disk, const BackupPaths& store, const
 }
 
 std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store,
-                                                  const std::vector<BuildChange>& changes, bool dry_run) {
+                                                  const std::vector<BuildChange>& changes, bool dry_run,
+                                                  const std::vector<fs::path>& items) {
   std::vector<ChangeRestored> out;
   std::vector<const BuildChange*> todo;
   for (const auto& c : changes) {
@@ -262,7 +272,7 @@ std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store
           out.push_back({(*it)->path, "", std::string("its mode and mtime could not be put back: ") + e.what(), false});
         }
   // 5. Ninja's log, where it could not go back with the outputs.
-  forget_in_ninja_logs(disk, out, dry_run);
+  forget_in_ninja_logs(disk, out, dry_run, items);
   return out;
 }
 

@@ -283,13 +283,14 @@ class PinnedOverlay {
   const fs::path path;
 
   PinnedOverlay(Disk& disk, const fs::path& into)
-      : path(into), at_lock_(disk.info(into, Follow::no)), dir_(disk.open_dir(disk.real_path(into))) {
+      : path(into), at_lock_(disk.info(into, Follow::yes)), dir_(disk.open_dir(disk.real_path(into))) {
     if (dir_->dev() != at_lock_.dev || dir_->ino() != at_lock_.ino) moved(disk, "its mark");
   }
 
   std::pair<std::uint64_t, std::uint64_t> id() const { return {at_lock_.dev, at_lock_.ino}; }
+  // By the directory it names (an ACCEPTED given as a symlink to its directory is that directory).
   bool stands(Disk& disk) const {
-    FileInfo now = disk.info(path, Follow::no);
+    FileInfo now = disk.info(path, Follow::yes);
     return now.type == FileType::directory && now.dev == at_lock_.dev && now.ino == at_lock_.ino;
   }
   void still_there(Disk& disk, const char* before) const {
@@ -416,10 +417,10 @@ void clear_mark(Disk& disk, const fs::path& into, const std::string& fold) {
   save_manifest(disk, into, *am);
 }
 
-// An uncommitted fold undone on ACCEPTED's side: the moved cache dirs staged there go back to
-// CAND (whose record still names them), then the staged entry dirs go, then the mark.
-void unstage(Disk& disk, const fs::path& from, const fs::path& into, const Manifest& cm, Manifest& am,
-             const FoldMark& mark) {
+// The moved cache dirs an uncommitted fold staged in ACCEPTED go back to CAND, whose record still
+// names them (the original of each cache: never removed with the staged entry dirs).
+void give_back_caches(Disk& disk, const fs::path& from, const fs::path& into, const Manifest& cm,
+                      const FoldMark& mark) {
   for (const auto& e : cm.natives) {
     if (!contains(mark.entries, e.id)) continue;
     for (const auto& c : e.caches) {
@@ -431,6 +432,13 @@ void unstage(Disk& disk, const fs::path& from, const fs::path& into, const Manif
       }
     }
   }
+}
+
+// An uncommitted fold undone on ACCEPTED's side: the moved cache dirs staged there go back to
+// CAND, then the staged entry dirs go, then the mark.
+void unstage(Disk& disk, const fs::path& from, const fs::path& into, const Manifest& cm, Manifest& am,
+             const FoldMark& mark) {
+  give_back_caches(disk, from, into, cm, mark);
   std::erase_if(am.folds_in, [&](const FoldMark& f) { return f.fold == mark.fold; });
   for (const auto& id : mark.entries)
     if (std::none_of(am.natives.begin(), am.natives.end(), [&](const NativeEntry& e) { return e.id == id; }))
@@ -483,7 +491,10 @@ bool settle_folds_in(Disk& disk, const fs::path& into, Manifest& m) {
     }
     if (cm && cm->fold_out && cm->fold_out->fold == mark.fold) continue;  // the other side settles it
     // The other side let go (or vanished): a committed mark has done its work; a pending one's
-    // staged entry dirs are nobody's (the other side undid the fold, or is gone with its record).
+    // staged entry dirs are nobody's (the other side undid the fold, or is gone with its record),
+    // but for the cache dirs staging moved out of CAND, which its record still names: ACCEPTED
+    // moved mid-fold, CAND undid its side without finding them here.
+    if (!mark.committed && cm) give_back_caches(disk, mark.overlay, into, *cm, mark);
     if (!mark.committed)
       for (const auto& id : mark.entries)
         if (std::none_of(m.natives.begin(), m.natives.end(), [&](const NativeEntry& e) { return e.id == id; }) &&
@@ -562,6 +573,9 @@ std::optional<FoldReport> fold_done(const fs::path& from, const Manifest& cm, co
 
 FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   fs::path from = absolute_normal(req.from), into = absolute_normal(req.into);
+  // ACCEPTED named by a symlink (`latest -> acc-7`) is its directory: records and layers name that.
+  if (disk.info(into, Follow::no).type == FileType::symlink && disk.info(into, Follow::yes).type == FileType::directory)
+    into = disk.real_path(into);
   if (from == into) throw Error("--from and --into name the same overlay: " + from.string());
   FileInfo fi = disk.info(from, Follow::yes), ii = disk.info(into, Follow::yes);
   if (!fi.exists()) throw Error("overlay does not exist: " + from.string());
@@ -604,7 +618,12 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   am.folds_in.push_back(FoldMark{from.string(), fold, staged, false});
   pinned.save_mark(disk, am);
   // 3. Stage; 4. commit: ACCEPTED's record holds the fold (the point of no return).
-  stage(disk, from, pinned, p);
+  try {
+    stage(disk, from, pinned, p);
+  } catch (const DiskError&) {
+    pinned.still_there(disk, "its commit");  // a move mid-stage is told as the move it is
+    throw;
+  }
   p.into.folds_in = am.folds_in;
   p.into.folds_in.back().committed = true;
   const bool in_place = pinned.save_commit(disk, p.into);
@@ -613,7 +632,7 @@ FoldReport fold_overlay(Disk& disk, const FoldRequest& req) {
   move_holds(disk, req.state_dir, p.paths, from, into, p.into, p.ids, req.lock_timeout, pinned.id());
   FoldMark out = *cm->fold_out;
   let_go(disk, from, *cm, out, p.into);
-  clear_mark(disk, into, fold);
+  if (in_place && pinned.stands(disk)) clear_mark(disk, into, fold);  // moved: its next verb drops it
   if (!in_place)
     spdlog::warn(
         "{} was moved while the fold committed: the fold is done in that overlay where it went (its next "

@@ -202,12 +202,22 @@ class Reverter {
     return std::nullopt;
   }
 
+  // What a revert did to one of Ninja's logs left as it is (build_changes.hpp), in a note.
+  std::string ninja_log_note(const ChangeRestored& r) const {
+    const std::string will = opts_.dry_run ? " would be " : " ";
+    if (r.action == "forget")
+      return r.path + ": its records of the outputs put back" + will +
+             "dropped, so that the install's build remakes them";
+    return r.path + will + "removed, as it could not be read record by record: the install's build starts over";
+  }
   // What the entry's traced build changed beyond its items goes back (build_changes.hpp); a path
   // changed since by someone else is left, noted, and kept on record as an untracked output.
   bool build_changes(const NativeEntry& e) {
     bool ok = true;
     left_.clear();
-    for (const auto& r : restore_build_changes(disk_, store_, changes_of(e), opts_.dry_run)) {
+    std::vector<fs::path> artifacts;
+    for (const auto& a : e.artifacts) artifacts.emplace_back(a.path);
+    for (const auto& r : restore_build_changes(disk_, store_, changes_of(e), opts_.dry_run, artifacts)) {
       if (r.left) {
         left_.push_back(r.path);
         report_.notes.push_back(r.path + ": " + r.problem);
@@ -217,11 +227,7 @@ class Reverter {
       } else {
         report_.actions.push_back({r.action, r.path});
         spdlog::info("{}{} {}", opts_.dry_run ? "would " : "", r.action, r.path);
-        if (is_ninja_log(r.path) && (r.action == "forget" || r.action == "remove"))
-          report_.notes.push_back(r.path +
-                                  (r.action == "forget" ? ": its records of the outputs put back dropped"
-                                                        : ": removed, as it could not be read record by record") +
-                                  ", so that the install's build remakes them");
+        if (r.action == "forget" || r.action == "discard") report_.notes.push_back(ninja_log_note(r));
       }
     }
     return ok;

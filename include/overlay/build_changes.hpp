@@ -30,7 +30,9 @@ std::string why_not_restorable(DiskReader& disk, const BackupPaths& store, const
 // One path put back, or why it could not be.
 struct ChangeRestored {
   std::string path;
-  std::string action;  // "restore", "remove", "unchanged", "forget"; "" when it was not put back
+  // "restore", "remove", "unchanged"; for one of Ninja's logs left as it is, "forget" (the records
+  // of the outputs put back dropped) or "discard" (removed whole); "" when it was not put back.
+  std::string action;
   std::string problem;
   bool left = false;  // not a failure: changed since the build by someone else, so left as it is
 };
@@ -40,8 +42,11 @@ struct ChangeRestored {
 // directories it made (deepest first, only where empty), then the mode and mtime of directories
 // that were there. A path changed since the build is left as it is and named; where that is one
 // of Ninja's logs, the records of the outputs put back go from it ("forget"), so Ninja remakes them.
+// `items` are the entry's own outputs the revert puts back besides (its artifacts): their records
+// go from a log left as it is too.
 std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store,
-                                                  const std::vector<BuildChange>& changes, bool dry_run);
+                                                  const std::vector<BuildChange>& changes, bool dry_run,
+                                                  const std::vector<fs::path>& items = {});
 
 // The first path the entry's build read (as its traces in `build_dir` recorded it) that is no
 // longer as that build found it — its type, a file's size or mtime: what the install's build

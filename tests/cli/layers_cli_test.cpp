@@ -986,6 +986,69 @@ TEST_F(Layers, AnAcceptedOverlayMovedBeforeItsMarkIsDurableIsToldAsAMove) {
   fold_while_accepted_moves(*this, {t / "ev/acc", "rename,renameat,renameat2"});
 }
 
+// The move lands during staging, right after the candidate's moved cache dir (the cache's
+// original, kept inside the overlay as versions before issue 62 did) was renamed into ACCEPTED. The fold stops; CAND,
+// finding no ACCEPTED at the path, drops its half, and its revert cannot find that original. The moved ACCEPTED's next
+// verb took the staged dir for nobody's and deleted it: the cache's original was lost for good. Now it goes back to
+// CAND, whose record names it, and CAND's revert puts the install back.
+TEST_F(Layers, ACacheOriginalStagedInAMovedAcceptedOverlayGoesBackToTheCandidate) {
+  const fs::path acc = t / "ev/acc";
+  write_file(in.root / "src/util.h", "#define U 1\n");
+  pristine = tree_digest(in.root);
+  write_file(t / "u.diff", "--- a/src/util.h\n+++ b/src/util.h\n@@ -1 +1 @@\n-#define U 1\n+#define U 8\n");
+  ASSERT_EQ(
+      run({"add-native", "--overlay", ov("acc"), "--patch", (t / "u.diff").string(), "--patch-root", in.root.string()})
+          .rc,
+      0);
+  ASSERT_EQ(add("cand", 6, {"--invalidate-cache", in.cache.string(), "--cache-snapshot", "move"}).rc, 0);
+  // The record of an older version: the original moved into the overlay, not put aside beside it.
+  json m = manifest("cand");
+  json& cache = m["natives"][0]["caches"].back();
+  const std::string backup_dir = "_native_backup/" + m["natives"][0]["id"].get<std::string>() + "/cache_0";
+  fs::rename(cache["aside"]["path"].get<std::string>(), fs::path(ov("cand")) / backup_dir);
+  cache.erase("aside");
+  cache.erase("parent");
+  cache["backup_dir"] = backup_dir;
+  write_file(fs::path(ov("cand")) / "_overlay_manifest.json", m.dump(2));
+  pid_t fold = spawn_paused_at({acc / backup_dir, "rename,renameat,renameat2"},
+                               {"fold", "--from", ov("cand"), "--into", ov("acc")}, env, t / "fold.err");
+  if (fold < 0) GTEST_SKIP() << "strace is not installed";
+  ASSERT_TRUE(until_ready_or_exited(fold, [&] { return fs::exists(acc / backup_dir); })) << read_file(t / "fold.err");
+  fs::rename(acc, t / "ev/acc.moved");
+  EXPECT_NE(wait_rc(fold), 0);
+  EXPECT_NE(read_file(t / "fold.err").find("was moved or replaced while the fold ran"), std::string::npos)
+      << read_file(t / "fold.err");
+  Cmd first = run({"revert", "--overlay", ov("cand")});  // its cache's original is in the moved overlay
+  Cmd a = run({"revert", "--overlay", (t / "ev/acc.moved").string()});
+  EXPECT_EQ(a.rc, 0) << a.err;
+  if (first.rc != 0) {
+    Cmd c = run({"revert", "--overlay", ov("cand")});
+    EXPECT_EQ(c.rc, 0) << first.err << c.err;
+  }
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+  Cmd st = run({"status", "--all", "--check-clean"});
+  EXPECT_EQ(st.rc, 0) << st.out << st.err;
+}
+
+// ACCEPTED named by a symlink to its directory (a harness's `latest -> acc-7`): the fold pinned
+// the link's own inode and refused every time, "moved or replaced … another directory stands
+// there", a line that was not true. The link names the directory, and the fold is made there.
+TEST_F(Layers, AFoldIntoASymlinkedAcceptedOverlayFoldsIntoItsDirectory) {
+  ASSERT_EQ(add("acc", 5).rc, 0);
+  ASSERT_EQ(add("cand", 6, {"--over", ov("acc")}).rc, 0);
+  fs::create_directory_symlink("acc", t / "ev/latest");
+  Cmd f = run({"fold", "--from", ov("cand"), "--into", ov("latest")});
+  ASSERT_EQ(f.rc, 0) << f.err;
+  EXPECT_TRUE(manifest("cand")["natives"].empty());
+  EXPECT_EQ(manifest("acc")["natives"].size(), 1u);
+  EXPECT_EQ(read_file(in.source), kernel(6));
+  Cmd r = run({"revert", "--overlay", ov("latest")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_TRUE(settle_litter(in.root));
+  EXPECT_EQ(tree_digest(in.root), pristine);
+}
+
 // The move lands right after the commit's rename (the second rename in ACCEPTED's directory). The
 // directory sync by path failed, the fold exited 1 with CAND still marked as folding, and CAND's
 // next verb, finding no ACCEPTED at the path, undid its side as if nothing had committed: both

@@ -387,7 +387,8 @@ namespace {
 // CMake names a custom command's output) and another build then appended one of its own, once the
 // revert put gen.h back; `header` opens the log, `with_build_ninja` says whether build.ninja
 // stands beside it (else the log was kept apart from it: `builddir`). nullopt: the log is gone.
-std::optional<std::string> ninja_log_after_revert(const std::string& header, bool with_build_ninja) {
+std::optional<std::string> ninja_log_after_revert(const std::string& header, bool with_build_ninja,
+                                                  const std::string& artifact = "") {
   TempDir t;
   Disk& disk = real_disk();
   fs::path ov = t / "ov", b = t / "b";
@@ -410,13 +411,15 @@ std::optional<std::string> ninja_log_after_revert(const std::string& header, boo
   std::ofstream(b / ".ninja_log", std::ios::app) << "5\t6\t300\tkb.o\tf00d\n";  // another build's, since
   BackupStore store(disk, ov);
   std::set<std::string> actions;
-  for (const auto& r : restore_build_changes(disk, store, changes, false)) {
+  std::vector<fs::path> items;
+  if (!artifact.empty()) items.push_back(b / artifact);
+  for (const auto& r : restore_build_changes(disk, store, changes, false, items)) {
     EXPECT_TRUE(r.problem.empty() || r.left) << r.path << ": " << r.problem;
     if (fs::path(r.path).filename() == ".ninja_log") actions.insert(r.left ? "left" : r.action);
   }
   EXPECT_EQ(read_file(b / "gen.h"), "#define G 1\n");
   if (!fs::exists(b / ".ninja_log")) {
-    EXPECT_EQ(actions, (std::set<std::string>{"left", "remove"}));
+    EXPECT_EQ(actions, (std::set<std::string>{"left", "discard"}));
     return std::nullopt;
   }
   EXPECT_EQ(actions, (std::set<std::string>{"left", "forget"}));
@@ -432,6 +435,13 @@ TEST(BuildChanges, AnOutputPutBackLosesItsRecordsInANinjaLogLeftAsItIs) {
   SKIP_UNLESS_TRACEABLE();
   EXPECT_EQ(ninja_log_after_revert("# ninja log v5\n", true),
             "# ninja log v5\n1\t2\t100\tother.o\tbeef\n5\t6\t300\tkb.o\tf00d\n");
+}
+
+// The entry's own artifact (`--artifact`, put back by the revert beside the build's changes) loses
+// its records too: an object named as the artifact would otherwise keep a later build's deps.
+TEST(BuildChanges, AnArtifactPutBackLosesItsRecordsToo) {
+  SKIP_UNLESS_TRACEABLE();
+  EXPECT_EQ(ninja_log_after_revert("# ninja log v5\n", true, "other.o"), "# ninja log v5\n5\t6\t300\tkb.o\tf00d\n");
 }
 
 // A log this cannot read record by record (an unknown header), or one apart from build.ninja (its
