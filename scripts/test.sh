@@ -111,7 +111,7 @@ if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
   OVERLAY_CRASH_TRIALS=6 OVERLAY_CONCURRENCY_TRIALS=5 OVERLAY_POWERLOSS_BOUND=8 OVERLAY_POWERLOSS_SAMPLES=2 OVERLAY_POWERLOSS_STRIDE=8 \
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j2 -LE long \
-    -E 'DiscoverRealWorld\.(Googletest|Torch)|RealWorld\.(TorchCppExtensionJit|DebianGoogletestCMakeNinja)|cow_.*_(cli|crash|powerloss|interop)|cow_btrfs_unit|model_claims|fleet_(node|coordinator)_killed|^(upstream_suites|drop_in_round_two|python_stacking|source_launch|python_runtime|python_distribution)$' | tee "$LOGS/asan.log"
+    -E 'DiscoverRealWorld\.(Googletest|Torch)|RealWorld\.(TorchCppExtensionJit|DebianGoogletestCMakeNinja)|cow_.*_(cli|crash|powerloss|interop)|cow_btrfs_unit|model_claims|fleet_(node|coordinator)_killed|^(upstream_suites|drop_in_round_two|python_stacking|source_launch|python_runtime|python_distribution)(_planned)?$|^python_start_plan$' | tee "$LOGS/asan.log"
 fi
 
 if [[ -z ${OVERLAY_SKIP_FUZZ:-} ]]; then

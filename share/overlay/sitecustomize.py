@@ -8,8 +8,11 @@
 # it: $OVERLAY_CACHE_DIR, else $XDG_CACHE_HOME/overlay, else ~/.cache/overlay. An entry there is
 # named by the SipHash of the source bytes it was compiled from, as the interpreter's own
 # checked-hash .pyc files are (PEP 552), and holds their length: it serves those bytes only.
-# A process compiles only these first functions: the runtime itself (_OVERLAY_RUNTIME, below) is
-# text to them, compiled once per interpreter into the cache and run from there.
+# A process compiles only these first functions: the runtime itself is text to them, compiled
+# once per interpreter into the cache and run from there, in two parts: its start
+# (_OVERLAY_RUNTIME), which every process runs, and the rest (_OVERLAY_RUNTIME_REST), which a
+# process loads only when it imports a module the overlay's entries wait for, or where its start
+# must say or run something (docs/performance.md: what a process that imports no target costs).
 import sys as _sys
 
 
@@ -27,9 +30,10 @@ def _overlay_cache_file(kind, data):
     return os.path.join(base, "runtime", "%s.%s.%s" % (kind, _sys.modules["_imp"].source_hash(key, data).hex(), tag))
 
 
-def _overlay_code(path, data):
+def _overlay_code(path, data, optimize=-1):
     """The code of Python source `data` read from `path`: the cache's compile of bytes of this hash
-    and length, else compiled, and kept there unless bytecode writing is off."""
+    and length, else compiled (at `optimize`, as compile() takes it), and kept there unless bytecode
+    writing is off."""
     import marshal
 
     name = _overlay_cache_file("code", data)
@@ -41,7 +45,7 @@ def _overlay_code(path, data):
             return code
     except Exception:
         pass  # none yet (or no cache): compile
-    code = compile(data, path, "exec", dont_inherit=True)
+    code = compile(data, path, "exec", dont_inherit=True, optimize=optimize)
     if name and (not _sys.dont_write_bytecode or globals().get("_OVERLAY_PRECOMPILE")):
         _OVERLAY_UNSAVED.append((name, marshal.dumps((len(data), code))))
     return code
@@ -63,6 +67,7 @@ _OVERLAY_RUNTIME = r'''
 import sys as _sys
 from _thread import allocate_lock as _allocate_lock, get_ident as _get_ident
 
+
 # ROCm/GPU probe tools are Python scripts that torch/aiter start while they import; applying the
 # overlay inside each of them again recursed into thousands of processes. Nothing happens there.
 _PROBE_NAMES = frozenset(
@@ -81,26 +86,11 @@ _PROBE_NAMES = frozenset(
         "roc-obj",
     )
 )
+
+
 # Set (to the importing process's pid) while this file imports a target: a process started
 # during that import is a probe of it, and skips the overlay; workers started later apply it.
 _GUARD_ENV = "OVERLAY_IMPORTING_TARGET"
-# Sections this version applies, and the keys the tool itself keeps at the top level.
-_KNOWN_SECTIONS = frozenset(
-    (
-        "modules",
-        "rebinds",
-        "captures",
-        "markers",
-        "hooks",
-        "installers",
-        "natives",
-        "running_patched",
-        "untracked_outputs",
-        "litter",
-        "layers_above",
-        "folds_in",
-    )
-)
 
 
 def _skip_reason():
@@ -163,6 +153,426 @@ class _HiddenUnittestDirs:
         return False
 
 
+_LOG_BUFFER = []  # while a module's entries apply: their lines, written at once after
+
+
+def _log(msg):
+    if _LOG_BUFFER:
+        _LOG_BUFFER.append("[overlay] %s\n" % msg)
+        return
+    try:
+        _sys.stderr.write("[overlay] %s\n" % msg)
+    except Exception:
+        pass
+
+
+def _finder_index():
+    """Where the overlay's finder goes: ahead of the import system's own finders and of other
+    overlays' (the one applied last is asked first, as before), behind any finder put there
+    before the runtime ran (a source-proving launch's validating finder must stay first)."""
+    own = ("BuiltinImporter", "FrozenImporter", "PathFinder", "_OverlayFinder")
+    for i, f in enumerate(_sys.meta_path):
+        if (getattr(f, "__name__", None) or type(f).__name__) in own:
+            return i
+    return len(_sys.meta_path)
+
+
+def _frozen():
+    """The import system's own modules (always loaded): spec and module making without importing
+    importlib.util."""
+    return _sys.modules["_frozen_importlib"], _sys.modules["_frozen_importlib_external"]
+
+
+def _exec_file(name, path):
+    """Runs the Python file at path as a fresh module named name (not put in sys.modules). One in
+    an overlay is compiled through the runtime's cache (no __pycache__ beside it); any other (the
+    system's sitecustomize.py) as the import system loads it, from its own bytecode."""
+    import os
+
+    bootstrap, external = _frozen()
+    overlay = os.path.exists(os.path.join(os.path.dirname(path), "_overlay_manifest.json"))
+    loader = _served_source(name, path) if overlay else None
+    spec = external.spec_from_file_location(name, path, loader=loader)
+    mod = bootstrap.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _served_source(name, path):
+    """The loader of a source file an overlay serves (its class made at the first)."""
+    _overlay_rest()
+    return _source_loader_class()(name, path)
+
+
+def _serve_overlay_dir(here):
+    """Imports from the overlay's own directory (implementation modules, worker modules) go
+    through a finder whose source loader writes no bytecode there."""
+    import os
+
+    ext = _frozen()[1]
+    kinds = (
+        (ext.ExtensionFileLoader, ext.EXTENSION_SUFFIXES),
+        (_served_source, ext.SOURCE_SUFFIXES),
+        (ext.SourcelessFileLoader, ext.BYTECODE_SUFFIXES),
+    )
+    for entry in _sys.path:
+        if isinstance(entry, str) and os.path.abspath(entry or ".") == here:
+            _sys.path_importer_cache[entry] = ext.FileFinder(entry, *kinds)
+
+
+def _plan_path(here):
+    """The start-up plan of the overlay at `here`, in the runtime's cache (None: no cache)."""
+    key = globals().get("_overlay_cache_file")
+    return key("plan", here.encode("utf-8", "surrogateescape")) if key else None
+
+
+def _keep_compiled():
+    """What _overlay_code compiled so far goes into the cache (written by the rest of the runtime: a
+    process that compiled nothing loads none of it for this)."""
+    unsaved = globals().get("_OVERLAY_UNSAVED") or []
+    if unsaved:
+        _overlay_rest()
+    while unsaved:
+        _overlay_cache_put(*unsaved.pop())
+
+
+_FOUND = {}
+
+
+def _importable(name):
+    """The top-level package only: never runs the package's code (one lookup per package)."""
+    top = name.split(".", 1)[0]
+    if top not in _FOUND:
+        try:
+            bootstrap, _ = _frozen()
+            _FOUND[top] = top in _sys.modules or bootstrap._find_spec(top, None) is not None
+        except Exception:
+            _FOUND[top] = False
+    return _FOUND[top]
+
+
+def _start_ticks():
+    """This process's start time in clock ticks since boot: /proc/self/stat's field 22, after
+    the command name's ")" (which may itself hold spaces and parentheses); in a time namespace
+    (a CRIU-restored container) less its boottime offset, which the kernel adds for the reader:
+    the host's number, which the tool records and compares."""
+    import os
+
+    def read(path):  # os.read, not open(): three system calls, not seven, in every process
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.read(fd, 4096)
+        finally:
+            os.close(fd)
+
+    ticks = int(read("/proc/self/stat").rsplit(b")", 1)[1].split()[19])
+    try:
+        for line in read("/proc/self/timens_offsets").splitlines():
+            clock = line.split()
+            if clock[:1] == [b"boottime"] and len(clock) == 3:
+                hz = os.sysconf("SC_CLK_TCK")
+                host = ticks - int(clock[1]) * hz - int(clock[2]) * hz // 1000000000
+                ticks = host if host > 0 else ticks
+    except (OSError, ValueError):
+        pass  # no time namespaces here: the number is the host's
+    return ticks
+
+
+def _chain_next_sitecustomize(here, me, chained):
+    """Runs the first sitecustomize.py on sys.path after this overlay's own entry, once: never
+    one before it (that one ran already, or chained us), never one that ran in this process."""
+    import os
+
+    paths = [e for e in _sys.path if isinstance(e, str)]
+    # Our entry, found by its spelling first (site put it there as PYTHONPATH says, nearly always
+    # as `here` itself); resolving every entry's symlinks costs each process a few hundred lstat
+    # calls, so only when needed.
+    at = [i for i, e in enumerate(paths) if e == here] or [
+        i for i, e in enumerate(paths) if os.path.abspath(e or ".") == here
+    ]
+    if not at:
+        at = [i for i, e in enumerate(paths) if os.path.realpath(e or ".") == me]
+    if not at:
+        return
+    # Files are told apart by device and inode (one stat each; resolving a path's symlinks costs
+    # one lstat per component, in every process): ours, and the one site imported when that is
+    # not ours (this overlay applied later, through _overlay_apply), which ran already.
+    import stat
+
+    def identity(path):
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):  # missing, or under a zip file or a file: no such file
+            return None
+        return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+    ours = os.path.join(here, "sitecustomize.py")
+    first = getattr(_sys.modules.get("sitecustomize"), "__file__", None)
+    mine = identity(ours)
+    # The file site imported: ours nearly always (one stat less in every process).
+    first = mine if first == ours else identity(first) if isinstance(first, str) else None
+    for entry in paths[at[0] + 1 :]:
+        candidate = os.path.join(entry or ".", "sitecustomize.py")
+        key = identity(candidate)
+        if key is None or key == mine:
+            continue
+        if key in chained or key == first:
+            return
+        chained.add(key)
+        try:
+            _exec_file("_overlay_chained_sitecustomize", candidate)
+        except Exception as e:
+            _log("chained sitecustomize %s failed: %s: %s" % (candidate, type(e).__name__, e))
+        return
+
+
+def _cached_plan(here, raw):
+    """The start-up plan in the runtime's cache for manifest bytes `raw` (compared whole: checksums
+    let a hand edit of the same length and sums through), or None: (raw, manifest less its rebinds,
+    rebind rows, distributions, start): see _read_manifest."""
+    import marshal
+
+    try:
+        with open(_plan_path(here), "rb") as f:  # None: no cache, a TypeError caught below
+            plan = marshal.loads(f.read())
+        if isinstance(plan, tuple) and len(plan) == 5 and plan[0] == raw:
+            return plan
+    except Exception:
+        pass  # none yet, or from another manifest: the caller parses it
+    return None
+
+
+def _create_record(path, line):
+    """Creates a live record with its first line in one write(2), not beside and renamed: every
+    process pays for this file at start, and a reader takes a line not yet whole for a record not
+    yet written, which is what it was a moment before."""
+    import os
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, flags, 0o666)
+    try:
+        os.write(fd, line.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+
+
+def _first_record(here, pending):
+    """This process's live record (see _LiveRecord) as the whole runtime writes it at start when
+    nothing has applied or failed yet (`pending`: its keys, as JSON text made with the plan):
+    [pid, file name, why it could not be written]. None where the overlay has no entry: no record."""
+    import os
+
+    if pending is None:
+        return None
+    pid = os.getpid()
+    name = "%d-%s.json" % (pid, os.urandom(4).hex())
+    try:
+        line = '{"pid": %d, "start_ticks": %d, "applied": [], "failed": [], "pending": %s}\n' % (
+            pid,
+            _start_ticks(),
+            pending,
+        )
+        _create_record(os.path.join(here, "_stats", "live", name), line)
+    except Exception as e:
+        return [pid, name, e]  # said, as the runtime says it, once something applies
+    return [pid, name, None]
+
+
+class _StartState(object):
+    """What an overlay's finder claims before the rest of the runtime is loaded."""
+
+    def __init__(self, here, modules, lazy):
+        self.here, self.modules, self.lazy = here, modules, lazy
+
+
+class _OverlayFinder(object):
+    """The overlay's finder as a process starts it, where the start-up plan lets it (_fast_start):
+    it claims what the whole one claims and, at the first lookup of a claimed module (its own, or
+    composed by another overlay's finder), loads the rest of the runtime, builds the overlay's state
+    from the plan read at start, and puts the whole finder in its place on sys.meta_path."""
+
+    overlay_finder_v1 = True  # speaks wrap(), as the whole finder does
+
+    def __init__(self, state, plan, record):
+        self.state, self.plan, self.record = state, plan, record
+        self.full, self.broken, self.busy, self.lock = None, None, None, _allocate_lock()
+
+    def claims(self, name):
+        return name in self.state.modules or name in self.state.lazy
+
+    def find_spec(self, name, path=None, target=None):
+        if not self.claims(name):
+            return None
+        full = self.upgrade()
+        return full.find_spec(name, path, target) if full is not None else None
+
+    def wrap(self, name, orig):
+        if not self.claims(name):
+            return orig
+        full = self.upgrade()
+        return full.wrap(name, orig) if full is not None else orig
+
+    def upgrade(self):
+        """The whole finder, made once (None where it could not be: said once)."""
+        import os
+
+        me = (os.getpid(), _get_ident())
+        if self.busy == me:
+            return None  # a lookup while this thread upgrades it: nothing claimed yet
+        if self.busy is not None and self.busy[0] != me[0]:
+            # Forked while another thread upgraded: that thread is not in this process, and the
+            # lock it held would never be released here.
+            self.lock, self.busy = _allocate_lock(), None
+        with self.lock:
+            if self.full is None and self.broken is None:
+                self.busy = me
+                try:
+                    _overlay_rest()
+                    self.full = _upgraded(self)
+                except Exception as e:
+                    self.broken = e
+                    _log("cannot load the runtime for %s: %s: %s" % (self.state.here, type(e).__name__, e))
+                finally:
+                    self.busy = None
+        return self.full
+
+
+_StartFinder = _OverlayFinder  # the rest of the runtime defines the whole _OverlayFinder
+
+
+def _start_exit(finder):
+    """At exit: what the whole runtime does where the finder was upgraded; else nothing applied in
+    this process, and its live record goes."""
+    import os
+
+    if finder.full is not None:
+        _at_exit(finder.full.state)
+        return
+    record = finder.record
+    if record is not None and record[0] == os.getpid():
+        try:
+            os.unlink(os.path.join(finder.state.here, "_stats", "live", record[1]))
+        except OSError:
+            pass  # never written (said with the record's failure), or removed already
+
+
+def _start_plan_here(here, me):
+    """The start-up plan, where this process may start the overlay by it alone: not run again in
+    the process, not skipped, no receipt kept, no target imported yet, and every module file and
+    package its entries need found now (else the whole runtime starts it, and says what it finds).
+    None otherwise."""
+    import os
+
+    seen = _sys.__dict__.get("_overlay_sitecustomize_seen")
+    if (seen is not None and me in seen["overlays"]) or os.environ.get("OVERLAY_RECEIPTS") or _skip_reason():
+        return None
+    try:
+        with open(os.path.join(here, "_overlay_manifest.json"), "rb") as f:
+            plan = _cached_plan(here, f.read())
+    except OSError:
+        return None  # no manifest: the whole runtime says so
+    if plan is None or plan[4] is None:
+        return None
+    modules, lazy, packages, impls, _ = plan[4]
+    if any(n in _sys.modules for n, _ in modules) or any(n in _sys.modules for n in lazy):
+        return None
+    with _HiddenUnittestDirs():
+        found = all(os.path.isfile(p) for _, p in modules) and all(_importable(n) for n in packages + impls)
+    if not found:
+        _FOUND.clear()  # the whole runtime looks again, with its finder in place
+        return None
+    return plan
+
+
+def _fast_start():
+    """Starts the overlay without the rest of the runtime (about 3/4 of it) where the start-up plan
+    says what every entry waits for: its finder claims those modules, the live record is written,
+    the next sitecustomize chained; the rest loads at the first claimed import. A process that
+    imports no target (a tokenizer, a resource tracker, a compiler helper) never loads it. True
+    when started so."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    me = os.path.realpath(here)
+    plan = _start_plan_here(here, me)
+    if plan is None:
+        return False
+    modules, lazy, _, _, pending = plan[4]
+    seen = _sys.__dict__.setdefault("_overlay_sitecustomize_seen", {"overlays": set(), "chained": set()})
+    seen["overlays"].add(me)
+    _serve_overlay_dir(here)
+    finder = _StartFinder(_StartState(here, dict(modules), frozenset(lazy)), plan[1:4], _first_record(here, pending))
+    _sys.meta_path.insert(_finder_index(), finder)
+    import atexit
+
+    atexit.register(_start_exit, finder)
+    _chain_next_sitecustomize(here, me, seen["chained"])
+    return True
+
+
+def _overlay_start():
+    # The tool runs this text with _OVERLAY_PRECOMPILE set to compile the whole runtime into the
+    # cache and write the start-up plan for an interpreter it knows (where bytecode writing is off,
+    # no process would): nothing applies then.
+    if globals().get("_OVERLAY_PRECOMPILE"):
+        _overlay_rest()
+    elif not _fast_start():
+        _overlay_rest()
+        _overlay_main()
+'''
+_OVERLAY_START_AFTER = _sys._getframe().f_lineno  # the line after the literal of the start
+_OVERLAY_RUNTIME_REST = r'''
+# The rest of the runtime: run in the namespace its start (_OVERLAY_RUNTIME) made, whose names
+# it uses (_sys, _log, _importable, _json, ...), at the first import of a claimed module or where
+# the start-up plan does not let a process start without it.
+_SOURCE_LOADER = []
+
+
+def _source_loader_class():
+    """The loader of a source file the overlay serves: the import system's own, but compiled
+    through the runtime's cache, never to a __pycache__ beside the file."""
+    if not _SOURCE_LOADER:
+        code_of = globals().get("_overlay_code")
+
+        class OverlaySourceLoader(_frozen()[1].SourceFileLoader):
+            def get_code(self, fullname):
+                path = self.get_filename(fullname)
+                data = self.get_data(path)
+                receipt = globals().get("_Receipt")  # loaded wherever receipts are kept
+                if receipt is not None:
+                    receipt.served(path, data)
+                if not code_of:
+                    return compile(data, path, "exec", dont_inherit=True)
+                code = code_of(path, data)
+                _keep_compiled()
+                return code
+
+        _SOURCE_LOADER.append(OverlaySourceLoader)
+    return _SOURCE_LOADER[0]
+
+
+def _overlay_cache_put(path, data):
+    """Into the runtime's cache, written beside and renamed over: a reader sees a whole entry or
+    none. Best effort."""
+    import os
+
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except Exception:
+        try:
+            os.unlink(tmp)
+        except Exception:
+            pass  # nothing was written, or it went already
+
+
 class _ImportGuard:
     """Holds _GUARD_ENV set while any target (or installer) imports, in any thread; nests. The
     count and the value it replaced are the process's, not one entry's: two threads importing two
@@ -197,17 +607,55 @@ class _ImportGuard:
         _ImportGuard.lock = _allocate_lock()  # another thread may have held it at the fork
 
 
-_LOG_BUFFER = []  # while a module's entries apply: their lines, written at once after
+def _json(v):
+    """JSON text of a record (dict with str keys, list, str, int, bool, None), as json.dumps
+    writes it with ensure_ascii: so a process that records needs no json module."""
+    if isinstance(v, dict):
+        return "{%s}" % ", ".join("%s: %s" % (_json(k), _json(x)) for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        if v and all(type(x) is str for x in v):  # a list of keys: one join when all are plain
+            j = '", "'.join(v)
+            if j.isascii() and j.isprintable() and "\\" not in j and j.count('"') == 2 * (len(v) - 1):
+                return '["%s"]' % j
+        return "[%s]" % ", ".join(_json(x) for x in v)
+    if isinstance(v, str):
+        if v.isascii() and v.isprintable() and '"' not in v and "\\" not in v:  # entry keys: nearly always
+            return '"%s"' % v
+        out = []
+        for c in v:
+            o = ord(c)
+            if c in '"\\':
+                out.append("\\" + c)
+            elif 0x20 <= o < 0x7F:
+                out.append(c)
+            elif o > 0xFFFF:
+                o -= 0x10000
+                out.append("\\u%04x\\u%04x" % (0xD800 | (o >> 10), 0xDC00 | (o & 0x3FF)))
+            else:
+                out.append("\\u%04x" % o)
+        return '"%s"' % "".join(out)
+    if v is True or v is False or v is None:
+        return {True: "true", False: "false", None: "null"}[v]
+    return str(int(v))
 
 
-def _log(msg):
-    if _LOG_BUFFER:
-        _LOG_BUFFER.append("[overlay] %s\n" % msg)
-        return
-    try:
-        _sys.stderr.write("[overlay] %s\n" % msg)
-    except Exception:
-        pass
+# Sections this version applies, and the keys the tool itself keeps at the top level.
+_KNOWN_SECTIONS = frozenset(
+    (
+        "modules",
+        "rebinds",
+        "captures",
+        "markers",
+        "hooks",
+        "installers",
+        "natives",
+        "running_patched",
+        "untracked_outputs",
+        "litter",
+        "layers_above",
+        "folds_in",
+    )
+)
 
 
 class _LogBatch:
@@ -261,17 +709,6 @@ def _install_finder(state):
     return finder
 
 
-def _finder_index():
-    """Where the overlay's finder goes: ahead of the import system's own finders and of other
-    overlays' (the one applied last is asked first, as before), behind any finder put there
-    before the runtime ran (a source-proving launch's validating finder must stay first)."""
-    own = ("BuiltinImporter", "FrozenImporter", "PathFinder", "_OverlayFinder")
-    for i, f in enumerate(_sys.meta_path):
-        if (getattr(f, "__name__", None) or type(f).__name__) in own:
-            return i
-    return len(_sys.meta_path)
-
-
 def _register_again(here):
     """This overlay's sitecustomize.py run again in the process (the pipeline's adapters do, with
     runpy.run_path): its entries stay applied once, by the finder registered first, which takes a
@@ -295,6 +732,8 @@ def _register_again(here):
             and isinstance(getattr(st, "here", None), str)
             and os.path.realpath(st.here) == me
         ):
+            if hasattr(f, "upgrade"):  # started by its plan: the whole finder first
+                st = getattr(f.upgrade(), "state", None)
             state = st
             break
     for e in _entries(manifest, "modules"):
@@ -320,103 +759,10 @@ def _imported_elsewhere(name, path):
     return not (isinstance(f, str) and os.path.realpath(f) == os.path.realpath(path))
 
 
-def _frozen():
-    """The import system's own modules (always loaded): spec and module making without importing
-    importlib.util."""
-    return _sys.modules["_frozen_importlib"], _sys.modules["_frozen_importlib_external"]
-
-
-def _exec_file(name, path):
-    """Runs the Python file at path as a fresh module named name (not put in sys.modules). One in
-    an overlay is compiled through the runtime's cache (no __pycache__ beside it); any other (the
-    system's sitecustomize.py) as the import system loads it, from its own bytecode."""
-    import os
-
-    bootstrap, external = _frozen()
-    overlay = os.path.exists(os.path.join(os.path.dirname(path), "_overlay_manifest.json"))
-    loader = _source_loader_class()(name, path) if overlay else None
-    spec = external.spec_from_file_location(name, path, loader=loader)
-    mod = bootstrap.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_SOURCE_LOADER = []
-
-
-def _source_loader_class():
-    """The loader of a source file the overlay serves: the import system's own, but compiled
-    through the runtime's cache, never to a __pycache__ beside the file."""
-    if not _SOURCE_LOADER:
-        code_of = globals().get("_overlay_code")
-
-        class OverlaySourceLoader(_frozen()[1].SourceFileLoader):
-            def get_code(self, fullname):
-                path = self.get_filename(fullname)
-                data = self.get_data(path)
-                _Receipt.served(path, data)
-                if not code_of:
-                    return compile(data, path, "exec", dont_inherit=True)
-                code = code_of(path, data)
-                _keep_compiled()
-                return code
-
-        _SOURCE_LOADER.append(OverlaySourceLoader)
-    return _SOURCE_LOADER[0]
-
-
-def _serve_overlay_dir(here):
-    """Imports from the overlay's own directory (implementation modules, worker modules) go
-    through a finder whose source loader writes no bytecode there."""
-    import os
-
-    ext = _frozen()[1]
-    kinds = (
-        (ext.ExtensionFileLoader, ext.EXTENSION_SUFFIXES),
-        (_source_loader_class(), ext.SOURCE_SUFFIXES),
-        (ext.SourcelessFileLoader, ext.BYTECODE_SUFFIXES),
-    )
-    for entry in _sys.path:
-        if isinstance(entry, str) and os.path.abspath(entry or ".") == here:
-            _sys.path_importer_cache[entry] = ext.FileFinder(entry, *kinds)
-
-
-def _plan_path(here):
-    """The start-up plan of the overlay at `here`, in the runtime's cache (None: no cache)."""
-    key = globals().get("_overlay_cache_file")
-    return key("plan", here.encode("utf-8", "surrogateescape")) if key else None
-
-
-def _overlay_cache_put(path, data):
-    """Into the runtime's cache, written beside and renamed over: a reader sees a whole entry or
-    none. Best effort."""
-    import os
-
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    try:
-        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except Exception:
-        try:
-            os.unlink(tmp)
-        except Exception:
-            pass  # nothing was written, or it went already
-
-
-def _keep_compiled():
-    """What _overlay_code compiled so far goes into the cache."""
-    unsaved = globals().get("_OVERLAY_UNSAVED") or []
-    while unsaved:
-        _overlay_cache_put(*unsaved.pop())
-
-
 def _read_manifest(here):
-    """The manifest: from the start-up plan (__pycache__/_overlay_plan.<tag>.marshal: the
-    manifest's exact bytes and their parse, loaded by marshal, which is built in) while those
-    bytes are the manifest's (compared whole: checksums let a hand edit of the same length and
-    sums through); else parsed with json (imported only then) and the plan written for the next
+    """The manifest: from the start-up plan in the runtime's cache (the manifest's exact bytes
+    and their parse, loaded by marshal, which is built in: _cached_plan) while those bytes are the
+    manifest's; else parsed with json (imported only then) and the plan written for the next
     process, unless bytecode writing is off (PYTHONDONTWRITEBYTECODE)."""
     import marshal
     import os
@@ -424,14 +770,9 @@ def _read_manifest(here):
     with open(os.path.join(here, "_overlay_manifest.json"), "rb") as f:
         raw = f.read()
     _Receipt.overlay(here, raw)
-    mark = raw
-    try:
-        with open(_plan_path(here), "rb") as f:  # None: no cache, a TypeError caught below
-            plan = marshal.loads(f.read())
-        if isinstance(plan, tuple) and len(plan) == 4 and plan[0] == mark:
-            return plan[1], plan[2], plan[3]
-    except Exception:
-        pass  # none yet, or from another manifest: parse it
+    plan = _cached_plan(here, raw)
+    if plan is not None:
+        return plan[1], plan[2], plan[3]
     manifest = _parse_json(raw.decode("utf-8", "surrogateescape"))
     if not isinstance(manifest, dict):
         return manifest, None, {}
@@ -441,7 +782,7 @@ def _read_manifest(here):
     rows, made = _rebind_rows(manifest), _made_against(manifest)
     rest = dict(manifest, rebinds=[])
     if not _sys.dont_write_bytecode:
-        _write_plan(here, marshal.dumps((mark, rest, rows, made)))
+        _write_plan(here, marshal.dumps((raw, rest, rows, made, _start_plan(here, rest, rows))))
     return rest, rows, made
 
 
@@ -648,11 +989,8 @@ def _apply(here):
         _log("manifest in %s is not an object: nothing applied" % here)
         _install_finder(_State(here, {}))
         return
-    for key in sorted(manifest):
-        if key not in _KNOWN_SECTIONS and isinstance(manifest[key], list) and manifest[key]:
-            _log(
-                "manifest section %r (%d entries) is not applied by this version of overlay" % (key, len(manifest[key]))
-            )
+    for key in _unknown_sections(manifest):
+        _log("manifest section %r (%d entries) is not applied by this version of overlay" % (key, len(manifest[key])))
     state = _State(here, manifest)
     state.made_against = made
     state.register_modules()
@@ -675,21 +1013,6 @@ def _entries(manifest, key):
     return [e for e in v if isinstance(e, dict)] if isinstance(v, list) else []
 
 
-_FOUND = {}
-
-
-def _importable(name):
-    """The top-level package only: never runs the package's code (one lookup per package)."""
-    top = name.split(".", 1)[0]
-    if top not in _FOUND:
-        try:
-            bootstrap, _ = _frozen()
-            _FOUND[top] = top in _sys.modules or bootstrap._find_spec(top, None) is not None
-        except Exception:
-            _FOUND[top] = False
-    return _FOUND[top]
-
-
 def _resolve(obj, dotted):
     parts = dotted.split(".")
     for p in parts[:-1]:
@@ -703,6 +1026,8 @@ def _is_str(*xs):
 
 # Within one target module, the order its lazy entries apply in.
 _LAZY_ORDER = {"rebind": 0, "capture": 1, "marker": 2, "hook": 3}
+
+
 _LAZY_KINDS = (0, 1, 2, 3)
 
 
@@ -710,6 +1035,10 @@ class _State:
     """What this overlay applies in this process, and what it has applied so far. Keys name an
     entry: "module:M", "rebind:T->IM.IA", "capture:T", "marker:T", "hook:M->IM.IA",
     "installer:ID"."""
+
+    # dry: registering only, to make the start-up plan (no package looked up, nothing said);
+    # says: whether a registration would have said something at start
+    dry = says = False
 
     def __init__(self, here, manifest):
         self.here, self.manifest = here, manifest
@@ -767,6 +1096,12 @@ class _State:
         self.live.dirty = True
         self.live.flush()
 
+    def malformed(self, msg):
+        if self.dry:
+            self.says = True
+        else:
+            _log(msg)
+
     def fail(self, key, msg):
         self.failed.add(key)
         self.live.dirty = True
@@ -782,7 +1117,7 @@ class _State:
                 self.modules[name] = path if os.path.isabs(path) else os.path.join(self.here, path)
                 self.pending["module:" + name] = ("module", name)
             else:
-                _log("module inject FAILED %r: malformed entry" % (e,))
+                self.malformed("module inject FAILED %r: malformed entry" % (e,))
 
     def check_modules(self):
         import os
@@ -809,7 +1144,7 @@ class _State:
 
     def add_lazy(self, kind, module, key, what, apply, args):
         self.pending[key] = (kind, what)
-        if not _importable(module):
+        if not self.dry and not _importable(module):
             label = {"rebind": "rebind", "capture": "capture install", "marker": "seam marker install", "hook": "hook"}[
                 kind
             ]
@@ -823,19 +1158,19 @@ class _State:
         # order as it is built (no sort).
         for row in rebinds:  # the hot loop of a large overlay: rows checked when the plan was made
             if type(row) is str:
-                _log("rebind FAILED %s: malformed entry" % row)
+                self.malformed("rebind FAILED %s: malformed entry" % row)
                 continue
             module, attr, m, a, count = row
             t = module + ":" + attr
             key = "rebind:" + t + "->" + m + "." + a
-            if not _importable(m) and _importable(module) and self.judges_impls():
+            if not self.dry and not _importable(m) and _importable(module) and self.judges_impls():
                 self.fail(key, "rebind FAILED %s: impl module %s is not importable" % (t, m))
                 self.retry.add(key)
             self.add_lazy("rebind", module, key, t, self.rebind, (key, t, m, a, count, attr))
         for e in _entries(self.manifest, "captures"):
             t, out, limit = e.get("target"), e.get("out"), e.get("max", 5)
             if not (_is_str(t, out) and ":" in t and isinstance(limit, int) and not isinstance(limit, bool)):
-                _log("capture install FAILED %r: malformed entry" % (e,))
+                self.malformed("capture install FAILED %r: malformed entry" % (e,))
                 continue
             self.add_lazy(
                 "capture", t.split(":", 1)[0], "capture:" + t, t, self.capture, ("capture:" + t, t, out, limit)
@@ -843,13 +1178,13 @@ class _State:
         for e in _entries(self.manifest, "markers"):
             t = e.get("target")
             if not (_is_str(t) and ":" in t):
-                _log("seam marker install FAILED %r: malformed entry" % (e,))
+                self.malformed("seam marker install FAILED %r: malformed entry" % (e,))
                 continue
             self.add_lazy("marker", t.split(":", 1)[0], "marker:" + t, t, self.marker, ("marker:" + t, t))
         for e in _entries(self.manifest, "hooks"):
             mod, m, a = e.get("module"), e.get("impl_module"), e.get("impl_attr", "install")
             if not _is_str(mod, m, a):
-                _log("hook FAILED %r: malformed entry" % (e,))
+                self.malformed("hook FAILED %r: malformed entry" % (e,))
                 continue
             key = "hook:%s->%s.%s" % (mod, m, a)
             self.add_lazy("hook", mod, key, mod, self.hook, (key, mod, m, a))
@@ -1177,38 +1512,6 @@ class _OverlayFinder(object):
         return orig
 
 
-def _json(v):
-    """JSON text of a record (dict with str keys, list, str, int, bool, None), as json.dumps
-    writes it with ensure_ascii: so a process that records needs no json module."""
-    if isinstance(v, dict):
-        return "{%s}" % ", ".join("%s: %s" % (_json(k), _json(x)) for k, x in v.items())
-    if isinstance(v, (list, tuple)):
-        if v and all(type(x) is str for x in v):  # a list of keys: one join when all are plain
-            j = '", "'.join(v)
-            if j.isascii() and j.isprintable() and "\\" not in j and j.count('"') == 2 * (len(v) - 1):
-                return '["%s"]' % j
-        return "[%s]" % ", ".join(_json(x) for x in v)
-    if isinstance(v, str):
-        if v.isascii() and v.isprintable() and '"' not in v and "\\" not in v:  # entry keys: nearly always
-            return '"%s"' % v
-        out = []
-        for c in v:
-            o = ord(c)
-            if c in '"\\':
-                out.append("\\" + c)
-            elif 0x20 <= o < 0x7F:
-                out.append(c)
-            elif o > 0xFFFF:
-                o -= 0x10000
-                out.append("\\u%04x\\u%04x" % (0xD800 | (o >> 10), 0xDC00 | (o & 0x3FF)))
-            else:
-                out.append("\\u%04x" % o)
-        return '"%s"' % "".join(out)
-    if v is True or v is False or v is None:
-        return {True: "true", False: "false", None: "null"}[v]
-    return str(int(v))
-
-
 def _write_json(d, name, record, end=""):
     """Writes d/name beside and renames it over: a reader never sees it half-written."""
     import os
@@ -1218,32 +1521,6 @@ def _write_json(d, name, record, end=""):
     with open(tmp, "w") as f:
         f.write(_json(record) + end)
     os.replace(tmp, os.path.join(d, name))
-
-
-def _start_ticks():
-    """This process's start time in clock ticks since boot: /proc/self/stat's field 22, after
-    the command name's ")" (which may itself hold spaces and parentheses); in a time namespace
-    (a CRIU-restored container) less its boottime offset, which the kernel adds for the reader:
-    the host's number, which the tool records and compares."""
-    import os
-
-    fd = os.open("/proc/self/stat", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        text = os.read(fd, 4096)
-    finally:
-        os.close(fd)
-    ticks = int(text.rsplit(b")", 1)[1].split()[19])
-    try:
-        with open("/proc/self/timens_offsets", "rb") as f:
-            for line in f:
-                clock = line.split()
-                if clock[:1] == [b"boottime"] and len(clock) == 3:
-                    hz = os.sysconf("SC_CLK_TCK")
-                    host = ticks - int(clock[1]) * hz - int(clock[2]) * hz // 1000000000
-                    ticks = host if host > 0 else ticks
-    except (OSError, ValueError):
-        pass  # no time namespaces here: the number is the host's
-    return ticks
 
 
 class _LiveRecord:
@@ -1309,29 +1586,21 @@ class _LiveRecord:
                 }
                 if displaced:
                     record["displaced"] = sorted(displaced)
-                self._create(os.path.join(self.here, "_stats", "live", self.name), record)
+                _create_record(os.path.join(self.here, "_stats", "live", self.name), _json(record) + "\n")
             self.said_applied, self.said_failed, self.said_displaced = applied, failed, displaced
         except Exception as e:
             self.broken = e
             self._say(quiet)
 
-    @staticmethod
-    def _create(path, record):
-        """Creates the record with its first line in one write(2), not beside and renamed: every
-        process pays for this file at start, and a reader takes a line not yet whole for a
-        record not yet written, which is what it was a moment before."""
+    def adopt(self, record):
+        """Carries on the record this process's start wrote ([pid, file name, why not written]:
+        _first_record); whether it did (not in a forked child: it writes its own)."""
         import os
 
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        try:
-            fd = os.open(path, flags, 0o666)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, flags, 0o666)
-        try:
-            os.write(fd, (_json(record) + "\n").encode("utf-8", "surrogateescape"))
-        finally:
-            os.close(fd)
+        if record is None or record[0] != os.getpid():
+            return False
+        self.pid, self.name, self.broken = record
+        return True
 
     def _say(self, quiet):
         if quiet or self.said:
@@ -1509,61 +1778,60 @@ class _Receipt:
         cls._write({"maps": maps})
 
 
-def _chain_next_sitecustomize(here, me, chained):
-    """Runs the first sitecustomize.py on sys.path after this overlay's own entry, once: never
-    one before it (that one ran already, or chained us), never one that ran in this process."""
+def _unknown_sections(manifest):
+    """The manifest's sections with entries that this version does not apply."""
+    return [k for k in sorted(manifest) if k not in _KNOWN_SECTIONS and isinstance(manifest[k], list) and manifest[k]]
+
+
+def _start_plan(here, manifest, rows):
+    """The start-up plan's last item: what a process needs to start the overlay without the rest
+    of the runtime (_fast_start), or None where its start says or runs something (installers, a
+    section or an entry it reports): the module files its finder serves ((name, path) pairs), the
+    modules its lazy entries wait for, the packages and implementation modules to find, and the
+    live record's pending keys as the JSON text _LiveRecord writes (None: no entry, no record)."""
+    if _entries(manifest, "installers") or _unknown_sections(manifest):
+        return None
+    state = _State(here, manifest)
+    state.dry = True
+    state.register_modules()
+    state.register_lazy(rows)
+    if state.says:
+        return None
+    impls = tuple(sorted(set(r[2] for r in rows if type(r) is tuple)))
+    packages = tuple(sorted(set(state.modules) | set(state.lazy)))
+    pending = _json(list(state.pending)) if state.pending else None
+    return (tuple(state.modules.items()), tuple(state.lazy), packages, impls, pending)
+
+
+def _upgraded(start):
+    """The whole finder of an overlay started by its plan (start: the _StartFinder), in the start
+    finder's place on sys.meta_path: its state built as _apply builds it, from the plan read at
+    start (a manifest changed since applies to processes started since), its live record carried
+    on."""
     import os
 
-    paths = [e for e in _sys.path if isinstance(e, str)]
-    # Our entry, found by its spelling first (site put it there as PYTHONPATH says); resolving
-    # every entry's symlinks costs each process a few hundred lstat calls, so only when needed.
-    at = [i for i, e in enumerate(paths) if os.path.abspath(e or ".") == here]
-    if not at:
-        at = [i for i, e in enumerate(paths) if os.path.realpath(e or ".") == me]
-    if not at:
-        return
-    # Files are told apart by device and inode (one stat each; resolving a path's symlinks costs
-    # one lstat per component, in every process): ours, and the one site imported when that is
-    # not ours (this overlay applied later, through _overlay_apply), which ran already.
-    import stat
-
-    def identity(path):
-        try:
-            st = os.stat(path)
-        except (OSError, ValueError):  # missing, or under a zip file or a file: no such file
-            return None
-        return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
-
-    first = getattr(_sys.modules.get("sitecustomize"), "__file__", None)
-    mine = identity(os.path.join(here, "sitecustomize.py"))
-    for entry in paths[at[0] + 1 :]:
-        candidate = os.path.join(entry or ".", "sitecustomize.py")
-        key = identity(candidate)
-        if key is None or key == mine:
-            continue
-        if key in chained or (isinstance(first, str) and identity(first) == key):
-            return
-        chained.add(key)
-        try:
-            _exec_file("_overlay_chained_sitecustomize", candidate)
-        except Exception as e:
-            _log("chained sitecustomize %s failed: %s: %s" % (candidate, type(e).__name__, e))
-        return
-
-
-try:
-    # The tool runs this text with _OVERLAY_PRECOMPILE set to write the start-up plan for an
-    # interpreter it knows (where bytecode writing is off, no process would): nothing applies then.
-    if not globals().get("_OVERLAY_PRECOMPILE"):
-        _overlay_main()
-    _keep_compiled()
-except Exception as _e:  # never crash the interpreter
-    try:
-        _sys.stderr.write("[overlay] sitecustomize failed: %s: %s\n" % (type(_e).__name__, _e))
-    except Exception:
-        pass
+    here = start.state.here
+    manifest, rows, made = start.plan
+    os.register_at_fork(after_in_child=_ImportGuard.after_fork)  # as _overlay_main does at start
+    with _HiddenUnittestDirs():
+        state = _State(here, manifest)
+        state.made_against = made
+        state.register_modules()
+        state.register_lazy(rows)
+        finder = _OverlayFinder(state)
+        meta = _sys.meta_path
+        for i, f in enumerate(meta):
+            if f is start:
+                meta[i] = finder
+                break
+        state.check_modules()
+        state.catch_up()
+    state.live.started = True
+    if state.live.adopt(start.record):  # else a forked child's, written when something applies in it
+        state.live.flush(quiet=True)  # what the catch-up applied
+    return finder
 '''
-_OVERLAY_AFTER = _sys._getframe().f_lineno  # the line after the literal
+_OVERLAY_AFTER = _sys._getframe().f_lineno  # the line after the literal of the rest
 
 
 def _overlay_age_start_objects():
@@ -1579,18 +1847,27 @@ def _overlay_age_start_objects():
         gc.unfreeze()
 
 
-def _overlay_run_runtime(after):
-    """Runs _OVERLAY_RUNTIME in this module's namespace, its lines numbered as they stand in this
-    file (`after`: the line after the literal), so a traceback points into it."""
-    _overlay_age_start_objects()
-    text = _OVERLAY_RUNTIME
+def _overlay_run(text, after):
+    """Runs runtime text in this module's namespace, its lines numbered as they stand in this file
+    (`after`: the line after its literal), so a traceback points into it."""
     first = after - 1 - text.count("\n")  # the line that opens the literal
     path = globals().get("__file__") or "sitecustomize.py"
-    exec(_overlay_code(path, ("\n" * (first - 1) + text).encode("utf-8")), globals())
+    # Compiled without docstrings: the runtime never reads them, and each process unmarshals less.
+    exec(_overlay_code(path, ("\n" * (first - 1) + text).encode("utf-8"), 2), globals())
+
+
+def _overlay_rest():
+    """Runs the rest of the runtime here, once."""
+    if "_overlay_main" not in globals():
+        _overlay_run(_OVERLAY_RUNTIME_REST, _OVERLAY_AFTER)
+        _keep_compiled()
 
 
 try:
-    _overlay_run_runtime(_OVERLAY_AFTER)
+    _overlay_age_start_objects()
+    _overlay_run(_OVERLAY_RUNTIME, _OVERLAY_START_AFTER)
+    _overlay_start()
+    _keep_compiled()
 except Exception as _e:  # never crash the interpreter
     try:
         _sys.stderr.write("[overlay] sitecustomize failed: %s: %s\n" % (type(_e).__name__, _e))
