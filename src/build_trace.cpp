@@ -421,9 +421,8 @@ pid_t Tracer::start(const std::vector<std::string>& argv) {
 // not start (nothing when the program ran: the pipe closed on exec).
 void Tracer::read_report(const std::string& program) {
   int err = 0;
-  ssize_t n;
-  while ((n = ::read(report_, &err, sizeof err)) < 0 && errno == EINTR) {
-  }
+  ssize_t n = ::read(report_, &err, sizeof err);
+  while (n < 0 && errno == EINTR) n = ::read(report_, &err, sizeof err);
   ::close(report_);
   if (n == sizeof err && err < 0) {
     out_.untraced = std::string("no seccomp filter could be installed (") + std::strerror(-err) + ")";

@@ -107,7 +107,8 @@ std::optional<ProcessInfo> read_process(DiskReader& disk, pid_t pid, const fs::p
   try {
     std::string stat = read_small_file(disk, dir / "stat", kMaxProcText);
     if (!parse_proc_stat(stat, p.ppid, p.start_ticks)) return std::nullopt;
-    if ((p.state = stat_state(stat)) == 'Z') return std::nullopt;
+    p.state = stat_state(stat);
+    if (p.state == 'Z') return std::nullopt;
   } catch (const std::exception&) {
     return std::nullopt;  // gone (or never was)
   }
@@ -138,8 +139,9 @@ ProcessScan scan_processes(DiskReader& disk, const std::vector<std::string>& onl
       if (!wanted) continue;
       p.pid = static_cast<pid_t>(std::stol(e.name));
       std::string stat = read_small_file(disk, dir / "stat", kMaxProcText);
-      if (!parse_proc_stat(stat, p.ppid, p.start_ticks) || (p.state = stat_state(stat)) == 'Z')
-        continue;  // a zombie runs nothing
+      if (!parse_proc_stat(stat, p.ppid, p.start_ticks)) continue;
+      p.state = stat_state(stat);
+      if (p.state == 'Z') continue;  // a zombie runs nothing
       p.cmdline = joined_cmdline(read_small_file(disk, dir / "cmdline", kMaxProcText));
     } catch (const DiskError& err) {
       if (err.code() == EACCES || err.code() == EPERM) ++scan.unreadable;

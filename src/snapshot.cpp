@@ -190,8 +190,8 @@ std::vector<Member> scan_tar(Disk& disk, const fs::path& tar_path, const std::st
   ArchivePtr a = open_tar(src, tar_path);
   std::vector<Member> members;
   archive_entry* e = nullptr;
-  int rc;
-  while ((rc = next_header(a.get(), &e)) == ARCHIVE_OK) {
+  int rc = next_header(a.get(), &e);
+  for (; rc == ARCHIVE_OK; rc = next_header(a.get(), &e)) {
     const char* p = A().archive_entry_pathname(e);
     std::string raw = p ? p : "";
     Member m{normalize_member(raw), {}};
@@ -304,8 +304,8 @@ void Extractor::write_file(archive* a, const At& p, mode_t mode) {
   const void* block = nullptr;
   size_t size = 0;
   la_int64_t offset = 0, written = 0;
-  int rc;
-  while ((rc = A().archive_read_data_block(a, &block, &size, &offset)) == ARCHIVE_OK) {
+  int rc = A().archive_read_data_block(a, &block, &size, &offset);
+  for (; rc == ARCHIVE_OK; rc = A().archive_read_data_block(a, &block, &size, &offset)) {
     if (offset > written) {  // sparse hole
       std::vector<char> zeros(static_cast<std::size_t>(offset - written), 0);
       out->write(zeros.data(), zeros.size());
@@ -419,8 +419,8 @@ void extract_tar(Disk& disk, const fs::path& tar_path, const At& dest, const std
     return prefix->empty() || name == *prefix || name.rfind(*prefix + "/", 0) == 0;
   };
   archive_entry* e = nullptr;
-  int rc;
-  while ((rc = next_header(a.get(), &e)) == ARCHIVE_OK) {
+  int rc = next_header(a.get(), &e);
+  for (; rc == ARCHIVE_OK; rc = next_header(a.get(), &e)) {
     const char* p = A().archive_entry_pathname(e);
     std::string raw = p ? p : "";
     std::string name = normalize_member(raw);

@@ -144,8 +144,10 @@ std::vector<fs::path> jit_roots(DiskReader& disk, const DiscoverRequest& req, co
       roots.push_back(fs::path(home) / ".cache/torch_extensions");
     env_root(roots, "AITER_JIT_DIR");
     env_root(roots, "AITER_ROOT_DIR", "build");
-    if (home && *home)
-      add_unique(roots, fs::path(home) / ".aiter/jit"), add_unique(roots, fs::path(home) / ".aiter/build");
+    if (home && *home) {
+      add_unique(roots, fs::path(home) / ".aiter/jit");
+      add_unique(roots, fs::path(home) / ".aiter/build");
+    }
     // aiter built from source keeps its JIT dir in the package: <repo>/aiter/jit beside <repo>/csrc.
     for (fs::path d = t.given.parent_path(); !d.empty(); d = d.parent_path()) {
       if (is_directory(disk, d / "aiter/jit")) add_unique(roots, d / "aiter/jit");

@@ -164,6 +164,21 @@ def comma_statements(root):
     return problems
 
 
+# `if ((x = f()) == y)`, `while ((n = read(...)) < 0)`: an assignment a reader must find inside a
+# condition (issue 64: one assignment a statement).
+ASSIGNED_IN_CONDITION = re.compile(r"\b(?:if|while)\s*\(\s*\(\s*[\w.>\[\]-]+\s*=[^=]")
+
+
+def assignments_in_conditions(root):
+    problems = []
+    for f in files_under(root, "src", (".cpp", ".hpp")) + files_under(root, "include/overlay", (".hpp",)):
+        text = open(os.path.join(root, f), encoding="utf-8", errors="replace").read()
+        for m in ASSIGNED_IN_CONDITION.finditer(text):
+            n = text.count("\n", 0, m.start()) + 1
+            problems.append("%s:%d assigns inside a condition: %s" % (f, n, text.splitlines()[n - 1].strip()))
+    return problems
+
+
 SILENT_CATCH = re.compile(r"catch\s*\([^)]*\)\s*\{((?:\s*//[^\n]*\n)*\s*)\}")
 # Where nothing may be said (docs/contributing.md, "Errors"): the logger itself failed, and a
 # forked child before _exit.
@@ -213,6 +228,7 @@ def check(root):
     problems += thin_front_end(root)
     problems += comma_statements(root)
     problems += silent_catches(root)
+    problems += assignments_in_conditions(root)
     return problems
 
 
@@ -263,6 +279,12 @@ def planted(root):
             "src/words.cpp",
             "void planted(int& a, int& b) {\n  if (a) a = 1, b = 2;\n}\n",
             "src/words.cpp:2 holds assignments strung by the comma operator",
+        ),
+        (
+            "an assignment in a condition",
+            "src/words.cpp",
+            "int planted(int (*f)()) {\n  int rc;\n  while ((rc = f()) == 0) {\n  }\n  return rc;\n}\n",
+            "src/words.cpp:3 assigns inside a condition",
         ),
         (
             "a catch that says nothing",
