@@ -200,8 +200,33 @@ def _exec_file(name, path):
 
 def _served_source(name, path):
     """The loader of a source file an overlay serves (its class made at the first)."""
-    _overlay_rest()
     return _source_loader_class()(name, path)
+
+
+_SOURCE_LOADER = []
+
+
+def _source_loader_class():
+    """The loader of a source file the overlay serves: the import system's own, but compiled
+    through the runtime's cache, never to a __pycache__ beside the file."""
+    if not _SOURCE_LOADER:
+        code_of = globals().get("_overlay_code")
+
+        class OverlaySourceLoader(_frozen()[1].SourceFileLoader):
+            def get_code(self, fullname):
+                path = self.get_filename(fullname)
+                data = self.get_data(path)
+                receipt = globals().get("_Receipt")  # loaded wherever receipts are kept
+                if receipt is not None:
+                    receipt.served(path, data)
+                if not code_of:
+                    return compile(data, path, "exec", dont_inherit=True)
+                code = code_of(path, data)
+                _keep_compiled()
+                return code
+
+        _SOURCE_LOADER.append(OverlaySourceLoader)
+    return _SOURCE_LOADER[0]
 
 
 def _serve_overlay_dir(here):
@@ -405,7 +430,9 @@ class _OverlayFinder(object):
         return name in self.state.modules or name in self.state.lazy
 
     def find_spec(self, name, path=None, target=None):
-        if not self.claims(name):
+        if not self.claims(name) or _get_ident() in _PROBING:
+            # Another overlay's start looking a package up: the import system's own answer is
+            # the whole finder's (found or not), and it must not load this one's rest.
             return None
         full = self.upgrade()
         return full.find_spec(name, path, target) if full is not None else None
@@ -442,6 +469,8 @@ class _OverlayFinder(object):
 
 
 _StartFinder = _OverlayFinder  # the rest of the runtime defines the whole _OverlayFinder
+# Threads whose overlay start is looking packages up (shared by every overlay's runtime).
+_PROBING = _sys.__dict__.setdefault("_overlay_probing", set())
 
 
 def _start_exit(finder):
@@ -480,8 +509,12 @@ def _start_plan_here(here, me):
     modules, lazy, packages, impls, _ = plan[4]
     if any(n in _sys.modules for n, _ in modules) or any(n in _sys.modules for n in lazy):
         return None
-    with _HiddenUnittestDirs():
-        found = all(os.path.isfile(p) for _, p in modules) and all(_importable(n) for n in packages + impls)
+    _PROBING.add(_get_ident())
+    try:
+        with _HiddenUnittestDirs():
+            found = all(os.path.isfile(p) for _, p in modules) and all(_importable(n) for n in packages + impls)
+    finally:
+        _PROBING.discard(_get_ident())
     if not found:
         _FOUND.clear()  # the whole runtime looks again, with its finder in place
         return None
@@ -529,32 +562,6 @@ _OVERLAY_RUNTIME_REST = r'''
 # The rest of the runtime: run in the namespace its start (_OVERLAY_RUNTIME) made, whose names
 # it uses (_sys, _log, _importable, _json, ...), at the first import of a claimed module or where
 # the start-up plan does not let a process start without it.
-_SOURCE_LOADER = []
-
-
-def _source_loader_class():
-    """The loader of a source file the overlay serves: the import system's own, but compiled
-    through the runtime's cache, never to a __pycache__ beside the file."""
-    if not _SOURCE_LOADER:
-        code_of = globals().get("_overlay_code")
-
-        class OverlaySourceLoader(_frozen()[1].SourceFileLoader):
-            def get_code(self, fullname):
-                path = self.get_filename(fullname)
-                data = self.get_data(path)
-                receipt = globals().get("_Receipt")  # loaded wherever receipts are kept
-                if receipt is not None:
-                    receipt.served(path, data)
-                if not code_of:
-                    return compile(data, path, "exec", dont_inherit=True)
-                code = code_of(path, data)
-                _keep_compiled()
-                return code
-
-        _SOURCE_LOADER.append(OverlaySourceLoader)
-    return _SOURCE_LOADER[0]
-
-
 def _overlay_cache_put(path, data):
     """Into the runtime's cache, written beside and renamed over: a reader sees a whole entry or
     none. Best effort."""
@@ -1191,11 +1198,11 @@ class _State:
 
     def rebind(self, mod, key, target, impl_module, impl_attr, count, path):
         try:
-            impl_mod = _sys.modules.get(impl_module)
-            if impl_mod is None:
-                import importlib
+            # Through the import system even when in sys.modules: another thread may still be
+            # executing it (its module lock makes this one wait; a partial module lacks the impl).
+            import importlib
 
-                impl_mod = importlib.import_module(impl_module)
+            impl_mod = importlib.import_module(impl_module)
             impl = getattr(impl_mod, impl_attr)
             owner, attr = (mod, path) if "." not in path else _resolve(mod, path)
             # A rebind replaces something that exists: a typo is an error, said plainly (the
@@ -1813,22 +1820,20 @@ def _upgraded(start):
     here = start.state.here
     manifest, rows, made = start.plan
     os.register_at_fork(after_in_child=_ImportGuard.after_fork)  # as _overlay_main does at start
-    with _HiddenUnittestDirs():
-        state = _State(here, manifest)
-        state.made_against = made
-        state.register_modules()
-        state.register_lazy(rows)
-        finder = _OverlayFinder(state)
-        meta = _sys.meta_path
-        for i, f in enumerate(meta):
-            if f is start:
-                meta[i] = finder
-                break
-        state.check_modules()
-        state.catch_up()
+    state = _State(here, manifest)
+    state.made_against = made
+    state.register_modules()
+    state.register_lazy(rows)  # its package lookups were made at start: no lookup, nothing said
+    finder = _OverlayFinder(state)
+    meta = _sys.meta_path
+    for i, f in enumerate(meta):
+        if f is start:
+            meta[i] = finder
+            break
+    # No check_modules() or catch_up() here: the whole runtime makes them at start, where for this
+    # process (_start_plan_here) they found nothing; made now, they would judge what changed since.
     state.live.started = True
-    if state.live.adopt(start.record):  # else a forked child's, written when something applies in it
-        state.live.flush(quiet=True)  # what the catch-up applied
+    state.live.adopt(start.record)  # not in a forked child: it writes its own when something applies
     return finder
 '''
 _OVERLAY_AFTER = _sys._getframe().f_lineno  # the line after the literal of the rest

@@ -58,6 +58,21 @@ SCENARIOS = {
         print("parent", ovz_a.f())
         """
     ),
+    # Modules loaded without the import system's finders (by file path): the whole runtime never
+    # sees them, so a start from the plan must not judge them later either (review of 128db5a).
+    "targets loaded by file path": textwrap.dedent(
+        """\
+        import importlib.util as u, os, sys
+        lib = os.environ["T_LIB"]
+        for n in ("ovz_a", "ovz_mod"):
+            s = u.spec_from_file_location(n, os.path.join(lib, n + ".py"))
+            m = u.module_from_spec(s)
+            sys.modules[n] = m
+            s.loader.exec_module(m)
+        import ovz_b
+        print(sys.modules["ovz_a"].f(), sys.modules["ovz_mod"].WHO, ovz_b.f())
+        """
+    ),
     "engaged while it runs": textwrap.dedent(
         """\
         import os, subprocess, sys
@@ -112,7 +127,7 @@ class StartPlan(Case):
             self.py("pass", self.o, self.lib, env={"PYTHONDONTWRITEBYTECODE": ""})
             self.assertTrue(self.plans(), "no start-up plan was written")
         shutil.rmtree(os.path.join(self.o, "_stats"), ignore_errors=True)
-        env = {"PYTHONDONTWRITEBYTECODE": "1", "T_BIN": BIN, "T_O": self.o}
+        env = {"PYTHONDONTWRITEBYTECODE": "1", "T_BIN": BIN, "T_O": self.o, "T_LIB": self.lib[-1]}
         r = self.py(PROBE + code, self.o, self.lib, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
         said = r.stderr.splitlines()
@@ -167,6 +182,45 @@ class StartPlan(Case):
         keys = ["module:ovz_mod", "rebind:ovz_a:f->ovz_impl.g", "rebind:ovz_b:f->ovz_impl.g"]
         self.assertEqual(json.loads(out), [1, True, True, [], [], keys, 1])
         self.assertEqual(records, {}, "a process that applied nothing leaves a record")
+
+    def test_two_overlays_on_one_module_both_start_from_their_plans(self):
+        # The second overlay's start looks ovz_a's package up through the first one's finder, and
+        # the first one chains the second's sitecustomize.py: neither may load the first's rest.
+        impl = self.write("impl2/ovz_impl2.py", "def h():\n    return 'second'\n")
+        o2 = os.path.join(self.tmp, "O2")
+        run(
+            [
+                BIN,
+                "add-rebind",
+                "--overlay",
+                o2,
+                "--target",
+                "ovz_a:f",
+                "--impl-module",
+                "ovz_impl2",
+                "--impl-attr",
+                "h",
+                "--impl-file",
+                impl,
+            ]
+        )
+        lib = [o2] + self.lib
+        code = (
+            "import sys\n"
+            "print([hasattr(f, 'upgrade') for f in sys.meta_path if type(f).__name__ == '_OverlayFinder'])\n"
+            "import ovz_a\nprint(ovz_a.f())\n"
+        )
+        cached = {"PYTHONDONTWRITEBYTECODE": ""}
+        self.py("pass", self.o, lib, env=cached)  # both plans
+        r = self.py(code, self.o, lib, env=cached)
+        for p in self.plans():
+            os.unlink(p)
+        whole = self.py(code, self.o, lib, env={"PYTHONDONTWRITEBYTECODE": "1"})
+        self.assertEqual(whole.stdout.splitlines()[0], "[False, False]", whole.stderr)
+        self.assertEqual(r.stdout.splitlines()[0], "[True, True]", r.stderr)
+        self.assertEqual(r.stdout.splitlines()[1:], whole.stdout.splitlines()[1:])
+        self.assertEqual(sorted(r.stderr.splitlines()), sorted(whole.stderr.splitlines()))
+        self.assertIn("is replaced by the rebind of", r.stderr)
 
     def test_a_start_that_says_or_runs_something_is_the_whole_runtimes(self):
         self.write("lib/ovz_inst.py", "def install():\n    print('installed')\n")
