@@ -246,9 +246,21 @@ def _serve_overlay_dir(here):
 
 
 def _plan_path(here):
-    """The start-up plan of the overlay at `here`, in the runtime's cache (None: no cache)."""
+    """The start-up plan of the overlay at `here` as this runtime makes it, in the runtime's cache
+    (None: no cache). Named by the overlay's path and by the runtime's own text: what the plan
+    holds beyond the manifest's parse (what a start must say, the live record's keys) is this
+    runtime's reading of it, and another version's plan of the same bytes would be a guess."""
     key = globals().get("_overlay_cache_file")
-    return key("plan", here.encode("utf-8", "surrogateescape")) if key else None
+    if not key:
+        return None
+    if here not in _PLAN_PATHS:  # hashing ~70 KB costs 20-50 us: once per overlay and process
+        runtime = globals().get("_OVERLAY_RUNTIME", "") + globals().get("_OVERLAY_RUNTIME_REST", "")
+        name = here.encode("utf-8", "surrogateescape") + b"\0" + runtime.encode("utf-8")
+        _PLAN_PATHS[here] = key("plan", name)
+    return _PLAN_PATHS[here]
+
+
+_PLAN_PATHS = {}
 
 
 def _keep_compiled():

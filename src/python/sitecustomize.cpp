@@ -16,6 +16,8 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
+    {"d6deb3bd50bcbbecc82e3884d6f743f1c615ea168143d6b1a8eea0463623c4e6",
+     "overlay (format 4, start-up plans named by the overlay's path alone)"},
     {"95eeea1e4a3c925ca1466a0f74d7640b7b7f20bec6e5d1915603987eefc62ae2",
      "overlay (format 4, a start from the plan that judged targets again when the rest loaded)"},
     {"12b4223911cf4f62d758e9672e4cd36aab4340c2d013f541b2945edeeef69444",

@@ -183,6 +183,23 @@ class StartPlan(Case):
         self.assertEqual(json.loads(out), [1, True, True, [], [], keys, 1])
         self.assertEqual(records, {}, "a process that applied nothing leaves a record")
 
+    def test_a_plan_made_by_another_runtime_text_is_not_used(self):
+        # The plan holds the runtime's reading of the manifest (what a start must say, the live
+        # record's keys): a sitecustomize.py of another version, over the same manifest bytes,
+        # makes and uses its own.
+        self.run_once("pass", True)
+        site = os.path.join(self.o, "sitecustomize.py")
+        with open(site) as f:
+            text = f.read()
+        marker = "_OVERLAY_RUNTIME_REST = r'''\n"
+        self.assertIn(marker, text)
+        with open(site, "w") as f:
+            f.write(text.replace(marker, marker + "# another version of the rest\n"))
+        plans = self.plans()
+        _, said, _ = self.run_once("pass", True)  # the plan of the original text is there
+        self.assertEqual(self.plans(), plans)
+        self.assertEqual(said, ["RUNTIME whole"])
+
     def test_two_overlays_on_one_module_both_start_from_their_plans(self):
         # The second overlay's start looks ovz_a's package up through the first one's finder, and
         # the first one chains the second's sitecustomize.py: neither may load the first's rest.
