@@ -255,11 +255,14 @@ std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store
     if ((*it)->was != FileType::directory && (*it)->left != FileType::directory)
       attempt(**it, [&] { return put_back(**it); });
   // 3. Directories the build made, deepest first — where it made one in place of a file or a
-  // symlink, that goes back once the directory is gone; one holding what the build did not make stays.
+  // symlink, that goes back once the directory is gone; one made where nothing was and holding what
+  // the build did not make (a run's `out/bench.json`) stays with it: every original is back.
   for (auto it = todo.rbegin(); it != todo.rend(); ++it)
     if ((*it)->was != FileType::directory && (*it)->left == FileType::directory)
       attempt(**it, [&] {
         FileInfo now = look(disk, (*it)->path);
+        if (now.type == FileType::directory && (*it)->was == FileType::none && !disk.list_dir((*it)->path).empty())
+          return std::string("keep");
         if (now.type == FileType::directory) disk.remove(place_of(disk, (*it)->path).at());
         return (*it)->was == FileType::none ? std::string("remove") : put_back(**it);
       });

@@ -198,11 +198,15 @@ void DigestCache::save() {
 }
 
 std::string listing_digest(Disk& disk, const fs::path& dir, const std::vector<fs::path>& skipped) {
-  std::vector<std::string> names;
+  std::vector<std::string> skip, names;
+  for (const auto& s : skipped) {
+    std::string n = absolute_normal(s).string();
+    while (n.size() > 1 && n.back() == '/') n.pop_back();
+    skip.push_back(n);
+  }
   for (const auto& e : disk.list_dir(dir)) {
     if (is_own_sibling_name(e.name)) continue;
-    fs::path full = dir / e.name;
-    if (std::any_of(skipped.begin(), skipped.end(), [&](const fs::path& s) { return is_within(full, s); })) continue;
+    if (is_skipped_path(absolute_normal(dir / e.name).string(), skip)) continue;
     names.push_back(e.name);
   }
   std::sort(names.begin(), names.end());

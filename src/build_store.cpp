@@ -32,6 +32,7 @@ void to_json(json& j, const StoredChange& c) {
   j = {{"path", c.path}, {"type", static_cast<int>(c.type)}, {"mode", c.mode}, {"mtime_ns", c.mtime_ns}};
   if (!c.blob.empty()) j["blob"] = c.blob, j["sha256"] = c.sha256;
   if (!c.target.empty()) j["target"] = c.target;
+  if (c.appended) j["appended"] = true;
 }
 void from_json(const json& j, StoredChange& c) {
   j.at("path").get_to(c.path);
@@ -42,6 +43,7 @@ void from_json(const json& j, StoredChange& c) {
   c.blob = j.value("blob", "");
   c.sha256 = j.value("sha256", "");
   c.target = j.value("target", "");
+  c.appended = j.value("appended", false);
 }
 void to_json(json& j, const StoredDir& d) { j = {{"path", d.path}, {"tar", d.tar}, {"sha256", d.sha256}}; }
 void from_json(const json& j, StoredDir& d) {
@@ -69,8 +71,10 @@ namespace {
 constexpr const char* kRecordName = "record.json";
 constexpr std::size_t kMaxRecordBytes = 256u << 20;
 
-// Variables that reach no compiler's output: a terminal's, a login's, a scheduler's, a GPU
-// pinning's set per agent is kept (a JIT build may pick its arch from the devices it sees).
+// Variables that reach no compiler's output: a terminal's, a login's, a scheduler's, the rank
+// identity an MPI launcher gives each process (never what Open MPI's wrapper compilers read:
+// OMPI_CC, OMPI_CFLAGS, OMPI_LDFLAGS … stay in the key); a GPU pinning's set per agent is kept (a
+// JIT build may pick its arch from the devices it sees).
 bool is_volatile_env(const std::string& name) {
   static const std::set<std::string> names = {"_",
                                               "PWD",
@@ -98,8 +102,14 @@ bool is_volatile_env(const std::string& name) {
                                               "XDG_SESSION_ID",
                                               "XDG_RUNTIME_DIR",
                                               "MAX_JOBS",
-                                              "MAKELEVEL"};
-  static const std::vector<std::string> prefixes = {"SSH_", "PMI_", "PMIX_", "OMPI_", "OVERLAY_", "GTEST_", "CTEST_"};
+                                              "MAKELEVEL",
+                                              "OMPI_UNIVERSE_SIZE",
+                                              "OMPI_FIRST_RANKS",
+                                              "OMPI_NUM_APP_CTX",
+                                              "OMPI_APP_CTX_NUM_PROCS",
+                                              "OMPI_FILE_LOCATION"};
+  static const std::vector<std::string> prefixes = {"SSH_",     "PMI_",   "PMIX_", "OMPI_COMM_WORLD_",
+                                                    "OVERLAY_", "GTEST_", "CTEST_"};
   if (names.count(name) > 0 || is_engine_variable(name)) return true;
   return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
 }
@@ -139,14 +149,13 @@ bool below_any(const fs::path& p, const std::vector<fs::path>& dirs) {
   return std::any_of(dirs.begin(), dirs.end(), [&](const fs::path& d) { return is_within(p, d); });
 }
 
-// What a build may ask of the machine rather than of a file (the reads below /proc, /sys and /dev a
-// trace leaves out): its architecture, its CPU's model and features (-march=native, a JIT's ISA),
-// its GPUs' models (a JIT's arch list). Records are per state dir, most often per host; a state
-// dir shared by unlike hosts still never serves one's build to another.
-std::string host_key(Disk& disk) {
+}  // namespace
+
+std::string machine_key(Disk& disk) {
   std::string key;
   utsname u{};
-  if (::uname(&u) == 0) key += std::string("machine ") + u.machine + '\n';
+  if (::uname(&u) == 0)
+    key += std::string("machine ") + u.machine + "\nkernel " + u.sysname + ' ' + u.release + ' ' + u.version + '\n';
   auto lines_of = [&](const fs::path& p, const std::vector<std::string>& starts) {
     try {
       std::istringstream in(read_small_file(disk, p, 4u << 20));
@@ -174,11 +183,9 @@ std::string host_key(Disk& disk) {
   return key;
 }
 
-}  // namespace
-
 std::string build_recipe(Disk& disk, const NativePlan& plan) {
-  static const std::string host = host_key(disk);
-  std::string t = "overlay build recipe 2\ncwd " + plan.build_cwd.string() + '\n' + host;
+  static const std::string host = machine_key(disk);
+  std::string t = "overlay build recipe 3\ncwd " + plan.build_cwd.string() + '\n' + host;
   for (const auto& argv : plan.build_cmds) {
     t += "cmd";
     for (const auto& a : argv) t += '\0' + a;
@@ -275,6 +282,23 @@ struct TornRecord : Error {
   using Error::Error;
 };
 
+constexpr std::size_t kMaxAppendedLog = std::size_t{256} << 20;
+
+// What a log `c` holds once a serve has appended to it: its bytes at `place` now, then those the
+// build appended, written to `tmp` with the mode it has now (throws TornRecord where the stored
+// bytes are not what was recorded, and Error where no regular file is there to append to).
+void stage_append(Disk& disk, const fs::path& record, const StoredChange& c, const At& place, const At& tmp) {
+  std::string added = read_small_file(disk, record / c.blob, kMaxAppendedLog);
+  if (sha256_hex(added) != c.sha256) throw TornRecord("the stored lines of " + c.path + " are not what was recorded");
+  FileInfo now = disk.info(place, Follow::no);
+  if (now.type != FileType::regular) throw Error(c.path + ", a log the build appended to, is not a file now");
+  std::string bytes = read_small_file(disk, c.path, kMaxAppendedLog) + added;
+  auto out = disk.create(tmp, now.mode & 07777, CreateMode::exclusive);
+  out->write(bytes.data(), bytes.size());
+  out->sync();
+  out->close();
+}
+
 // The copy of `c` beside `place`, proven against its digest (throws TornRecord where it is not).
 void stage_copy(Disk& disk, const fs::path& record, const StoredChange& c, const At& tmp) {
   Copied got = copy_file_hashing(disk, At(record / c.blob), tmp, c.mode, Durable::yes);
@@ -293,6 +317,7 @@ std::string BuildStore::serve(const StoredBuild& b, const std::map<std::string, 
       if (c.type != FileType::regular) continue;
       FileInfo parent = disk_.info(fs::path(c.path).parent_path(), Follow::no);
       if (parent.type != FileType::directory) {  // made by the build: proven now, copied once it is made
+        if (c.appended) throw Error(c.path + ", a log the build appended to, is not there now");
         if (hash_file(disk_, At(b.where / c.blob)) != c.sha256)
           throw TornRecord("the stored copy of " + c.path + " is not what was recorded");
         staged.push_back({&c, {}, ""});
@@ -301,7 +326,10 @@ std::string BuildStore::serve(const StoredBuild& b, const std::map<std::string, 
       PinnedPlace place = place_for(disk_, c.path, pins);
       std::string tmp = sibling_temp_path(c.path, "overlay-new").filename().string();
       staged.push_back({&c, std::move(place), tmp});
-      stage_copy(disk_, b.where, c, At(*staged.back().place.dir, tmp));
+      if (c.appended)
+        stage_append(disk_, b.where, c, staged.back().place.at(), At(*staged.back().place.dir, tmp));
+      else
+        stage_copy(disk_, b.where, c, At(*staged.back().place.dir, tmp));
     }
   } catch (const TornRecord& e) {
     drop(disk_, staged);
@@ -335,7 +363,7 @@ std::string BuildStore::serve(const StoredBuild& b, const std::map<std::string, 
       }
       disk_.rename(At(*s.place.dir, s.tmp), s.place.at());
       s.tmp.clear();
-      disk_.set_mtime(s.place.at(), to_timespec(s.change->mtime_ns));
+      if (!s.change->appended) disk_.set_mtime(s.place.at(), to_timespec(s.change->mtime_ns));
     }
     for (const auto& c : b.changes)
       if (c.type == FileType::symlink) {
@@ -397,7 +425,19 @@ struct Taken {
   StoredChange change;
   PinnedPlace place;
   FileInfo info;
+  std::uint64_t appended_from = 0;  // a log's size before the build: where what it appended starts
 };
+
+// The bytes a log holds from `from` on (what the build appended), kept as `blob`: their digest.
+std::string keep_appended(Disk& disk, const Taken& k, const fs::path& blob) {
+  std::string bytes = read_small_file(disk, k.change.path, kMaxAppendedLog);
+  if (bytes.size() < k.appended_from) throw Error(k.change.path + " changed while it was kept");
+  bytes.erase(0, k.appended_from);
+  auto out = disk.create(blob, 0600, CreateMode::exclusive);
+  out->write(bytes.data(), bytes.size());
+  out->close();
+  return sha256_hex(bytes);
+}
 
 }  // namespace
 
@@ -416,17 +456,20 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildTrace& trace, st
         if (t.before.type != FileType::none) {  // removed
           StoredChange gone;
           gone.path = t.path;
-          taken.push_back({gone, {}, {}});
+          taken.push_back({gone, {}, {}, 0});
         }
         continue;  // else a temporary: made and removed
       }
-      Taken k{{}, place_for(disk_, t.path, pins), {}};
+      Taken k{{}, place_for(disk_, t.path, pins), {}, 0};
       k.info = disk_.info(k.place.at(), Follow::no);
       k.change.path = t.path;
       k.change.type = k.info.type;
       if (k.info.type == FileType::other) return "the build left a special file at " + t.path;
       k.change.mode = k.info.mode;
       k.change.mtime_ns = ns_of(k.info.mtime);
+      k.change.appended = t.appended && t.before.type == FileType::regular && k.info.type == FileType::regular &&
+                          k.info.size >= t.before.size;
+      k.appended_from = t.before.size;
       if (k.info.type == FileType::symlink) k.change.target = disk_.read_link(k.place.at());
       if (k.info.type == FileType::regular) size += k.info.size;
       taken.push_back(std::move(k));
@@ -461,7 +504,9 @@ std::string BuildStore::keep(const NativePlan& plan, const BuildTrace& trace, st
       StoredChange c = taken[k].change;
       if (c.type == FileType::regular) {
         c.blob = "f" + std::to_string(k);
-        c.sha256 = copy_file_hashing(disk_, taken[k].place.at(), At(tmp / c.blob), 0600, Durable::no).sha256;
+        c.sha256 = c.appended
+                       ? keep_appended(disk_, taken[k], tmp / c.blob)
+                       : copy_file_hashing(disk_, taken[k].place.at(), At(tmp / c.blob), 0600, Durable::no).sha256;
         if (stamp_of(disk_.info(taken[k].place.at(), Follow::no)) != stamp_of(taken[k].info))
           throw Error(c.path + " changed while it was kept");
         b.bytes += taken[k].info.size;

@@ -541,6 +541,10 @@ void Tracer::on_syscall(pid_t pid) {
                    : (flags & O_APPEND) != 0         ? Change::append
                    : (flags & O_ACCMODE) != O_RDONLY ? Change::rewrite
                                                      : Change::create;  // O_CREAT, read-only
+      // What a read-write open (`r+`, `a+`, numpy's memmap) reads, and what a write in place keeps
+      // of the bytes it does not write over, are the build's input as they are now.
+      if ((how == Change::rewrite || (how == Change::append && (flags & O_ACCMODE) == O_RDWR)))
+        listener_.looked(*path, follow, kLookedContent);
       return listener_.changing(*path, how, follow);
     }
     case Kind::stat:
@@ -559,12 +563,7 @@ void Tracer::on_syscall(pid_t pid) {
       auto to = path_arg(pid, s, c.dirfd2, c.path2, false);
       if (!from || !to) return;
       constexpr std::uint64_t kExchange = 2;  // RENAME_EXCHANGE: both names get the other's, both inodes live on
-      if ((flags & kExchange) != 0) {
-        listener_.changing(*from, Change::rewrite, Follow::no);
-        return listener_.changing(*to, Change::rewrite, Follow::no);
-      }
-      listener_.changing(*from, Change::rename_from, Follow::no);
-      return listener_.changing(*to, Change::rename_to, Follow::no);
+      return listener_.renaming(*from, *to, (flags & kExchange) != 0);
     }
     case Kind::remove: {
       auto path = path_arg(pid, s, c.dirfd, c.path, false);

@@ -154,6 +154,20 @@ std::vector<RunningPatched> still_running(const std::vector<RunningPatched>& rec
   return out;
 }
 
+std::optional<OverlayIdentity> overlay_identity(DiskReader& disk, const fs::path& overlay) {
+  FileInfo fi = disk.info(overlay, Follow::yes);
+  if (fi.type != FileType::directory) return std::nullopt;
+  return OverlayIdentity{static_cast<std::uint64_t>(fi.dev), static_cast<std::uint64_t>(fi.ino)};
+}
+
+std::optional<OverlayIdentity> record_identity(const nlohmann::json& record) {
+  auto it = record.find("overlay");
+  if (it == record.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_number_unsigned() ||
+      !(*it)[1].is_number_unsigned())
+    return std::nullopt;
+  return OverlayIdentity{(*it)[0].get<std::uint64_t>(), (*it)[1].get<std::uint64_t>()};
+}
+
 std::optional<PythonUse> parse_live_record(const std::string& text) {
   // The whole record on its first line; then, one per line, what applied or failed since (a
   // line not yet ended is still being appended: left for the next look).
@@ -171,6 +185,7 @@ std::optional<PythonUse> parse_live_record(const std::string& text) {
   PythonUse u;
   u.pid = static_cast<pid_t>(pid->get<std::uint64_t>());
   u.start_ticks = ticks->get<std::uint64_t>();
+  u.overlay = record_identity(j);
   auto keys = [&](const char* name, std::vector<std::string>& out) {
     auto it = j.find(name);
     if (it == j.end() || !it->is_array()) return;
@@ -206,6 +221,7 @@ std::vector<PythonUse> live_python_uses(DiskReader& disk, const fs::path& overla
   std::vector<PythonUse> out;
   fs::path dir = overlay / kLiveStatsDirName;
   if (disk.info(dir, Follow::no).type != FileType::directory) return out;
+  std::optional<OverlayIdentity> mine = overlay_identity(disk, overlay);
   for (const auto& e : disk.list_dir(dir)) {
     if (e.name.empty() || e.name[0] == '.' || fs::path(e.name).extension() != ".json") continue;
     std::optional<PythonUse> u;
@@ -214,7 +230,7 @@ std::vector<PythonUse> live_python_uses(DiskReader& disk, const fs::path& overla
     } catch (const std::exception&) {
       continue;  // removed meanwhile (its process exited)
     }
-    if (!u) continue;
+    if (!u || !u->overlay || u->overlay != mine) continue;  // another overlay's, copied along
     std::optional<ProcessInfo> p = read_process(disk, u->pid);
     if (!p || p->start_ticks != u->start_ticks) {
       if (dead) dead->push_back(e.name);

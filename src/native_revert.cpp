@@ -228,6 +228,8 @@ class Reverter {
         report_.actions.push_back({r.action, r.path});
         spdlog::info("{}{} {}", opts_.dry_run ? "would " : "", r.action, r.path);
         if (r.action == "forget" || r.action == "discard") report_.notes.push_back(ninja_log_note(r));
+        if (r.action == "keep")
+          report_.notes.push_back(r.path + ": a directory the build made, kept: it holds what the build did not make");
       }
     }
     return ok;

@@ -296,7 +296,7 @@ bool is_record_name(const std::string& name) {
 // Counts the live records (_stats/live/) that have no final record of the same name yet: processes
 // still running, and processes killed before they could write one (they applied all the same).
 void count_live_records(DiskReader& disk, const fs::path& dir, const std::set<std::string>& finals,
-                        std::map<std::string, Usage>& usage) {
+                        const std::optional<OverlayIdentity>& mine, std::map<std::string, Usage>& usage) {
   if (disk.info(dir, Follow::no).type != FileType::directory) return;
   for (const auto& e : disk.list_dir(dir)) {
     if (!is_record_name(e.name) || finals.count(e.name)) continue;
@@ -306,7 +306,7 @@ void count_live_records(DiskReader& disk, const fs::path& dir, const std::set<st
     } catch (const std::exception&) {
       continue;  // its process exited meanwhile: its final record was read, or will be next time
     }
-    if (!u) continue;
+    if (!u || !u->overlay || u->overlay != mine) continue;  // another overlay's, copied along
     auto p = read_process(disk, u->pid);
     bool alive = p && p->start_ticks == u->start_ticks;
     for (const auto& k : u->applied) {
@@ -316,11 +316,13 @@ void count_live_records(DiskReader& disk, const fs::path& dir, const std::set<st
   }
 }
 
-// Sums the records of _stats/ (one per process; unreadable or foreign ones are skipped).
+// Sums the records of _stats/ (one per process; unreadable ones are skipped, and so are those
+// made under another overlay, which a copy of it carries along).
 std::map<std::string, Usage> python_usage(DiskReader& disk, const fs::path& overlay) {
   std::map<std::string, Usage> usage;
   fs::path dir = overlay / kStatsDirName;
   if (disk.info(dir, Follow::no).type != FileType::directory) return usage;
+  std::optional<OverlayIdentity> mine = overlay_identity(disk, overlay);
   std::set<std::string> finals;
   for (const auto& e : disk.list_dir(dir)) {
     if (!is_record_name(e.name)) continue;
@@ -331,7 +333,7 @@ std::map<std::string, Usage> python_usage(DiskReader& disk, const fs::path& over
     } catch (const std::exception&) {
       continue;
     }
-    if (!rec.is_object()) continue;
+    if (!rec.is_object() || !mine || record_identity(rec) != mine) continue;
     if (auto a = rec.find("applied"); a != rec.end() && a->is_array())
       for (const auto& k : *a)
         if (k.is_string()) ++usage[k.get<std::string>()].processes;
@@ -342,7 +344,7 @@ std::map<std::string, Usage> python_usage(DiskReader& disk, const fs::path& over
           u.calls = u.calls.value_or(0) + n.get<std::uint64_t>();
         }
   }
-  count_live_records(disk, overlay / kLiveStatsDirName, finals, usage);
+  count_live_records(disk, overlay / kLiveStatsDirName, finals, mine, usage);
   return usage;
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -146,21 +147,53 @@ std::string TraceRecorder::real_or_normal(const fs::path& p) {
   }
 }
 
-// The path by its directory's real path and its name: one key for every spelling of it.
+// The path by its directory's real path and its name: one key for every spelling of it. Every
+// symlink on the way to that directory is an input (links_on_the_way).
 std::string TraceRecorder::key(const std::string& path) {
   auto slash = path.rfind('/');
   if (slash == std::string::npos || path == "/") return path;
   std::string dir = slash == 0 ? "/" : path.substr(0, slash), name = path.substr(slash + 1);
   auto it = real_dirs_.find(dir);
-  if (it == real_dirs_.end()) it = real_dirs_.emplace(dir, real_or_normal(dir)).first;
-  return (it->second == "/" ? "" : it->second) + "/" + name;
+  bool fresh = it == real_dirs_.end();
+  if (fresh) it = real_dirs_.emplace(dir, real_or_normal(dir)).first;
+  std::string k = (it->second == "/" ? "" : it->second) + "/" + name;
+  if (fresh) links_on_the_way(dir, 0);
+  return k;
 }
 
-bool TraceRecorder::skipped(const std::string& k) const {
-  return std::any_of(skipped_.begin(), skipped_.end(), [&](const std::string& s) {
-    return k == s || (k.size() > s.size() && k.compare(0, s.size(), s) == 0 && (s == "/" || k[s.size()] == '/'));
-  });
+// Notes each symlink met resolving `named` (a directory as the build spelled it), and each met on
+// the way through such a link's target, as an input by its target: where `third_party/cutlass`
+// or `/usr/local/cuda` (through /etc/alternatives) points decides which bytes the build reads
+// below it, which the keys by real path alone never say. Each prefix is looked at once a trace;
+// the kernel's own limit on links followed (40) bounds a chain.
+void TraceRecorder::links_on_the_way(const std::string& named, int depth) {
+  if (depth > 40 || named.empty() || named[0] != '/') return;
+  std::string prefix;
+  for (std::size_t pos = 1; pos <= named.size();) {
+    std::size_t next = std::min(named.find('/', pos), named.size());
+    std::string part = named.substr(pos, next - pos);
+    pos = next + 1;
+    if (part.empty() || part == ".") continue;
+    prefix += "/" + part;
+    if (part == ".." || !prefixes_seen_.insert(prefix).second) continue;
+    FileInfo fi;
+    try {
+      fi = disk_.info(prefix, Follow::no);
+    } catch (const Error& e) {
+      unobservable("could not look at " + prefix + " as the build did (" + e.what() + ")");
+      return;
+    }
+    if (fi.type != FileType::symlink) {
+      if (!fi.exists()) return;  // nothing further down to resolve
+      continue;
+    }
+    looked(prefix, Follow::no, kLookedTarget);
+    std::string target = disk_.read_link(prefix);
+    links_on_the_way(target[0] == '/' ? target : prefix.substr(0, prefix.rfind('/')) + "/" + target, depth + 1);
+  }
 }
+
+bool TraceRecorder::skipped(const std::string& k) const { return is_skipped_path(k, skipped_); }
 
 PathState TraceRecorder::state(const std::string& k, Follow follow) {
   try {
@@ -314,14 +347,12 @@ void TraceRecorder::changing(const std::string& path, Change how, Follow follow)
     c.defined = defines(how, c.before.type);
     // Even a chmod or a touch is undone by putting the file back whole: its bytes are kept too.
     if (c.before.type == FileType::regular && !c.tracked &&
-        !back_up(c, (how == Change::remove || how == Change::rename_to) && c.before.nlink == 1))
+        !back_up(c, !copy_backups_ && (how == Change::remove || how == Change::rename_to) && c.before.nlink == 1))
       ++failures_;
     if (c.before.type == FileType::symlink) c.target = disk_.read_link(k);
     if (c.before.type == FileType::regular && c.before.nlink > 1 &&
         (how == Change::content || how == Change::rewrite || how == Change::append))
       unobservable("a process wrote in place " + k + ", which has other names (hard links) that change with it");
-    if (c.before.type == FileType::directory && how == Change::rename_from)
-      unobservable("a process renamed the directory " + k);
     // A directory made, removed or renamed: names below it may resolve elsewhere from now on.
     if (how != Change::meta && how != Change::content && how != Change::rewrite && how != Change::append)
       real_dirs_.clear();
@@ -335,6 +366,32 @@ void TraceRecorder::changing(const std::string& path, Change how, Follow follow)
   } catch (const std::exception& e) {
     ++failures_;
     unobservable("could not keep what " + path + " was before the build changed it (" + e.what() + ")");
+  }
+}
+
+void TraceRecorder::renaming(const std::string& from, const std::string& to, bool exchange) {
+  try {
+    std::string f = key(from), t = key(to);
+    if (!skipped(f) && disk_.info(f, Follow::no).type == FileType::directory) note_moving_tree(f, t);
+    if (exchange && !skipped(t) && disk_.info(t, Follow::no).type == FileType::directory) note_moving_tree(t, f);
+  } catch (const std::exception& e) {
+    ++failures_;
+    unobservable("could not keep what the renamed directory " + from + " held (" + e.what() + ")");
+  }
+  TraceListener::renaming(from, to, exchange);
+}
+
+// Each name below `from` goes with it to the same name below `to`: noted at its old name as it is
+// (a file's bytes copied), and at its new one as what is there now (nothing, but where an exchange
+// brings it). Children before their directory, as a walk that removes them would.
+void TraceRecorder::note_moving_tree(const std::string& from, const std::string& to) {
+  for (const auto& e : disk_.list_dir(from)) {
+    std::string f = from + "/" + e.name, t = to + "/" + e.name;
+    if (disk_.info(f, Follow::no).type == FileType::directory) note_moving_tree(f, t);
+    copy_backups_ = true;
+    changing(f, Change::rename_from, Follow::no);
+    changing(t, Change::rename_to, Follow::no);
+    copy_backups_ = false;
   }
 }
 
@@ -474,6 +531,61 @@ std::vector<TracedChange> read_journal(Disk& disk, const fs::path& path) {
     }
   }
   return out;
+}
+
+namespace {
+
+// "\040" in a mount point as /proc/self/mountinfo writes it: the byte it stands for.
+std::string mount_point_unescaped(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (s[i] == '\\' && i + 3 < s.size() && std::isdigit(static_cast<unsigned char>(s[i + 1])) != 0) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& traced_mounts_below_dev() {
+  static const std::vector<std::string> mounts = [] {
+    // Filesystems of the kernel's own objects, never a file a build keeps: left untraced.
+    static const std::set<std::string> kernel_own = {
+        "devtmpfs", "devpts",   "mqueue",  "hugetlbfs",   "debugfs", "tracefs", "securityfs", "pstore", "efivarfs",
+        "bpf",      "configfs", "fusectl", "binfmt_misc", "autofs",  "cgroup",  "cgroup2",    "proc",   "sysfs"};
+    std::vector<std::string> out;
+    std::istringstream in;
+    best_effort("no mount below /dev is traced",
+                [&] { in.str(read_small_file(real_disk(), "/proc/self/mountinfo", 16u << 20)); });
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream words(line);
+      std::string id, parent, devno, root, point;
+      words >> id >> parent >> devno >> root >> point;
+      std::string w, fstype;
+      while (words >> w && w != "-") continue;
+      words >> fstype;
+      point = mount_point_unescaped(point);
+      if (point.rfind("/dev/", 0) == 0 && kernel_own.count(fstype) == 0 &&
+          std::find(out.begin(), out.end(), point) == out.end())
+        out.push_back(point);
+    }
+    return out;
+  }();
+  return mounts;
+}
+
+bool is_skipped_path(const std::string& path, const std::vector<std::string>& skipped) {
+  auto below = [&](const std::string& s) {
+    return path == s ||
+           (path.size() > s.size() && path.compare(0, s.size(), s) == 0 && (s == "/" || path[s.size()] == '/'));
+  };
+  if (!std::any_of(skipped.begin(), skipped.end(), below)) return false;
+  if (!below("/dev")) return true;
+  const auto& traced = traced_mounts_below_dev();
+  return std::none_of(traced.begin(), traced.end(), below);
 }
 
 std::vector<fs::path> untraced_roots() {

@@ -31,7 +31,8 @@ std::string why_not_restorable(DiskReader& disk, const BackupPaths& store, const
 struct ChangeRestored {
   std::string path;
   // "restore", "remove", "unchanged"; for one of Ninja's logs left as it is, "forget" (the records
-  // of the outputs put back dropped) or "discard" (removed whole); "" when it was not put back.
+  // of the outputs put back dropped) or "discard" (removed whole); "keep" for a directory the build
+  // made where nothing was that holds what the build did not make; "" when it was not put back.
   std::string action;
   std::string problem;
   bool left = false;  // not a failure: changed since the build by someone else, so left as it is

@@ -42,6 +42,9 @@ struct StoredChange {
   mode_t mode = 0644;
   std::int64_t mtime_ns = 0;
   std::string target;  // a symlink's
+  // A log the build only appended to: the blob holds the bytes it appended, which a serve appends
+  // to the file as it is then (lines others appended since stay), never the file whole.
+  bool appended = false;
 };
 
 // A cache dir as the build left it (a tar in the record).
@@ -72,8 +75,15 @@ struct StoredBuild {
   std::string name() const;
 };
 
-// The recipe key of a plan (above), with what the build may ask of this machine rather than of a
-// file: its architecture, CPU model and features, GPU models.
+// What a build may ask of the machine rather than of a file (the reads below /proc and /sys a trace
+// leaves out): what uname(2) returns (its architecture, and the kernel's name, release and version:
+// a `uname -r`-selected tree, DKMS-style), its CPU's model and features (-march=native, a JIT's
+// ISA), its GPUs' models (a JIT's arch list). Records are per state dir, most often per host; a
+// state dir shared by unlike hosts, or one host booted into another kernel, never serves one's
+// build to another.
+std::string machine_key(Disk& disk);
+
+// The recipe key of a plan (above), with the machine's key.
 std::string build_recipe(Disk& disk, const NativePlan& plan);
 
 // What the store said about a build about to run: a record to serve, or why none (a miss).

@@ -54,6 +54,12 @@ class TraceListener {
   // directory descriptor (no symlink resolved, no ".." removed: the kernel resolves it so too).
   virtual void looked(const std::string& path, Follow follow, unsigned how) = 0;
   virtual void changing(const std::string& path, Change how, Follow follow) = 0;
+  // A rename of `from` to `to` (both names swapped where `exchange`: RENAME_EXCHANGE). Told as the
+  // changes of its two names; a listener that keeps what a directory held overrides it.
+  virtual void renaming(const std::string& from, const std::string& to, bool exchange) {
+    changing(from, exchange ? Change::rewrite : Change::rename_from, Follow::no);
+    changing(to, exchange ? Change::rewrite : Change::rename_to, Follow::no);
+  }
   // A process started running `path` (the kernel's real path of the executed file).
   virtual void executed(const std::string& path) = 0;
   // Something the build did that this observation cannot account for (once per reason).

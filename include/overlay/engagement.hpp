@@ -33,12 +33,25 @@ struct ArtifactUse {
 // A live process in which the overlay's sitecustomize.py ran: its record in _stats/live/, kept
 // only while that process (pid and start time) still runs. Keys name entries as sitecustomize
 // does: "module:M", "rebind:T->IM.IA", "capture:T".
+// The overlay a record was made under, as sitecustomize.py names it: its directory's device and
+// inode. A copy (cp -r, copytree) has other ones, a move the same.
+struct OverlayIdentity {
+  std::uint64_t dev = 0, ino = 0;
+  bool operator==(const OverlayIdentity&) const = default;
+};
+// The identity of `overlay` now (its directory, links followed); nullopt where it is not there.
+std::optional<OverlayIdentity> overlay_identity(DiskReader& disk, const fs::path& overlay);
+// The identity a record (a JSON object of _stats/ or a live record's first line) names; nullopt
+// where it names none (written by a runtime before identities, or malformed).
+std::optional<OverlayIdentity> record_identity(const nlohmann::json& record);
+
 struct PythonUse {
   pid_t pid = 0;
   std::uint64_t start_ticks = 0;
   std::string cmdline;
   std::vector<std::string> applied, failed, pending;
-  std::vector<std::string> displaced;  // rebinds another overlay's rebind of the same target replaced
+  std::vector<std::string> displaced;      // rebinds another overlay's rebind of the same target replaced
+  std::optional<OverlayIdentity> overlay;  // the overlay the record names
 };
 
 struct EngagementReport {
@@ -65,7 +78,8 @@ inline constexpr const char* kLiveStatsDirName = "_stats/live";
 std::optional<PythonUse> parse_live_record(const std::string& text);
 
 // The live records of `overlay` whose process still runs (pid and start time), by pid; those of
-// processes that are gone are left out (`dead`, when given, gets their file names).
+// processes that are gone are left out (`dead`, when given, gets their file names), and so are
+// those made under another overlay (copied along with it) or naming none.
 std::vector<PythonUse> live_python_uses(DiskReader& disk, const fs::path& overlay,
                                         std::vector<std::string>* dead = nullptr);
 

@@ -104,6 +104,9 @@ class TraceRecorder final : public TraceListener {
   TraceRecorder(Disk& disk, const TraceRequest& req, WriteHandle* journal);
   void looked(const std::string& path, Follow follow, unsigned how) override;
   void changing(const std::string& path, Change how, Follow follow) override;
+  // A directory renamed (or exchanged) takes every name below it along: each is noted as it was
+  // before, at its old name and at its new one, so revert puts the tree back where it was.
+  void renaming(const std::string& from, const std::string& to, bool exchange) override;
   void executed(const std::string& path) override { looked(path, Follow::yes, kLookedExec | kLookedContent); }
   void unobservable(const std::string& why) override;
   BuildTrace take() { return std::move(trace_); }
@@ -117,18 +120,23 @@ class TraceRecorder final : public TraceListener {
   std::vector<std::string> skipped_;
   std::set<std::string> tracked_;
   std::map<std::string, std::string> real_dirs_;  // a directory as named -> its real path (or as named)
+  std::set<std::string> prefixes_seen_;           // paths as named whose symlink, if any, is noted
   std::map<std::pair<std::string, Follow>, std::size_t> input_at_;
   std::map<std::string, std::size_t> change_at_;
   BuildTrace trace_;
   int backups_ = 0;
   std::size_t failures_ = 0;
+  bool copy_backups_ = false;  // while a tree moves: its inodes live on under new names, so linked
+                               // backups would change with them
 
   std::string real_or_normal(const fs::path& p);
   std::string key(const std::string& path);
+  void links_on_the_way(const std::string& named, int depth);
   bool skipped(const std::string& k) const;
   PathState state(const std::string& k, Follow follow);
   std::string listing_before(const std::string& dir);
   bool back_up(TracedChange& c, bool by_link);
+  void note_moving_tree(const std::string& from, const std::string& to);
   void journal(const TracedChange& c);
 };
 
@@ -153,5 +161,14 @@ std::vector<TracedChange> read_journal(Disk& disk, const fs::path& path);
 // and the compiler caches (ccache's, sccache's), whose entries are named by a digest of what they
 // hold and so never make a compile's result differ.
 std::vector<fs::path> untraced_roots();
+
+// The mount points below /dev of filesystems that hold files (/dev/shm's tmpfs, whatever else is
+// mounted there), from /proc/self/mountinfo: traced like any other path though /dev is skipped,
+// for an install, a cache or a scratch dir kept there is written by builds like any other.
+const std::vector<std::string>& traced_mounts_below_dev();
+
+// Whether nothing is recorded at `path` (absolute, its directory real): below one of `skipped`,
+// and not below a traced mount below /dev.
+bool is_skipped_path(const std::string& path, const std::vector<std::string>& skipped);
 
 }  // namespace overlay

@@ -379,6 +379,16 @@ def _cached_plan(here, raw):
     return None
 
 
+def _overlay_identity(here):
+    """The overlay's directory as the kernel knows it, [device, inode], in each record it makes:
+    a copy of the overlay (cp -r, copytree: new inodes) carries the records along, and the tool
+    counts none of them for the copy; a move keeps them its own."""
+    import os
+
+    st = os.stat(here)
+    return [st.st_dev, st.st_ino]
+
+
 def _create_record(path, line):
     """Creates a live record with its first line in one write(2), not beside and renamed: every
     process pays for this file at start, and a reader takes a line not yet whole for a record not
@@ -408,10 +418,8 @@ def _first_record(here, pending):
     pid = os.getpid()
     name = "%d-%s.json" % (pid, os.urandom(4).hex())
     try:
-        line = '{"pid": %d, "start_ticks": %d, "applied": [], "failed": [], "pending": %s}\n' % (
-            pid,
-            _start_ticks(),
-            pending,
+        line = '{"pid": %d, "start_ticks": %d, "overlay": [%d, %d], "applied": [], "failed": [], "pending": %s}\n' % (
+            (pid, _start_ticks()) + tuple(_overlay_identity(here)) + (pending,)
         )
         _create_record(os.path.join(here, "_stats", "live", name), line)
     except Exception as e:
@@ -1599,6 +1607,7 @@ class _LiveRecord:
                 record = {
                     "pid": pid,
                     "start_ticks": _start_ticks(),
+                    "overlay": _overlay_identity(self.here),
                     "applied": sorted(applied),
                     "failed": sorted(failed),
                     "pending": [k for k in self.pending if k not in applied and k not in failed],
@@ -1679,6 +1688,10 @@ def _at_exit(state):
             "applied": sorted(state.applied),
             "calls": {k: next(c) for k, c in state.counters.items()},
         }
+        try:
+            record["overlay"] = _overlay_identity(state.here)
+        except OSError:
+            pass  # the overlay is gone: the record, if it can be written, counts for none
         # One small file per process, named as its live record so a reader counts it once.
         name = (
             live.name

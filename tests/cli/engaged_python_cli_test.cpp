@@ -184,3 +184,34 @@ TEST_F(EngagedPython, AFailedEntryIsNotEngaged) {
   EXPECT_FALSE(fs::exists(t / "ov/_stats/live") && !fs::is_empty(t / "ov/_stats/live"))
       << "an exited process's live record stays";
 }
+
+// A copy of an overlay (the pipeline seeds candidates with `cp -r "$CURRENT"/. "$CAND"/`) takes
+// its records along; no process ran the copy, so it is engaged in none and applied in none, while
+// the overlay copied stays engaged, and a moved one keeps its records (issue 74: the copy said
+// ENGAGED for the server running the original, and "applied in 2 process(es)").
+TEST_F(EngagedPython, ACopyOfAnOverlayCarriesNoEngagement) {
+  pid_t server = start("server", "import");
+  pid_t done = start("done", "import");
+  quit("done", done);  // a final record as well as a live one
+  ASSERT_EQ(engaged(server).rc, 0) << engaged(server).out;
+  std::string cand = (t / "cand").string();
+  Cmd cp = run({"cp", "-r", ov, cand});
+  ASSERT_EQ(cp.rc, 0) << cp.err;
+  ASSERT_TRUE(fs::exists(t / "cand/_stats/live")) << "the copy took the records along";
+  Cmd e = run_overlay({"engaged", "--overlay", cand, "--pid", std::to_string(server)});
+  EXPECT_EQ(e.rc, 1) << e.out;
+  EXPECT_EQ(e.out.find("NOT_ENGAGED"), 0u) << e.out;
+  json s = json::parse(run_overlay({"--json", "status", "--overlay", cand}).out)["python"][0];
+  EXPECT_EQ(s["applied_processes"], 0) << s;
+  EXPECT_EQ(s["running_processes"], 0) << s;
+  EXPECT_EQ(python_entry(0)["applied_processes"], 2) << python_entry(0);
+  EXPECT_EQ(engaged(server).rc, 0);
+  // Moved, not copied: its own still.
+  std::string moved = (t / "moved").string();
+  fs::rename(ov, moved);
+  Cmd m = run_overlay({"engaged", "--overlay", moved, "--pid", std::to_string(server)});
+  EXPECT_EQ(m.rc, 0) << m.out;
+  EXPECT_NE(m.out.find("\nENGAGED process " + std::to_string(server)), std::string::npos) << m.out;
+  fs::rename(moved, ov);
+  quit("server", server);
+}

@@ -67,8 +67,10 @@ const OwnStateDir own_state_dir;
 
 }  // namespace
 
-TempDir::TempDir() {
-  std::string tmpl = (fs::temp_directory_path() / "overlay-test.XXXXXX").string();
+TempDir::TempDir() : TempDir(fs::temp_directory_path()) {}
+
+TempDir::TempDir(const fs::path& base) {
+  std::string tmpl = (base / "overlay-test.XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
 }

@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 class TempDir {
  public:
   TempDir();
+  explicit TempDir(const fs::path& base);  // below `base` rather than the temp dir
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

@@ -3,6 +3,8 @@
 // copy in it no longer hashes to its digest. The binary's tests drive it through add-native.
 #include "overlay/build_store.hpp"
 
+#include <sys/utsname.h>
+
 #include <cstdlib>
 
 #include <gtest/gtest.h>
@@ -132,4 +134,14 @@ TEST(BuildStore, AnIncompleteTraceIsNeverKept) {
   std::string why = store.keep(f.plan, f.trace, {}, "e1", {});
   EXPECT_NE(why.find("io_uring"), std::string::npos) << why;
   EXPECT_FALSE(store.find(f.plan, {}).hit.has_value());
+}
+
+// What uname(2) returns is the machine's key: a `uname -r`-selected tree (DKMS-style modules)
+// built before a reboot into another kernel is never served after it (issue 74).
+TEST(BuildStore, TheMachineKeyHoldsWhatUnameReturns) {
+  utsname u{};
+  ASSERT_EQ(::uname(&u), 0);
+  std::string key = machine_key(real_disk());
+  for (const char* part : {u.machine, u.sysname, u.release, u.version})
+    EXPECT_NE(key.find(part), std::string::npos) << part << " not in\n" << key;
 }

@@ -2,9 +2,14 @@
 // both (the processes' facts are given; the CLI tests read them from live processes).
 #include "overlay/engagement.hpp"
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 using namespace overlay;
+using namespace overlay::test;
 
 namespace {
 
@@ -27,7 +32,8 @@ PythonUse ran(pid_t pid, std::vector<std::string> applied, std::vector<std::stri
           .applied = std::move(applied),
           .failed = std::move(failed),
           .pending = std::move(pending),
-          .displaced = std::move(displaced)};
+          .displaced = std::move(displaced),
+          .overlay = std::nullopt};
 }
 
 const std::string kRebind = "rebind:m:f->impl.g";
@@ -116,6 +122,29 @@ TEST(EngagementVerdict, LiveRecordsAsSitecustomizeWritesThem) {
   EXPECT_FALSE(parse_live_record("{\"pid\": -1, \"start_ticks\": 7}").has_value());
   EXPECT_FALSE(parse_live_record("{\"pid\": 42}").has_value());
   EXPECT_FALSE(parse_live_record("not json").has_value());
+}
+
+// Issue 74: a record names the overlay it was made under by its directory's device and inode; one
+// naming none, or not as two unsigned numbers, names no overlay (and counts for none).
+TEST(EngagementVerdict, ALiveRecordNamesItsOverlay) {
+  auto u = parse_live_record(R"({"pid": 42, "start_ticks": 7, "overlay": [2049, 131], "applied": []})");
+  ASSERT_TRUE(u.has_value());
+  ASSERT_TRUE(u->overlay.has_value());
+  EXPECT_EQ(*u->overlay, (OverlayIdentity{2049, 131}));
+  for (const char* bad : {R"({"pid": 42, "start_ticks": 7})", R"({"pid": 42, "start_ticks": 7, "overlay": [1]})",
+                          R"({"pid": 42, "start_ticks": 7, "overlay": [-1, 3]})",
+                          R"({"pid": 42, "start_ticks": 7, "overlay": "/tmp/ov"})"}) {
+    auto v = parse_live_record(bad);
+    ASSERT_TRUE(v.has_value()) << bad;
+    EXPECT_FALSE(v->overlay.has_value()) << bad;
+  }
+  TempDir t;
+  auto id = overlay_identity(real_disk(), t.path());
+  ASSERT_TRUE(id.has_value());
+  struct stat st {};
+  ASSERT_EQ(::stat(t.path().c_str(), &st), 0);
+  EXPECT_EQ(*id, (OverlayIdentity{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)}));
+  EXPECT_FALSE(overlay_identity(real_disk(), t / "absent").has_value());
 }
 
 // The record's first line is the whole record at start; each line after it says what applied or

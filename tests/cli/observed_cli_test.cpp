@@ -1,0 +1,294 @@
+// Clean means observed (issue 74): the shapes where a verdict the pipeline gates on (`store: hit`,
+// a complete revert, every original byte back) was read off what the tool recorded rather than
+// the install. Each runs the real binary on a real Make build and checks the verdict against what
+// the program then prints and what is on disk.
+#include <unistd.h>
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+using namespace overlay::test;
+using json = nlohmann::json;
+
+namespace {
+
+const char* kMain = "#include <stdio.h>\nint value(void);\nint main(void) { printf(\"%d\\n\", value()); return 0; }\n";
+
+struct Observed : ::testing::Test {
+  TempDir t;
+  std::string ov = (t / "ov").string();
+  std::vector<std::string> env = {"OVERLAY_STATE_DIR=" + (t / "state").string()};
+
+  void SetUp() override {
+    if (!have({"make", "--version"}) || !have({"cc", "--version"})) GTEST_SKIP() << "needs make and cc";
+  }
+  Cmd overlay(std::vector<std::string> args, const std::vector<std::string>& more_env = {}) {
+    std::vector<std::string> e = env;
+    e.insert(e.end(), more_env.begin(), more_env.end());
+    return run_overlay(args, {}, e);
+  }
+  // add-native with `args`: its JSON result, stderr under "stderr" (rc checked).
+  json add(std::vector<std::string> args, const std::vector<std::string>& more_env = {}) {
+    args.insert(args.begin(), {"--json", "add-native", "--overlay", ov});
+    Cmd a = overlay(args, more_env);
+    EXPECT_EQ(a.rc, 0) << a.err;
+    json j = json::parse(a.out.empty() ? "{}" : a.out);
+    j["stderr"] = a.err;
+    return j;
+  }
+  static std::string store_of(const json& j) { return j["build"]["store"]["state"].get<std::string>(); }
+  static std::string why_of(const json& j) { return j["build"]["store"].value("why", ""); }
+  Cmd revert() {
+    Cmd r = overlay({"revert", "--overlay", ov});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return r;
+  }
+  static std::string out_of(const fs::path& prog) {
+    Cmd c = run({prog.string()});
+    return c.rc == 0 ? c.out.substr(0, c.out.find('\n')) : "error: " + c.err;
+  }
+  // A Make install at `p`: `rule` builds `prog` from k.c (40 + its macros) and main.c; the
+  // candidate is 70 + the same macros. Built once with `make`.
+  static void make_install(const fs::path& p, const std::string& rule, const std::string& macros = "") {
+    write_file(p / "Makefile", "prog: k.c main.c\n\t" + rule + "\n");
+    write_file(p / "k.c", macros + "int value(void) { return 40 + H + EXTRA; }\n");
+    write_file(p / "main.c", kMain);
+    write_file(p.parent_path() / "k7.c", macros + "int value(void) { return 70 + H + EXTRA; }\n");
+    Cmd m = run({"make", "-s", "-C", p.string()});
+    ASSERT_EQ(m.rc, 0) << m.err;
+  }
+  // The candidate applied to the install at `p` twice, reverted after each: built (a miss), then
+  // served (a hit), printing `prints` both times.
+  void miss_then_hit(const fs::path& p, const std::string& prints) {
+    json a = add(args_for(p));
+    EXPECT_EQ(store_of(a), "miss") << a["stderr"];
+    EXPECT_EQ(out_of(p / "prog"), prints);
+    revert();
+    json b = add(args_for(p));
+    EXPECT_EQ(store_of(b), "hit") << b["stderr"];
+    EXPECT_EQ(out_of(p / "prog"), prints);
+    revert();
+  }
+  static std::vector<std::string> args_for(const fs::path& p) {
+    return {"--target",   (p / "k.c").string(),  "--patched-file", (p.parent_path() / "k7.c").string(),
+            "--artifact", (p / "prog").string(), "--build-cmd",    "make -C " + p.string()};
+  }
+};
+
+const std::string kMacros = "#ifndef H\n#define H 0\n#endif\n#ifndef EXTRA\n#define EXTRA 0\n#endif\n";
+
+// A dependency reached through a chain of directory symlinks (`inc -> ../alt/inc`, and
+// `alt/inc -> ../pkgs/inc-v1` as update-alternatives makes one) is retargeted: the same candidate
+// is a miss that names the link, and builds against the new headers. It was `store: hit` with the
+// old version's build: inputs were keyed by the real directory alone.
+TEST_F(Observed, ADirectorySymlinkRetargetedOnTheWayIsAMiss) {
+  fs::path p = t / "pkg";
+  write_file(t / "pkgs/inc-v1/h.h", "#define H 1\n");
+  write_file(t / "pkgs/inc-v2/h.h", "#define H 2\n");
+  fs::create_directories(t / "alt");
+  fs::create_symlink("../pkgs/inc-v1", t / "alt/inc");
+  fs::create_directories(p);
+  fs::create_symlink("../alt/inc", p / "inc");
+  make_install(p, "cc -Iinc -o prog k.c main.c", "#include <h.h>\n#ifndef EXTRA\n#define EXTRA 0\n#endif\n");
+  ASSERT_EQ(out_of(p / "prog"), "41");
+  auto args = args_for(p);
+  miss_then_hit(p, "71");
+  // The alternative switched: the link two steps from the path the compiler opened.
+  fs::remove(t / "alt/inc");
+  fs::create_symlink("../pkgs/inc-v2", t / "alt/inc");
+  json b = add(args);
+  EXPECT_EQ(store_of(b), "miss") << b["stderr"];
+  EXPECT_NE(why_of(b).find((t / "alt/inc").string() + ": it points elsewhere now"), std::string::npos) << why_of(b);
+  EXPECT_EQ(out_of(p / "prog"), "72");
+  revert();
+  EXPECT_EQ(out_of(p / "prog"), "41");  // the stock build's bytes, made against inc-v1
+  // The first link retargeted straight at a version dir: a miss again, named by that link.
+  fs::remove(p / "inc");
+  fs::create_symlink("../pkgs/inc-v1", p / "inc");
+  json c = add(args);
+  EXPECT_EQ(store_of(c), "miss") << c["stderr"];
+  EXPECT_NE(why_of(c).find((p / "inc").string() + ": it points elsewhere now"), std::string::npos) << why_of(c);
+  EXPECT_EQ(out_of(p / "prog"), "71");
+  revert();
+  EXPECT_EQ(out_of(p / "prog"), "41");
+}
+
+// What Open MPI's wrapper compiler reads (OMPI_CFLAGS, OMPI_CC) reaches the compile: a candidate
+// built under other values is a miss. It was a hit, the variables held out as "reaching no compiler".
+TEST_F(Observed, OpenMpisWrapperVariablesAreInTheKey) {
+  fs::path p = t / "pkg";
+  write_file(t / "mpicc", "#!/bin/sh\nexec ${OMPI_CC:-cc} $OMPI_CFLAGS \"$@\"\n", 0755);
+  make_install(p, "../mpicc -o prog k.c main.c", kMacros);
+  auto args = args_for(p);
+  EXPECT_EQ(store_of(add(args)), "miss");
+  EXPECT_EQ(out_of(p / "prog"), "70");
+  revert();
+  json b = add(args, {"OMPI_CFLAGS=-DEXTRA=5"});
+  EXPECT_EQ(store_of(b), "miss") << b["stderr"];
+  EXPECT_EQ(out_of(p / "prog"), "75");
+  revert();
+  // A rank's identity from mpirun reaches no compiler: still a hit.
+  json c = add(args, {"OMPI_CFLAGS=-DEXTRA=5", "OMPI_COMM_WORLD_RANK=3"});
+  EXPECT_EQ(store_of(c), "hit") << c["stderr"];
+  EXPECT_EQ(out_of(p / "prog"), "75");
+  revert();
+  EXPECT_EQ(out_of(p / "prog"), "40");
+}
+
+// A tuning table the build reads through a read-write open (`exec 3<>`, as `open(p, "r+")` and
+// numpy's memmap do) gets new bytes of the same size, its mtime kept: a miss, built with the new
+// table, which stays as it is. It was a hit with the old table's build, and the serve put the
+// record's copy of the old table over the new one.
+TEST_F(Observed, AFileTheBuildOpensReadWriteIsAnInput) {
+  fs::path p = t / "pkg";
+  write_file(p / "table.txt", "1\n");
+  make_install(p, "exec 3<>table.txt; read v <&3; cc -DEXTRA=$$v -o prog k.c main.c", kMacros);
+  ASSERT_EQ(out_of(p / "prog"), "41");
+  auto args = args_for(p);
+  miss_then_hit(p, "71");
+  auto stamp = fs::last_write_time(p / "table.txt");
+  write_file(p / "table.txt", "2\n");
+  fs::last_write_time(p / "table.txt", stamp);
+  json b = add(args);
+  EXPECT_EQ(store_of(b), "miss") << b["stderr"];
+  EXPECT_NE(why_of(b).find((p / "table.txt").string() + ": its bytes changed"), std::string::npos) << why_of(b);
+  EXPECT_EQ(out_of(p / "prog"), "72");
+  EXPECT_EQ(read_file(p / "table.txt"), "2\n");
+  revert();
+  EXPECT_EQ(read_file(p / "table.txt"), "2\n");
+}
+
+// A log the build only appends to (`>> build.log`) gets lines from elsewhere between two applies
+// of one candidate: the hit appends the lines the build appended and keeps the others; revert
+// gives the log back as it was before the serve. A hit put the record's whole copy in its place,
+// and the lines appended since were lost for good.
+TEST_F(Observed, AServeAppendsToALogAndKeepsLinesAppendedSince) {
+  fs::path p = t / "pkg";
+  make_install(p, "echo built >> build.log && cc -o prog k.c main.c", kMacros);
+  auto args = args_for(p);
+  EXPECT_EQ(store_of(add(args)), "miss");
+  revert();
+  ASSERT_EQ(read_file(p / "build.log"), "built\n");
+  std::ofstream(p / "build.log", std::ios::app) << "a line from elsewhere\n";
+  json hit = add(args);
+  EXPECT_EQ(store_of(hit), "hit") << hit["stderr"];
+  EXPECT_EQ(out_of(p / "prog"), "70");
+  EXPECT_EQ(read_file(p / "build.log"), "built\na line from elsewhere\nbuilt\n");
+  revert();
+  EXPECT_EQ(read_file(p / "build.log"), "built\na line from elsewhere\n");
+  EXPECT_EQ(out_of(p / "prog"), "40");
+}
+
+// The build rotates its output directory (`mv gen gen.old; mkdir gen; …; rm -rf gen.old`), or
+// swaps a new one in with renameat2(RENAME_EXCHANGE) (`mv --exchange`): every name below the
+// directory is noted as it was before the rename, so revert puts the old tree back byte for byte
+// and says the install is clean because it is. A renamed directory made the trace incomplete and
+// revert failed with gen/ left empty, while `--check-clean` said "install clean"; an exchange was
+// not even flagged, and the originals were lost.
+TEST_F(Observed, ARotatedOrExchangedOutputDirComesBackWhole) {
+  const std::vector<std::pair<std::string, std::string>> shapes = {
+      {"rotate",
+       "rm -rf gen.old && if [ -d gen ]; then mv gen gen.old; fi && mkdir gen && mkdir gen/sub && echo v$$$$ > "
+       "gen/data && echo w$$$$ > gen/sub/more && rm -rf gen.old && cc -o prog k.c main.c"},
+      {"exchange",
+       "mkdir -p gen && rm -rf gen.new && mkdir gen.new gen.new/sub && echo v$$$$ > gen.new/data && echo w$$$$ > "
+       "gen.new/sub/more && python3 -c 'import ctypes; l = ctypes.CDLL(None); "
+       "assert l.renameat2(-100, b\"gen.new\", -100, b\"gen\", 2) == 0' && rm -rf gen.new && cc -o prog k.c main.c"}};
+  for (const auto& [name, rule] : shapes) {
+    SCOPED_TRACE(name);
+    fs::path p = t / name / "pkg";
+    make_install(p, rule, kMacros);
+    std::string data = read_file(p / "gen/data"), more = read_file(p / "gen/sub/more");
+    auto stamp = fs::last_write_time(p / "gen/data");
+    json a = add(args_for(p));
+    EXPECT_EQ(store_of(a), "miss") << a["stderr"];
+    EXPECT_EQ(out_of(p / "prog"), "70");
+    ASSERT_NE(read_file(p / "gen/data"), data) << "the build made a new tree";
+    Cmd r = revert();
+    EXPECT_EQ(read_file(p / "gen/data"), data);
+    EXPECT_EQ(read_file(p / "gen/sub/more"), more);
+    EXPECT_EQ(fs::last_write_time(p / "gen/data"), stamp);
+    EXPECT_FALSE(fs::exists(p / "gen.old"));
+    EXPECT_FALSE(fs::exists(p / "gen.new"));
+    EXPECT_EQ(out_of(p / "prog"), "40");
+    Cmd s = overlay({"status", "--overlay", ov, "--check-clean"});
+    EXPECT_EQ(s.rc, 0) << s.out << s.err;
+  }
+}
+
+// A candidate's run writes its result into a directory the build made (`gen/bench.json`): every
+// original byte is back, so the revert is complete and says so, the directory stays with what the
+// build did not make, and exec exits with the candidate's status. It failed "Directory not
+// empty", exec exited 121 "REVERT INCOMPLETE", and every later revert the same.
+TEST_F(Observed, ARunsOwnFileInADirectoryTheBuildMadeLeavesTheRevertComplete) {
+  fs::path p = t / "pkg";
+  make_install(p, "cc -o prog k.c main.c", kMacros);
+  // From now on the build also makes gen/ (a generator's output dir the stock build never made).
+  write_file(p / "Makefile", "prog: k.c main.c\n\tmkdir -p gen && echo 1 > gen/stamp && cc -o prog k.c main.c\n");
+  std::string stock = file_sha256(p / "prog");
+  std::vector<std::string> a = {"exec", "--overlay", ov};
+  for (const auto& x : args_for(p)) a.push_back(x);
+  a.insert(a.end(), {"--", "sh", "-c", "./prog > gen/bench.json"});
+  Cmd e = run_overlay(a, p, env);
+  EXPECT_EQ(e.rc, 0) << e.out << e.err;
+  EXPECT_EQ(e.err.find("REVERT INCOMPLETE"), std::string::npos) << e.err;
+  EXPECT_EQ(read_file(p / "gen/bench.json"), "70\n");
+  EXPECT_FALSE(fs::exists(p / "gen/stamp"));
+  EXPECT_EQ(file_sha256(p / "prog"), stock);
+  // The same through add-native and revert: exit 0, the kept directory named.
+  fs::remove_all(p / "gen");
+  add(args_for(p));
+  ASSERT_TRUE(fs::exists(p / "gen/stamp"));
+  write_file(p / "gen/bench2.json", "{}\n");
+  Cmd r = revert();
+  EXPECT_NE(r.err.find((p / "gen").string() + ": a directory the build made, kept"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(p / "gen/stamp"));
+  EXPECT_TRUE(fs::exists(p / "gen/bench2.json"));
+  EXPECT_EQ(file_sha256(p / "prog"), stock);
+  Cmd s = overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(s.rc, 0) << s.out << s.err;
+}
+
+// Whether /dev/shm is a mount of its own that holds files (a tmpfs), as on most hosts.
+bool dev_shm_is_tmpfs() {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.find(" /dev/shm ") != std::string::npos && line.find(" - tmpfs ") != std::string::npos) return true;
+  return false;
+}
+
+// An install under /dev/shm (an ordinary tmpfs) is traced like any other: the object the
+// candidate's build replaced comes back, so the next link of the install ships stock code. Below
+// /dev only the kernel's own filesystems are left out; everything there was, and the patched
+// object stayed while revert said "nothing more to redo".
+TEST_F(Observed, AnInstallUnderDevShmIsTracedAndPutBack) {
+  if (!dev_shm_is_tmpfs()) GTEST_SKIP() << "/dev/shm is no tmpfs mount here";
+  TempDir shm("/dev/shm");
+  fs::path p = shm / "pkg";
+  write_file(p / "Makefile",
+             "prog: k.o main.o\n\tcc -o prog k.o main.o\nk.o: k.c\n\tcc -c k.c\nmain.o: main.c\n\tcc -c main.c\n");
+  write_file(p / "k.c", kMacros + "int value(void) { return 40 + H + EXTRA; }\n");
+  write_file(p / "main.c", kMain);
+  write_file(shm / "k7.c", kMacros + "int value(void) { return 70 + H + EXTRA; }\n");
+  ASSERT_EQ(run({"make", "-s", "-C", p.string()}).rc, 0);
+  std::string object = file_sha256(p / "k.o");
+  json a = add(args_for(p));
+  EXPECT_EQ(store_of(a), "miss") << a["stderr"];
+  EXPECT_EQ(out_of(p / "prog"), "70");
+  EXPECT_NE(file_sha256(p / "k.o"), object);
+  revert();
+  EXPECT_EQ(file_sha256(p / "k.o"), object);
+  EXPECT_EQ(out_of(p / "prog"), "40");
+  // The install's next link (another source touched) ships the stock object.
+  ASSERT_EQ(run({"touch", (p / "main.c").string()}).rc, 0);
+  ASSERT_EQ(run({"make", "-s", "-C", p.string()}).rc, 0);
+  EXPECT_EQ(out_of(p / "prog"), "40");
+  Cmd s = overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(s.rc, 0) << s.out << s.err;
+}
+
+}  // namespace
