@@ -1,6 +1,7 @@
 #include "overlay/build_changes.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -13,6 +14,12 @@
 
 namespace overlay {
 namespace {
+
+std::string octal(unsigned mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", mode);
+  return buf;
+}
 
 constexpr std::size_t kMaxNinjaLog = std::size_t{1} << 30;  // Ninja recompacts far below this
 
@@ -51,11 +58,19 @@ Place place_of(Disk& disk, const std::string& path) {
   return Place{disk.open_dir(At(p.parent_path())), p.filename().string()};
 }
 
-void give_dir_meta(Disk& disk, const BuildChange& c) {
+// A directory's owner and mode, then its mtime. Returns what could not be given and is no
+// build's input ("" when all was): the mtime of a directory this user does not own (a member of a
+// shared install), which no build of Make's or Ninja's reads.
+std::string give_dir_meta(Disk& disk, const BuildChange& c) {
   Place pl = place_of(disk, c.path);
-  disk.set_owner(pl.at(), static_cast<uid_t>(c.owner.uid), static_cast<gid_t>(c.owner.gid));
-  disk.set_mode(pl.at(), c.mode);
-  disk.set_mtime(pl.at(), to_timespec(c.before.mtime_ns));
+  give_meta(disk, pl.at(), RestoredMeta{c.owner, c.mode, std::nullopt}, c.path);
+  try {
+    give_mtime(disk, pl.at(), to_timespec(c.before.mtime_ns));
+  } catch (const DiskError& e) {
+    if (e.code() != EPERM) throw;
+    return "its mtime stays the build's: setting it is its owner's (uid " + std::to_string(c.owner.uid) + ")";
+  }
+  return "";
 }
 
 // A file put back: its bytes from the backup (proven against their digest; left where they are
@@ -69,12 +84,12 @@ std::string put_back_file(Disk& disk, BackupStore& store, const BuildChange& c, 
   rec.mode = c.mode;
   rec.stamp = c.before;
   rec.owner = c.owner;
+  rec.xattrs = c.xattrs;
   if (store.restore_file(rec, pl.at(), RestoredTime::original)) return "restore";
   FileInfo fi = disk.info(pl.at(), Follow::no);
-  if (as_before(c, fi)) return "unchanged";
-  disk.set_owner(pl.at(), static_cast<uid_t>(c.owner.uid), static_cast<gid_t>(c.owner.gid));
-  disk.set_mode(pl.at(), c.mode);
-  disk.set_mtime(pl.at(), to_timespec(c.before.mtime_ns));
+  if (as_before(c, fi) && (!c.xattrs || disk.xattrs(pl.at()) == *c.xattrs)) return "unchanged";
+  give_meta(disk, pl.at(), RestoredMeta{c.owner, c.mode, c.xattrs}, c.path);
+  give_mtime(disk, pl.at(), to_timespec(c.before.mtime_ns));
   return "restore";
 }
 
@@ -82,7 +97,9 @@ std::string put_back_symlink(Disk& disk, const BuildChange& c, const FileInfo& n
   Place pl = place_of(disk, c.path);
   if (now.exists()) disk.remove(pl.at());  // a directory only where empty
   disk.make_symlink(c.target, pl.at());
-  disk.set_owner(pl.at(), static_cast<uid_t>(c.owner.uid), static_cast<gid_t>(c.owner.gid));
+  FileInfo made = disk.info(pl.at(), Follow::no);
+  if (FileOwner{made.uid, made.gid} != c.owner)
+    disk.set_owner(pl.at(), static_cast<uid_t>(c.owner.uid), static_cast<gid_t>(c.owner.gid));
   disk.set_mtime(pl.at(), to_timespec(c.before.mtime_ns));
   return "restore";
 }
@@ -140,9 +157,9 @@ void forget_in_ninja_logs(Disk& disk, std::vector<ChangeRestored>& out, bool dry
       if (edit && edit->dropped == 0) continue;
       if (!dry_run && edit) rewrite_in_place(disk, log, edit->bytes);
       if (!dry_run && !edit) disk.remove(At(log));
-      out.push_back({log.string(), edit ? "forget" : "discard", "", false});
+      out.push_back({log.string(), edit ? "forget" : "discard", "", false, ""});
     } catch (const std::exception& e) {
-      out.push_back({log.string(), "", std::string("may still vouch for outputs put back: ") + e.what(), false});
+      out.push_back({log.string(), "", std::string("may still vouch for outputs put back: ") + e.what(), false, ""});
     }
 }
 
@@ -166,11 +183,45 @@ std::vector<BuildChange> build_changes_of(Disk& disk, const std::vector<TracedCh
       c.sha256 = t.sha256.empty() ? hash_file(disk, backups / t.backup) : t.sha256;  // a linked one: hashed now
     }
     c.target = t.target;
+    c.xattrs = t.xattrs;
     c.mode = t.before.mode;
     c.owner = FileOwner{t.before.uid, t.before.gid};
     c.before = FileStamp{t.before.size, t.before.ino, t.before.mtime_ns};
     if (now.type == FileType::regular) c.stamp = stamp_of(now);
     out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<std::string> changes_not_as_before(DiskReader& disk, const std::vector<BuildChange>& changes) {
+  std::vector<std::string> out;
+  for (const auto& c : changes) {
+    FileInfo now;
+    try {
+      now = look(disk, c.path);
+    } catch (const Error& e) {
+      out.push_back(c.path + ": cannot be looked at (" + e.what() + ")");
+      continue;
+    }
+    std::string how;
+    if (now.type != c.was)
+      how = std::string("was ") + file_type_name(c.was) + ", now " + file_type_name(now.type);
+    else if (c.was == FileType::none)
+      continue;
+    else if (FileOwner{now.uid, now.gid} != c.owner)
+      how = "its owner is " + std::to_string(now.uid) + ":" + std::to_string(now.gid) + ", was " +
+            std::to_string(c.owner.uid) + ":" + std::to_string(c.owner.gid);
+    else if (c.was != FileType::symlink && (now.mode & 07777) != (c.mode & 07777))
+      how = "its mode is " + octal(now.mode & 07777) + ", was " + octal(c.mode & 07777);
+    else if (c.was == FileType::regular && now.size != c.before.size)
+      how = "its size is " + std::to_string(now.size) + ", was " + std::to_string(c.before.size);
+    else if (ns_of(now.mtime) != c.before.mtime_ns)
+      how = "its mtime differs from the one before the build";
+    else if (c.was == FileType::regular && c.xattrs && disk.xattrs(At(fs::path(c.path))) != *c.xattrs)
+      how = "its extended attributes (ACL, labels) differ";
+    else
+      continue;
+    out.push_back(c.path + ": " + how);
   }
   return out;
 }
@@ -207,26 +258,26 @@ std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store
     try {
       now = look(disk, c.path);
     } catch (const Error& e) {
-      out.push_back({c.path, "", std::string("cannot be looked at: ") + e.what(), false});
+      out.push_back({c.path, "", std::string("cannot be looked at: ") + e.what(), false, ""});
       continue;
     }
     if (as_before(c, now) && c.was != FileType::directory && c.was != FileType::regular) {
-      out.push_back({c.path, "unchanged", "", false});
+      out.push_back({c.path, "unchanged", "", false, ""});
     } else if (!as_left(c, now) && !as_before(c, now)) {
-      out.push_back({c.path, "", "changed since the build, by another build or by hand: left as it is", true});
+      out.push_back({c.path, "", "changed since the build, by another build or by hand: left as it is", true, ""});
     } else {
       todo.push_back(&c);
     }
   }
   auto attempt = [&](const BuildChange& c, const auto& step) {
     if (dry_run) {
-      out.push_back({c.path, c.was == FileType::none ? "remove" : "restore", "", false});
+      out.push_back({c.path, c.was == FileType::none ? "remove" : "restore", "", false, ""});
       return;
     }
     try {
-      out.push_back({c.path, step(), "", false});
+      out.push_back({c.path, step(), "", false, ""});
     } catch (const std::exception& e) {
-      out.push_back({c.path, "", e.what(), false});
+      out.push_back({c.path, "", e.what(), false, ""});
     }
   };
   // What was a file, symlink or nothing before: put back (a file by its proven bytes, a symlink by
@@ -270,9 +321,11 @@ std::vector<ChangeRestored> restore_build_changes(Disk& disk, BackupStore& store
   if (!dry_run)
     for (auto it = todo.rbegin(); it != todo.rend(); ++it)
       if ((*it)->was == FileType::directory) try {
-          give_dir_meta(disk, **it);
+          if (std::string kept = give_dir_meta(disk, **it); !kept.empty())
+            out.push_back({(*it)->path, "restore", "", false, kept});
         } catch (const std::exception& e) {
-          out.push_back({(*it)->path, "", std::string("its mode and mtime could not be put back: ") + e.what(), false});
+          out.push_back(
+              {(*it)->path, "", std::string("its mode and mtime could not be put back: ") + e.what(), false, ""});
         }
   // 5. Ninja's log, where it could not go back with the outputs.
   forget_in_ninja_logs(disk, out, dry_run, items);

@@ -17,6 +17,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 
 #include "overlay/error.hpp"
@@ -365,7 +366,18 @@ class PosixDisk : public Disk {
 
   void set_mtime(const At& p, timespec mtime) override {
     timespec times[2] = {mtime, mtime};
-    if (::utimensat(fd_of(p), rel_of(p), times, AT_SYMLINK_NOFOLLOW) != 0) fail("set time", p);
+    if (::utimensat(fd_of(p), rel_of(p), times, AT_SYMLINK_NOFOLLOW) == 0) return;
+    // A time of one's choosing is the owner's to set; the time now is any writer's (a member of a
+    // shared install dating root's file): a time within a second of now is set as now.
+    int err = errno;
+    timespec clock{};
+    ::clock_gettime(CLOCK_REALTIME, &clock);
+    if ((err == EPERM || err == EACCES) && std::llabs(static_cast<long long>(clock.tv_sec - mtime.tv_sec)) <= 1) {
+      timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
+      if (::utimensat(fd_of(p), rel_of(p), now, AT_SYMLINK_NOFOLLOW) == 0) return;
+    }
+    errno = err;
+    fail("set time", p);
   }
 
   void set_owner(const At& p, uid_t uid, gid_t gid) override {

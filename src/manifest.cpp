@@ -173,28 +173,6 @@ void put_owner(json& j, const std::optional<FileOwner>& o) {
   j["gid"] = o->gid;
 }
 
-// Extended attributes (added key "xattrs"): {name: base64 of the value}; {} records that there were none.
-std::optional<Xattrs> opt_xattrs(const json& j) {
-  const json* v = find(j, "xattrs");
-  if (v == nullptr || v->is_null()) return std::nullopt;
-  if (!v->is_object()) bad("xattrs", "expected {name: base64 value}");
-  Xattrs out;
-  for (auto it = v->begin(); it != v->end(); ++it) {
-    std::optional<std::string> value = it->is_string() ? from_base64(it->get<std::string>()) : std::nullopt;
-    if (it.key().empty() || it.key().find('\0') != std::string::npos || !value)
-      bad("xattrs." + it.key(), "expected a base64 value");
-    out.emplace_back(it.key(), std::move(*value));
-  }
-  return out;  // nlohmann's object keeps its keys sorted: so is this
-}
-
-void put_xattrs(json& j, const std::optional<Xattrs>& x) {
-  if (!x) return;
-  json o = json::object();
-  for (const auto& [name, value] : *x) o[name] = to_base64(value);
-  j["xattrs"] = std::move(o);
-}
-
 // A list of argv lists ("build_cmds"); absent or null is none.
 std::vector<std::vector<std::string>> opt_build_cmds(const json& j) {
   std::vector<std::vector<std::string>> cmds;
@@ -367,6 +345,27 @@ void read_folds(const json& doc, Manifest& m) {
 }
 
 }  // namespace
+
+std::optional<Xattrs> opt_xattrs(const json& j) {
+  const json* v = find(j, "xattrs");
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  if (!v->is_object()) bad("xattrs", "expected {name: base64 value}");
+  Xattrs out;
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    std::optional<std::string> value = it->is_string() ? from_base64(it->get<std::string>()) : std::nullopt;
+    if (it.key().empty() || it.key().find('\0') != std::string::npos || !value)
+      bad("xattrs." + it.key(), "expected a base64 value");
+    out.emplace_back(it.key(), std::move(*value));
+  }
+  return out;  // nlohmann's object keeps its keys sorted: so is this
+}
+
+void put_xattrs(json& j, const std::optional<Xattrs>& x) {
+  if (!x) return;
+  json o = json::object();
+  for (const auto& [name, value] : *x) o[name] = to_base64(value);
+  j["xattrs"] = std::move(o);
+}
 
 void from_json(const json& j, FoldMark& f) {
   if (!j.is_object()) bad("", "expected an object");
@@ -585,6 +584,7 @@ void from_json(const json& j, BuildChange& c) {
     c.sha256 = sha(j, "sha256");
   }
   if (c.was == FileType::symlink) c.target = req_string(j, "target");
+  if (c.was == FileType::regular) c.xattrs = opt_xattrs(j);
   if (c.was != FileType::none) {
     c.mode = static_cast<mode_t>(req_unsigned(j, "mode") & 07777);
     c.owner = FileOwner{req_unsigned(j, "uid"), req_unsigned(j, "gid")};
@@ -604,6 +604,7 @@ void from_json(const json& j, BuildChange& c) {
 void to_json(json& j, const BuildChange& c) {
   j = {{"path", c.path}, {"was", file_type_name(c.was)}, {"left", file_type_name(c.left)}};
   if (c.was == FileType::regular) j["backup"] = c.backup, j["sha256"] = c.sha256;
+  if (c.was == FileType::regular) put_xattrs(j, c.xattrs);
   if (c.was == FileType::symlink) j["target"] = c.target;
   if (c.was != FileType::none) {
     j["mode"] = c.mode, j["uid"] = c.owner.uid, j["gid"] = c.owner.gid;

@@ -230,6 +230,7 @@ class Reverter {
         if (r.action == "forget" || r.action == "discard") report_.notes.push_back(ninja_log_note(r));
         if (r.action == "keep")
           report_.notes.push_back(r.path + ": a directory the build made, kept: it holds what the build did not make");
+        if (!r.note.empty()) report_.notes.push_back(r.path + ": " + r.note);
       }
     }
     return ok;

@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "overlay/build_changes.hpp"
 #include "overlay/build_watch.hpp"
 #include "overlay/error.hpp"
 #include "overlay/file_ops.hpp"
@@ -430,6 +431,12 @@ std::size_t StatusReport::not_original() const {
   return n;
 }
 
+std::size_t StatusReport::build_not_back() const {
+  std::size_t n = 0;
+  for (const auto& e : natives) n += e.build_not_back.size();
+  return n;
+}
+
 std::size_t StatusReport::untracked_as_built() const {
   std::size_t n = untracked_left.size();
   for (const auto& e : natives)
@@ -465,6 +472,7 @@ StatusReport overlay_status(DiskReader& disk, const fs::path& overlay_in, Absent
     r.natives.back().build_failed = e.build_failed;
     r.natives.back().build_traced = e.build_traced;
     r.natives.back().build_changes = e.build_changes.size();
+    r.natives.back().build_not_back = changes_not_as_before(disk, e.build_changes);
     r.natives.back().build_unobserved = e.build_unobserved;
     r.natives.back().build_untraced = e.build_untraced;
     r.natives.back().why_fresh_times = why_fresh_times(disk, e, r.overlay);
@@ -599,6 +607,7 @@ nlohmann::json StatusReport::to_json() const {
                       {"has_manifest", r.has_manifest},
                       {"clean", r.clean()},
                       {"not_original", r.not_original()},
+                      {"build_not_back", r.build_not_back()},
                       {"untracked_outputs", untracked_json(r.untracked_left)},
                       {"litter", r.litter_left},
                       {"processes", processes_json(r.engagement)},
@@ -615,6 +624,7 @@ nlohmann::json StatusReport::to_json() const {
     n["build_failed"] = e.build_failed ? nlohmann::json(*e.build_failed) : nlohmann::json(nullptr);
     n["build"] = {{"traced", e.build_traced},
                   {"changes", e.build_changes},
+                  {"not_back", e.build_not_back},
                   {"unobserved", e.build_unobserved},
                   {"untraced", e.build_untraced ? nlohmann::json(*e.build_untraced) : nlohmann::json(nullptr)}};
     n["revert_mtimes"] = e.why_fresh_times.empty() ? nlohmann::json({{"rule", "original"}})

@@ -104,7 +104,10 @@ SavedFile BackupStore::save_file(const std::string& id, const std::string& label
   Copied c = copy_file_hashing(disk_, file, overlay_ / rel, fi.mode, Durable::yes);
   s.sha256 = std::move(c.sha256);
   s.cloned = c.way == CopyWay::cloned;
-  if (fi.nlink > 1) {
+  // The inode itself is kept where it has other names, and where this user could not make its
+  // like (another's file in a shared install, which a build may replace with one of ours): revert
+  // puts that inode back, owner and all, with no chown.
+  if (fi.nlink > 1 || (::geteuid() != 0 && fi.uid != ::geteuid())) {
     try {
       disk_.make_hardlink(file, overlay_ / (rel + ".inode"));
       s.same_inode = rel + ".inode";
@@ -224,15 +227,31 @@ std::vector<std::string> BackupStore::sweep_unnamed_entries(const Manifest& m) {
   return swept;
 }
 
-namespace {
-
-// Gives file p the recorded owner, extended attributes and mode, in the one order that keeps each.
-void give_meta(Disk& disk, const At& p, const RestoredMeta& meta) {
-  if (meta.owner) disk.set_owner(p, static_cast<uid_t>(meta.owner->uid), static_cast<gid_t>(meta.owner->gid));
+void give_meta(Disk& disk, const At& p, const RestoredMeta& meta, const fs::path& shown) {
+  FileInfo now = disk.info(p, Follow::no);
+  bool owner_set = meta.owner && FileOwner{now.uid, now.gid} != *meta.owner;
+  if (owner_set) {
+    disk.set_owner(p, static_cast<uid_t>(meta.owner->uid), static_cast<gid_t>(meta.owner->gid));
+    FileInfo after = disk.info(p, Follow::no);
+    if (FileOwner{after.uid, after.gid} != *meta.owner) {
+      std::string ug = std::to_string(meta.owner->uid) + ":" + std::to_string(meta.owner->gid);
+      throw Error("cannot give " + shown.string() + " back to its owner " + ug +
+                  " (this user may not chown it); as root: chown " + ug + " " + shown.string());
+    }
+  }
   // Nothing recorded and nothing there (the common case): no change to make, none to trace.
-  if (meta.xattrs && (!meta.xattrs->empty() || !disk.xattrs(p).empty())) disk.set_xattrs(p, *meta.xattrs);
-  disk.set_mode(p, meta.mode);
+  bool xattrs_set = meta.xattrs && (!meta.xattrs->empty() || !disk.xattrs(p).empty()) && *meta.xattrs != disk.xattrs(p);
+  if (xattrs_set) disk.set_xattrs(p, *meta.xattrs);
+  // A chown clears setuid and setgid bits, an ACL set moves the group bits: the mode goes last.
+  if (owner_set || xattrs_set || (now.mode & 07777) != (meta.mode & 07777)) disk.set_mode(p, meta.mode);
 }
+
+void give_mtime(Disk& disk, const At& p, timespec t) {
+  FileInfo now = disk.info(p, Follow::no);
+  if (now.mtime.tv_sec != t.tv_sec || now.mtime.tv_nsec != t.tv_nsec) disk.set_mtime(p, t);
+}
+
+namespace {
 
 timespec restored_mtime(RestoredTime when, const FileBackup& rec) {
   if (when == RestoredTime::original && rec.stamp)
@@ -250,11 +269,11 @@ bool BackupStore::restore_by_rename(const std::string& rel, const std::string& s
                                     const At& path, const FileInfo& cur, const RestoredMeta& meta, timespec mtime) {
   std::string got = hash_file(disk_, backup);  // the one read: proves the backup
   if (got != sha256) throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
-  give_meta(disk_, backup, meta);
+  give_meta(disk_, backup, meta, path.full());
   // The mtime the caller chose (RestoredTime): fresh, so the next incremental build redoes what
   // the candidate's build produced from the patched file, or the original's own where every such
   // output is restored too (design.md, "The mtimes revert gives").
-  disk_.set_mtime(backup, mtime);
+  give_mtime(disk_, backup, mtime);
   if (cur.type == FileType::regular && cur.size >= kParkBytes) park(path, true);  // freed later, elsewhere
   try {
     disk_.rename(backup, path);  // the verified inode itself goes back: nothing to re-check
@@ -289,8 +308,8 @@ std::optional<bool> BackupStore::restore_link_group(const FileBackup& rec, const
     FileInfo li = disk_.info(link, Follow::no);
     bool other = cur.type != FileType::regular || li.ino != cur.ino || li.dev != cur.dev;
     if (li.type == FileType::regular && other && hash_file(disk_, link) == rec.sha256) {
-      give_meta(disk_, link, RestoredMeta{rec.owner, rec.mode.value_or(li.mode), rec.xattrs});
-      disk_.set_mtime(link, restored_mtime(when, rec));
+      give_meta(disk_, link, RestoredMeta{rec.owner, rec.mode.value_or(li.mode), rec.xattrs}, path.full());
+      give_mtime(disk_, link, restored_mtime(when, rec));
       try {
         disk_.rename(link, path);
         disk_.sync_dir(path.parent());
@@ -305,7 +324,7 @@ std::optional<bool> BackupStore::restore_link_group(const FileBackup& rec, const
   if (cur.type != FileType::regular || cur.nlink < 2 || !rec.stamp || cur.ino != rec.stamp->ino) return std::nullopt;
   if (hash_file(disk_, path) == rec.sha256) return false;
   write_into_inode(rec, path);
-  disk_.set_mtime(path, restored_mtime(when, rec));
+  give_mtime(disk_, path, restored_mtime(when, rec));
   return true;
 }
 
@@ -327,7 +346,8 @@ void BackupStore::write_into_inode(const FileBackup& rec, const At& path) {
   out->close();
   give_meta(disk_, path,
             RestoredMeta{rec.owner ? rec.owner : std::optional<FileOwner>(FileOwner{cur.uid, cur.gid}),
-                         rec.mode.value_or(cur.mode), rec.xattrs});
+                         rec.mode.value_or(cur.mode), rec.xattrs},
+            path.full());
 }
 
 bool BackupStore::restore_bytes(const FileBackup& rec, const At& path, RestoredTime when) {
@@ -339,7 +359,15 @@ bool BackupStore::restore_bytes(const FileBackup& rec, const At& path, RestoredT
   FileInfo cur = disk_.info(path, Follow::no);
   if (cur.type == FileType::directory) throw Error("a directory now stands at " + path.full().string());
   bool maybe_original = cur.type == FileType::regular && (!stamp || stamp_of(cur) == *stamp);
-  if (maybe_original && hash_file(disk_, path) == sha256) return false;
+  if (maybe_original && hash_file(disk_, path) == sha256) {
+    // The bytes are back (an earlier revert stopped at an owner it could not give): the rest too.
+    if ((rec.owner && FileOwner{cur.uid, cur.gid} != *rec.owner) || (mode && (cur.mode & 07777) != (*mode & 07777)) ||
+        (rec.xattrs && disk_.xattrs(path) != *rec.xattrs)) {
+      give_meta(disk_, path, RestoredMeta{rec.owner, mode.value_or(cur.mode), rec.xattrs}, path.full());
+      return true;
+    }
+    return false;
+  }
   fs::path backup = resolve(rel);
   FileInfo bi = disk_.info(backup, Follow::no);
   if (!bi.exists()) {
@@ -363,7 +391,7 @@ bool BackupStore::restore_bytes(const FileBackup& rec, const At& path, RestoredT
     disk_.remove(tmp);
     throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
   }
-  give_meta(disk_, tmp, meta);
+  give_meta(disk_, tmp, meta, path.full());
   if (when != RestoredTime::now) disk_.set_mtime(tmp, restored_mtime(when, rec));
   disk_.rename(tmp, path);
   disk_.sync_dir(dir);

@@ -19,6 +19,7 @@
 #include "overlay/file_ops.hpp"
 #include "overlay/hash.hpp"
 #include "overlay/json_bytes.hpp"
+#include "overlay/manifest.hpp"
 
 namespace overlay {
 
@@ -102,6 +103,7 @@ void to_json(json& j, const TracedChange& c) {
   if (!c.target.empty()) j["target"] = c.target;
   if (c.tracked) j["tracked"] = true;
   if (c.appended) j["appended"] = true;
+  put_xattrs(j, c.xattrs);
 }
 void from_json(const json& j, TracedChange& c) {
   c.path = j.at("path").get<std::string>();
@@ -111,6 +113,7 @@ void from_json(const json& j, TracedChange& c) {
   c.target = j.value("target", "");
   c.tracked = j.value("tracked", false);
   c.appended = j.value("appended", false);
+  c.xattrs = opt_xattrs(j);
 }
 
 void to_json(json& j, const BuildTrace& t) {
@@ -345,6 +348,11 @@ void TraceRecorder::changing(const std::string& path, Change how, Follow follow)
     c.tracked = tracked_.count(k) > 0;
     c.appended = how == Change::append && c.before.type != FileType::directory;  // a log, made by `>>` or kept
     c.defined = defines(how, c.before.type);
+    if (c.before.type == FileType::regular && !c.tracked) try {
+        c.xattrs = disk_.xattrs(At(fs::path(k)));
+      } catch (const Error& e) {
+        (void)e;  // unreadable to us: revert leaves them as they come, as before this was read
+      }
     // Even a chmod or a touch is undone by putting the file back whole: its bytes are kept too.
     if (c.before.type == FileType::regular && !c.tracked &&
         !back_up(c, !copy_backups_ && (how == Change::remove || how == Change::rename_to) && c.before.nlink == 1))

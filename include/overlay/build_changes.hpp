@@ -25,6 +25,11 @@ std::vector<BuildChange> build_changes_of(Disk& disk, const std::vector<TracedCh
 // Why the changes cannot all go back ("" when they can): the first path that holds neither what
 // the build left there nor what was there before (another build or a hand changed it since), or
 // whose kept bytes are missing.
+// Each change whose path is not now as it was before the build (its type, owner, mode, size,
+// mtime, a file's extended attributes), as "path: how it differs": what status counts as not
+// original, so a revert that could not put one back is never called clean.
+std::vector<std::string> changes_not_as_before(DiskReader& disk, const std::vector<BuildChange>& changes);
+
 std::string why_not_restorable(DiskReader& disk, const BackupPaths& store, const std::vector<BuildChange>& changes);
 
 // One path put back, or why it could not be.
@@ -36,6 +41,7 @@ struct ChangeRestored {
   std::string action;
   std::string problem;
   bool left = false;  // not a failure: changed since the build by someone else, so left as it is
+  std::string note;   // what the report says of it besides (a directory kept, an mtime not ours to set)
 };
 
 // Puts every change back (or says what it would do: `dry_run`): directories the build removed

@@ -182,6 +182,7 @@ struct BuildChange {
   FileStamp before;                // before (a directory's or symlink's: its mtime)
   FileType left = FileType::none;  // as the build left it (none: gone)
   FileStamp stamp;                 // a file's stamp as the build left it
+  std::optional<Xattrs> xattrs;    // a file's extended attributes before it (none: not read)
 };
 
 // A process that mapped an entry's rebuilt artifact when revert replaced it: it runs the patched
@@ -302,6 +303,10 @@ void from_json(const json& j, UntrackedOutput& u);
 void to_json(json& j, const UntrackedOutput& u);
 void from_json(const json& j, BuildChange& c);
 void to_json(json& j, const BuildChange& c);
+// A record's extended attributes (key "xattrs"): {name: base64 of the value}; {} says there were
+// none, no key that they were not read (nullopt: left as they come).
+std::optional<Xattrs> opt_xattrs(const json& j);
+void put_xattrs(json& j, const std::optional<Xattrs>& x);
 void from_json(const json& j, RunningPatched& r);
 void to_json(json& j, const RunningPatched& r);
 void from_json(const json& j, NativeEntry& e);

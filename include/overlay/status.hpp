@@ -62,6 +62,7 @@ struct NativeStatus {
   // what the trace could not account for. Not traced: why not, where it said.
   bool build_traced = false;
   std::size_t build_changes = 0;
+  std::vector<std::string> build_not_back;  // of those, each not as before the build now: "path: how"
   std::vector<std::string> build_unobserved;
   std::optional<std::string> build_untraced;
   // The mtimes its revert would give now: "" original ones (the build then has nothing to redo),
@@ -113,10 +114,13 @@ struct StatusReport {
   std::size_t running_reverted() const;
   // Tracked installed files that are not at their original bytes.
   std::size_t not_original() const;
+  // Paths entries' builds changed beyond their items that are not as they were before.
+  std::size_t build_not_back() const;
   // Untracked build outputs (of live and reverted entries) that may hold patched code.
   std::size_t untracked_as_built() const;
   bool clean() const {
-    return not_original() == 0 && untracked_as_built() == 0 && running_reverted() == 0 && litter_left.empty();
+    return not_original() == 0 && build_not_back() == 0 && untracked_as_built() == 0 && running_reverted() == 0 &&
+           litter_left.empty();
   }  // What `status --json` prints of it: the overlay, its entries file by file with their layers,
   // owners and builds, its Python entries, processes and patches (docs/cli.md).
   nlohmann::json to_json() const;

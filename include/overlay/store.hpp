@@ -32,6 +32,14 @@ struct RestoredMeta {
   std::optional<Xattrs> xattrs;  // none (a record without them): left as they come
 };
 
+// Gives `p` the recorded owner, extended attributes and mode, in the one order that keeps each,
+// and none it has already: a member of a shared install (root's files, group-writable) may put
+// root's inode back but never chown or chmod it, not even to what it is. An owner that could not
+// be given is never passed over: it throws, naming `shown` and the command that gives it.
+void give_meta(Disk& disk, const At& p, const RestoredMeta& meta, const fs::path& shown);
+// Gives `p` the mtime `t` where it has another (setting a time of one's choosing means owning it).
+void give_mtime(Disk& disk, const At& p, timespec t);
+
 // Where purge() leaves litter trees in the install until its detached deleter gets to them.
 enum class Litter { deleted_later, out_of_install };
 

@@ -54,11 +54,12 @@ struct TracedInput {
 struct TracedChange {
   std::string path;  // absolute: its directory's real path and its name
   PathState before;
-  std::string backup;     // a file's bytes before: a name in the backup dir ("" where none is needed)
-  std::string sha256;     // of those bytes ("" until hashed: a hard-linked backup is hashed after)
-  std::string target;     // a symlink's target before
-  bool tracked = false;   // a target or artifact add-native backed up itself
-  bool appended = false;  // every change to it was an append (a log, made by `>>` or kept), not a rewrite
+  std::string backup;            // a file's bytes before: a name in the backup dir ("" where none is needed)
+  std::string sha256;            // of those bytes ("" until hashed: a hard-linked backup is hashed after)
+  std::string target;            // a symlink's target before
+  bool tracked = false;          // a target or artifact add-native backed up itself
+  bool appended = false;         // every change to it was an append (a log, made by `>>` or kept), not a rewrite
+  std::optional<Xattrs> xattrs;  // a file's extended attributes (ACLs, labels) before (none: not read)
   // While recording only (not written): the build's changes left it in a state of the build's own
   // making (made, replaced whole, removed), so what it reads there afterwards is no input.
   bool defined = false;

@@ -90,6 +90,11 @@ void print_status_table(const StatusReport& r) {
     else if (e.build_untraced)
       out_line("  build     untraced (" + *e.build_untraced + "): watched instead");
     for (const auto& u : e.build_unobserved) out_line("  build     not fully observed: " + u);
+    for (std::size_t k = 0; k < e.build_not_back.size() && k < 5; ++k)
+      out_line("  build     not as before: " + e.build_not_back[k]);
+    if (e.build_not_back.size() > 5)
+      out_line("  build     not as before: " + std::to_string(e.build_not_back.size() - 5) +
+               " more (--json lists each)");
     out_line(e.why_fresh_times.empty()
                  ? std::string("  revert    gives back the original mtimes (the install's build then has nothing more "
                                "to redo than before the apply)")
@@ -133,10 +138,12 @@ void print_status_table(const StatusReport& r) {
   for (const auto& [id, parts] : patch_groups(r))
     out_line("patch " + id + ": " + std::to_string(parts.first.size()) + " native, " +
              std::to_string(parts.second.size()) + " python (revert --patch-id " + id + ")");
-  std::size_t bad = r.not_original(), untracked = r.untracked_as_built();
+  std::size_t bad = r.not_original(), untracked = r.untracked_as_built(), built = r.build_not_back();
   std::size_t running = r.running_reverted();
   std::string verdict =
-      bad == 0 && untracked == 0 && running > 0
+      bad == 0 && built > 0 ? "tracked files original, but " + std::to_string(built) +
+                                  " path(s) the build changed are not as before (see `build     not as before`)"
+      : bad == 0 && untracked == 0 && running > 0
           ? "install clean on disk; " + std::to_string(running) + " process(es) still run patched code (restart them)"
       : bad == 0 && untracked == 0 && !r.litter_left.empty()
           ? "tracked files original, but " + std::to_string(r.litter_left.size()) +
@@ -189,13 +196,15 @@ int run_status(Disk& disk, const std::string& overlay, bool check_clean, Absent 
   auto& j = result();
   j = r.to_json();
   if (!check_clean || r.clean()) return kOk;
-  j["error"] = r.not_original() > 0 ? std::to_string(r.not_original()) + " tracked path(s) not at their original bytes"
-               : r.untracked_as_built() > 0
-                   ? std::to_string(r.untracked_as_built()) +
-                         " untracked build output(s) may hold patched code (see `untracked rebuilt`)"
-               : !r.litter_left.empty()
-                   ? std::to_string(r.litter_left.size()) + " tree(s) of litter lie in the install (see `litter`)"
-                   : still_running_error(r.engagement);
+  j["error"] =
+      r.not_original() > 0     ? std::to_string(r.not_original()) + " tracked path(s) not at their original bytes"
+      : r.build_not_back() > 0 ? std::to_string(r.build_not_back()) +
+                                     " path(s) the build changed are not as before (see `build     not as before`)"
+      : r.untracked_as_built() > 0 ? std::to_string(r.untracked_as_built()) +
+                                         " untracked build output(s) may hold patched code (see `untracked rebuilt`)"
+      : !r.litter_left.empty()
+          ? std::to_string(r.litter_left.size()) + " tree(s) of litter lie in the install (see `litter`)"
+          : still_running_error(r.engagement);
   err_line("status", j["error"]);
   return kFailed;
 }

@@ -16,6 +16,8 @@ namespace {
 // running that version: an add-rebind into an empty overlay, then `sha256sum`). A file with one
 // of these digests is the generator's, not its user's, and may be regenerated.
 constexpr std::pair<const char*, const char*> kKnownTexts[] = {
+    {"86c44d0ed2810d37a4620ca7235afe7a1861f5cb604f42a51312f0203638e24c",
+     "overlay (format 4, records that name no overlay, counted by its copies too)"},
     {"d6deb3bd50bcbbecc82e3884d6f743f1c615ea168143d6b1a8eea0463623c4e6",
      "overlay (format 4, start-up plans named by the overlay's path alone)"},
     {"95eeea1e4a3c925ca1466a0f74d7640b7b7f20bec6e5d1915603987eefc62ae2",

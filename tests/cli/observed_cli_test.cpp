@@ -18,6 +18,8 @@ namespace {
 
 const char* kMain = "#include <stdio.h>\nint value(void);\nint main(void) { printf(\"%d\\n\", value()); return 0; }\n";
 
+const std::string kMacros = "#ifndef H\n#define H 0\n#endif\n#ifndef EXTRA\n#define EXTRA 0\n#endif\n";
+
 struct Observed : ::testing::Test {
   TempDir t;
   std::string ov = (t / "ov").string();
@@ -73,13 +75,21 @@ struct Observed : ::testing::Test {
     EXPECT_EQ(out_of(p / "prog"), prints);
     revert();
   }
+  // The same install at `p` built by objects: k.o and main.o compiled, then linked.
+  static void objects_install(const fs::path& p) {
+    write_file(p / "Makefile",
+               "prog: k.o main.o\n\tcc -o prog k.o main.o\nk.o: k.c\n\tcc -c k.c\nmain.o: main.c\n\tcc -c main.c\n");
+    write_file(p / "k.c", kMacros + "int value(void) { return 40 + H + EXTRA; }\n");
+    write_file(p / "main.c", kMain);
+    write_file(p.parent_path() / "k7.c", kMacros + "int value(void) { return 70 + H + EXTRA; }\n");
+    Cmd m = run({"make", "-s", "-C", p.string()});
+    ASSERT_EQ(m.rc, 0) << m.err;
+  }
   static std::vector<std::string> args_for(const fs::path& p) {
     return {"--target",   (p / "k.c").string(),  "--patched-file", (p.parent_path() / "k7.c").string(),
             "--artifact", (p / "prog").string(), "--build-cmd",    "make -C " + p.string()};
   }
 };
-
-const std::string kMacros = "#ifndef H\n#define H 0\n#endif\n#ifndef EXTRA\n#define EXTRA 0\n#endif\n";
 
 // A dependency reached through a chain of directory symlinks (`inc -> ../alt/inc`, and
 // `alt/inc -> ../pkgs/inc-v1` as update-alternatives makes one) is retargeted: the same candidate
@@ -253,6 +263,98 @@ TEST_F(Observed, ARunsOwnFileInADirectoryTheBuildMadeLeavesTheRevertComplete) {
   EXPECT_EQ(s.rc, 0) << s.out << s.err;
 }
 
+// A team-shared install: root's files, group-writable, in a setgid directory of the team's
+// group; a member (nobody, of nogroup) applies a candidate whose build writes the objects in place
+// and relinks the program, then reverts. Every file comes back with its bytes, root as its owner
+// and its mode, with no chown or chmod of an inode the member does not own (the kernel refuses
+// both), and check-clean agrees with the disk. The revert failed (`chmod` EPERM, exit 1) and
+// check-clean said clean while k.o held the candidate's code.
+TEST_F(Observed, AMemberOfASharedInstallRevertsItWhole) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (to make root's shared install and run as nobody)";
+  if (!have({"setpriv", "--version"})) GTEST_SKIP() << "needs setpriv (util-linux)";
+  fs::permissions(t.path(), fs::perms(0755));
+  fs::path p = t / "pkg", home = t / "member";
+  objects_install(p);
+  ASSERT_EQ(run({"chgrp", "-R", "nogroup", p.string()}).rc, 0);
+  ASSERT_EQ(run({"chmod", "-R", "g+w", p.string()}).rc, 0);
+  ASSERT_EQ(run({"chmod", "g+s", p.string()}).rc, 0);
+  fs::create_directories(home);
+  ASSERT_EQ(run({"chown", "nobody:nogroup", home.string()}).rc, 0);
+  auto listing = [&] {  // each file: its owner, group, mode and bytes
+    std::string out;
+    for (const char* f : {"k.c", "k.o", "main.o", "prog", "Makefile"})
+      out += run({"stat", "-c", "%n %U %G %a", (p / f).string()}).out + file_sha256(p / f) + "\n";
+    return out;
+  };
+  std::string before = listing();
+  std::vector<std::string> member = {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                                     overlay_binary()};
+  std::vector<std::string> menv = {"OVERLAY_STATE_DIR=" + (home / "state").string(), "HOME=" + home.string()};
+  auto as_member = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = member;
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, home, menv);
+  };
+  std::string o = (home / "ov").string();
+  std::vector<std::string> a = {"add-native", "--overlay", o};
+  for (const auto& x : args_for(p)) a.push_back(x);
+  Cmd add = as_member(a);
+  ASSERT_EQ(add.rc, 0) << add.err;
+  EXPECT_EQ(out_of(p / "prog"), "70");
+  Cmd r = as_member({"revert", "--overlay", o});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(listing(), before);
+  EXPECT_EQ(out_of(p / "prog"), "40");
+  Cmd s = as_member({"status", "--overlay", o, "--check-clean"});
+  EXPECT_EQ(s.rc, 0) << s.out << s.err;
+
+  // An object the group may not write (0644, root's): the member's build replaces it with one of
+  // its own, which only root can give back to root. The revert says so, with the command; the
+  // entry stays; check-clean names the object and how it differs; root's revert completes it.
+  fs::permissions(p / "k.o", fs::perms(0644));
+  before = listing();
+  ASSERT_EQ(as_member(a).rc, 0);
+  Cmd r2 = as_member({"revert", "--overlay", o});
+  EXPECT_EQ(r2.rc, 1) << r2.err;
+  EXPECT_NE(r2.err.find("cannot give " + (p / "k.o").string() + " back to its owner 0:65534"), std::string::npos)
+      << r2.err;
+  EXPECT_NE(r2.err.find("as root: chown 0:65534 " + (p / "k.o").string()), std::string::npos) << r2.err;
+  Cmd s2 = as_member({"status", "--overlay", o, "--check-clean"});
+  EXPECT_EQ(s2.rc, 1) << s2.out << s2.err;
+  EXPECT_NE(s2.out.find("build     not as before: " + (p / "k.o").string() + ": its owner is 65534:65534, was 0:65534"),
+            std::string::npos)
+      << s2.out;
+  Cmd root = run_overlay({"revert", "--overlay", o, "--trust-owner"}, {}, menv);
+  EXPECT_EQ(root.rc, 0) << root.err;
+  EXPECT_EQ(listing(), before);
+  EXPECT_EQ(as_member({"status", "--overlay", o, "--check-clean"}).rc, 0);
+}
+
+// A file the build rewrites in place (`cc -E k.c > k.i`) carries a POSIX ACL and a user.
+// attribute (an SELinux label is one more of the same): revert gives it back with both, and its
+// mode's group bits (the ACL's mask) as they were. It came back with neither, group write widened.
+TEST_F(Observed, AFileRewrittenInPlaceComesBackWithItsAclAndAttributes) {
+  if (!have({"setfacl", "--version"}) || !have({"setfattr", "--version"}))
+    GTEST_SKIP() << "needs setfacl and setfattr (acl, attr)";
+  fs::path p = t / "pkg", k_i = p / "k.i";
+  make_install(p, "cc -E k.c > k.i && cc -o prog k.c main.c", kMacros);
+  fs::permissions(k_i, fs::perms(0640));
+  ASSERT_EQ(run({"setfacl", "-m", "u:nobody:rw", k_i.string()}).rc, 0);
+  Cmd x = run({"setfattr", "-n", "user.label", "-v", "kept", k_i.string()});
+  if (x.rc != 0) GTEST_SKIP() << "no user. attributes here: " << x.err;
+  auto meta = [&] {
+    return run({"getfattr", "-d", "-m", "-", "--absolute-names", k_i.string()}).out +
+           run({"stat", "-c", "%a %U %G", k_i.string()}).out + file_sha256(k_i);
+  };
+  std::string before = meta();
+  ASSERT_NE(before.find("system.posix_acl_access"), std::string::npos) << before;
+  ASSERT_NE(before.find("user.label=\"kept\""), std::string::npos) << before;
+  json a = add(args_for(p));
+  EXPECT_EQ(store_of(a), "miss") << a["stderr"];
+  revert();
+  EXPECT_EQ(meta(), before);
+}
+
 // Whether /dev/shm is a mount of its own that holds files (a tmpfs), as on most hosts.
 bool dev_shm_is_tmpfs() {
   std::ifstream in("/proc/self/mountinfo");
@@ -269,12 +371,7 @@ TEST_F(Observed, AnInstallUnderDevShmIsTracedAndPutBack) {
   if (!dev_shm_is_tmpfs()) GTEST_SKIP() << "/dev/shm is no tmpfs mount here";
   TempDir shm("/dev/shm");
   fs::path p = shm / "pkg";
-  write_file(p / "Makefile",
-             "prog: k.o main.o\n\tcc -o prog k.o main.o\nk.o: k.c\n\tcc -c k.c\nmain.o: main.c\n\tcc -c main.c\n");
-  write_file(p / "k.c", kMacros + "int value(void) { return 40 + H + EXTRA; }\n");
-  write_file(p / "main.c", kMain);
-  write_file(shm / "k7.c", kMacros + "int value(void) { return 70 + H + EXTRA; }\n");
-  ASSERT_EQ(run({"make", "-s", "-C", p.string()}).rc, 0);
+  objects_install(p);
   std::string object = file_sha256(p / "k.o");
   json a = add(args_for(p));
   EXPECT_EQ(store_of(a), "miss") << a["stderr"];
