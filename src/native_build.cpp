@@ -168,8 +168,7 @@ class TracedBuild {
   BuildStore store_;
   BuildTrace trace_;
 
-  std::vector<TracedChange> inside_;  // what the build changed inside the install (put back by revert)
-  std::vector<std::string> outside_;  // what it changed elsewhere, save the logs it appended to
+  std::vector<TracedChange> inside_;  // what the build changed (put back by revert), save logs let be
 
   bool serve(WriteHandle& log);
   void build(WriteHandle& log);
@@ -266,29 +265,18 @@ void TracedBuild::build(WriteHandle& log) {
   }
 }
 
-// The changes inside the install go back at revert; a file changed elsewhere is reported as an
-// untracked output (judged: it may hold patched code), save a log the build only appended to and
-// what no build output is (bytecode, a depfile).
+// Every change the build made goes back at revert, wherever it is (a generator pruning a sibling
+// of the build dir, an install step copying the library into site-packages): what each path was
+// before is on record. Only a log outside the install that the build only appended to is let be
+// (a compiler cache's log, a CI's): others append to it too.
 void TracedBuild::split_changes() {
   std::vector<fs::path> roots = install_roots(disk_, plan_, trace_);
   for (const auto& c : trace_.changes) {
-    if (c.tracked ||
-        std::any_of(roots.begin(), roots.end(), [&](const fs::path& r) { return is_within(fs::path(c.path), r); })) {
-      inside_.push_back(c);
-      continue;
-    }
-    FileInfo now = disk_.info(c.path, Follow::no);
-    if ((c.before.type == FileType::none && !now.exists()) || (c.appended && now.type == FileType::regular)) continue;
-    // A directory's mode or mtime, bytecode, a depfile: nothing a build's result is made of.
-    if (now.type == FileType::directory || is_build_bookkeeping(c.path)) continue;
-    outside_.push_back(c.path);
-    if (now.type == FileType::regular)
-      out_.untracked.push_back(
-          {c.path, c.before.type == FileType::none ? "created" : "changed", stamp_of(now), "", {}, ""});
+    bool in_roots = c.tracked || std::any_of(roots.begin(), roots.end(),
+                                             [&](const fs::path& r) { return is_within(fs::path(c.path), r); });
+    if (!in_roots && c.appended && disk_.info(c.path, Follow::no).type == FileType::regular) continue;
+    inside_.push_back(c);
   }
-  std::vector<fs::path> changed = plan_.artifacts, patched;
-  for (const auto& s : plan_.swaps) changed.push_back(s.target), patched.push_back(s.target);
-  judge_untracked(disk_, out_.untracked, changed, patched);
 }
 
 void TracedBuild::keep() {
@@ -300,18 +288,13 @@ void TracedBuild::keep() {
 }
 
 void TracedBuild::keep_inside() {
-  if (!outside_.empty()) {
-    out_.store_note = "not kept in the build store: the build changed " + outside_.front() +
-                      " outside the install, which a served build would not";
-    return;
-  }
   std::set<std::string> sources;
   for (const auto& s : plan_.swaps) sources.insert(s.target.string());
   std::vector<BuildInput> inputs;
   std::string why =
       trace_.complete() ? key_inputs(disk_, trace_, dirs_.dir, sources, store_.digests(), inputs) : std::string();
   if (why.empty()) {
-    BuildTrace inside = trace_;  // a record holds only what the build changed inside the install
+    BuildTrace inside = trace_;  // a record holds what revert puts back
     inside.changes = inside_;
     why = store_.keep(plan_, inside, std::move(inputs), entry_.id, entry_.pins);
   }
@@ -327,7 +310,7 @@ void TracedBuild::run(WriteHandle& log) {
   BuildRecord r;
   try {
     if (served)
-      inside_ = trace_.changes;  // a record holds only what its build changed inside the install
+      inside_ = trace_.changes;  // what the serve changed, all of it its record's
     else
       split_changes();
     if (out_.ok && !served && store_.enabled()) keep();

@@ -391,7 +391,12 @@ bool BackupStore::restore_bytes(const FileBackup& rec, const At& path, RestoredT
     disk_.remove(tmp);
     throw Error("backup " + rel + " is corrupt (sha256 " + got + ", recorded " + sha256 + ")");
   }
-  give_meta(disk_, tmp, meta, path.full());
+  try {
+    give_meta(disk_, tmp, meta, path.full());
+  } catch (const Error&) {
+    disk_.remove(tmp);  // nothing went in: the path stays as it is, and the entry on record
+    throw;
+  }
   if (when != RestoredTime::now) disk_.set_mtime(tmp, restored_mtime(when, rec));
   disk_.rename(tmp, path);
   disk_.sync_dir(dir);

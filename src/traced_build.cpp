@@ -191,7 +191,14 @@ void TraceRecorder::links_on_the_way(const std::string& named, int depth) {
       continue;
     }
     looked(prefix, Follow::no, kLookedTarget);
-    std::string target = disk_.read_link(prefix);
+    std::string target;
+    try {
+      target = disk_.read_link(prefix);
+    } catch (const Error& e) {
+      unobservable("could not read where " + prefix + " points as the build did (" + e.what() + ")");
+      return;
+    }
+    if (target.empty()) return;
     links_on_the_way(target[0] == '/' ? target : prefix.substr(0, prefix.rfind('/')) + "/" + target, depth + 1);
   }
 }

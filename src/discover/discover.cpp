@@ -39,6 +39,12 @@ void candidates_at(DiskReader& disk, const fs::path& d, const Target& t, std::se
     if (nd != d) rep.searched.push_back(nd.string());
     if (auto c = ninja_candidate(disk, nd, t)) rep.candidates.push_back(std::move(*c));
   }
+  for (const auto& found : cmake_makefile_dirs_at(disk, d)) {
+    fs::path md = disk.real_path(found);
+    if (!ninja_seen.insert(md).second) continue;
+    if (md != d) rep.searched.push_back(md.string());
+    if (auto c = cmake_makefiles_candidate(disk, md, t)) rep.candidates.push_back(std::move(*c));
+  }
   if (has_makefile(disk, d))
     if (auto c = make_candidate(disk, d, t)) rep.candidates.push_back(std::move(*c));
   if (auto c = setuptools_candidate(disk, d, t)) rep.candidates.push_back(std::move(*c));

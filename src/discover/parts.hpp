@@ -51,6 +51,11 @@ std::int64_t newest_mtime_ns(DiskReader& disk, const std::vector<fs::path>& file
 std::vector<fs::path> ninja_dirs_at(DiskReader& disk, const fs::path& dir, const Target& t);
 std::optional<BuildCandidate> ninja_candidate(DiskReader& disk, const fs::path& dir, const Target& t);
 
+// cmake_makefiles.cpp: CMake build dirs of the Makefiles generators at or beside `dir`, and the
+// candidate CMake's own rules (CMakeFiles/*.dir/build.make, compiler_depend.make) make there.
+std::vector<fs::path> cmake_makefile_dirs_at(DiskReader& disk, const fs::path& dir);
+std::optional<BuildCandidate> cmake_makefiles_candidate(DiskReader& disk, const fs::path& dir, const Target& t);
+
 // make.cpp
 bool has_makefile(DiskReader& disk, const fs::path& dir);
 std::optional<BuildCandidate> make_candidate(DiskReader& disk, const fs::path& dir, const Target& t);

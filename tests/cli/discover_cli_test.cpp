@@ -120,6 +120,39 @@ TEST_F(Discover, CMakeNinjaNamesExactlyTheDependentArtifacts) {
              {proj / "kernel.cpp", build / "libfast.so", build / "app", build / "libother.so"});
 }
 
+// Issue 74: CMake's default generator on Linux, Unix Makefiles (`make -n -W` never reaches its
+// recursive sub-makes, and only build.ninja was looked for: "no build found"). CMake's own rules
+// name the objects, the libraries and the executable a static library links into; a header by
+// the objects compiled with it. The add-native flags round-trip.
+TEST_F(Discover, CMakeUnixMakefilesNamesTheDependentArtifacts) {
+  fs::path proj = t / "proj", build = proj / "build";
+  make_cmake_project(proj);
+  write_file(proj / "k.h", "#define K 4\n");
+  write_file(proj / "kernel.cpp", "#include \"k.h\"\nint kernel() { return K; }\n");
+  std::vector<std::string> argv = {"cmake",        "-S", proj.string(),    "-B",
+                                   build.string(), "-G", "Unix Makefiles", "-DEXTRA=ON"};
+  ASSERT_EQ(run(argv).rc, 0);
+  ASSERT_EQ(run({"cmake", "--build", build.string()}).rc, 0);
+  ASSERT_FALSE(fs::exists(build / "build.ninja"));
+  const std::set<std::string> expected = {(build / "CMakeFiles/fast.dir/kernel.cpp.o").string(),
+                                          (build / "libfast.so").string(),
+                                          (build / "CMakeFiles/fast_static.dir/kernel.cpp.o").string(),
+                                          (build / "libfast_static.a").string(), (build / "app2").string()};
+  for (const char* target : {"kernel.cpp", "k.h"}) {
+    SCOPED_TRACE(target);
+    json d = discover(proj / target);
+    ASSERT_EQ(d["candidates"].size(), 1u) << d.dump(2);
+    json c = d["candidates"][0];
+    EXPECT_EQ(c["kind"], "cmake");
+    EXPECT_EQ(c["build_cmd"], json({"cmake", "--build", build.string()}));
+    EXPECT_EQ(strings(c["artifacts"]), expected) << c.dump(2);
+  }
+  write_file(t / "best/k.h", "#define K 7\n");
+  json c = discover(proj / "k.h")["candidates"][0];
+  round_trip(c, t / "best/k.h", [&] { return trim(run({(build / "app2").string()}).out); }, "4", "7",
+             {proj / "k.h", build / "libfast.so", build / "app2", build / "libother.so"});
+}
+
 TEST_F(Discover, FileInTwoBuildsBothRankedAndSymlinkedPathResolved) {
   fs::path proj = t / "proj";
   make_cmake_project(proj);

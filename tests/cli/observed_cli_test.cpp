@@ -230,6 +230,36 @@ TEST_F(Observed, ARotatedOrExchangedOutputDirComesBackWhole) {
   }
 }
 
+// An out-of-tree build (pkg/src, pkg/build) whose generator prunes and refills a sibling of both,
+// pkg/gen: the original it deleted comes back and what it made there goes, though gen/ is none of
+// the directories the tool counts as the install's. It was never restored, and called clean.
+TEST_F(Observed, AnOriginalDeletedOutsideTheInstallsRootsComesBack) {
+  fs::path p = t / "pkg";
+  write_file(p / "gen/old.txt", "from the stock build\n");
+  write_file(p / "src/k.c", kMacros + "int value(void) { return 40 + H + EXTRA; }\n");
+  write_file(p / "src/main.c", kMain);
+  write_file(t / "k7.c", kMacros + "int value(void) { return 70 + H + EXTRA; }\n");
+  write_file(p / "build/Makefile",
+             "prog: ../src/k.c ../src/main.c\n\trm -f ../gen/*.txt && echo made > ../gen/new.txt "
+             "&& cc -o prog ../src/k.c ../src/main.c\n");
+  ASSERT_EQ(run({"cc", "-o", (p / "build/prog").string(), (p / "src/k.c").string(), (p / "src/main.c").string()}).rc,
+            0);
+  std::string gen = tree_digest(p / "gen");
+  std::vector<std::string> args = {
+      "--target",   (p / "src/k.c").string(),    "--patched-file", (t / "k7.c").string(),
+      "--artifact", (p / "build/prog").string(), "--build-cmd",    "make -C " + (p / "build").string()};
+  add(args);
+  EXPECT_EQ(out_of(p / "build/prog"), "70");
+  ASSERT_FALSE(fs::exists(p / "gen/old.txt"));
+  revert();
+  EXPECT_EQ(tree_digest(p / "gen"), gen);
+  EXPECT_EQ(read_file(p / "gen/old.txt"), "from the stock build\n");
+  EXPECT_FALSE(fs::exists(p / "gen/new.txt"));
+  EXPECT_EQ(out_of(p / "build/prog"), "40");
+  Cmd s = overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(s.rc, 0) << s.out << s.err;
+}
+
 // A candidate's run writes its result into a directory the build made (`gen/bench.json`): every
 // original byte is back, so the revert is complete and says so, the directory stays with what the
 // build did not make, and exec exits with the candidate's status. It failed "Directory not
