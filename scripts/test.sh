@@ -55,7 +55,7 @@ if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
   # Not repeated here: the large real-world runs whose time is a third-party compile (the torch
   # JIT extension, googletest's CMake build, and their discover runs: ≈ 340 s at release speed;
   # the Make, setuptools and back-to-back real-world cycles still run sanitized), the claims
-  # checker (its interleavings are the binary's release behaviour), and on the XFS and btrfs
+  # and store checkers (their interleavings are the binary's release behaviour), and on the XFS and btrfs
   # images all but the unit tests (the clone and traded-backup code with its fault sweeps: the
   # CLI, crash, power-loss and interop runs there reach that same code through the binary; ≈ 500 s
   # of this phase; and the unit tests on XFS only: btrfs runs the same FICLONE path of ours). The
@@ -111,7 +111,7 @@ if [[ -z ${OVERLAY_SKIP_SANITIZE:-} ]]; then
   OVERLAY_CRASH_TRIALS=6 OVERLAY_CONCURRENCY_TRIALS=5 OVERLAY_POWERLOSS_BOUND=8 OVERLAY_POWERLOSS_SAMPLES=2 OVERLAY_POWERLOSS_STRIDE=8 \
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j2 -LE long \
-    -E 'DiscoverRealWorld\.(Googletest|Torch)|RealWorld\.(TorchCppExtensionJit|DebianGoogletestCMakeNinja)|cow_.*_(cli|crash|powerloss|interop)|cow_btrfs_unit|model_claims|fleet_(node|coordinator)_killed|^(upstream_suites|drop_in_round_two|python_stacking|source_launch|python_runtime|python_distribution)(_planned)?$|^python_start_plan$' | tee "$LOGS/asan.log"
+    -E 'DiscoverRealWorld\.(Googletest|Torch)|RealWorld\.(TorchCppExtensionJit|DebianGoogletestCMakeNinja)|cow_.*_(cli|crash|powerloss|interop)|cow_btrfs_unit|model_(claims|store)|fleet_(node|coordinator)_killed|^(upstream_suites|drop_in_round_two|python_stacking|source_launch|python_runtime|python_distribution)(_planned)?$|^python_start_plan$' | tee "$LOGS/asan.log"
 fi
 
 if [[ -z ${OVERLAY_SKIP_FUZZ:-} ]]; then

@@ -168,11 +168,22 @@ BuildWatch BuildWatch::start(Disk& disk, std::vector<fs::path> dirs, std::vector
   std::sort(w.tracked_.begin(), w.tracked_.end());
   for (auto& s : skipped) w.skipped_.push_back(absolute_normal(s));
   w.max_files_ = max_files;
-  w.seen_ = w.picture(disk, w.off_);
+  w.seen_ = w.picture(disk, w.off_, &w.records_);
   return w;
 }
 
-std::map<fs::path, FileStamp> BuildWatch::picture(DiskReader& disk, std::string& why_off) const {
+namespace {
+
+// The build's own records of what it did, which a watch cannot put back: Ninja's logs, depfiles.
+bool is_build_record(const fs::path& p) {
+  std::string n = p.filename().string();
+  return n == ".ninja_log" || n == ".ninja_deps" || (n.size() > 2 && n.compare(n.size() - 2, 2, ".d") == 0);
+}
+
+}  // namespace
+
+std::map<fs::path, FileStamp> BuildWatch::picture(DiskReader& disk, std::string& why_off,
+                                                  std::map<fs::path, FileStamp>* records) const {
   std::map<fs::path, FileStamp> files;
   for (const auto& dir : dirs_) {
     if (!why_off.empty()) break;
@@ -193,6 +204,8 @@ std::map<fs::path, FileStamp> BuildWatch::picture(DiskReader& disk, std::string&
             return WalkStep::skip;
           }
           if (type != FileType::regular && type != FileType::none) return WalkStep::descend;
+          if (records != nullptr && is_build_record(p))
+            if (FileInfo fi = disk.info(p, Follow::no); fi.type == FileType::regular) records->emplace(p, stamp_of(fi));
           if (is_build_bookkeeping(p) || std::binary_search(tracked_.begin(), tracked_.end(), p))
             return WalkStep::descend;
           FileInfo fi = disk.info(p, Follow::no);
@@ -237,13 +250,30 @@ std::vector<UntrackedOutput> BuildWatch::finish(Disk& disk) {
   std::vector<UntrackedOutput> out;
   if (!off_.empty()) return out;
   std::string off_now;
-  auto now = picture(disk, off_now);
+  std::map<fs::path, FileStamp> records;
+  auto now = picture(disk, off_now, &records);
   after_ = off_now.empty() ? digest(now) : std::string();
   for (const auto& [p, stamp] : now) {
     auto was = seen_.find(p);
     if (was != seen_.end() && was->second == stamp) continue;
     out.push_back({p.string(), was == seen_.end() ? "created" : "changed", stamp, "", {}, ""});
   }
+  if (!off_now.empty()) return out;
+  for (const auto& [p, stamp] : seen_)
+    if (now.count(p) == 0) {
+      out.push_back({p.string(), "deleted", stamp, "", {}, ""});
+      unrestorable_.push_back("the build deleted " + p.string() + ", which a watched build cannot put back");
+    }
+  for (const auto& [p, stamp] : records)
+    if (auto was = records_.find(p); was == records_.end() || was->second != stamp)
+      unrestorable_.push_back("the build rewrote " + p.string() +
+                              ", its own record, which a watched build cannot "
+                              "put back");
+  for (const auto& [p, stamp] : records_)
+    if (records.count(p) == 0)
+      unrestorable_.push_back("the build deleted " + p.string() +
+                              ", its own record, which a watched build cannot "
+                              "put back");
   return out;
 }
 
@@ -251,7 +281,8 @@ std::vector<UntrackedOutput> still_as_built(DiskReader& disk, const std::vector<
   std::vector<UntrackedOutput> out;
   for (const auto& u : outputs) {
     FileInfo fi = disk.info(u.path, Follow::no);
-    if (fi.type == FileType::regular && stamp_of(fi) == u.stamp) out.push_back(u);
+    if (u.change == "deleted" ? !fi.exists() : fi.type == FileType::regular && stamp_of(fi) == u.stamp)
+      out.push_back(u);
   }
   return out;
 }
@@ -264,6 +295,7 @@ std::string why_fresh_times(DiskReader& disk, const NativeEntry& e, const fs::pa
         return "its build changed " + u.path + " outside the install, which may hold patched code";
     return why_not_restorable(disk, BackupPaths(disk, overlay), e.build_changes);
   }
+  if (!e.build_unobserved.empty()) return e.build_unobserved.front();
   if (!e.build_picture) return e.build_cmds.empty() ? "no build ran under the tool" : "the build was not watched";
   for (const auto& u : e.untracked)
     if (u.clear_reason.empty()) return "untracked output " + u.path + " may hold patched code";

@@ -545,7 +545,8 @@ void to_json(json& j, const CacheItem& c) {
 void from_json(const json& j, UntrackedOutput& u) {
   u.path = abs_path(j, "path");
   u.change = req_string(j, "change");
-  if (u.change != "created" && u.change != "changed") bad("change", "expected created or changed");
+  if (u.change != "created" && u.change != "changed" && u.change != "deleted")
+    bad("change", "expected created, changed or deleted");
   std::optional<FileStamp> st = opt_stamp(j);
   if (!st) bad("", "size, ino and mtime_ns missing");
   u.stamp = *st;

@@ -370,6 +370,7 @@ void watched_build(Disk& disk, const NativePlan& plan, const AppliedEntry& entry
   BuildRecord r;
   r.untraced = out.untraced;
   r.untracked = out.untracked;
+  r.unobserved = watch.unrestorable();
   r.failed = failure_of(out);
   if (out.ok && !watch.after_digest().empty()) r.picture = watch.recorded();
   try {  // the picture only lets revert give back original mtimes: without it, the fresh rule

@@ -24,8 +24,13 @@ class BuildWatch {
   // and anything below `skipped` dirs (caches, the overlay).
   static BuildWatch start(Disk& disk, std::vector<fs::path> dirs, std::vector<fs::path> tracked,
                           std::vector<fs::path> skipped, std::size_t max_files = kMaxWatchedFiles);
-  // The files created or changed (size, inode or mtime) since start(), with their stamps now.
+  // The files created or changed (size, inode or mtime) since start(), with their stamps now, and
+  // those deleted since ("deleted", with the stamp they had).
   std::vector<UntrackedOutput> finish(Disk& disk);
+  // What finish() saw the build do that a watch cannot put back: a file it deleted, a record of its
+  // own it rewrote (.ninja_log, .ninja_deps, a depfile). Where any is, revert dates restored files
+  // now: nothing proves the install's build has nothing more to redo.
+  const std::vector<std::string>& unrestorable() const { return unrestorable_; }
   // Why nothing is watched ("" when the watch is on).
   const std::string& off_reason() const { return off_; }
   // The SHA-256 of the picture finish() took (every watched file's path and stamp), "" when the
@@ -41,16 +46,19 @@ class BuildWatch {
   const std::vector<fs::path>& dirs() const { return dirs_; }
 
  private:
-  std::map<fs::path, FileStamp> seen_;
+  std::map<fs::path, FileStamp> seen_, records_;
   std::vector<fs::path> dirs_, tracked_, skipped_;
   std::size_t max_files_ = kMaxWatchedFiles;
   std::string off_, after_;
-  std::map<fs::path, FileStamp> picture(DiskReader& disk, std::string& why_off) const;
+  std::vector<std::string> unrestorable_;
+  // The watched files by stamp; `records`, where given, gets the build's own records met on the way.
+  std::map<fs::path, FileStamp> picture(DiskReader& disk, std::string& why_off,
+                                        std::map<fs::path, FileStamp>* records = nullptr) const;
   static std::string digest(const std::map<fs::path, FileStamp>& files);
 };
 
-// The outputs whose file still has the stamp the build left it with: they may hold patched code
-// until a build regenerates them.
+// The outputs whose file still has the stamp the build left it with (a deleted one: still not
+// there): they may hold patched code, or lack a file, until a build regenerates them.
 std::vector<UntrackedOutput> still_as_built(DiskReader& disk, const std::vector<UntrackedOutput>& outputs);
 
 // Moves a reverted entry's untracked outputs to the manifest's top level (with the entry and its

@@ -157,7 +157,7 @@ struct PythonToolGuard {
 // the file may still hold patched code until a build regenerates it.
 struct UntrackedOutput {
   std::string path;                                  // absolute
-  std::string change;                                // created | changed
+  std::string change;                                // created | changed | deleted (a watched build's)
   FileStamp stamp;                                   // as the build left it
   std::string entry;                                 // top level only: the reverted entry whose build left it
   std::vector<std::vector<std::string>> build_cmds;  // top level only: what regenerates it

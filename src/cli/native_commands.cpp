@@ -33,8 +33,9 @@ void warn_about_build(const std::string& cmd, const BuildOutcome& b, const Appli
   err_line(cmd, store_line(b));
   for (const auto& u : b.unobserved) err_line(cmd, "warning: the build's trace is incomplete: " + u);
   if (!b.store_note.empty()) err_line(cmd, b.store_note);
-  std::vector<std::string> holding, clear;
-  for (const auto& u : b.untracked) (u.clear_reason.empty() ? holding : clear).push_back(u.path);
+  std::vector<std::string> holding, clear, deleted;
+  for (const auto& u : b.untracked)
+    (u.change == "deleted" ? deleted : u.clear_reason.empty() ? holding : clear).push_back(u.path);
   auto names = [](const std::vector<std::string>& v) {
     std::string s;
     for (std::size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
@@ -52,6 +53,11 @@ void warn_about_build(const std::string& cmd, const BuildOutcome& b, const Appli
              "warning: the build created or changed " + std::to_string(holding.size()) +
                  " file(s) no entry tracks; revert leaves them as built (pass them with --artifact to track them): " +
                  names(holding));
+  if (!deleted.empty())
+    err_line(cmd, "warning: the build deleted " + std::to_string(deleted.size()) +
+                      " file(s), which a watched build cannot put back; the install is not clean until its build "
+                      "makes them again: " +
+                      names(deleted));
 }
 
 // --revert-on-failure: the entry that was just added goes back at once.

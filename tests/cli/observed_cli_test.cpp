@@ -385,6 +385,49 @@ TEST_F(Observed, AFileRewrittenInPlaceComesBackWithItsAclAndAttributes) {
   EXPECT_EQ(meta(), before);
 }
 
+// Where builds cannot be traced (no ptrace: a container's seccomp profile, Yama 2/3; here
+// OVERLAY_BUILD_TRACE=0, the same path) the build is watched: a generated file it deleted and a
+// depfile it rewrote are what a watch cannot put back, so revert dates the restored files now
+// (never "nothing more to redo"), and check-clean names the deleted file until the install's
+// build makes it again. It granted original mtimes and said clean over both.
+TEST_F(Observed, AWatchedBuildsDeletionAndDepfileAreNeverCalledClean) {
+  env.push_back("OVERLAY_BUILD_TRACE=0");
+  fs::path p = t / "pkg";
+  write_file(p / "instances.txt", "a\nb\n");
+  write_file(p / "gen.sh",
+             "#!/bin/sh\nset -e\ncd \"$(dirname \"$0\")\"\nmkdir -p gen\nfor f in gen/*.c; do [ -e \"$f\" ] || "
+             "continue; n=$(basename \"$f\" .c); grep -qx \"$n\" instances.txt || rm \"$f\"; done\nwhile read -r n; "
+             "do [ -f gen/$n.c ] || echo \"int inst_$n(void) { return 1; }\" > gen/$n.c; done < instances.txt\n"
+             "cat gen/*.c > all.c\ncc -MD -c all.c -o all.o\n",
+             0755);
+  ASSERT_EQ(run({"sh", (p / "gen.sh").string()}).rc, 0);
+  ASSERT_TRUE(fs::exists(p / "gen/b.c") && fs::exists(p / "all.d"));
+  write_file(t / "instances.txt", "a\n");
+  json a =
+      add({"--target", (p / "instances.txt").string(), "--patched-file", (t / "instances.txt").string(), "--artifact",
+           (p / "all.c").string(), "--build-cmd", "sh " + (p / "gen.sh").string(), "--build-cwd", p.string()});
+  ASSERT_FALSE(a["build"]["traced"].get<bool>()) << a.dump();
+  EXPECT_NE(a["stderr"].get<std::string>().find("warning: the build deleted 1 file(s), which a watched build cannot "
+                                                "put back"),
+            std::string::npos)
+      << a["stderr"];
+  ASSERT_FALSE(fs::exists(p / "gen/b.c"));
+  Cmd r = overlay({"--json", "revert", "--overlay", ov});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json m = json::parse(r.out)["mtimes"];
+  ASSERT_EQ(m.size(), 1u) << r.out;
+  EXPECT_EQ(m[0]["original"], false) << m;
+  EXPECT_NE(m[0]["why_fresh"].get<std::string>().find("the build deleted " + (p / "gen/b.c").string()),
+            std::string::npos)
+      << m;
+  Cmd s = overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(s.rc, 1) << s.out << s.err;
+  EXPECT_NE(s.out.find((p / "gen/b.c").string()), std::string::npos) << s.out;
+  ASSERT_EQ(run({"sh", (p / "gen.sh").string()}).rc, 0);  // the install's build makes it again
+  Cmd again = overlay({"status", "--overlay", ov, "--check-clean"});
+  EXPECT_EQ(again.rc, 0) << again.out << again.err;
+}
+
 // Whether /dev/shm is a mount of its own that holds files (a tmpfs), as on most hosts.
 bool dev_shm_is_tmpfs() {
   std::ifstream in("/proc/self/mountinfo");

@@ -71,8 +71,10 @@ TEST(Signals, TimedOutBuildWithRevertOnFailureLeavesOriginalAndNoSurvivor) {
   Install in = make_install(t / "inst");
   std::string before = tree_digest(in.root);
   write_file(t / "patched.cpp", "int kernel() { return 7; }\n");
+  // The child's pid goes where the tracer records nothing (the state dir): revert puts back every
+  // other file the build made, wherever it is (issue 74).
   std::string script = "echo half > " + in.artifact.string() + "; (trap '' TERM; sleep 3; touch " +
-                       (t / "survivor").string() + ") & echo $! > " + (t / "child.pid").string() + "; sleep 30";
+                       (t / "survivor").string() + ") & echo $! > " + (t / "state/child.pid").string() + "; sleep 30";
   Cmd a = run_overlay(AddNativeArgs(t / "ov")
                           .target(in.source, t / "patched.cpp")
                           .artifact(in.artifact)
@@ -85,7 +87,7 @@ TEST(Signals, TimedOutBuildWithRevertOnFailureLeavesOriginalAndNoSurvivor) {
   EXPECT_NE(a.err.find("(timed out)"), std::string::npos) << a.err;
   EXPECT_NE(a.err.find("--revert-on-failure: entry"), std::string::npos) << a.err;
   EXPECT_EQ(tree_digest(in.root), before) << "reverted before add-native returned";
-  wait_until_dead(std::stoi(read_file(t / "child.pid")));
+  wait_until_dead(std::stoi(read_file(t / "state/child.pid")));
   EXPECT_FALSE(fs::exists(t / "survivor"));
 }
 
