@@ -15,7 +15,7 @@
 namespace overlay {
 namespace {
 
-std::string octal(unsigned mode) {
+std::string mode_octal(unsigned mode) {
   char buf[8];
   std::snprintf(buf, sizeof buf, "%04o", mode);
   return buf;
@@ -212,7 +212,7 @@ std::vector<std::string> changes_not_as_before(DiskReader& disk, const std::vect
       how = "its owner is " + std::to_string(now.uid) + ":" + std::to_string(now.gid) + ", was " +
             std::to_string(c.owner.uid) + ":" + std::to_string(c.owner.gid);
     else if (c.was != FileType::symlink && (now.mode & 07777) != (c.mode & 07777))
-      how = "its mode is " + octal(now.mode & 07777) + ", was " + octal(c.mode & 07777);
+      how = "its mode is " + mode_octal(now.mode & 07777) + ", was " + mode_octal(c.mode & 07777);
     else if (c.was == FileType::regular && now.size != c.before.size)
       how = "its size is " + std::to_string(now.size) + ", was " + std::to_string(c.before.size);
     else if (ns_of(now.mtime) != c.before.mtime_ns)

@@ -16,11 +16,11 @@
 namespace overlay::discover_parts {
 namespace {
 
-constexpr int kMaxDepth = 16;  // below the top build dir: a generated tree's subdirectories
+constexpr int kMaxCMakeDepth = 16;  // below the top build dir: a generated tree's subdirectories
 
 // Every CMakeFiles/<target>.dir below `dir` (the top build dir's and each subdirectory's).
 void target_dirs(DiskReader& disk, const fs::path& dir, int depth, std::vector<fs::path>& out) {
-  if (depth > kMaxDepth) return;
+  if (depth > kMaxCMakeDepth) return;
   for (const auto& e : sorted_entries(disk, dir)) {
     fs::path p = dir / e.name;
     if (!is_directory(disk, p)) continue;
@@ -62,7 +62,7 @@ void read_rules(DiskReader& disk, const fs::path& file, std::map<std::string, st
 // into compiler_depend.make only at the next one.
 void read_depfiles(DiskReader& disk, const fs::path& dir, int depth,
                    std::map<std::string, std::vector<std::string>>& made_from) {
-  if (depth > kMaxDepth) return;
+  if (depth > kMaxCMakeDepth) return;
   for (const auto& e : sorted_entries(disk, dir)) {
     fs::path p = dir / e.name;
     if (ends_with(e.name, ".o.d") || ends_with(e.name, ".obj.d"))
